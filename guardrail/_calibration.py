@@ -1,0 +1,381 @@
+"""Calibration of the certification threshold ``tau``.
+
+Two methods:
+
+``"ltt"`` (default): label-based risk control of the deployed rule
+    Every calibration answer is replayed through the exact streaming policy
+    (early exits included); the policy shows answer ``i`` at threshold ``tau``
+    iff its score ``s_i >= tau`` (for the lift policy ``s_i`` is the answer's
+    critical threshold, see :func:`guardrail.critical_thresholds`). Candidate
+    thresholds are tested from the largest down (fixed-sequence testing, as in
+    Learn-then-Test): at each candidate, with ``n`` answered and ``k`` wrong,
+    ``p = P(Binomial(n, h) <= k)``; the sequence continues while ``p <= delta``
+    and ``tau_hat`` is the last candidate that passed.
+
+    Guarantee: ``P(selective risk of the deployed rule at tau_hat > h) <= delta``
+    over the draw of the calibration set (i.i.d. from the deployment
+    distribution). Argument: write ``r(s) = P(error | score = s)`` and assume it
+    is non-increasing (a higher score is never more error-prone), so the risk
+    ``R(t) = P(error | score >= t)`` is non-increasing and the thresholds with
+    ``R(t) > h`` lie below some ``t*``. Because testing stops at the first
+    failure, a bad threshold is returned only if the first bad candidate that
+    is tested, ``q``, passes. With continuous scores, ``q`` answers the
+    ``N = #{s_i > t*}`` examples above ``t*`` -- given ``N`` their errors are
+    i.i.d. Bernoulli(``R(t*) = h``) -- plus examples at or below ``t*``, each
+    wrong with probability ``r(s_i) >= r(t*) >= h``. So the error count at ``q``
+    is stochastically at least ``Binomial(|q|, h)`` and ``p <= delta`` there has
+    probability at most ``delta``. This holds for any start position fixed in
+    advance, which is why the sequence may start at the ``start``-th highest
+    score instead of the top one: a test on the single top-scored example can
+    never pass (``n >= log(delta)/log(1-h)`` answered examples are needed even
+    with zero errors), so starting there would stop at once with no coverage.
+    Ties are tested as whole groups. Pass ``grid=`` (a descending array fixed
+    before seeing the data) for classic Learn-then-Test over a fixed grid,
+    which needs no monotonicity assumption. The seeded simulations in the test
+    suite count violations against a binomial interval.
+
+``"paper"``: the source paper's Algorithm 1
+    ``tau = mean_budget - sqrt(2 v log(1/delta)/n) - c log(1/delta)/n`` with
+    ``(v, c)`` from a Gamma fit, inflated when the model check fails. This is
+    a lower confidence bound on the *mean lift*; it uses no labels and does
+    **not** bound the selective risk. Kept for comparison.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+from scipy import stats
+
+from ._bounds import (
+    clopper_pearson_upper,
+    kappa_answer_rate_bound,
+    min_answered_for_risk,
+    mutual_information,
+    pac_bayes_bound,
+    paper_calibration_threshold,
+)
+from ._errors import ConfigError, InsufficientDataError
+from ._policy import StreamPolicy, critical_thresholds, replay
+from ._subgamma import fit_gamma, inflate, model_check, subgamma_from_gamma
+
+__all__ = ["Calibration", "LTTOutcome", "calibrate", "calibrate_policy", "ltt_threshold"]
+
+FloatArray = npt.NDArray[np.float64]
+Method = Literal["ltt", "paper"]
+
+
+@dataclass(frozen=True)
+class LTTOutcome:
+    """Result of fixed-sequence testing over candidate thresholds."""
+
+    tau: float
+    n_answered: int
+    n_errors: int
+    pvalue: float
+    start: int
+    n_tested: int
+
+
+def default_start(n: int, risk: float, delta: float) -> int:
+    """Answered count at which the fixed sequence starts, fixed before seeing labels.
+
+    ``max(n_min, ceil(sqrt(n)))`` where ``n_min = ceil(log(delta)/log(1-risk))``
+    is the fewest answered examples that can pass at all.
+    """
+    return max(min_answered_for_risk(risk, delta), math.ceil(math.sqrt(n)))
+
+
+def _check_target(risk: float, delta: float) -> None:
+    if not (0.0 < risk < 1.0):
+        raise ConfigError(f"risk target must be in (0, 1), got {risk!r}")
+    if not (0.0 < delta < 1.0):
+        raise ConfigError(f"delta must be in (0, 1), got {delta!r}")
+
+
+def ltt_threshold(
+    scores: npt.ArrayLike,
+    errors: npt.ArrayLike,
+    risk: float,
+    delta: float,
+    *,
+    start: int | None = None,
+    grid: npt.ArrayLike | None = None,
+) -> LTTOutcome:
+    """Largest-coverage threshold certified by fixed-sequence binomial testing.
+
+    ``scores``: one score per calibration example (answer iff ``score >= tau``;
+    ``-inf`` = never answered). ``errors``: True where the answer is wrong.
+    Raises :class:`InsufficientDataError` when not even the first test passes.
+    See the module docstring for the guarantee.
+    """
+    _check_target(risk, delta)
+    s = np.asarray(scores, dtype=np.float64)
+    e = np.asarray(errors, dtype=bool)
+    if s.ndim != 1 or s.shape != e.shape:
+        raise ConfigError("scores and errors must be 1-d arrays of the same length")
+    if s.size == 0:
+        raise InsufficientDataError("no calibration examples", needed=None)
+    if np.isnan(s).any():
+        raise ConfigError("scores contain NaN")
+    n_min = min_answered_for_risk(risk, delta)
+    if grid is not None:
+        cand = np.asarray(grid, dtype=np.float64)
+        if cand.ndim != 1 or cand.size == 0 or (np.diff(cand) >= 0).any():
+            raise ConfigError("grid must be a non-empty strictly decreasing 1-d array")
+        answered = s[None, :] >= cand[:, None]
+        n_ans = answered.sum(axis=1)
+        n_err = (answered & e[None, :]).sum(axis=1)
+        first = 0
+        start_count = int(n_ans[0])
+    else:
+        finite = np.isfinite(s)
+        order = np.argsort(-s[finite], kind="stable")
+        ss = s[finite][order]
+        ee = e[finite][order]
+        if ss.size == 0:
+            raise InsufficientDataError(
+                f"no calibration example is ever answered; at least {n_min} answered "
+                f"examples are needed for risk {risk} at delta {delta}",
+                needed=n_min,
+            )
+        last_of_group = np.r_[ss[1:] != ss[:-1], True]
+        cand = ss[last_of_group]
+        n_ans = np.flatnonzero(last_of_group) + 1
+        n_err = np.cumsum(ee)[last_of_group]
+        start_count = default_start(s.size, risk, delta) if start is None else int(start)
+        if start_count < 1:
+            raise ConfigError(f"start must be >= 1, got {start!r}")
+        reach = np.flatnonzero(n_ans >= start_count)
+        first = int(reach[0]) if reach.size else len(cand) - 1
+    pvals = stats.binom.cdf(n_err, n_ans, risk)
+    pvals = np.where(n_ans > 0, pvals, 1.0)
+    last = -1
+    n_tested = 0
+    for j in range(first, len(cand)):
+        n_tested += 1
+        if pvals[j] <= delta:
+            last = j
+        else:
+            break
+    if last < 0:
+        j = first
+        raise InsufficientDataError(
+            f"no threshold passed the risk test: at the first candidate {int(n_ans[j])} "
+            f"examples are answered with {int(n_err[j])} errors (p = {float(pvals[j]):.3g} "
+            f"> delta = {delta}). Risk {risk} at delta {delta} needs at least {n_min} "
+            f"answered calibration examples even with zero errors, and more when some "
+            f"answered examples are wrong; add calibration data or relax the target.",
+            needed=n_min,
+        )
+    return LTTOutcome(
+        tau=float(cand[last]),
+        n_answered=int(n_ans[last]),
+        n_errors=int(n_err[last]),
+        pvalue=float(pvals[last]),
+        start=start_count,
+        n_tested=n_tested,
+    )
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A calibrated threshold with everything needed to audit it (JSON-serialisable)."""
+
+    method: str
+    tau: float
+    risk: float
+    delta: float
+    score: str
+    n: int
+    n_answered: int
+    n_errors: int
+    coverage: float
+    empirical_risk: float
+    risk_upper: float
+    mean_budget: float | None = None
+    v: float | None = None
+    c: float | None = None
+    subgamma_method: str | None = None
+    model_check: dict[str, float] | None = None
+    pac_bayes_bound: float | None = None
+    kappa: float | None = None
+    kappa_bound: float | None = None
+    start: int | None = None
+    n_tested: int | None = None
+    seed: int = 0
+    policy: dict[str, Any] | None = None
+    guarantee: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Calibration:
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise ConfigError(f"not a calibration record: {exc}") from exc
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Calibration:
+        return cls.from_dict(json.loads(text))
+
+
+def _guarantee_text(method: str, risk: float, delta: float) -> str:
+    if method == "ltt":
+        return (
+            f"With probability at least {1 - delta:g} over the calibration draw, the rule "
+            f"'show the answer iff it is certified at tau' makes errors on at most "
+            f"{risk:g} of the answers it shows (selective risk), for new questions from "
+            f"the calibration distribution. It bounds how often shown answers are wrong, "
+            f"not how wrong they are."
+        )
+    return (
+        "Paper Algorithm 1: tau is a lower confidence bound on the mean lift. It uses no "
+        "labels and gives no guarantee on the selective risk."
+    )
+
+
+def calibrate(
+    scores: npt.ArrayLike,
+    correct: npt.ArrayLike,
+    *,
+    risk: float,
+    delta: float,
+    budgets: npt.ArrayLike | None = None,
+    method: Method = "ltt",
+    score_name: str = "score",
+    start: int | None = None,
+    grid: npt.ArrayLike | None = None,
+    seed: int = 0,
+    n_boot: int = 200,
+    policy: StreamPolicy | None = None,
+    answered_at: Any = None,
+) -> Calibration:
+    """Calibrate a threshold on per-example scores and correctness labels.
+
+    ``budgets`` (mean clipped lift per answer) enables the sub-gamma fit, the
+    model check and the PAC-Bayes bound, and is required by ``method="paper"``.
+    ``answered_at(tau) -> bool array`` lets the paper method evaluate its
+    threshold with the exact policy; by default an answer is shown iff its
+    score is ``>= tau``.
+    """
+    _check_target(risk, delta)
+    s = np.asarray(scores, dtype=np.float64)
+    ok = np.asarray(correct, dtype=bool)
+    if s.ndim != 1 or s.shape != ok.shape:
+        raise ConfigError("scores and correct must be 1-d arrays of the same length")
+    n = int(s.size)
+    errors = ~ok
+    info: dict[str, Any] = {}
+    if budgets is not None:
+        b = np.asarray(budgets, dtype=np.float64)
+        if b.shape != s.shape:
+            raise ConfigError("budgets must have one value per example")
+        fit = fit_gamma(b)
+        check = model_check(b, fit, n_boot=n_boot, seed=seed)
+        params = inflate(subgamma_from_gamma(fit), check.inflation)
+        mean_b = float(b.mean())
+        info = {
+            "mean_budget": mean_b,
+            "v": params.v,
+            "c": params.c,
+            "subgamma_method": params.method,
+            "model_check": {
+                "ks_stat": check.ks_stat,
+                "ks_pvalue": check.ks_pvalue,
+                "ad_stat": check.ad_stat,
+                "ad_pvalue": check.ad_pvalue,
+                "pvalue": check.pvalue,
+                "inflation": check.inflation,
+                "n_boot": float(check.n_boot),
+            },
+            "pac_bayes_bound": pac_bayes_bound(mean_b, n, params.v, params.c, delta),
+        }
+    if method == "ltt":
+        out = ltt_threshold(s, errors, risk, delta, start=start, grid=grid)
+        tau = out.tau
+        answered = s >= tau
+        info.update(start=out.start, n_tested=out.n_tested)
+    elif method == "paper":
+        if budgets is None or "v" not in info:
+            raise ConfigError("method='paper' needs per-answer budgets")
+        tau = paper_calibration_threshold(info["mean_budget"], n, info["v"], info["c"], delta)
+        answered = answered_at(tau) if answered_at is not None else s >= tau
+    else:
+        raise ConfigError(f"method must be 'ltt' or 'paper', got {method!r}")
+    n_ans = int(answered.sum())
+    n_err = int((answered & errors).sum())
+    kappa = mutual_information(ok, np.where(np.isfinite(s), s, np.nanmin(s[np.isfinite(s)]) - 1.0))
+    return Calibration(
+        method=method,
+        tau=float(tau),
+        risk=risk,
+        delta=delta,
+        score=score_name,
+        n=n,
+        n_answered=n_ans,
+        n_errors=n_err,
+        coverage=n_ans / n,
+        empirical_risk=n_err / n_ans if n_ans else 0.0,
+        risk_upper=clopper_pearson_upper(n_err, n_ans, delta),
+        kappa=kappa,
+        kappa_bound=kappa_answer_rate_bound(kappa, risk),
+        seed=seed,
+        policy=policy.to_dict() if policy is not None else None,
+        guarantee=_guarantee_text(method, risk, delta),
+        **info,
+    )
+
+
+def calibrate_policy(
+    policy: StreamPolicy,
+    lifts: list[FloatArray],
+    correct: npt.ArrayLike,
+    *,
+    risk: float,
+    delta: float,
+    method: Method = "ltt",
+    start: int | None = None,
+    seed: int = 0,
+    n_boot: int = 200,
+) -> Calibration:
+    """Calibrate ``tau`` for a streaming policy from each answer's clipped lifts.
+
+    Replays the exact policy on every answer (early certification and early
+    blocking included), so the guarantee is about the rule that is deployed.
+    """
+    scores = critical_thresholds(policy, lifts)
+    budgets = np.array([float(x.mean()) if x.size else 0.0 for x in lifts])
+
+    def answered_at(tau: float) -> npt.NDArray[np.bool_]:
+        if tau <= 0.0:
+            return np.array([x.size > 0 for x in lifts])
+        if tau >= policy.clip:
+            return np.zeros(len(lifts), dtype=bool)
+        return np.array([bool(replay(policy, x, [tau]).answered[0]) for x in lifts])
+
+    return calibrate(
+        scores,
+        correct,
+        risk=risk,
+        delta=delta,
+        budgets=budgets,
+        method=method,
+        score_name="lift",
+        start=start,
+        seed=seed,
+        n_boot=n_boot,
+        policy=policy,
+        answered_at=answered_at,
+    )

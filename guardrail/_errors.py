@@ -1,0 +1,72 @@
+"""Exceptions raised by liftguard.
+
+The hierarchy::
+
+    GuardrailError                  root of everything liftguard raises
+    ├── ConfigError                 invalid configuration value (also ValueError)
+    ├── TraceFormatError            malformed trace file or line (also ValueError)
+    ├── InsufficientDataError       calibration data too small for the target (also ValueError)
+    ├── MissingLogprobsError        a token arrived without a usable log-probability
+    └── GuardrailBlocked            an answer was blocked; carries the Verdict
+
+Configuration errors derive from :class:`ValueError` as well, so callers that
+already catch ``ValueError`` keep working.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ConfigError",
+    "GuardrailBlocked",
+    "GuardrailError",
+    "InsufficientDataError",
+    "MissingLogprobsError",
+    "TraceFormatError",
+]
+
+
+class GuardrailError(Exception):
+    """Root of every exception raised by liftguard."""
+
+
+class ConfigError(GuardrailError, ValueError):
+    """A configuration value is invalid (raised when the object is built)."""
+
+
+class TraceFormatError(GuardrailError, ValueError):
+    """A trace file or line does not follow the trace format.
+
+    ``source`` and ``line`` name where the problem is (``line`` is 1-based).
+    """
+
+    def __init__(self, message: str, *, source: str = "<traces>", line: int | None = None):
+        self.source = source
+        self.line = line
+        where = f"{source}:{line}" if line is not None else source
+        super().__init__(f"{where}: {message}")
+
+
+class InsufficientDataError(GuardrailError, ValueError):
+    """Calibration cannot reach the requested risk with the data given.
+
+    ``needed`` is the number of answered calibration examples that would be
+    required even with zero errors (``None`` if it cannot be stated).
+    """
+
+    def __init__(self, message: str, *, needed: int | None = None):
+        self.needed = needed
+        super().__init__(message)
+
+
+class MissingLogprobsError(GuardrailError):
+    """A token arrived without a usable log-probability (missing, NaN or censored)."""
+
+
+class GuardrailBlocked(GuardrailError):
+    """The guarded answer was blocked. ``verdict`` holds the evidence."""
+
+    def __init__(self, verdict: Any, message: str | None = None):
+        self.verdict = verdict
+        super().__init__(message or f"answer blocked: {verdict}")

@@ -1,0 +1,183 @@
+"""The streaming decision rule, and its exact replay on recorded lifts.
+
+A :class:`StreamPolicy` says how a stream of clipped lifts becomes a verdict at
+threshold ``tau``: certify as soon as the boundary shows the mean lift is above
+``tau``, block as soon as it shows it is below, and at the end of the stream
+apply the final rule (``mean_T >= tau``, or block when ``final_rule="block"``).
+No verdict is given before ``min_tokens`` tokens.
+
+:func:`replay` evaluates the policy on one recorded answer for many thresholds
+at once (numpy, vectorised over thresholds). Calibration uses it so that the
+risk guarantee covers the rule that is deployed, early exits included; the
+streaming monitor applies the same arithmetic one token at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from ._boundaries import betting_log_wealth, paper_radius
+from ._errors import ConfigError
+from ._lift import DEFAULT_CLIP
+
+__all__ = ["ReplayResult", "StreamPolicy", "critical_thresholds", "replay", "threshold_grid"]
+
+FloatArray = npt.NDArray[np.float64]
+Boundary = Literal["betting", "paper"]
+FinalRule = Literal["mean", "block"]
+
+
+@dataclass(frozen=True)
+class StreamPolicy:
+    """How a stream of clipped lifts becomes a verdict (validated on construction).
+
+    Attributes:
+        boundary: ``"betting"`` (default, assumption-free for bounded lifts) or
+            ``"paper"`` (sub-gamma LIL boundary; needs ``v`` and ``c``).
+        delta: evidence level of the in-stream boundary, split over its two
+            sides. It sets how early verdicts come; the risk guarantee itself
+            comes from calibration, which replays this policy.
+        clip: clipping bound ``B`` of the lifts.
+        min_tokens: no verdict before this many tokens.
+        bet_cap: truncation ``c <= 1/2`` of the betting fractions.
+        final_rule: end of stream while undecided: ``"mean"`` answers iff
+            ``mean_T >= tau``; ``"block"`` fails closed.
+        v, c: sub-gamma parameters for the paper boundary.
+    """
+
+    boundary: Boundary = "betting"
+    delta: float = 0.05
+    clip: float = DEFAULT_CLIP
+    min_tokens: int = 1
+    bet_cap: float = 0.5
+    final_rule: FinalRule = "mean"
+    v: float | None = None
+    c: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.boundary not in ("betting", "paper"):
+            raise ConfigError(f"boundary must be 'betting' or 'paper', got {self.boundary!r}")
+        if not (0.0 < self.delta < 1.0):
+            raise ConfigError(f"delta must be in (0, 1), got {self.delta!r}")
+        if not (math.isfinite(self.clip) and self.clip > 0):
+            raise ConfigError(f"clip must be a finite number > 0, got {self.clip!r}")
+        if not (isinstance(self.min_tokens, int) and self.min_tokens >= 1):
+            raise ConfigError(f"min_tokens must be an integer >= 1, got {self.min_tokens!r}")
+        if not (0.0 < self.bet_cap <= 0.5):
+            raise ConfigError(f"bet_cap must be in (0, 0.5], got {self.bet_cap!r}")
+        if self.final_rule not in ("mean", "block"):
+            raise ConfigError(f"final_rule must be 'mean' or 'block', got {self.final_rule!r}")
+        if self.boundary == "paper":
+            for name in ("v", "c"):
+                val = getattr(self, name)
+                if val is None or not (math.isfinite(val) and val > 0):
+                    raise ConfigError(
+                        f"the paper boundary needs sub-gamma parameter {name} > 0, got {val!r}"
+                    )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StreamPolicy:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """Outcome of one answer at each threshold of a grid.
+
+    ``answered[g]``: the answer is shown at ``taus[g]``; ``stop[g]``: number of
+    tokens read when the verdict was reached (the length if it came at the end);
+    ``early[g]``: the verdict came before the end of the stream.
+    """
+
+    taus: FloatArray
+    answered: npt.NDArray[np.bool_]
+    stop: npt.NDArray[np.int64]
+    early: npt.NDArray[np.bool_]
+
+
+def threshold_grid(clip: float = DEFAULT_CLIP, step: float = 0.01) -> FloatArray:
+    """The fixed grid of thresholds ``step, 2 step, ... < clip`` used for replay."""
+    n = math.floor(clip / step + 1e-9)
+    grid = step * np.arange(1, n, dtype=np.float64)
+    return grid[grid < clip]
+
+
+def _first_true(mask: npt.NDArray[np.bool_], start: int) -> npt.NDArray[np.int64]:
+    """Index of the first True at or after row ``start`` per column (``T`` if none)."""
+    n = mask.shape[0]
+    if start >= n:
+        return np.full(mask.shape[1], n, dtype=np.int64)
+    sub = mask[start:]
+    hit = sub.any(axis=0)
+    idx = np.where(hit, sub.argmax(axis=0) + start, n)
+    return np.asarray(idx, dtype=np.int64)
+
+
+def replay(policy: StreamPolicy, lifts: npt.ArrayLike, taus: npt.ArrayLike) -> ReplayResult:
+    """Evaluate ``policy`` on one answer's clipped lifts at every threshold in ``taus``."""
+    x = np.asarray(lifts, dtype=np.float64)
+    tau = np.atleast_1d(np.asarray(taus, dtype=np.float64))
+    if x.ndim != 1:
+        raise ConfigError("lifts must be one-dimensional")
+    if x.size and (np.isnan(x).any() or x.min() < 0.0 or x.max() > policy.clip):
+        raise ConfigError(f"clipped lifts must lie in [0, {policy.clip}]")
+    if ((tau <= 0.0) | (tau >= policy.clip)).any():
+        raise ConfigError(f"thresholds must lie strictly inside (0, {policy.clip})")
+    n = x.size
+    g = tau.size
+    if n == 0:  # an empty answer carries no evidence: never shown
+        return ReplayResult(
+            tau, np.zeros(g, dtype=bool), np.zeros(g, dtype=np.int64), np.zeros(g, dtype=bool)
+        )
+    start = policy.min_tokens - 1
+    if policy.boundary == "betting":
+        traj = betting_log_wealth(x / policy.clip, tau / policy.clip, policy.delta, policy.bet_cap)
+        thr = math.log(2.0 / policy.delta)
+        up_hit = traj.log_wealth_up >= thr
+        down_hit = traj.log_wealth_down >= thr
+    else:
+        assert policy.v is not None and policy.c is not None  # checked in __post_init__
+        t = np.arange(1, n + 1, dtype=np.float64)
+        mean = np.cumsum(x) / t
+        r = paper_radius(t, policy.v, policy.c, policy.delta / 2.0)
+        up_hit = (mean - r)[:, None] > tau[None, :]
+        down_hit = (mean + r)[:, None] < tau[None, :]
+    t_up = _first_true(up_hit, start)
+    t_down = _first_true(down_hit, start)
+    certified = (t_up < n) & (t_up < t_down)
+    blocked = (t_down < n) & (t_down < t_up)
+    undecided = ~(certified | blocked)
+    final_ok = float(x.mean()) >= tau if policy.final_rule == "mean" else np.zeros(g, dtype=bool)
+    answered = certified | (undecided & final_ok)
+    stop = np.where(certified, t_up + 1, np.where(blocked, t_down + 1, n)).astype(np.int64)
+    early = (certified | blocked) & (stop < n)
+    return ReplayResult(tau, answered, stop, early)
+
+
+def critical_thresholds(
+    policy: StreamPolicy, lifts: list[FloatArray], taus: npt.ArrayLike | None = None
+) -> FloatArray:
+    """Largest grid threshold at which each answer is shown (``-inf`` if never).
+
+    The policy's answer set is monotone in ``tau`` (see
+    :mod:`guardrail._boundaries`), so an answer is shown at threshold ``tau``
+    exactly when its critical threshold is ``>= tau``: the policy becomes a
+    threshold rule on this scalar score, which calibration tests.
+    """
+    grid = threshold_grid(policy.clip) if taus is None else np.asarray(taus, dtype=np.float64)
+    if grid.ndim != 1 or grid.size == 0 or (np.diff(grid) <= 0).any():
+        raise ConfigError("threshold grid must be a non-empty increasing 1-d array")
+    out = np.full(len(lifts), -np.inf)
+    for i, x in enumerate(lifts):
+        ans = replay(policy, x, grid).answered
+        if ans.any():
+            out[i] = grid[int(np.flatnonzero(ans)[-1])]
+    return out

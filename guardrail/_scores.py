@@ -1,0 +1,78 @@
+"""Per-answer scores computed from recorded traces: lifts and baselines.
+
+The skeletons here are the ones a trace can express on its own
+(temperature prior via the recorded ``log Z_T``, the prompt-free model, a
+uniform distribution over the vocabulary). Baselines are the usual
+sequence-confidence scores, oriented so that higher means more confident.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+from ._errors import ConfigError
+from ._lift import DEFAULT_CLIP, clipped_lifts
+from ._traces import Trace
+
+__all__ = [
+    "BASELINES",
+    "TRACE_SKELETONS",
+    "baseline_score",
+    "trace_clipped_lifts",
+    "trace_skeleton_logprobs",
+]
+
+FloatArray = npt.NDArray[np.float64]
+
+TRACE_SKELETONS = ("temperature", "temperature-2.0", "prompt-free", "uniform")
+"""Skeleton kinds that can be evaluated from a trace alone."""
+
+BASELINES = ("min_logprob", "mean_logprob", "nll", "entropy")
+"""Baseline scores (higher = more confident)."""
+
+
+def trace_skeleton_logprobs(trace: Trace, skeleton: str) -> FloatArray:
+    """``log S(y_t)`` of each emitted token under a skeleton the trace can express.
+
+    ``temperature`` is ``S = P^(1/T)/Z_T`` with T=1.5 (``temperature-2.0``:
+    T=2.0), using the exact ``log Z_T`` recorded in the trace; ``prompt-free``
+    is the model without the question; ``uniform`` is ``1/|V|``.
+    """
+    if skeleton in ("temperature", "temperature-1.5", "temperature-2.0"):
+        temp = 2.0 if skeleton.endswith("2.0") else 1.5
+        if temp not in trace.logz:
+            raise ConfigError(f"trace {trace.id} has no log Z for T={temp}")
+        return np.asarray(trace.logprobs / temp - trace.logz[temp], dtype=np.float64)
+    if skeleton == "prompt-free":
+        return np.asarray(trace.prompt_free_logprobs, dtype=np.float64)
+    if skeleton == "uniform":
+        return np.full(trace.n_tokens, -math.log(trace.vocab_size))
+    raise ConfigError(f"unknown skeleton {skeleton!r}; choose one of {', '.join(TRACE_SKELETONS)}")
+
+
+def trace_clipped_lifts(trace: Trace, skeleton: str, clip: float = DEFAULT_CLIP) -> FloatArray:
+    """Clipped lifts of every answer token of ``trace`` against ``skeleton``."""
+    return clipped_lifts(trace.logprobs, trace_skeleton_logprobs(trace, skeleton), clip)
+
+
+def baseline_score(trace: Trace, name: str) -> float:
+    """A baseline confidence score of one answer (``-inf`` for an empty answer).
+
+    ``min_logprob``: smallest token log-probability; ``mean_logprob``: mean
+    token log-probability; ``nll``: sequence log-likelihood (minus the negative
+    log-likelihood); ``entropy``: minus the mean token entropy.
+    """
+    if name not in BASELINES:
+        raise ConfigError(f"unknown baseline {name!r}; choose one of {', '.join(BASELINES)}")
+    if trace.n_tokens == 0:
+        return -math.inf
+    if name == "min_logprob":
+        return float(trace.logprobs.min())
+    if name == "mean_logprob":
+        return float(trace.logprobs.mean())
+    if name == "nll":
+        return float(trace.logprobs.sum())
+    return -float(trace.entropy.mean())

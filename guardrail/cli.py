@@ -1,0 +1,259 @@
+"""The ``liftguard`` command line.
+
+This is the application layer on top of the core: it reads files and prints.
+Commands import what they need inside the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["main", "oracle_coverage"]
+
+log = logging.getLogger(__name__)
+
+
+def oracle_coverage(
+    scores: npt.ArrayLike, correct: npt.ArrayLike, risk: float
+) -> tuple[float, float]:
+    """Largest coverage of a threshold rule whose risk on these examples is ``<= risk``.
+
+    Returns ``(coverage, threshold)``; ``(0.0, inf)`` if no threshold qualifies.
+    Thresholds are the distinct finite scores (ties answered together).
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    err = ~np.asarray(correct, dtype=bool)
+    finite = np.isfinite(s)
+    order = np.argsort(-s[finite], kind="stable")
+    ss, ee = s[finite][order], err[finite][order]
+    if ss.size == 0:
+        return 0.0, float("inf")
+    last = np.r_[ss[1:] != ss[:-1], True]
+    n = (np.flatnonzero(last) + 1).astype(np.float64)
+    k = np.cumsum(ee)[last]
+    good = np.flatnonzero(k <= risk * n + 1e-12)
+    if good.size == 0:
+        return 0.0, float("inf")
+    j = int(good[-1])
+    return float(n[j] / s.size), float(ss[last][j])
+
+
+def _split(
+    n: int, fraction: float, seed: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(n)
+    n_cal = round(n * fraction)
+    return np.sort(perm[:n_cal]), np.sort(perm[n_cal:])
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from ._calibration import calibrate, calibrate_policy
+    from ._errors import GuardrailError
+    from ._policy import StreamPolicy, replay
+    from ._scores import baseline_score, trace_clipped_lifts
+    from ._subgamma import fit_gamma, inflate, model_check, subgamma_from_gamma
+    from ._traces import read_traces
+
+    traces = read_traces(args.traces)
+    if not traces:
+        print(f"error: {args.traces} holds no traces", file=sys.stderr)
+        return 2
+    correct = np.array([bool(t.correct) for t in traces])
+    cal, test = _split(len(traces), args.cal_fraction, args.seed)
+    if args.n_cal is not None:
+        cal = cal[: args.n_cal]
+    if cal.size == 0:
+        print("error: the calibration split is empty", file=sys.stderr)
+        return 2
+    policy: StreamPolicy | None = None
+    try:
+        if args.score == "lift":
+            lifts = [trace_clipped_lifts(t, args.skeleton, args.clip) for t in traces]
+            v = c = None
+            if args.boundary == "paper":
+                cal_budgets = np.array(
+                    [x.mean() if x.size else 0.0 for x in (lifts[i] for i in cal)]
+                )
+                fit = fit_gamma(cal_budgets)
+                check = model_check(cal_budgets, fit, seed=args.seed)
+                params = inflate(subgamma_from_gamma(fit), check.inflation)
+                v, c = params.v, params.c
+            policy = StreamPolicy(
+                boundary=args.boundary,
+                delta=args.stream_delta,
+                clip=args.clip,
+                min_tokens=args.min_tokens,
+                v=v,
+                c=c,
+            )
+            result = calibrate_policy(
+                policy,
+                [lifts[i] for i in cal],
+                correct[cal],
+                risk=args.risk,
+                delta=args.delta,
+                method=args.method,
+                seed=args.seed,
+            )
+            score_name = f"lift[{args.skeleton}, {args.boundary}]"
+        else:
+            scores = np.array([baseline_score(t, args.score) for t in traces])
+            if args.method == "paper":
+                print("error: --method paper needs --score lift", file=sys.stderr)
+                return 2
+            result = calibrate(
+                scores[cal],
+                correct[cal],
+                risk=args.risk,
+                delta=args.delta,
+                score_name=args.score,
+                seed=args.seed,
+            )
+            score_name = args.score
+    except GuardrailError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+    test_report: dict[str, Any] = {}
+    if test.size:
+        if policy is not None:
+            from ._policy import critical_thresholds
+
+            tl = [lifts[i] for i in test]
+            if 0.0 < result.tau < policy.clip:
+                shown = np.array([bool(replay(policy, x, [result.tau]).answered[0]) for x in tl])
+            else:
+                shown = np.array([x.size > 0 and result.tau <= 0.0 for x in tl])
+            test_scores = critical_thresholds(policy, tl)
+        else:
+            test_scores = scores[test]
+            shown = test_scores >= result.tau
+        n_shown = int(shown.sum())
+        wrong = int((shown & ~correct[test]).sum())
+        orc, _ = oracle_coverage(test_scores, correct[test], args.risk)
+        cov = n_shown / test.size
+        test_report = {
+            "n": int(test.size),
+            "coverage": cov,
+            "risk": wrong / n_shown if n_shown else 0.0,
+            "oracle_coverage": orc,
+            "share_of_oracle": cov / orc if orc > 0 else None,
+        }
+    result = type(result).from_dict({**result.to_dict(), "extra": {"test": test_report}})
+
+    _print_summary(args, score_name, result, test_report)
+    if args.out:
+        Path(args.out).write_text(result.to_json() + "\n", encoding="utf-8")
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _print_summary(
+    args: argparse.Namespace, score_name: str, result: Any, test: dict[str, Any]
+) -> None:
+    lines = [
+        f"liftguard calibrate: {args.traces}",
+        f"  score            {score_name}",
+        f"  method           {result.method}   target risk {result.risk:g}   "
+        f"delta {result.delta:g}",
+        f"  calibration      n={result.n}  answered={result.n_answered}  errors={result.n_errors}",
+        f"  tau              {result.tau:.4f}",
+        f"  coverage (cal)   {result.coverage:.1%}   empirical risk {result.empirical_risk:.3f}"
+        f"   Clopper-Pearson upper {result.risk_upper:.3f}",
+    ]
+    if result.v is not None:
+        mc = result.model_check or {}
+        lines.append(
+            f"  sub-gamma        v={result.v:.4g}  c={result.c:.4g}  (Gamma MLE; model check "
+            f"KS p={mc.get('ks_pvalue', float('nan')):.3f}, "
+            f"AD p={mc.get('ad_pvalue', float('nan')):.3f}, "
+            f"inflation x{mc.get('inflation', 1.0):.2f})"
+        )
+        lines.append(
+            f"  mean budget      {result.mean_budget:.4f}   "
+            f"PAC-Bayes upper bound {result.pac_bayes_bound:.4f}"
+        )
+    lines.append(
+        f"  kappa            I(correct; score) = {result.kappa:.4f} nats -> answer rate <= "
+        f"{result.kappa_bound:.3f}{' (vacuous for risk >= 0.5)' if result.risk >= 0.5 else ''}"
+    )
+    if test:
+        share = test["share_of_oracle"]
+        lines.append(
+            f"  test split       n={test['n']}  coverage {test['coverage']:.1%}  "
+            f"risk {test['risk']:.3f}"
+            f"   oracle coverage {test['oracle_coverage']:.1%}"
+            + (f"  ({share:.0%} of oracle)" if share is not None else "")
+        )
+    lines.append(f"  guarantee        {result.guarantee}")
+    print("\n".join(lines))
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    from ._scores import BASELINES, TRACE_SKELETONS
+
+    parser = argparse.ArgumentParser(
+        prog="liftguard", description="Certify or block LLM answers while they stream."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser(
+        "calibrate",
+        help="calibrate a threshold on labelled traces",
+        description="Calibrate tau on labelled traces (JSONL trace format) and report "
+        "coverage, risk and the oracle coverage on a held-out split.",
+    )
+    p.add_argument("--traces", required=True, help="JSONL trace file")
+    p.add_argument("--risk", type=float, required=True, help="target selective risk h*")
+    p.add_argument("--delta", type=float, default=0.05, help="calibration failure probability")
+    p.add_argument("--skeleton", default="prompt-free", choices=TRACE_SKELETONS)
+    p.add_argument("--boundary", default="betting", choices=("betting", "paper"))
+    p.add_argument("--method", default="ltt", choices=("ltt", "paper"))
+    p.add_argument(
+        "--score",
+        default="lift",
+        choices=("lift", *BASELINES),
+        help="decision score: the streaming lift policy or a baseline",
+    )
+    p.add_argument("--clip", type=float, default=12.0, help="clipping bound B")
+    p.add_argument("--min-tokens", type=int, default=1)
+    p.add_argument(
+        "--stream-delta", type=float, default=0.05, help="evidence level of the in-stream boundary"
+    )
+    p.add_argument(
+        "--cal-fraction",
+        type=float,
+        default=0.5,
+        help="share of traces used for calibration; the rest is the test split",
+    )
+    p.add_argument(
+        "--n-cal", type=int, default=None, help="use only the first N calibration traces"
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="write the calibration as JSON here")
+    p.set_defaults(func=_cmd_calibrate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+    if getattr(args, "cal_fraction", 0.5) is not None and not (0.0 < args.cal_fraction <= 1.0):
+        parser.error("--cal-fraction must be in (0, 1]")
+    func = args.func
+    return int(func(args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Versioned storage of skeletons and their calibrations for liftguard."""

@@ -1,0 +1,160 @@
+"""Calibration: the fixed-sequence test by hand, and risk control by seeded simulation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from guardrail import (
+    Calibration,
+    ConfigError,
+    InsufficientDataError,
+    StreamPolicy,
+    calibrate,
+    calibrate_policy,
+    critical_thresholds,
+    ltt_threshold,
+)
+
+
+def test_fixed_sequence_by_hand() -> None:
+    scores = [5.0, 4.0, 3.0, 2.0, 1.0]
+    errors = [False, False, False, True, True]
+    # start at 3 answered: p(0; 3, .5) = 0.125 <= 0.2 passes; p(1; 4, .5) = 5/16 fails
+    out = ltt_threshold(scores, errors, risk=0.5, delta=0.2, start=3)
+    assert out.tau == 3.0 and out.n_answered == 3 and out.n_errors == 0
+    assert out.pvalue == pytest.approx(0.125) and out.n_tested == 2
+    # starting at the top cannot pass: one example gives p = 0.5 > 0.2
+    with pytest.raises(InsufficientDataError) as info:
+        ltt_threshold(scores, errors, risk=0.5, delta=0.2, start=1)
+    assert info.value.needed == 3  # 0.5^3 = 0.125 <= 0.2 < 0.25
+    assert "needs at least 3 answered" in str(info.value)
+
+
+def test_ties_are_tested_as_groups_and_fixed_grid() -> None:
+    scores = np.array([2.0, 2.0, 2.0, 1.0, 1.0, 0.0])
+    errors = np.array([False, False, False, False, True, True])
+    out = ltt_threshold(scores, errors, risk=0.5, delta=0.2, start=2)
+    assert out.tau == 1.0 and out.n_answered == 5 and out.n_errors == 1
+    grid_out = ltt_threshold(scores, errors, risk=0.5, delta=0.2, grid=[2.0, 1.0, 0.0])
+    assert grid_out.tau == 1.0 and grid_out.n_tested == 3
+    # a fixed grid that starts where nothing is answered has p = 1 and stops at once
+    with pytest.raises(InsufficientDataError):
+        ltt_threshold(scores, errors, risk=0.5, delta=0.2, grid=[2.5, 2.0, 1.0, 0.0])
+    with pytest.raises(ConfigError, match="decreasing"):
+        ltt_threshold(scores, errors, risk=0.5, delta=0.2, grid=[1.0, 2.0])
+
+
+def test_too_little_data_says_how_much_is_needed() -> None:
+    with pytest.raises(InsufficientDataError) as info:
+        ltt_threshold([1.0] * 10, [False] * 10, risk=0.1, delta=0.05)
+    assert info.value.needed == 29
+    with pytest.raises(InsufficientDataError):
+        ltt_threshold([], [], risk=0.1, delta=0.05)
+    with pytest.raises(ConfigError):
+        ltt_threshold([1.0], [False], risk=1.5, delta=0.05)
+
+
+def _population_risk(tau: float) -> float:
+    # s ~ U(0, 1), P(error | s) = 0.9 - 0.8 s  =>  R(tau) = 0.5 - 0.4 tau
+    return 0.5 - 0.4 * tau
+
+
+@pytest.mark.parametrize("discrete", [False, True], ids=["continuous", "tied-scores"])
+def test_ltt_controls_selective_risk(discrete: bool) -> None:
+    rng = np.random.default_rng(99)
+    reps, n, risk, delta = 400, 400, 0.3, 0.1
+    violations = 0
+    coverages = []
+    for _ in range(reps):
+        s = rng.random(n)
+        if discrete:
+            s = np.floor(s * 25) / 25
+        err = rng.random(n) < 0.9 - 0.8 * s
+        try:
+            tau = ltt_threshold(s, err, risk, delta).tau
+        except InsufficientDataError:
+            coverages.append(0.0)
+            continue
+        violations += _population_risk(tau) > risk
+        coverages.append(1 - tau)
+    assert stats.binom.sf(violations - 1, reps, delta) > 1e-3, violations
+    # and it has power (the oracle answers half of the questions: R(0.5) = 0.3)
+    assert np.mean(coverages) > 0.1
+
+
+def test_calibrated_streaming_policy_controls_risk() -> None:
+    """End to end: replay the betting policy, calibrate, check the population risk."""
+    rng = np.random.default_rng(2025)
+    pop = 3000
+    correct = rng.random(pop) < 0.4
+    lengths = rng.integers(1, 16, pop)
+    lifts = [
+        np.clip(rng.gamma(0.8, (2.2 if ok else 1.0) / 0.8, k), 0, 12)
+        for ok, k in zip(correct, lengths, strict=True)
+    ]
+    policy = StreamPolicy(delta=0.2)
+    crit = critical_thresholds(policy, lifts)
+    reps, n, risk, delta = 300, 300, 0.35, 0.1
+    violations = answered = 0
+    for _ in range(reps):
+        idx = rng.integers(0, pop, n)
+        try:
+            tau = ltt_threshold(crit[idx], ~correct[idx], risk, delta).tau
+        except InsufficientDataError:
+            continue
+        shown = crit >= tau
+        answered += 1
+        violations += (~correct[shown]).mean() > risk
+    assert answered > reps // 2
+    assert stats.binom.sf(violations - 1, reps, delta) > 1e-3, violations
+
+
+def test_paper_algorithm_1_does_not_control_risk() -> None:
+    """The documented failure: Algorithm 1 uses no labels, so when the lift carries
+    no information about correctness it answers most questions at the base error
+    rate, far above the target, in essentially every calibration draw. The
+    label-based default refuses instead (or stays within the target)."""
+    rng = np.random.default_rng(3)
+    reps, n, risk, delta = 60, 400, 0.2, 0.05
+    paper_violations = ltt_violations = 0
+    for _ in range(reps):
+        budgets = rng.gamma(2.0, 0.5, n)
+        correct = rng.random(n) < 0.5  # independent of the budget
+        cal = calibrate(
+            budgets, correct, risk=risk, delta=delta, budgets=budgets, method="paper", n_boot=20
+        )
+        # any rule that ignores the labels has population selective risk 0.5 > 0.2 here,
+        # so answering anything at all is a violation of the target
+        paper_violations += cal.n_answered > 0
+        try:
+            tau = ltt_threshold(budgets, ~correct, risk, delta).tau
+            ltt_violations += bool((budgets >= tau).any())
+        except InsufficientDataError:
+            pass
+    assert paper_violations / reps > 0.9
+    assert stats.binom.sf(ltt_violations - 1, reps, delta) > 1e-3
+
+
+def test_calibration_record_round_trips_and_reports() -> None:
+    rng = np.random.default_rng(4)
+    n = 300
+    correct = rng.random(n) < 0.5
+    lifts = [np.clip(rng.gamma(1.0, 2.0 if ok else 0.7, 6), 0, 12) for ok in correct]
+    cal = calibrate_policy(StreamPolicy(delta=0.2), lifts, correct, risk=0.4, delta=0.1, n_boot=50)
+    assert cal.method == "ltt" and cal.score == "lift" and cal.n == n
+    assert 0 < cal.coverage <= 1 and cal.empirical_risk <= cal.risk_upper
+    assert cal.v is not None and cal.c is not None and cal.model_check is not None
+    assert cal.pac_bayes_bound is not None and cal.mean_budget is not None
+    assert cal.pac_bayes_bound > cal.mean_budget
+    assert cal.kappa is not None and cal.kappa > 0
+    assert cal.policy == StreamPolicy(delta=0.2).to_dict()
+    again = Calibration.from_json(cal.to_json())
+    assert again == cal
+    with pytest.raises(ConfigError):
+        Calibration.from_dict({"tau": 1.0})
+    paper = calibrate_policy(
+        StreamPolicy(delta=0.2), lifts, correct, risk=0.4, delta=0.1, method="paper", n_boot=50
+    )
+    assert paper.method == "paper" and "no guarantee" in paper.guarantee

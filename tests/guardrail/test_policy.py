@@ -1,0 +1,123 @@
+"""The streaming policy: vectorised replay against a token-by-token reference."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from guardrail import ConfigError, StreamPolicy, critical_thresholds, replay, threshold_grid
+
+
+def _reference(policy: StreamPolicy, x: list[float], tau: float) -> tuple[bool, int]:
+    """Token-by-token evaluation of the policy, written independently of replay()."""
+    b = policy.clip
+    m = tau / b
+    thr = math.log(2 / policy.delta)
+    log_up = log_down = 0.0
+    total = sq = 0.0
+    for t, raw in enumerate(x, start=1):
+        xt = raw / b
+        if policy.boundary == "betting":
+            s2_prev = 0.25 if t == 1 else (0.25 + sq) / t
+            lam = math.sqrt(2 * math.log(2 / policy.delta) / (s2_prev * t * math.log(1 + t)))
+            log_up += math.log(1 + min(lam, policy.bet_cap / m) * (xt - m))
+            log_down += math.log(1 - min(lam, policy.bet_cap / (1 - m)) * (xt - m))
+        total += xt
+        sq += (xt - (0.5 + total) / (t + 1)) ** 2
+        if t < policy.min_tokens:
+            continue
+        if policy.boundary == "betting":
+            if log_up >= thr:
+                return True, t
+            if log_down >= thr:
+                return False, t
+        else:
+            assert policy.v is not None and policy.c is not None
+            level = math.log(1 + math.log(t)) + math.log(2 / policy.delta)
+            r = math.sqrt(2 * policy.v * level / t) + policy.c * level / t
+            mean = total * b / t
+            if mean - r > tau:
+                return True, t
+            if mean + r < tau:
+                return False, t
+    if not x:
+        return False, 0
+    final = policy.final_rule == "mean" and sum(x) / len(x) >= tau
+    return final, len(x)
+
+
+POLICIES = [
+    StreamPolicy(),
+    StreamPolicy(delta=0.3, min_tokens=3),
+    StreamPolicy(delta=0.5, final_rule="block", bet_cap=0.3),
+    StreamPolicy(boundary="paper", v=0.5, c=0.4, delta=0.2),
+]
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=["default", "min3", "failclosed", "paper"])
+def test_replay_matches_token_by_token_reference(policy: StreamPolicy) -> None:
+    rng = np.random.default_rng(5)
+    taus = np.array([0.05, 0.3, 1.0, 2.5, 6.0, 11.0])
+    for _ in range(60):
+        n = int(rng.integers(0, 40))
+        scale = rng.uniform(0.1, 6.0)
+        x = np.clip(rng.exponential(scale, n) * (rng.random(n) < 0.7), 0, policy.clip)
+        res = replay(policy, x, taus)
+        for g, tau in enumerate(taus):
+            answered, stop = _reference(policy, list(x), float(tau))
+            assert bool(res.answered[g]) == answered, (list(x), tau)
+            assert int(res.stop[g]) == stop, (list(x), tau)
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=["default", "min3", "failclosed", "paper"])
+def test_answer_set_is_monotone_in_tau(policy: StreamPolicy) -> None:
+    rng = np.random.default_rng(6)
+    grid = threshold_grid(policy.clip, 0.02)
+    for _ in range(100):
+        n = int(rng.integers(1, 30))
+        x = np.clip(rng.gamma(0.6, rng.uniform(0.2, 5.0), n), 0, policy.clip)
+        ans = replay(policy, x, grid).answered
+        k = int(ans.sum())
+        assert ans[:k].all() and not ans[k:].any()
+
+
+def test_early_verdicts_happen_and_are_reported() -> None:
+    policy = StreamPolicy(delta=0.2)
+    high = np.full(40, 9.0)
+    low = np.full(40, 0.0)
+    r_high = replay(policy, high, [1.0])
+    r_low = replay(policy, low, [6.0])
+    assert r_high.answered[0] and r_high.early[0] and r_high.stop[0] < 40
+    assert not r_low.answered[0] and r_low.early[0] and r_low.stop[0] < 40
+
+
+def test_critical_thresholds_agree_with_replay() -> None:
+    policy = StreamPolicy(delta=0.2)
+    rng = np.random.default_rng(8)
+    lifts = [np.clip(rng.exponential(1.5, int(rng.integers(0, 12))), 0, 12) for _ in range(30)]
+    crit = critical_thresholds(policy, lifts)
+    grid = threshold_grid(policy.clip)
+    for x, c in zip(lifts, crit, strict=True):
+        ans = replay(policy, x, grid).answered
+        if x.size == 0:
+            assert c == -math.inf
+        else:
+            np.testing.assert_array_equal(ans, grid <= c)
+
+
+def test_policy_validation() -> None:
+    with pytest.raises(ConfigError, match="boundary"):
+        StreamPolicy(boundary="lil")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="delta"):
+        StreamPolicy(delta=1.5)
+    with pytest.raises(ConfigError, match="min_tokens"):
+        StreamPolicy(min_tokens=0)
+    with pytest.raises(ConfigError, match="sub-gamma"):
+        StreamPolicy(boundary="paper")
+    with pytest.raises(ConfigError, match="thresholds"):
+        replay(StreamPolicy(), [1.0], [0.0])
+    with pytest.raises(ConfigError, match="lifts"):
+        replay(StreamPolicy(), [13.0], [1.0])
+    assert StreamPolicy.from_dict(StreamPolicy(delta=0.2).to_dict()) == StreamPolicy(delta=0.2)

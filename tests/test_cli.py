@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from guardrail.cli import main, oracle_coverage
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
+
+
+def test_oracle_coverage_by_hand() -> None:
+    scores = np.array([5.0, 4.0, 3.0, 2.0, 1.0, -np.inf])
+    correct = np.array([True, False, True, False, False, True])
+    # prefixes: risk 0, 1/2, 1/3, 2/4, 3/5 -> the largest prefix with risk <= 0.5 has 4
+    assert oracle_coverage(scores, correct, 0.5) == (4 / 6, 2.0)
+    assert oracle_coverage(scores, correct, 0.0) == (1 / 6, 5.0)
+    assert oracle_coverage(np.array([1.0]), np.array([False]), 0.5) == (0.0, float("inf"))
+
+
+def test_calibrate_on_fixture_writes_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cal.json"
+    code = main(
+        [
+            "calibrate",
+            "--traces",
+            str(FIXTURES / "traces_gemma3_sample.jsonl"),
+            "--risk",
+            "0.9",
+            "--delta",
+            "0.1",
+            "--score",
+            "min_logprob",
+            "--cal-fraction",
+            "0.75",
+            "--out",
+            str(out),
+        ]
+    )
+    text = capsys.readouterr().out
+    assert code == 0
+    assert "oracle coverage" in text and "tau" in text
+    record = json.loads(out.read_text())
+    assert record["method"] == "ltt" and record["n"] == 30 and record["risk"] == 0.9
+    assert record["n_errors"] <= record["n_answered"]
+    assert record["extra"]["test"]["n"] == 10
+
+
+def test_calibrate_lift_policy_and_refusal(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(FIXTURES / "traces_gemma3_sample.jsonl")
+    code = main(["calibrate", "--traces", path, "--risk", "0.05", "--skeleton", "temperature"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "needs at least 59 answered" in err
+
+
+def test_calibrate_rejects_bad_trace_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n", encoding="utf-8")
+    with pytest.raises(Exception, match=r"bad\.jsonl:1"):
+        main(["calibrate", "--traces", str(bad), "--risk", "0.5"])
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="shared traces not available")
+@pytest.mark.parametrize("model", ["gemma3", "smollm2"])
+def test_calibrate_on_shared_traces(model: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(SHARED / f"triviaqa_{model}.jsonl")
+    code = main(["calibrate", "--traces", path, "--risk", "0.8", "--score", "min_logprob"])
+    text = capsys.readouterr().out
+    assert code == 0 and "test split       n=1000" in text
