@@ -349,13 +349,22 @@ def calibrate_policy(
     start: int | None = None,
     seed: int = 0,
     n_boot: int = 200,
+    critical: npt.ArrayLike | None = None,
 ) -> Calibration:
     """Calibrate ``tau`` for a streaming policy from each answer's clipped lifts.
 
     Replays the exact policy on every answer (early certification and early
     blocking included), so the guarantee is about the rule that is deployed.
+    ``critical`` may pass the answers' critical thresholds when they were
+    already computed with :func:`critical_thresholds` for this policy.
     """
-    scores = critical_thresholds(policy, lifts)
+    scores = (
+        critical_thresholds(policy, lifts)
+        if critical is None
+        else np.asarray(critical, dtype=np.float64)
+    )
+    if scores.shape != (len(lifts),):
+        raise ConfigError("critical must hold one threshold per answer")
     budgets = np.array([float(x.mean()) if x.size else 0.0 for x in lifts])
 
     def answered_at(tau: float) -> npt.NDArray[np.bool_]:

@@ -48,6 +48,8 @@ class StreamPolicy:
         final_rule: end of stream while undecided: ``"mean"`` answers iff
             ``mean_T >= tau``; ``"block"`` fails closed.
         v, c: sub-gamma parameters for the paper boundary.
+        early: give verdicts mid-stream; ``False`` decides only at the end by
+            the final rule (the ``final`` streaming mode).
     """
 
     boundary: Boundary = "betting"
@@ -58,6 +60,7 @@ class StreamPolicy:
     final_rule: FinalRule = "mean"
     v: float | None = None
     c: float | None = None
+    early: bool = True
 
     def __post_init__(self) -> None:
         if self.boundary not in ("betting", "paper"):
@@ -150,6 +153,8 @@ def replay(policy: StreamPolicy, lifts: npt.ArrayLike, taus: npt.ArrayLike) -> R
         r = paper_radius(t, policy.v, policy.c, policy.delta / 2.0)
         up_hit = (mean - r)[:, None] > tau[None, :]
         down_hit = (mean + r)[:, None] < tau[None, :]
+    if not policy.early:
+        start = n  # no crossing counts: the final rule decides
     t_up = _first_true(up_hit, start)
     t_down = _first_true(down_hit, start)
     certified = (t_up < n) & (t_up < t_down)

@@ -56,45 +56,97 @@ def _split(
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from ._calibration import calibrate, calibrate_policy
     from ._errors import GuardrailError
-    from ._policy import StreamPolicy, replay
+    from ._policy import StreamPolicy, critical_thresholds
     from ._scores import baseline_score, trace_clipped_lifts
-    from ._subgamma import fit_gamma, inflate, model_check, subgamma_from_gamma
     from ._traces import read_traces
 
     traces = read_traces(args.traces)
     if not traces:
         print(f"error: {args.traces} holds no traces", file=sys.stderr)
         return 2
-    correct = np.array([bool(t.correct) for t in traces])
-    cal, test = _split(len(traces), args.cal_fraction, args.seed)
-    if args.n_cal is not None:
-        cal = cal[: args.n_cal]
-    if cal.size == 0:
-        print("error: the calibration split is empty", file=sys.stderr)
+    if args.score != "lift" and args.method == "paper":
+        print("error: --method paper needs --score lift", file=sys.stderr)
         return 2
-    policy: StreamPolicy | None = None
-    try:
-        if args.score == "lift":
-            lifts = [trace_clipped_lifts(t, args.skeleton, args.clip) for t in traces]
-            v = c = None
-            if args.boundary == "paper":
-                cal_budgets = np.array(
-                    [x.mean() if x.size else 0.0 for x in (lifts[i] for i in cal)]
-                )
-                fit = fit_gamma(cal_budgets)
-                check = model_check(cal_budgets, fit, seed=args.seed)
-                params = inflate(subgamma_from_gamma(fit), check.inflation)
-                v, c = params.v, params.c
-            policy = StreamPolicy(
-                boundary=args.boundary,
-                delta=args.stream_delta,
-                clip=args.clip,
-                min_tokens=args.min_tokens,
-                v=v,
-                c=c,
+    correct = np.array([bool(t.correct) for t in traces])
+    run = _Run(args, correct)
+    if args.score == "lift":
+        run.lifts = [trace_clipped_lifts(t, args.skeleton, args.clip) for t in traces]
+        if args.boundary == "betting":
+            run.policy = StreamPolicy(
+                delta=args.stream_delta, clip=args.clip, min_tokens=args.min_tokens
             )
+            run.scores = critical_thresholds(run.policy, run.lifts)
+        score_name = f"lift[{args.skeleton}, {args.boundary}]"
+    else:
+        run.scores = np.array([baseline_score(t, args.score) for t in traces])
+        score_name = args.score
+    reports: list[tuple[Any, dict[str, Any]] | None] = []
+    for r in range(args.repeats):
+        try:
+            reports.append(run.split(args.seed + r))
+        except GuardrailError as exc:
+            if args.repeats == 1:
+                print(f"error: {exc}", file=sys.stderr)
+                return 1
+            log.info("split %d: %s", r, exc)
+            reports.append(None)
+    if args.repeats > 1:
+        _print_repeats(args, score_name, reports)
+        return 0
+    first = reports[0]
+    assert first is not None
+    result, test_report = first
+    result = type(result).from_dict({**result.to_dict(), "extra": {"test": test_report}})
+    _print_summary(args, score_name, result, test_report)
+    if args.out:
+        Path(args.out).write_text(result.to_json() + "\n", encoding="utf-8")
+        print(f"wrote {args.out}")
+    return 0
+
+
+class _Run:
+    """One calibrate invocation: the data, and one calibration/test split at a time."""
+
+    def __init__(self, args: argparse.Namespace, correct: npt.NDArray[np.bool_]) -> None:
+        self.args = args
+        self.correct = correct
+        self.lifts: list[npt.NDArray[np.float64]] | None = None
+        self.scores: npt.NDArray[np.float64] | None = None
+        self.policy: Any = None
+
+    def split(self, seed: int) -> tuple[Any, dict[str, Any]]:
+        from ._calibration import calibrate, calibrate_policy
+        from ._policy import StreamPolicy, critical_thresholds, replay
+        from ._subgamma import fit_gamma, inflate, model_check, subgamma_from_gamma
+
+        args, correct = self.args, self.correct
+        cal, test = _split(correct.size, args.cal_fraction, seed)
+        if args.n_cal is not None:
+            cal = cal[: args.n_cal]
+        if cal.size == 0:
+            from ._errors import InsufficientDataError
+
+            raise InsufficientDataError("the calibration split is empty")
+        policy = self.policy
+        scores = self.scores
+        if self.lifts is not None:
+            lifts = self.lifts
+            if policy is None:  # paper boundary: (v, c) from this calibration split
+                budgets = np.array([lifts[i].mean() if lifts[i].size else 0.0 for i in cal])
+                fit = fit_gamma(budgets)
+                check = model_check(budgets, fit, seed=seed)
+                params = inflate(subgamma_from_gamma(fit), check.inflation)
+                policy = StreamPolicy(
+                    boundary="paper",
+                    delta=args.stream_delta,
+                    clip=args.clip,
+                    min_tokens=args.min_tokens,
+                    v=params.v,
+                    c=params.c,
+                )
+                scores = critical_thresholds(policy, lifts)
+            assert scores is not None
             result = calibrate_policy(
                 policy,
                 [lifts[i] for i in cal],
@@ -102,59 +154,79 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                 risk=args.risk,
                 delta=args.delta,
                 method=args.method,
-                seed=args.seed,
+                seed=seed,
+                critical=scores[cal],
             )
-            score_name = f"lift[{args.skeleton}, {args.boundary}]"
         else:
-            scores = np.array([baseline_score(t, args.score) for t in traces])
-            if args.method == "paper":
-                print("error: --method paper needs --score lift", file=sys.stderr)
-                return 2
+            assert scores is not None
             result = calibrate(
                 scores[cal],
                 correct[cal],
                 risk=args.risk,
                 delta=args.delta,
                 score_name=args.score,
-                seed=args.seed,
+                seed=seed,
             )
-            score_name = args.score
-    except GuardrailError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-
-    test_report: dict[str, Any] = {}
-    if test.size:
-        if policy is not None:
-            from ._policy import critical_thresholds
-
-            tl = [lifts[i] for i in test]
-            if 0.0 < result.tau < policy.clip:
-                shown = np.array([bool(replay(policy, x, [result.tau]).answered[0]) for x in tl])
-            else:
-                shown = np.array([x.size > 0 and result.tau <= 0.0 for x in tl])
-            test_scores = critical_thresholds(policy, tl)
-        else:
+        report: dict[str, Any] = {}
+        if test.size:
+            assert scores is not None
             test_scores = scores[test]
-            shown = test_scores >= result.tau
-        n_shown = int(shown.sum())
-        wrong = int((shown & ~correct[test]).sum())
-        orc, _ = oracle_coverage(test_scores, correct[test], args.risk)
-        cov = n_shown / test.size
-        test_report = {
-            "n": int(test.size),
-            "coverage": cov,
-            "risk": wrong / n_shown if n_shown else 0.0,
-            "oracle_coverage": orc,
-            "share_of_oracle": cov / orc if orc > 0 else None,
-        }
-    result = type(result).from_dict({**result.to_dict(), "extra": {"test": test_report}})
+            if self.lifts is not None and result.method == "paper":
+                tau = result.tau
+                shown = np.array(
+                    [
+                        bool(replay(policy, self.lifts[i], [tau]).answered[0])
+                        if 0.0 < tau < args.clip
+                        else bool(self.lifts[i].size and tau <= 0.0)
+                        for i in test
+                    ]
+                )
+            else:
+                shown = test_scores >= result.tau
+            n_shown = int(shown.sum())
+            wrong = int((shown & ~correct[test]).sum())
+            orc, _ = oracle_coverage(test_scores, correct[test], args.risk)
+            cov = n_shown / test.size
+            report = {
+                "n": int(test.size),
+                "coverage": cov,
+                "risk": wrong / n_shown if n_shown else 0.0,
+                "n_shown": n_shown,
+                "n_wrong": wrong,
+                "oracle_coverage": orc,
+                "share_of_oracle": cov / orc if orc > 0 else None,
+            }
+        return result, report
 
-    _print_summary(args, score_name, result, test_report)
-    if args.out:
-        Path(args.out).write_text(result.to_json() + "\n", encoding="utf-8")
-        print(f"wrote {args.out}")
-    return 0
+
+def _print_repeats(
+    args: argparse.Namespace, score_name: str, reports: list[tuple[Any, dict[str, Any]] | None]
+) -> None:
+    from ._bounds import clopper_pearson_interval
+
+    done = [r for r in reports if r is not None]
+    cov = [r[1]["coverage"] for r in done] + [0.0] * (len(reports) - len(done))
+    orc = [r[1]["oracle_coverage"] for r in done]
+    viol = sum(
+        clopper_pearson_interval(r[1]["n_wrong"], r[1]["n_shown"], 0.05)[0] > args.risk
+        for r in done
+        if r[1]["n_shown"]
+    )
+    mean_cov = float(np.mean(cov))
+    mean_orc = float(np.mean(orc)) if orc else float("nan")
+    print(
+        f"liftguard calibrate: {args.traces}  score {score_name}  method {args.method}\n"
+        f"  target risk {args.risk:g}  delta {args.delta:g}  splits {len(reports)}  "
+        f"calibration size {args.n_cal or 'all'}\n"
+        f"  refused (too little data)  {len(reports) - len(done)} of {len(reports)}\n"
+        f"  test coverage (mean)       {mean_cov:.1%}\n"
+        f"  oracle coverage (mean)     {mean_orc:.1%}\n"
+        f"  share of oracle            {mean_cov / mean_orc:.0%}\n"
+        f"  test risk (mean)           "
+        f"{np.mean([r[1]['risk'] for r in done if r[1]['n_shown']] or [0.0]):.3f}\n"
+        f"  risk violations            {viol} of {len(reports)} splits (test risk's 95% "
+        f"Clopper-Pearson lower bound above the target)"
+    )
 
 
 def _print_summary(
@@ -240,6 +312,12 @@ def _build_parser() -> argparse.ArgumentParser:
         "--n-cal", type=int, default=None, help="use only the first N calibration traces"
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="repeat over this many random splits (seeds seed, seed+1, ...) and summarise",
+    )
     p.add_argument("--out", default=None, help="write the calibration as JSON here")
     p.set_defaults(func=_cmd_calibrate)
     return parser

@@ -26,7 +26,7 @@ def _reference(policy: StreamPolicy, x: list[float], tau: float) -> tuple[bool, 
             log_down += math.log(1 - min(lam, policy.bet_cap / (1 - m)) * (xt - m))
         total += xt
         sq += (xt - (0.5 + total) / (t + 1)) ** 2
-        if t < policy.min_tokens:
+        if t < policy.min_tokens or not policy.early:
             continue
         if policy.boundary == "betting":
             if log_up >= thr:
@@ -53,10 +53,12 @@ POLICIES = [
     StreamPolicy(delta=0.3, min_tokens=3),
     StreamPolicy(delta=0.5, final_rule="block", bet_cap=0.3),
     StreamPolicy(boundary="paper", v=0.5, c=0.4, delta=0.2),
+    StreamPolicy(delta=0.5, early=False),
 ]
+IDS = ["default", "min3", "failclosed", "paper", "final-only"]
 
 
-@pytest.mark.parametrize("policy", POLICIES, ids=["default", "min3", "failclosed", "paper"])
+@pytest.mark.parametrize("policy", POLICIES, ids=IDS)
 def test_replay_matches_token_by_token_reference(policy: StreamPolicy) -> None:
     rng = np.random.default_rng(5)
     taus = np.array([0.05, 0.3, 1.0, 2.5, 6.0, 11.0])
@@ -71,7 +73,7 @@ def test_replay_matches_token_by_token_reference(policy: StreamPolicy) -> None:
             assert int(res.stop[g]) == stop, (list(x), tau)
 
 
-@pytest.mark.parametrize("policy", POLICIES, ids=["default", "min3", "failclosed", "paper"])
+@pytest.mark.parametrize("policy", POLICIES, ids=IDS)
 def test_answer_set_is_monotone_in_tau(policy: StreamPolicy) -> None:
     rng = np.random.default_rng(6)
     grid = threshold_grid(policy.clip, 0.02)
