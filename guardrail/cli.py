@@ -81,7 +81,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     else:
         run.scores = np.array([baseline_score(t, args.score) for t in traces])
         score_name = args.score
-    reports: list[tuple[Any, dict[str, Any]] | None] = []
+    reports: list[tuple[Any, dict[str, Any]]] = []
     for r in range(args.repeats):
         try:
             reports.append(run.split(args.seed + r))
@@ -90,13 +90,11 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                 print(f"error: {exc}", file=sys.stderr)
                 return 1
             log.info("split %d: %s", r, exc)
-            reports.append(None)
+            reports.append((None, run.test_only(args.seed + r)))
     if args.repeats > 1:
         _print_repeats(args, score_name, reports)
         return 0
-    first = reports[0]
-    assert first is not None
-    result, test_report = first
+    result, test_report = reports[0]
     result = type(result).from_dict({**result.to_dict(), "extra": {"test": test_report}})
     _print_summary(args, score_name, result, test_report)
     if args.out:
@@ -170,7 +168,6 @@ class _Run:
         report: dict[str, Any] = {}
         if test.size:
             assert scores is not None
-            test_scores = scores[test]
             if self.lifts is not None and result.method == "paper":
                 tau = result.tau
                 shown = np.array(
@@ -182,48 +179,62 @@ class _Run:
                     ]
                 )
             else:
-                shown = test_scores >= result.tau
-            n_shown = int(shown.sum())
-            wrong = int((shown & ~correct[test]).sum())
-            orc, _ = oracle_coverage(test_scores, correct[test], args.risk)
-            cov = n_shown / test.size
-            report = {
-                "n": int(test.size),
-                "coverage": cov,
-                "risk": wrong / n_shown if n_shown else 0.0,
-                "n_shown": n_shown,
-                "n_wrong": wrong,
-                "oracle_coverage": orc,
-                "share_of_oracle": cov / orc if orc > 0 else None,
-            }
+                shown = scores[test] >= result.tau
+            report = self._report(test, scores[test], shown)
         return result, report
+
+    def test_only(self, seed: int) -> dict[str, Any]:
+        """Test-split report of a split whose calibration refused: nothing shown."""
+        _, test = _split(self.correct.size, self.args.cal_fraction, seed)
+        scores = self.scores if self.scores is not None else np.zeros(self.correct.size)
+        return self._report(test, scores[test], np.zeros(test.size, dtype=bool))
+
+    def _report(
+        self,
+        test: npt.NDArray[np.int64],
+        test_scores: npt.NDArray[np.float64],
+        shown: npt.NDArray[np.bool_],
+    ) -> dict[str, Any]:
+        correct = self.correct[test]
+        n_shown = int(shown.sum())
+        wrong = int((shown & ~correct).sum())
+        orc, _ = oracle_coverage(test_scores, correct, self.args.risk)
+        cov = n_shown / test.size if test.size else 0.0
+        return {
+            "n": int(test.size),
+            "coverage": cov,
+            "risk": wrong / n_shown if n_shown else 0.0,
+            "n_shown": n_shown,
+            "n_wrong": wrong,
+            "oracle_coverage": orc,
+            "share_of_oracle": cov / orc if orc > 0 else None,
+        }
 
 
 def _print_repeats(
-    args: argparse.Namespace, score_name: str, reports: list[tuple[Any, dict[str, Any]] | None]
+    args: argparse.Namespace, score_name: str, reports: list[tuple[Any, dict[str, Any]]]
 ) -> None:
     from ._bounds import clopper_pearson_interval
 
-    done = [r for r in reports if r is not None]
-    cov = [r[1]["coverage"] for r in done] + [0.0] * (len(reports) - len(done))
-    orc = [r[1]["oracle_coverage"] for r in done]
+    tests = [rep for _, rep in reports if rep]
+    refused = sum(result is None for result, _ in reports)
+    cov = float(np.mean([t["coverage"] for t in tests])) if tests else 0.0
+    orc = float(np.mean([t["oracle_coverage"] for t in tests])) if tests else 0.0
+    shown = [t for t in tests if t["n_shown"]]
+    risk = float(np.mean([t["risk"] for t in shown])) if shown else 0.0
     viol = sum(
-        clopper_pearson_interval(r[1]["n_wrong"], r[1]["n_shown"], 0.05)[0] > args.risk
-        for r in done
-        if r[1]["n_shown"]
+        clopper_pearson_interval(t["n_wrong"], t["n_shown"], 0.05)[0] > args.risk for t in shown
     )
-    mean_cov = float(np.mean(cov))
-    mean_orc = float(np.mean(orc)) if orc else float("nan")
+    share = f"{cov / orc:.0%}" if orc > 0 else "n/a (no threshold meets the target on test)"
     print(
         f"liftguard calibrate: {args.traces}  score {score_name}  method {args.method}\n"
         f"  target risk {args.risk:g}  delta {args.delta:g}  splits {len(reports)}  "
         f"calibration size {args.n_cal or 'all'}\n"
-        f"  refused (too little data)  {len(reports) - len(done)} of {len(reports)}\n"
-        f"  test coverage (mean)       {mean_cov:.1%}\n"
-        f"  oracle coverage (mean)     {mean_orc:.1%}\n"
-        f"  share of oracle            {mean_cov / mean_orc:.0%}\n"
-        f"  test risk (mean)           "
-        f"{np.mean([r[1]['risk'] for r in done if r[1]['n_shown']] or [0.0]):.3f}\n"
+        f"  refused (too little data)  {refused} of {len(reports)}\n"
+        f"  test coverage (mean)       {cov:.1%}\n"
+        f"  oracle coverage (mean)     {orc:.1%}\n"
+        f"  share of oracle            {share}\n"
+        f"  test risk (mean, shown)    {risk:.3f}\n"
         f"  risk violations            {viol} of {len(reports)} splits (test risk's 95% "
         f"Clopper-Pearson lower bound above the target)"
     )

@@ -73,3 +73,17 @@ def test_calibrate_on_shared_traces(model: str, capsys: pytest.CaptureFixture[st
     code = main(["calibrate", "--traces", path, "--risk", "0.8", "--score", "min_logprob"])
     text = capsys.readouterr().out
     assert code == 0 and "test split       n=1000" in text
+
+
+def test_calibrate_repeats_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(FIXTURES / "traces_gemma3_sample.jsonl")
+    args = ["calibrate", "--traces", path, "--risk", "0.9", "--delta", "0.2", "--score", "nll"]
+    code = main([*args, "--repeats", "4", "--cal-fraction", "0.5"])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert "splits 4" in text and "share of oracle" in text and "risk violations" in text
+    # a target no split can meet: every split refuses, and the summary says so
+    code = main(
+        ["calibrate", "--traces", path, "--risk", "0.05", "--score", "nll", "--repeats", "2"]
+    )
+    assert code == 0 and "refused (too little data)  2 of 2" in capsys.readouterr().out
