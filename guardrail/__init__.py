@@ -35,6 +35,15 @@ from ._errors import (
     TraceFormatError,
 )
 from ._lift import DEFAULT_CLIP, budget, clipped_lift, clipped_lifts
+from ._monitor import (
+    CertificateMonitor,
+    GuardedText,
+    Skeleton,
+    State,
+    TokenEvent,
+    UniformSkeleton,
+    Verdict,
+)
 from ._policy import ReplayResult, StreamPolicy, critical_thresholds, replay, threshold_grid
 from ._scores import (
     BASELINES,
@@ -73,8 +82,10 @@ __all__ = [
     "TRACE_SKELETONS",
     "BettingTrajectory",
     "Calibration",
+    "CertificateMonitor",
     "ConfigError",
     "GammaFit",
+    "GuardedText",
     "GuardrailBlocked",
     "GuardrailError",
     "InsufficientDataError",
@@ -82,10 +93,15 @@ __all__ = [
     "MissingLogprobsError",
     "ModelCheck",
     "ReplayResult",
+    "Skeleton",
+    "State",
     "StreamPolicy",
     "SubGammaParams",
+    "TokenEvent",
     "Trace",
     "TraceFormatError",
+    "UniformSkeleton",
+    "Verdict",
     "__version__",
     "baseline_score",
     "bernstein_params",

@@ -1,0 +1,445 @@
+"""The streaming certificate monitor: one answer, one token at a time.
+
+:class:`CertificateMonitor` applies exactly the rule of :func:`guardrail.replay`
+(same arithmetic, same order) in O(1) pure-Python time and memory per token,
+so calibration covers what is deployed. ``update*`` returns CONTINUE until an
+early verdict (CERTIFIED/BLOCKED, ``final=True``); :meth:`~CertificateMonitor.finish`
+applies the final rule. Once decided, ``update*`` returns the same verdict
+without reading its input (an adapter may keep streaming in passthrough mode);
+after ``finish()`` any ``update*`` raises :class:`GuardrailError`. Every call
+returns a fresh :class:`Verdict`, built by :func:`_verdict`, which skips the
+frozen-dataclass ``__init__`` (about half the per-token cost; see
+``benchmarks/bench_monitor.py``).
+
+Bounds on the mean lift (nats): ``paper``: ``mean -/+ r_t`` clamped to ``[0, B]``.
+``betting``: ``[0, B]``, narrowed to ``tau`` on the decided side once decided;
+``track_bounds=True`` adds the running-intersection inversion of the wealth
+processes on a 49-point grid (as :func:`betting_confidence_sequence`, conservative
+to the grid; several times the per-token cost). It is a confidence sequence for
+a mean shared by all tokens (e.g. i.i.d.), not for the running empirical mean,
+which a drifting stream can leave; if it would become empty it stays one grid
+cell wide. :class:`GuardedText` turns verdicts into what may be shown.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from math import log, log1p, sqrt
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from ._errors import ConfigError, GuardrailError, MissingLogprobsError
+from ._policy import StreamPolicy
+
+__all__ = [
+    "CertificateMonitor",
+    "GuardedText",
+    "Skeleton",
+    "State",
+    "TokenEvent",
+    "UniformSkeleton",
+    "Verdict",
+]
+
+MissingPolicy = Literal["block", "pass", "error"]
+StreamMode = Literal["passthrough", "buffered", "final"]
+CENSORED_LOGPROB = -9999.0
+"""OpenAI's sentinel for a sampled token outside the top 20; any value <= it is unusable."""
+_GRID_SIZE = 49
+
+
+class State(str, Enum):
+    CONTINUE = "continue"
+    CERTIFIED = "certified"
+    BLOCKED = "blocked"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """One streamed token, provider-neutral; ``logprob`` in nats (None if not given),
+    ``top_logprobs`` as ``(token or id, logprob)``, ``index`` 0-based if the provider says."""
+
+    text: str
+    logprob: float | None
+    token_id: int | None = None
+    bytes: bytes | None = None
+    top_logprobs: tuple[tuple[str | int, float], ...] = ()
+    index: int | None = None
+
+
+@runtime_checkable
+class Skeleton(Protocol):
+    """A skeleton baseline ``S``: the log-probability it gives the emitted token."""
+
+    def log_prob(self, event: TokenEvent) -> float: ...
+
+
+class UniformSkeleton:
+    """``S = 1/|V|`` for every token: the lift is ``log P + log |V|``."""
+
+    __slots__ = ("_log_prob", "vocab_size")
+
+    def __init__(self, vocab_size: int) -> None:
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
+            raise ConfigError(f"vocab_size must be an integer >= 1, got {vocab_size!r}")
+        self.vocab_size, self._log_prob = vocab_size, -math.log(vocab_size)
+
+    def log_prob(self, event: TokenEvent) -> float:
+        return self._log_prob
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """State after a token: ``t`` tokens of evidence, ``mean``/``lower``/``upper`` in nats;
+    ``final`` once it can no longer change (decided early, or finished)."""
+
+    state: State
+    t: int
+    mean: float
+    lower: float
+    upper: float
+    tau: float
+    boundary: str
+    reason: str
+    final: bool
+
+    @property
+    def decided(self) -> bool:
+        return self.state is not State.CONTINUE
+
+
+_CONTINUE = State.CONTINUE
+_FIELDS = ("state", "t", "mean", "lower", "upper", "tau", "boundary", "reason", "final")
+_SLOT_SET: tuple[Any, ...] = tuple(Verdict.__dict__[f].__set__ for f in _FIELDS)
+
+
+def _verdict(
+    state: State, t: int, mean: float, lo: float, up: float, tau: float, b: str, why: str, fin: bool
+) -> Verdict:
+    """``Verdict(...)`` via the slot descriptors, skipping the slower frozen ``__init__``."""
+    v = object.__new__(Verdict)
+    s0, s1, s2, s3, s4, s5, s6, s7, s8 = _SLOT_SET
+    s0(v, state)
+    s1(v, t)
+    s2(v, mean)
+    s3(v, lo)
+    s4(v, up)
+    s5(v, tau)
+    s6(v, b)
+    s7(v, why)
+    s8(v, fin)
+    return v
+
+
+def _describe(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return "missing" if value is None else "non-finite"
+    return "censored (outside the top-k)" if value <= CENSORED_LOGPROB else "positive (> 0)"
+
+
+class CertificateMonitor:
+    """Certify or block one streamed answer at threshold ``tau`` under ``policy``.
+
+    ``update(event)`` needs a ``skeleton``; ``update_lift(x)`` takes a clipped lift
+    in ``[0, clip]``. Unusable logprobs (None, NaN, +/-inf, <= -9999, > 0) and
+    NaN/inf lifts follow ``on_missing_logprobs``: ``"block"`` (final BLOCKED),
+    ``"pass"`` (skipped, ``t`` unchanged) or ``"error"`` (MissingLogprobsError).
+    Token positions are 0-based and count every event, skipped ones included.
+    """
+
+    __slots__ = (
+        "_b", "_bets", "_boundary", "_c", "_c2", "_cap_down", "_cap_up", "_closed", "_down",
+        "_early", "_events", "_finished", "_grid", "_hi", "_lo", "_lvl0", "_m", "_min_tokens",
+        "_on_missing", "_paper", "_policy", "_reason_cont", "_reason_wait", "_s2", "_skeleton",
+        "_sq", "_t", "_tau", "_thr", "_total", "_total_s", "_track", "_up", "_v2", "_verdict",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        policy: StreamPolicy,
+        tau: float,
+        *,
+        skeleton: Skeleton | None = None,
+        on_missing_logprobs: MissingPolicy = "block",
+        track_bounds: bool = False,
+    ) -> None:
+        if not isinstance(policy, StreamPolicy):
+            raise ConfigError(f"policy must be a StreamPolicy, got {type(policy).__name__}")
+        b = policy.clip
+        if isinstance(tau, bool) or not isinstance(tau, int | float) or not (0.0 < tau < b):
+            raise ConfigError(f"tau must lie strictly inside (0, {b}), got {tau!r}")
+        if on_missing_logprobs not in ("block", "pass", "error"):
+            raise ConfigError(
+                f"on_missing_logprobs must be block/pass/error: {on_missing_logprobs!r}"
+            )
+        if skeleton is not None and not isinstance(skeleton, Skeleton):
+            raise ConfigError(f"skeleton must have a log_prob(event) method, got {skeleton!r}")
+        self._policy, self._tau, self._b = policy, float(tau), b
+        self._skeleton, self._on_missing = skeleton, on_missing_logprobs
+        self._boundary, self._paper = policy.boundary, policy.boundary == "paper"
+        self._min_tokens, self._early = policy.min_tokens, policy.early
+        # the same constants, computed the same way, as replay() and betting_log_wealth()
+        self._m = m = self._tau / b
+        self._thr = thr = math.log(2.0 / policy.delta)
+        self._c2 = 2.0 * thr
+        self._cap_up, self._cap_down = policy.bet_cap / m, policy.bet_cap / (1.0 - m)
+        self._v2, self._c = 2.0 * (policy.v or 0.0), policy.c or 0.0
+        self._lvl0 = math.log(1.0 / (policy.delta / 2.0))
+        self._track = track_bounds and not self._paper
+        self._bets = not self._paper and (self._early or self._track)
+        self._t = self._events = self._lo = 0
+        self._total = self._total_s = self._sq = self._up = self._down = 0.0
+        self._s2, self._hi, self._closed, self._finished = 0.25, _GRID_SIZE, False, False
+        self._grid: list[list[float]] | None = None
+        if self._track:
+            step = 1.0 / (_GRID_SIZE + 1)  # = np.linspace(0, 1, G + 2)[1:-1], bit for bit
+            g = [(i + 1) * step for i in range(_GRID_SIZE)]
+            caps = policy.bet_cap
+            self._grid = [g, [0.0] * _GRID_SIZE, [0.0] * _GRID_SIZE]
+            self._grid += [[caps / v for v in g], [caps / (1.0 - v) for v in g]]
+        self._reason_wait = f"continue: fewer than min_tokens={self._min_tokens} tokens"
+        wait = "evidence not yet conclusive" if self._early else "verdict at end (early=False)"
+        self._reason_cont = f"continue: {wait}"
+        why, tau = "continue: no tokens yet", self._tau
+        self._verdict = _verdict(_CONTINUE, 0, 0.0, 0.0, b, tau, policy.boundary, why, False)
+
+    @property
+    def policy(self) -> StreamPolicy:
+        return self._policy
+
+    @property
+    def tau(self) -> float:
+        return self._tau
+
+    @property
+    def verdict(self) -> Verdict:
+        return self._verdict
+
+    @property
+    def t(self) -> int:
+        return self._t
+
+    @property
+    def mean(self) -> float:
+        return self._total / self._t if self._t else 0.0
+
+    def update_lift(self, x: float) -> Verdict:
+        """Add one clipped lift in ``[0, clip]`` (a finite value outside is a ConfigError)."""
+        if self._closed:
+            return self._after_final()
+        b = self._b
+        if not (0.0 <= x <= b):
+            if math.isfinite(x):
+                raise ConfigError(f"clipped lift must lie in [0, {b}], got {x!r}")
+            self._events += 1
+            return self._missing(x, "lift")
+        self._events += 1
+        t = self._t + 1
+        self._t = t
+        total = self._total + x
+        self._total = total
+        mean = total / t
+        tau = self._tau
+        lower, upper = 0.0, b
+        if self._bets:  # predictable plug-in bet from the past, then the state update
+            xs = x / b
+            lam = sqrt(self._c2 / (self._s2 * t * log1p(t)))
+            if self._early:
+                d = xs - self._m
+                cu, cd = self._cap_up, self._cap_down
+                self._up += log1p((lam if lam < cu else cu) * d)
+                self._down += log1p(-(lam if lam < cd else cd) * d)
+            if self._track:
+                lower, upper = self._grid_step(xs, lam)
+            total_s = self._total_s + xs
+            self._total_s = total_s
+            dev = xs - (0.5 + total_s) / (t + 1)
+            sq = self._sq + dev * dev
+            self._sq = sq
+            self._s2 = (0.25 + sq) / (t + 1)
+        live = self._early and t >= self._min_tokens
+        if self._paper:
+            level = log1p(log(t)) + self._lvl0
+            r = sqrt(self._v2 * level / t) + self._c * level / t
+            lower, upper = mean - r, mean + r
+            cert = lower > tau
+            lower, upper = (lower if lower > 0.0 else 0.0), (upper if upper < b else b)
+            if live and (cert or mean + r < tau):
+                return self._decide(cert, t, lower, upper)
+        elif live:
+            thr = self._thr
+            up_hit, down_hit = self._up >= thr, self._down >= thr
+            if up_hit and down_hit:  # replay(): simultaneous first crossings -> undecided
+                self._early = False
+                self._reason_cont = "continue: conflicting evidence; verdict at end of stream"
+            elif up_hit:
+                return self._decide(True, t, lower if lower > tau else tau, upper)
+            elif down_hit:
+                return self._decide(False, t, lower, upper if upper < tau else tau)
+        why = self._reason_wait if t < self._min_tokens else self._reason_cont
+        v = _verdict(_CONTINUE, t, mean, lower, upper, tau, self._boundary, why, False)
+        self._verdict = v
+        return v
+
+    def update(self, event: TokenEvent) -> Verdict:
+        """Add one token: lift ``clip(event.logprob - skeleton.log_prob(event))``."""
+        skel = self._skeleton
+        if skel is None:
+            raise ConfigError(
+                "update(event) needs a skeleton: pass skeleton=... to CertificateMonitor, "
+                "or feed clipped lifts with update_lift()"
+            )
+        if self._closed:
+            return self._after_final()
+        idx = event.index
+        if idx is not None and idx != self._events:
+            raise GuardrailError(f"token out of order: expected index {self._events}, got {idx}")
+        lp = event.logprob
+        if lp is None or not (CENSORED_LOGPROB < lp <= 1e-6):
+            self._events += 1
+            return self._missing(lp, "logprob")
+        ls = skel.log_prob(event)
+        if not (ls <= 1e-6):  # NaN or > 0: a broken skeleton, not bad provider data
+            raise ConfigError(f"skeleton returned an invalid log-probability {ls!r}")
+        lift = lp - ls  # as clipped_lift()
+        return self.update_lift(0.0 if lift <= 0.0 else (self._b if lift >= self._b else lift))
+
+    def finish(self) -> Verdict:
+        """End of stream: the final rule if undecided (idempotent)."""
+        self._finished = self._closed = True
+        v = self._verdict
+        if v.final:
+            return v
+        t, mean, tau = self._t, v.mean, self._tau
+        if t == 0:
+            ok, why = False, "blocked: empty answer (no token carried evidence)"
+        elif self._policy.final_rule == "block":
+            ok, why = False, f"blocked: no verdict after {t} tokens (final_rule='block')"
+        else:
+            ok = mean >= tau
+            rel = ">=" if ok else "<"
+            why = f"final mean lift {mean:.4g} {rel} tau={tau:g} after {t} tokens"
+            why = f"{'certified' if ok else 'blocked'}: {why} (final_rule='mean')"
+        return self._final(State.CERTIFIED if ok else State.BLOCKED, why, v.lower, v.upper)
+
+    def _after_final(self) -> Verdict:
+        if self._finished:
+            raise GuardrailError(
+                "update after the verdict was finished: use one CertificateMonitor per answer"
+            )
+        return self._verdict
+
+    def _final(self, state: State, why: str, lo: float, up: float) -> Verdict:
+        self._closed = True
+        t = self._t
+        v = _verdict(state, t, self.mean, lo, up, self._tau, self._boundary, why, True)
+        self._verdict = v
+        return v
+
+    def _missing(self, value: float | None, what: str) -> Verdict:
+        pos, mode = self._events - 1, self._on_missing
+        desc = f"{_describe(value)} {what} at token {pos} (value {value!r})"
+        if mode == "error":
+            raise MissingLogprobsError(f"{desc}; policy on_missing_logprobs='error'")
+        if mode == "pass":
+            return self._verdict
+        why, v = f"blocked: {desc}; policy on_missing_logprobs='block'", self._verdict
+        return self._final(State.BLOCKED, why, v.lower, v.upper)
+
+    def _decide(self, cert: bool, t: int, lo: float, up: float) -> Verdict:
+        word, rel = ("certified", ">") if cert else ("blocked", "<")
+        why = f"{word}: evidence that mean lift {rel} {self._tau:g} after {t} tokens"
+        state = State.CERTIFIED if cert else State.BLOCKED
+        return self._final(state, f"{why} ({self._boundary} boundary)", lo, up)
+
+    def _grid_step(self, xs: float, lam: float) -> tuple[float, float]:
+        assert self._grid is not None  # set when tracking
+        grid, gu, gd, cu, cd = self._grid
+        lo, hi = self._lo, self._hi
+        for k in range(lo, hi):  # only candidates still inside the running intersection
+            d, a, c = xs - grid[k], cu[k], cd[k]
+            gu[k] += log1p((lam if lam < a else a) * d)
+            gd[k] += log1p(-(lam if lam < c else c) * d)
+        thr = self._thr
+        while lo < hi and gu[lo] >= thr:  # K+ is non-increasing in m: a prefix is excluded
+            lo += 1
+        while hi > lo and gd[hi - 1] >= thr:
+            hi -= 1
+        self._lo, self._hi, b = lo, hi, self._b
+        return (grid[lo - 1] * b if lo else 0.0), (grid[hi] * b if hi < _GRID_SIZE else b)
+
+
+class GuardedText:
+    """What of a streamed answer may be shown now, per streaming mode (pure, no I/O).
+
+    ``passthrough``: each token at once; nothing from a BLOCKED verdict on (its
+    token included). ``buffered``: held until CERTIFIED, then the buffer and every
+    later token flow; after BLOCKED nothing held is ever released. ``final``: all
+    held until :meth:`close` releases it iff CERTIFIED (needs ``early=False``).
+    """
+
+    __slots__ = ("_blocked", "_buffer", "_closed", "_mode", "_monitor", "_open")
+
+    def __init__(self, monitor: CertificateMonitor, mode: StreamMode = "buffered") -> None:
+        if mode not in ("passthrough", "buffered", "final"):
+            raise ConfigError(f"mode must be 'passthrough', 'buffered' or 'final', got {mode!r}")
+        if mode == "final" and monitor.policy.early:
+            raise ConfigError(
+                "mode 'final' decides only at the end: use StreamPolicy(early=False) "
+                "so that calibration replays the same rule"
+            )
+        self._monitor, self._mode = monitor, mode
+        self._buffer: list[str] = []
+        self._open = mode == "passthrough"
+        self._blocked = self._closed = False
+
+    @property
+    def mode(self) -> StreamMode:
+        return self._mode
+
+    @property
+    def blocked(self) -> bool:
+        return self._blocked
+
+    @property
+    def pending(self) -> str:
+        """Text held back so far."""
+        return "".join(self._buffer)
+
+    def push(self, text: str, verdict: Verdict) -> str:
+        """Record ``text`` (its token gave ``verdict``); return the text to show now."""
+        if self._closed:
+            raise GuardrailError("push() after close()")
+        if self._blocked:
+            return ""
+        if verdict.state is State.BLOCKED:
+            self._blocked = True
+            self._buffer.clear()
+            return ""
+        if self._open:
+            return text
+        self._buffer.append(text)
+        if verdict.state is State.CERTIFIED and self._mode == "buffered":
+            self._open = True
+            return self._drain()
+        return ""
+
+    def close(self, final_verdict: Verdict | None = None) -> str:
+        """End of stream: the held text to show (the monitor is finished if no verdict given)."""
+        if self._closed:
+            return ""
+        verdict = self._monitor.finish() if final_verdict is None else final_verdict
+        if not verdict.final:
+            raise GuardrailError(f"close() needs a final verdict, got {verdict.state.value}")
+        self._closed = True
+        if self._blocked or verdict.state is not State.CERTIFIED:
+            self._blocked = True
+            self._buffer.clear()
+            return ""
+        return self._drain()
+
+    def _drain(self) -> str:
+        out = "".join(self._buffer)
+        self._buffer.clear()
+        return out
