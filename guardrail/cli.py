@@ -240,6 +240,54 @@ def _print_repeats(
     )
 
 
+def _cmd_eval(args: argparse.Namespace) -> int:
+    import json
+
+    from ._evaluate import baseline_method, evaluate_methods, lift_method
+    from ._policy import StreamPolicy
+    from ._scores import BASELINES
+    from ._traces import read_traces
+
+    traces = read_traces(args.traces)
+    if not traces:
+        print(f"error: {args.traces} holds no traces", file=sys.stderr)
+        return 2
+    if args.top_k is not None:
+        traces = [t.truncate_top(args.top_k) for t in traces]
+    if args.boundary == "paper":
+        print("error: eval supports --boundary betting only for now", file=sys.stderr)
+        return 2
+    policy = StreamPolicy(delta=args.stream_delta, clip=args.clip, min_tokens=args.min_tokens)
+    methods = [lift_method(traces, policy, args.skeleton)]
+    methods += [baseline_method(traces, name) for name in BASELINES]
+    correct = np.array([bool(t.correct) for t in traces])
+    results = evaluate_methods(
+        methods, correct, risk=args.risk, delta=args.delta, splits=args.splits, seed=args.seed
+    )
+    report = {
+        "n": len(traces),
+        "risk": args.risk,
+        "delta": args.delta,
+        "splits": args.splits,
+        "top_k": args.top_k if args.top_k is not None else traces[0].top_k,
+        "methods": results,
+    }
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+        return 0
+    print(
+        f"liftguard eval: {args.traces}  n={len(traces)}  risk {args.risk:g}  "
+        f"delta {args.delta:g}  splits {args.splits}"
+    )
+    print(f"  {'method':<14}{'coverage':>9}{'risk':>8}{'violations':>12}{'AUROC':>8}{'read':>7}")
+    for name, r in results.items():
+        print(
+            f"  {name:<14}{r['coverage_mean']:>9.1%}{r['risk_mean']:>8.3f}"
+            f"{r['risk_violation_rate']:>12.0%}{r['auroc']:>8.3f}{r['tokens_read_fraction']:>7.0%}"
+        )
+    return 0
+
+
 def _print_summary(
     args: argparse.Namespace, score_name: str, result: Any, test: dict[str, Any]
 ) -> None:
@@ -331,6 +379,27 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", default=None, help="write the calibration as JSON here")
     p.set_defaults(func=_cmd_calibrate)
+
+    e = sub.add_parser(
+        "eval",
+        help="compare the lift certificate with baselines over repeated splits",
+        description="Calibrate the lift certificate and each baseline (entropy, mean_logprob, "
+        "min_logprob, nll) by the same risk-control procedure on the same random 50/50 "
+        "splits, and report test coverage, risk, risk violations, AUROC and tokens read.",
+    )
+    e.add_argument("--traces", required=True, help="JSONL trace file")
+    e.add_argument("--risk", type=float, required=True, help="target selective risk h*")
+    e.add_argument("--delta", type=float, default=0.05)
+    e.add_argument("--splits", type=int, default=20)
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--top-k", type=int, default=None, help="keep only the top K alternatives")
+    e.add_argument("--skeleton", default="prompt-free", choices=TRACE_SKELETONS)
+    e.add_argument("--boundary", default="betting", choices=("betting", "paper"))
+    e.add_argument("--clip", type=float, default=12.0)
+    e.add_argument("--min-tokens", type=int, default=1)
+    e.add_argument("--stream-delta", type=float, default=0.05)
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.set_defaults(func=_cmd_eval)
     return parser
 
 
@@ -338,7 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
-    if getattr(args, "cal_fraction", 0.5) is not None and not (0.0 < args.cal_fraction <= 1.0):
+    if not (0.0 < getattr(args, "cal_fraction", 0.5) <= 1.0):
         parser.error("--cal-fraction must be in (0, 1]")
     func = args.func
     return int(func(args))

@@ -1,0 +1,158 @@
+"""Evaluation of certification rules on labelled traces over repeated splits.
+
+Every method is calibrated by the same risk-control procedure
+(:func:`guardrail.ltt_threshold`) on the same random calibration/test splits,
+then measured on the test half: coverage, selective risk, whether the risk is
+above the target beyond sampling noise, AUROC of the method's final sequence
+score, and the share of each answer's tokens read before the verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from scipy import stats
+
+from ._bounds import clopper_pearson_interval
+from ._calibration import ltt_threshold
+from ._errors import ConfigError, InsufficientDataError
+from ._policy import StreamPolicy, critical_thresholds, replay
+from ._scores import BASELINES, baseline_score, trace_clipped_lifts
+from ._traces import Trace
+
+__all__ = ["MethodScores", "auroc", "baseline_method", "evaluate_methods", "lift_method"]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def auroc(scores: npt.ArrayLike, labels: npt.ArrayLike) -> float:
+    """Area under the ROC curve of ``scores`` for ``labels`` (True = positive).
+
+    Ties count one half (Mann-Whitney). ``-inf`` scores rank lowest. NaN if one
+    class is empty.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    y = np.asarray(labels, dtype=bool)
+    n1 = int(y.sum())
+    n0 = y.size - n1
+    if n1 == 0 or n0 == 0:
+        return float("nan")
+    finite_min = s[np.isfinite(s)].min() if np.isfinite(s).any() else 0.0
+    s = np.where(np.isneginf(s), finite_min - 1.0, s)
+    ranks = stats.rankdata(s)
+    return float((ranks[y].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
+
+
+@dataclass(frozen=True)
+class MethodScores:
+    """What a method contributes to an evaluation.
+
+    ``decision``: score of the deployed threshold rule (answer iff >= tau);
+    ``final``: the final sequence score used for AUROC; ``lifts`` and
+    ``policy``: set for streaming lift methods, so tokens read can be replayed.
+    """
+
+    name: str
+    decision: FloatArray
+    final: FloatArray
+    lifts: list[FloatArray] | None = None
+    policy: StreamPolicy | None = None
+
+
+def lift_method(
+    traces: Sequence[Trace], policy: StreamPolicy, skeleton: str, name: str = "lift"
+) -> MethodScores:
+    """The streaming lift certificate: critical thresholds of ``policy`` per answer."""
+    lifts = [trace_clipped_lifts(t, skeleton, policy.clip) for t in traces]
+    crit = critical_thresholds(policy, lifts)
+    final = np.array([float(x.mean()) if x.size else -np.inf for x in lifts])
+    return MethodScores(name, crit, final, lifts, policy)
+
+
+def baseline_method(traces: Sequence[Trace], name: str) -> MethodScores:
+    """A baseline score (see :data:`guardrail.BASELINES`), decided at the end."""
+    if name not in BASELINES:
+        raise ConfigError(f"unknown baseline {name!r}")
+    scores = np.array([baseline_score(t, name) for t in traces])
+    return MethodScores(name, scores, scores)
+
+
+def _tokens_read(method: MethodScores, idx: npt.NDArray[np.int64], tau: float) -> float:
+    """Mean share of each answer's tokens read before its verdict at ``tau``."""
+    if method.lifts is None or method.policy is None:
+        return 1.0
+    shares = []
+    for i in idx:
+        x = method.lifts[i]
+        if x.size == 0:
+            continue
+        if 0.0 < tau < method.policy.clip:
+            shares.append(int(replay(method.policy, x, [tau]).stop[0]) / x.size)
+        else:
+            shares.append(1.0)
+    return float(np.mean(shares)) if shares else 1.0
+
+
+def evaluate_methods(
+    methods: Sequence[MethodScores],
+    correct: npt.ArrayLike,
+    *,
+    risk: float,
+    delta: float,
+    splits: int,
+    seed: int = 0,
+    cal_fraction: float = 0.5,
+) -> dict[str, dict[str, Any]]:
+    """Calibrate each method on the calibration half of each split, test on the rest.
+
+    Returns, per method: ``coverage_mean``, ``risk_mean`` (test selective risk,
+    averaged over the splits that show something; NaN if none does),
+    ``risk_violation_rate`` (share of splits whose test risk's 95%
+    Clopper-Pearson lower bound exceeds ``risk``), ``auroc``
+    (of the final sequence score on all answers), ``tokens_read_fraction``
+    (mean share of tokens read before the verdict, over test answers of
+    splits that calibrated), and ``refused`` (splits where calibration had too
+    little data; they count as showing nothing).
+    """
+    ok = np.asarray(correct, dtype=bool)
+    n = ok.size
+    if splits < 1:
+        raise ConfigError("splits must be >= 1")
+    rng = np.random.default_rng(seed)
+    perms = [rng.permutation(n) for _ in range(splits)]
+    n_cal = round(n * cal_fraction)
+    out: dict[str, dict[str, Any]] = {}
+    for m in methods:
+        cov, rsk, viol, read = [], [], 0, []
+        refused = 0
+        for perm in perms:
+            cal, test = perm[:n_cal], perm[n_cal:]
+            try:
+                tau = ltt_threshold(m.decision[cal], ~ok[cal], risk, delta).tau
+            except InsufficientDataError:
+                refused += 1
+                cov.append(0.0)
+                rsk.append(0.0)
+                continue
+            shown = m.decision[test] >= tau
+            k = int((shown & ~ok[test]).sum())
+            s = int(shown.sum())
+            cov.append(s / test.size)
+            rsk.append(k / s if s else 0.0)
+            if s and clopper_pearson_interval(k, s, 0.05)[0] > risk:
+                viol += 1
+            read.append(_tokens_read(m, test, tau))
+        shown_risks = [r for r, c in zip(rsk, cov, strict=True) if c > 0]
+        out[m.name] = {
+            "coverage_mean": float(np.mean(cov)),
+            "risk_mean": float(np.mean(shown_risks)) if shown_risks else float("nan"),
+            "risk_violation_rate": viol / splits,
+            "auroc": auroc(m.final, ok),
+            "tokens_read_fraction": float(np.mean(read)) if read else 1.0,
+            "refused": refused,
+        }
+    return out

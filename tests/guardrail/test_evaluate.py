@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from guardrail import StreamPolicy, read_traces
+from guardrail._evaluate import auroc, baseline_method, evaluate_methods, lift_method
+from guardrail.cli import main
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+
+
+def test_auroc_matches_mann_whitney() -> None:
+    rng = np.random.default_rng(0)
+    s = rng.normal(size=300)
+    y = rng.random(300) < 1 / (1 + np.exp(-2 * s))
+    u = stats.mannwhitneyu(s[y], s[~y]).statistic
+    assert auroc(s, y) == pytest.approx(u / (y.sum() * (~y).sum()))
+    assert auroc([1.0, 2.0, 3.0], [False, False, True]) == 1.0
+    assert auroc([1.0, 1.0], [False, True]) == 0.5
+    assert auroc([-np.inf, 0.0], [False, True]) == 1.0
+    assert np.isnan(auroc([1.0, 2.0], [True, True]))
+
+
+def test_evaluate_methods_on_fixture() -> None:
+    traces = read_traces(FIXTURES / "traces_gemma3_sample.jsonl")
+    correct = np.array([bool(t.correct) for t in traces])
+    methods = [
+        lift_method(traces, StreamPolicy(delta=0.3), "uniform"),
+        baseline_method(traces, "nll"),
+    ]
+    res = evaluate_methods(methods, correct, risk=0.95, delta=0.2, splits=5, seed=1)
+    assert set(res) == {"lift", "nll"}
+    for r in res.values():
+        assert 0.0 <= r["coverage_mean"] <= 1.0
+        assert 0.0 < r["tokens_read_fraction"] <= 1.0
+        assert 0.0 <= r["risk_violation_rate"] <= 1.0
+    assert res["nll"]["tokens_read_fraction"] == 1.0
+    # nll ranks the fixture's answers better than chance
+    assert res["nll"]["auroc"] > 0.6
+
+
+def test_eval_cli_prints_the_documented_json(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(FIXTURES / "traces_gemma3_sample.jsonl")
+    args = ["eval", "--traces", path, "--risk", "0.95", "--delta", "0.2", "--splits", "3"]
+    code = main([*args, "--seed", "2", "--json"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert set(report) == {"n", "risk", "delta", "splits", "top_k", "methods"}
+    assert report["n"] == 40 and report["splits"] == 3 and report["top_k"] == 20
+    assert set(report["methods"]) == {"lift", "entropy", "mean_logprob", "min_logprob", "nll"}
+    for r in report["methods"].values():
+        assert {
+            "coverage_mean",
+            "risk_mean",
+            "risk_violation_rate",
+            "auroc",
+            "tokens_read_fraction",
+        } <= set(r)
