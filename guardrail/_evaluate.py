@@ -69,7 +69,8 @@ def lift_method(
     """The streaming lift certificate: critical thresholds of ``policy`` per answer."""
     lifts = [trace_clipped_lifts(t, skeleton, policy.clip) for t in traces]
     crit = critical_thresholds(policy, lifts)
-    final = np.array([float(x.mean()) if x.size else -np.inf for x in lifts])
+    agg = np.min if policy.aggregate == "min" else np.mean
+    final = np.array([float(agg(x)) if x.size else -np.inf for x in lifts])
     return MethodScores(name, crit, final, lifts, policy)
 
 

@@ -150,7 +150,8 @@ class CertificateMonitor:
 
     __slots__ = (
         "_b", "_bets", "_boundary", "_c", "_c2", "_cap_down", "_cap_up", "_closed", "_down",
-        "_early", "_events", "_finished", "_grid", "_hi", "_lo", "_lvl0", "_m", "_min_tokens",
+        "_early", "_events", "_finished", "_grid", "_hi", "_lo", "_lvl0", "_m", "_min", "_min_agg",
+        "_min_tokens",
         "_on_missing", "_paper", "_policy", "_reason_cont", "_reason_wait", "_s2", "_skeleton",
         "_sq", "_t", "_tau", "_thr", "_total", "_total_s", "_track", "_up", "_v2", "_verdict",
     )  # fmt: skip
@@ -186,8 +187,12 @@ class CertificateMonitor:
         self._cap_up, self._cap_down = policy.bet_cap / m, policy.bet_cap / (1.0 - m)
         self._v2, self._c = 2.0 * (policy.v or 0.0), policy.c or 0.0
         self._lvl0 = math.log(1.0 / (policy.delta / 2.0))
-        self._track = track_bounds and not self._paper
-        self._bets = not self._paper and (self._early or self._track)
+        self._min_agg = policy.aggregate == "min"
+        if self._min_agg:
+            self._paper = False
+        self._min = b
+        self._track = track_bounds and not self._paper and not self._min_agg
+        self._bets = not self._paper and not self._min_agg and (self._early or self._track)
         self._t = self._events = self._lo = 0
         self._total = self._total_s = self._sq = self._up = self._down = 0.0
         self._s2, self._hi, self._closed, self._finished = 0.25, _GRID_SIZE, False, False
@@ -259,7 +264,13 @@ class CertificateMonitor:
             self._sq = sq
             self._s2 = (0.25 + sq) / (t + 1)
         live = self._early and t >= self._min_tokens
-        if self._paper:
+        if self._min_agg:
+            low = x if x < self._min else self._min
+            self._min = low
+            if live and low < tau:
+                why = f"blocked: token lift {low:.4g} < tau={tau:g} by token {t} (min aggregate)"
+                return self._final(State.BLOCKED, why, lower, upper)
+        elif self._paper:
             level = log1p(log(t)) + self._lvl0
             r = sqrt(self._v2 * level / t) + self._c * level / t
             lower, upper = mean - r, mean + r
@@ -317,9 +328,10 @@ class CertificateMonitor:
         elif self._policy.final_rule == "block":
             ok, why = False, f"blocked: no verdict after {t} tokens (final_rule='block')"
         else:
-            ok = mean >= tau
+            stat, what = (self._min, "min") if self._min_agg else (mean, "mean")
+            ok = stat >= tau
             rel = ">=" if ok else "<"
-            why = f"final mean lift {mean:.4g} {rel} tau={tau:g} after {t} tokens"
+            why = f"final {what} lift {stat:.4g} {rel} tau={tau:g} after {t} tokens"
             why = f"{'certified' if ok else 'blocked'}: {why} (final_rule='mean')"
         return self._final(State.CERTIFIED if ok else State.BLOCKED, why, v.lower, v.upper)
 

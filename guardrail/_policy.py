@@ -30,6 +30,7 @@ __all__ = ["ReplayResult", "StreamPolicy", "critical_thresholds", "replay", "thr
 FloatArray = npt.NDArray[np.float64]
 Boundary = Literal["betting", "paper"]
 FinalRule = Literal["mean", "block"]
+Aggregate = Literal["mean", "min"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,12 @@ class StreamPolicy:
         v, c: sub-gamma parameters for the paper boundary.
         early: give verdicts mid-stream; ``False`` decides only at the end by
             the final rule (the ``final`` streaming mode).
+        aggregate: ``"mean"`` (default) certifies on the running mean lift with
+            the anytime boundary above; ``"min"`` requires every token's lift to
+            reach ``tau`` ("the answer is as well supported as its weakest
+            token"): it blocks at the first token below ``tau`` and certifies
+            at the end. The boundary settings do not apply to ``"min"``, and
+            ``final_rule="mean"`` then means ``min_T >= tau``.
     """
 
     boundary: Boundary = "betting"
@@ -61,8 +68,11 @@ class StreamPolicy:
     v: float | None = None
     c: float | None = None
     early: bool = True
+    aggregate: Aggregate = "mean"
 
     def __post_init__(self) -> None:
+        if self.aggregate not in ("mean", "min"):
+            raise ConfigError(f"aggregate must be 'mean' or 'min', got {self.aggregate!r}")
         if self.boundary not in ("betting", "paper"):
             raise ConfigError(f"boundary must be 'betting' or 'paper', got {self.boundary!r}")
         if not (0.0 < self.delta < 1.0):
@@ -75,7 +85,7 @@ class StreamPolicy:
             raise ConfigError(f"bet_cap must be in (0, 0.5], got {self.bet_cap!r}")
         if self.final_rule not in ("mean", "block"):
             raise ConfigError(f"final_rule must be 'mean' or 'block', got {self.final_rule!r}")
-        if self.boundary == "paper":
+        if self.boundary == "paper" and self.aggregate == "mean":
             for name in ("v", "c"):
                 val = getattr(self, name)
                 if val is None or not (math.isfinite(val) and val > 0):
@@ -141,7 +151,10 @@ def replay(policy: StreamPolicy, lifts: npt.ArrayLike, taus: npt.ArrayLike) -> R
             tau, np.zeros(g, dtype=bool), np.zeros(g, dtype=np.int64), np.zeros(g, dtype=bool)
         )
     start = policy.min_tokens - 1
-    if policy.boundary == "betting":
+    if policy.aggregate == "min":
+        up_hit = np.zeros((n, g), dtype=bool)  # a later token may still fall below tau
+        down_hit = np.minimum.accumulate(x)[:, None] < tau[None, :]
+    elif policy.boundary == "betting":
         traj = betting_log_wealth(x / policy.clip, tau / policy.clip, policy.delta, policy.bet_cap)
         thr = math.log(2.0 / policy.delta)
         up_hit = traj.log_wealth_up >= thr
@@ -160,7 +173,8 @@ def replay(policy: StreamPolicy, lifts: npt.ArrayLike, taus: npt.ArrayLike) -> R
     certified = (t_up < n) & (t_up < t_down)
     blocked = (t_down < n) & (t_down < t_up)
     undecided = ~(certified | blocked)
-    final_ok = float(x.mean()) >= tau if policy.final_rule == "mean" else np.zeros(g, dtype=bool)
+    stat = float(x.min()) if policy.aggregate == "min" else float(x.mean())
+    final_ok = stat >= tau if policy.final_rule == "mean" else np.zeros(g, dtype=bool)
     answered = certified | (undecided & final_ok)
     stop = np.where(certified, t_up + 1, np.where(blocked, t_down + 1, n)).astype(np.int64)
     early = (certified | blocked) & (stop < n)

@@ -74,10 +74,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         run.lifts = [trace_clipped_lifts(t, args.skeleton, args.clip) for t in traces]
         if args.boundary == "betting":
             run.policy = StreamPolicy(
-                delta=args.stream_delta, clip=args.clip, min_tokens=args.min_tokens
+                delta=args.stream_delta,
+                clip=args.clip,
+                min_tokens=args.min_tokens,
+                aggregate=args.aggregate,
             )
             run.scores = critical_thresholds(run.policy, run.lifts)
-        score_name = f"lift[{args.skeleton}, {args.boundary}]"
+        score_name = f"lift[{args.skeleton}, {args.aggregate}, {args.boundary}]"
     else:
         run.scores = np.array([baseline_score(t, args.score) for t in traces])
         score_name = args.score
@@ -257,7 +260,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if args.boundary == "paper":
         print("error: eval supports --boundary betting only for now", file=sys.stderr)
         return 2
-    policy = StreamPolicy(delta=args.stream_delta, clip=args.clip, min_tokens=args.min_tokens)
+    policy = StreamPolicy(
+        delta=args.stream_delta,
+        clip=args.clip,
+        min_tokens=args.min_tokens,
+        aggregate=args.aggregate,
+    )
     methods = [lift_method(traces, policy, args.skeleton)]
     methods += [baseline_method(traces, name) for name in BASELINES]
     correct = np.array([bool(t.correct) for t in traces])
@@ -351,6 +359,9 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--boundary", default="betting", choices=("betting", "paper"))
     p.add_argument("--method", default="ltt", choices=("ltt", "paper"))
     p.add_argument(
+        "--aggregate", default="mean", choices=("mean", "min"), help="how token lifts combine"
+    )
+    p.add_argument(
         "--score",
         default="lift",
         choices=("lift", *BASELINES),
@@ -395,6 +406,9 @@ def _build_parser() -> argparse.ArgumentParser:
     e.add_argument("--top-k", type=int, default=None, help="keep only the top K alternatives")
     e.add_argument("--skeleton", default="prompt-free", choices=TRACE_SKELETONS)
     e.add_argument("--boundary", default="betting", choices=("betting", "paper"))
+    e.add_argument(
+        "--aggregate", default="mean", choices=("mean", "min"), help="how token lifts combine"
+    )
     e.add_argument("--clip", type=float, default=12.0)
     e.add_argument("--min-tokens", type=int, default=1)
     e.add_argument("--stream-delta", type=float, default=0.05)

@@ -36,6 +36,9 @@ POLICIES = {
     "paper": StreamPolicy(boundary="paper", v=0.5, c=0.4, delta=0.2),
     "paper-min3": StreamPolicy(boundary="paper", v=0.5, c=0.4, delta=0.3, min_tokens=3),
     "final-only": StreamPolicy(delta=0.5, early=False),
+    "min": StreamPolicy(aggregate="min"),
+    "min-min3": StreamPolicy(aggregate="min", min_tokens=3),
+    "min-failclosed": StreamPolicy(aggregate="min", final_rule="block"),
 }
 TAUS = [0.05, 0.3, 1.0, 2.5, 6.0, 11.0]
 VOCAB = 32_000

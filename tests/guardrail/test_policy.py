@@ -17,6 +17,13 @@ def _reference(policy: StreamPolicy, x: list[float], tau: float) -> tuple[bool, 
     thr = math.log(2 / policy.delta)
     log_up = log_down = 0.0
     total = sq = 0.0
+    if policy.aggregate == "min":
+        for t in range(1, len(x) + 1):
+            if t >= policy.min_tokens and policy.early and min(x[:t]) < tau:
+                return False, t
+        if not x:
+            return False, 0
+        return policy.final_rule == "mean" and min(x) >= tau, len(x)
     for t, raw in enumerate(x, start=1):
         xt = raw / b
         if policy.boundary == "betting":
@@ -54,8 +61,11 @@ POLICIES = [
     StreamPolicy(delta=0.5, final_rule="block", bet_cap=0.3),
     StreamPolicy(boundary="paper", v=0.5, c=0.4, delta=0.2),
     StreamPolicy(delta=0.5, early=False),
+    StreamPolicy(aggregate="min"),
+    StreamPolicy(aggregate="min", min_tokens=3),
+    StreamPolicy(aggregate="min", early=False),
 ]
-IDS = ["default", "min3", "failclosed", "paper", "final-only"]
+IDS = ["default", "min3", "failclosed", "paper", "final-only", "min", "min-min3", "min-final"]
 
 
 @pytest.mark.parametrize("policy", POLICIES, ids=IDS)
@@ -123,3 +133,21 @@ def test_policy_validation() -> None:
     with pytest.raises(ConfigError, match="lifts"):
         replay(StreamPolicy(), [13.0], [1.0])
     assert StreamPolicy.from_dict(StreamPolicy(delta=0.2).to_dict()) == StreamPolicy(delta=0.2)
+
+
+def test_min_aggregate_with_uniform_skeleton_ranks_like_min_logprob() -> None:
+    """With a uniform skeleton the min-aggregate certificate is the min-logprob rule."""
+    from pathlib import Path
+
+    from guardrail import baseline_score, read_traces, trace_clipped_lifts
+
+    traces = read_traces(Path(__file__).parents[1] / "fixtures" / "traces_gemma3_sample.jsonl")
+    policy = StreamPolicy(aggregate="min")
+    lifts = [trace_clipped_lifts(t, "uniform", policy.clip) for t in traces]
+    crit = critical_thresholds(policy, lifts)
+    minlp = np.array([baseline_score(t, "min_logprob") for t in traces])
+    # the critical threshold is the weakest token's lift, floored to the 0.01 grid
+    expected = np.floor(np.clip(minlp + np.log(traces[0].vocab_size), 0, 12) * 100) / 100
+    np.testing.assert_allclose(crit, expected, atol=0.0100001)
+    order = np.argsort(minlp)
+    assert (np.diff(crit[order]) >= -0.0100001).all()
