@@ -355,11 +355,11 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--traces", required=True, help="JSONL trace file")
     p.add_argument("--risk", type=float, required=True, help="target selective risk h*")
     p.add_argument("--delta", type=float, default=0.05, help="calibration failure probability")
-    p.add_argument("--skeleton", default="prompt-free", choices=TRACE_SKELETONS)
+    p.add_argument("--skeleton", default="uniform", choices=TRACE_SKELETONS)
     p.add_argument("--boundary", default="betting", choices=("betting", "paper"))
     p.add_argument("--method", default="ltt", choices=("ltt", "paper"))
     p.add_argument(
-        "--aggregate", default="mean", choices=("mean", "min"), help="how token lifts combine"
+        "--aggregate", default="min", choices=("mean", "min"), help="how token lifts combine"
     )
     p.add_argument(
         "--score",
@@ -404,10 +404,10 @@ def _build_parser() -> argparse.ArgumentParser:
     e.add_argument("--splits", type=int, default=20)
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--top-k", type=int, default=None, help="keep only the top K alternatives")
-    e.add_argument("--skeleton", default="prompt-free", choices=TRACE_SKELETONS)
+    e.add_argument("--skeleton", default="uniform", choices=TRACE_SKELETONS)
     e.add_argument("--boundary", default="betting", choices=("betting", "paper"))
     e.add_argument(
-        "--aggregate", default="mean", choices=("mean", "min"), help="how token lifts combine"
+        "--aggregate", default="min", choices=("mean", "min"), help="how token lifts combine"
     )
     e.add_argument("--clip", type=float, default=12.0)
     e.add_argument("--min-tokens", type=int, default=1)
