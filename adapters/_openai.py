@@ -1,0 +1,162 @@
+"""Guard OpenAI Chat Completions streams (and OpenAI-compatible servers: vLLM, llama.cpp, Ollama).
+
+The SDK is an optional extra, imported lazily (``pip install "liftguard[openai]"``);
+:func:`guard_chat_stream` only duck-types the stream and needs no import at all.
+
+Usage::
+
+    monitor = CertificateMonitor(policy, tau, skeleton=UniformSkeleton(vocab_size))
+    async with contextlib.aclosing(
+        guarded_chat_completion(client, monitor=monitor, model=..., messages=...)
+    ) as answer:
+        async for text in answer:  # GuardrailBlocked if the answer is blocked
+            print(text, end="")
+
+Closing the generator (``aclosing``, or running it to the end) closes the HTTP
+response, so a consumer that stops early also stops the upstream request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable
+from typing import TYPE_CHECKING, Any, cast
+
+from guardrail import CertificateMonitor, ConfigError
+
+from ._openai_events import chat_chunk_parts
+from ._stream import GuardStep, Mode, OnBlock, aguard, guard
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from openai import AsyncOpenAI
+
+__all__ = ["guard_chat_stream", "guard_chat_stream_sync", "guarded_chat_completion"]
+
+INSTALL_HINT = 'the OpenAI adapter needs the openai SDK: pip install "liftguard[openai]"'
+DEFAULT_TOP_LOGPROBS = 20
+
+
+def _import_openai() -> ModuleType:
+    try:
+        import openai
+    except ImportError as exc:
+        raise ImportError(INSTALL_HINT) from exc
+    return openai
+
+
+def guard_chat_stream(
+    stream: AsyncIterable[Any],
+    monitor: CertificateMonitor,
+    *,
+    mode: Mode = "buffered",
+    on_block: OnBlock = "raise",
+) -> AsyncGenerator[str, None]:
+    """Guard an ``AsyncStream[ChatCompletionChunk]``: yield only the text ``mode`` allows.
+
+    ``stream`` comes from ``client.chat.completions.create(..., stream=True,
+    logprobs=True, top_logprobs=k)`` (any async iterable of chunks or chunk dicts
+    works). Each token goes to ``monitor`` (one monitor per answer, with a
+    skeleton); :class:`~guardrail.GuardedText` decides what is shown:
+    ``"buffered"`` holds the text until CERTIFIED, ``"passthrough"`` shows it at
+    once, ``"final"`` releases it at the end iff certified (``early=False``).
+
+    On BLOCKED the upstream stream is closed at once (the server sees the
+    connection close and stops generating), then :class:`~guardrail.GuardrailBlocked`
+    carrying the verdict is raised (``on_block="raise"``) or the iterator just
+    ends (``"stop"``; read ``monitor.verdict``). At the end of the stream the
+    final rule applies the same way. Provider errors (``openai.APIError``,
+    transport errors) and :class:`~guardrail.MissingLogprobsError` propagate
+    unchanged after the stream is closed; text held back is never released.
+    ``mode``/``on_block``/``monitor`` are checked here, before anything is read.
+    """
+    return aguard(stream, GuardStep(monitor, mode, on_block, chat_chunk_parts))
+
+
+def guard_chat_stream_sync(
+    stream: Iterable[Any],
+    monitor: CertificateMonitor,
+    *,
+    mode: Mode = "buffered",
+    on_block: OnBlock = "raise",
+) -> Generator[str, None, None]:
+    """Sync twin of :func:`guard_chat_stream` for ``openai.OpenAI`` streams (same rules)."""
+    return guard(stream, GuardStep(monitor, mode, on_block, chat_chunk_parts))
+
+
+_REFUSAL_PHRASES = (
+    "not supported",
+    "unsupported",
+    "does not support",
+    "not allowed",
+    "not available",
+)
+
+
+def _refuses_logprobs(exc: Any) -> bool:
+    """A 403 mentioning logprobs, or a 400 saying logprobs are not supported/allowed.
+
+    (A 400 about a bad ``top_logprobs`` value is the caller's error and stays as it is.)
+    """
+    status = getattr(exc, "status_code", None)
+    if status not in (400, 403):
+        return False
+    body = getattr(exc, "body", None)
+    parts = [str(getattr(exc, "message", ""))]
+    if isinstance(body, dict):
+        parts += [str(body.get(k) or "") for k in ("message", "param", "code")]
+    elif body is not None:
+        parts.append(str(body))
+    text = " ".join(parts).lower()
+    if "logprob" not in text:
+        return False
+    return status == 403 or any(p in text for p in _REFUSAL_PHRASES)
+
+
+def _create_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    for key in ("stream", "logprobs"):
+        if kwargs.get(key, True) is not True:
+            raise ConfigError(f"guarded_chat_completion needs {key}=True, got {kwargs[key]!r}")
+    n = kwargs.get("n")
+    if n is not None and n != 1:
+        raise ConfigError(f"guarded_chat_completion guards one answer: n must be 1, got {n!r}")
+    out = dict(kwargs, stream=True, logprobs=True)
+    out.setdefault("top_logprobs", DEFAULT_TOP_LOGPROBS)
+    return out
+
+
+async def guarded_chat_completion(
+    client: AsyncOpenAI,
+    *,
+    monitor: CertificateMonitor,
+    mode: Mode = "buffered",
+    on_block: OnBlock = "raise",
+    **create_kwargs: Any,
+) -> AsyncGenerator[str, None]:
+    """Stream a guarded chat completion: ``client.chat.completions.create(**create_kwargs)``
+    with ``stream=True, logprobs=True`` forced and ``top_logprobs`` 20 unless given.
+
+    An async generator: arguments are checked and the request is sent on the
+    first iteration. A model that refuses logprobs (a 403 mentioning logprobs,
+    or a 400 saying they are not supported, as reasoning models answer) raises
+    :class:`~guardrail.ConfigError`: liftguard cannot certify it. Other API
+    errors propagate unchanged. Otherwise as :func:`guard_chat_stream`.
+    """
+    openai = _import_openai()
+    step = GuardStep(monitor, mode, on_block, chat_chunk_parts)
+    kwargs = _create_kwargs(create_kwargs)
+    try:
+        stream = await cast(Any, client).chat.completions.create(**kwargs)
+    except openai.APIStatusError as exc:
+        if not _refuses_logprobs(exc):
+            raise
+        model = kwargs.get("model", "?")
+        raise ConfigError(
+            f"model {model!r} does not provide token logprobs (HTTP {exc.status_code}: "
+            f"{exc.message}); liftguard cannot certify its answers. Use a model that "
+            "returns logprobs, or score the text with a local model."
+        ) from exc
+    async with contextlib.aclosing(aguard(stream, step)) as texts:
+        async for text in texts:
+            yield text

@@ -1,0 +1,201 @@
+"""Parse OpenAI stream items into :class:`~guardrail.TokenEvent` objects (no SDK import).
+
+Both parsers accept the SDK's objects (pydantic models from ``openai.types``) or
+the same data as plain dicts, as decoded from the wire, and check the shape as
+the installed SDK declares it:
+
+- Chat Completions (``openai/types/chat/chat_completion_chunk.py``,
+  ``chat_completion_token_logprob.py``): ``choices[i].logprobs.content[j]`` has
+  ``token``, ``logprob`` (``-9999.0`` outside the top 20: passed on unchanged,
+  the monitor treats it as censored), ``bytes`` (a list of ints, or null) and
+  ``top_logprobs`` (possibly fewer than asked). One chunk can carry several
+  tokens. Refusal tokens (``delta.refusal``, ``logprobs.refusal``) count like
+  content: they are text shown to the user.
+- Responses (``openai/types/responses/response_text_delta_event.py``):
+  ``response.output_text.delta`` events carry ``logprobs`` without bytes (only
+  with ``include=["message.output_text.logprobs"]``).
+
+Text that arrives without logprobs becomes one event with ``logprob=None``: the
+monitor's ``on_missing_logprobs`` policy decides, no value is ever invented.
+Wrong types raise :class:`~adapters.ProviderFormatError` naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from guardrail import TokenEvent
+
+from ._errors import ProviderFormatError
+
+__all__ = [
+    "chat_chunk_parts",
+    "events_from_chat_chunk",
+    "events_from_responses_event",
+    "responses_event_parts",
+]
+
+_MISSING: Any = object()
+RESPONSES_TEXT_DELTA = "response.output_text.delta"
+
+
+def _get(obj: Any, key: str) -> Any:
+    """``obj[key]`` for a mapping, ``obj.key`` otherwise; ``_MISSING`` if absent."""
+    if isinstance(obj, Mapping):
+        return obj.get(key, _MISSING)
+    return getattr(obj, key, _MISSING)
+
+
+def _is_record(obj: Any) -> bool:
+    return isinstance(obj, Mapping) or hasattr(obj, "__dict__") or hasattr(obj, "__slots__")
+
+
+def _bad(expected: str, value: Any, field: str) -> ProviderFormatError:
+    got = "nothing" if value is _MISSING else type(value).__name__
+    return ProviderFormatError(f"expected {expected}, got {got}", field=field)
+
+
+def _opt(obj: Any, key: str) -> Any:
+    value = _get(obj, key)
+    return None if value is _MISSING else value
+
+
+def _str_or_none(value: Any, field: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise _bad("a string or null", value, field)
+
+
+def _list_or_none(value: Any, field: str) -> list[Any] | tuple[Any, ...] | None:
+    if value is None or isinstance(value, list | tuple):
+        return value
+    raise _bad("a list or null", value, field)
+
+
+def _number_or_none(value: Any, field: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _bad("a number or null", value, field)
+    return float(value)
+
+
+def _token_bytes(value: Any, field: str) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, list | tuple) and all(
+        isinstance(b, int) and not isinstance(b, bool) and 0 <= b <= 255 for b in value
+    ):
+        return bytes(value)
+    raise ProviderFormatError("expected a list of integers in 0..255 or null", field=field)
+
+
+def _top_logprobs(value: Any, field: str) -> tuple[tuple[str | int, float], ...]:
+    entries = _list_or_none(value, field)
+    out: list[tuple[str | int, float]] = []
+    for i, entry in enumerate(entries or ()):
+        where = f"{field}[{i}]"
+        if not _is_record(entry):
+            raise _bad("an object", entry, where)
+        token = _str_or_none(_opt(entry, "token"), f"{where}.token")
+        logprob = _number_or_none(_opt(entry, "logprob"), f"{where}.logprob")
+        if token is not None and logprob is not None:  # an entry without both tells nothing
+            out.append((token, logprob))
+    return tuple(out)
+
+
+def _token_events(entries: Any, field: str, *, with_bytes: bool) -> list[TokenEvent]:
+    """One TokenEvent per logprob entry (``token``, ``logprob``, ``bytes``, ``top_logprobs``)."""
+    events: list[TokenEvent] = []
+    for i, entry in enumerate(entries):
+        where = f"{field}[{i}]"
+        if not _is_record(entry):
+            raise _bad("an object", entry, where)
+        token = _get(entry, "token")
+        if not isinstance(token, str):
+            raise _bad("a string", token, f"{where}.token")
+        logprob = _number_or_none(_opt(entry, "logprob"), f"{where}.logprob")
+        raw = _token_bytes(_opt(entry, "bytes"), f"{where}.bytes") if with_bytes else None
+        top = _top_logprobs(_opt(entry, "top_logprobs"), f"{where}.top_logprobs")
+        events.append(TokenEvent(text=token, logprob=logprob, bytes=raw, top_logprobs=top))
+    return events
+
+
+def _segment(
+    text: str | None, entries: Any, field: str, *, with_bytes: bool
+) -> tuple[list[TokenEvent], str]:
+    """Events and shown text of one text segment: tokens with logprobs, else one bare event."""
+    if entries:
+        events = _token_events(entries, field, with_bytes=with_bytes)
+        return events, text if text is not None else "".join(e.text for e in events)
+    if text:
+        return [TokenEvent(text=text, logprob=None)], text
+    return [], ""
+
+
+def chat_chunk_parts(chunk: Any, choice: int = 0) -> tuple[list[TokenEvent], str]:
+    """Token events of choice ``choice`` in one ``ChatCompletionChunk`` and the text it adds."""
+    if not _is_record(chunk):
+        raise _bad("a chunk object", chunk, "chunk")
+    choices = _get(chunk, "choices")
+    if not isinstance(choices, list | tuple):
+        raise _bad("a list", choices, "choices")
+    for pos, ch in enumerate(choices):
+        base = f"choices[{pos}]"
+        if not _is_record(ch):
+            raise _bad("an object", ch, base)
+        index = _opt(ch, "index")
+        if index is not None and (isinstance(index, bool) or not isinstance(index, int)):
+            raise _bad("an integer", index, f"{base}.index")
+        if (index if index is not None else pos) == choice:
+            break
+    else:
+        return [], ""  # e.g. the usage-only last chunk (choices == [])
+    delta, logprobs = _opt(ch, "delta"), _opt(ch, "logprobs")
+    for name, value in (("delta", delta), ("logprobs", logprobs)):
+        if value is not None and not _is_record(value):
+            raise _bad("an object or null", value, f"{base}.{name}")
+    events: list[TokenEvent] = []
+    shown = ""
+    for key in ("content", "refusal"):
+        text = _str_or_none(_opt(delta, key), f"{base}.delta.{key}")
+        where = f"{base}.logprobs.{key}"
+        entries = _list_or_none(_opt(logprobs, key), where)
+        evs, txt = _segment(text, entries, where, with_bytes=True)
+        events += evs
+        shown += txt
+    return events, shown
+
+
+def events_from_chat_chunk(chunk: Any) -> list[TokenEvent]:
+    """Token events of ``choices[index == 0]`` in one Chat Completions stream chunk.
+
+    Accepts an ``openai.types.chat.ChatCompletionChunk`` or the same data as a
+    dict. Several tokens per chunk give several events; text without logprobs
+    gives one event with ``logprob=None``; chunks without text give ``[]``.
+    """
+    return chat_chunk_parts(chunk)[0]
+
+
+def responses_event_parts(event: Any) -> tuple[list[TokenEvent], str]:
+    """Token events of a ``response.output_text.delta`` event and its text (others: none)."""
+    if not _is_record(event):
+        raise _bad("an event object", event, "event")
+    if _get(event, "type") != RESPONSES_TEXT_DELTA:
+        return [], ""
+    delta = _get(event, "delta")
+    if not isinstance(delta, str):
+        raise _bad("a string", delta, "delta")
+    entries = _list_or_none(_opt(event, "logprobs"), "logprobs")
+    return _segment(delta, entries, "logprobs", with_bytes=False)
+
+
+def events_from_responses_event(event: Any) -> list[TokenEvent]:
+    """Token events of one Responses stream event (``response.output_text.delta`` only).
+
+    Accepts an ``openai.types.responses.ResponseTextDeltaEvent`` or a dict; the
+    Responses API gives no token bytes, so ``bytes`` is always None. Other event
+    types give ``[]``.
+    """
+    return responses_event_parts(event)[0]
