@@ -1,65 +1,28 @@
-"""The ``liftguard`` command line.
-
-This is the application layer on top of the core: it reads files and prints.
-Commands import what they need inside the command.
-"""
+"""``liftguard calibrate``."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["main", "oracle_coverage"]
+from ._common import oracle_coverage, split_indices
+
+__all__ = ["cmd_calibrate"]
 
 log = logging.getLogger(__name__)
 
 
-def oracle_coverage(
-    scores: npt.ArrayLike, correct: npt.ArrayLike, risk: float
-) -> tuple[float, float]:
-    """Largest coverage of a threshold rule whose risk on these examples is ``<= risk``.
-
-    Returns ``(coverage, threshold)``; ``(0.0, inf)`` if no threshold qualifies.
-    Thresholds are the distinct finite scores (ties answered together).
-    """
-    s = np.asarray(scores, dtype=np.float64)
-    err = ~np.asarray(correct, dtype=bool)
-    finite = np.isfinite(s)
-    order = np.argsort(-s[finite], kind="stable")
-    ss, ee = s[finite][order], err[finite][order]
-    if ss.size == 0:
-        return 0.0, float("inf")
-    last = np.r_[ss[1:] != ss[:-1], True]
-    n = (np.flatnonzero(last) + 1).astype(np.float64)
-    k = np.cumsum(ee)[last]
-    good = np.flatnonzero(k <= risk * n + 1e-12)
-    if good.size == 0:
-        return 0.0, float("inf")
-    j = int(good[-1])
-    return float(n[j] / s.size), float(ss[last][j])
-
-
-def _split(
-    n: int, fraction: float, seed: int
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    rng = np.random.default_rng(seed)
-    perm = rng.permutation(n)
-    n_cal = round(n * fraction)
-    return np.sort(perm[:n_cal]), np.sort(perm[n_cal:])
-
-
-def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from ._errors import GuardrailError
-    from ._policy import StreamPolicy, critical_thresholds
-    from ._scores import baseline_score, trace_clipped_lifts
-    from ._traces import read_traces
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from .._errors import GuardrailError
+    from .._policy import StreamPolicy, critical_thresholds
+    from .._scores import baseline_score, trace_clipped_lifts
+    from .._traces import read_traces
 
     traces = read_traces(args.traces)
     if not traces:
@@ -117,16 +80,16 @@ class _Run:
         self.policy: Any = None
 
     def split(self, seed: int) -> tuple[Any, dict[str, Any]]:
-        from ._calibration import calibrate, calibrate_policy
-        from ._policy import StreamPolicy, critical_thresholds, replay
-        from ._subgamma import fit_gamma, inflate, model_check, subgamma_from_gamma
+        from .._calibration import calibrate, calibrate_policy
+        from .._policy import StreamPolicy, critical_thresholds, replay
+        from .._subgamma import fit_gamma, inflate, model_check, subgamma_from_gamma
 
         args, correct = self.args, self.correct
-        cal, test = _split(correct.size, args.cal_fraction, seed)
+        cal, test = split_indices(correct.size, args.cal_fraction, seed)
         if args.n_cal is not None:
             cal = cal[: args.n_cal]
         if cal.size == 0:
-            from ._errors import InsufficientDataError
+            from .._errors import InsufficientDataError
 
             raise InsufficientDataError("the calibration split is empty")
         policy = self.policy
@@ -188,7 +151,7 @@ class _Run:
 
     def test_only(self, seed: int) -> dict[str, Any]:
         """Test-split report of a split whose calibration refused: nothing shown."""
-        _, test = _split(self.correct.size, self.args.cal_fraction, seed)
+        _, test = split_indices(self.correct.size, self.args.cal_fraction, seed)
         scores = self.scores if self.scores is not None else np.zeros(self.correct.size)
         return self._report(test, scores[test], np.zeros(test.size, dtype=bool))
 
@@ -217,7 +180,7 @@ class _Run:
 def _print_repeats(
     args: argparse.Namespace, score_name: str, reports: list[tuple[Any, dict[str, Any]]]
 ) -> None:
-    from ._bounds import clopper_pearson_interval
+    from .._bounds import clopper_pearson_interval
 
     tests = [rep for _, rep in reports if rep]
     refused = sum(result is None for result, _ in reports)
@@ -241,59 +204,6 @@ def _print_repeats(
         f"  risk violations            {viol} of {len(reports)} splits (test risk's 95% "
         f"Clopper-Pearson lower bound above the target)"
     )
-
-
-def _cmd_eval(args: argparse.Namespace) -> int:
-    import json
-
-    from ._evaluate import baseline_method, evaluate_methods, lift_method
-    from ._policy import StreamPolicy
-    from ._scores import BASELINES
-    from ._traces import read_traces
-
-    traces = read_traces(args.traces)
-    if not traces:
-        print(f"error: {args.traces} holds no traces", file=sys.stderr)
-        return 2
-    if args.top_k is not None:
-        traces = [t.truncate_top(args.top_k) for t in traces]
-    if args.boundary == "paper":
-        print("error: eval supports --boundary betting only for now", file=sys.stderr)
-        return 2
-    policy = StreamPolicy(
-        delta=args.stream_delta,
-        clip=args.clip,
-        min_tokens=args.min_tokens,
-        aggregate=args.aggregate,
-    )
-    methods = [lift_method(traces, policy, args.skeleton)]
-    methods += [baseline_method(traces, name) for name in BASELINES]
-    correct = np.array([bool(t.correct) for t in traces])
-    results = evaluate_methods(
-        methods, correct, risk=args.risk, delta=args.delta, splits=args.splits, seed=args.seed
-    )
-    report = {
-        "n": len(traces),
-        "risk": args.risk,
-        "delta": args.delta,
-        "splits": args.splits,
-        "top_k": args.top_k if args.top_k is not None else traces[0].top_k,
-        "methods": results,
-    }
-    if args.json:
-        print(json.dumps(report, indent=2, sort_keys=True))
-        return 0
-    print(
-        f"liftguard eval: {args.traces}  n={len(traces)}  risk {args.risk:g}  "
-        f"delta {args.delta:g}  splits {args.splits}"
-    )
-    print(f"  {'method':<14}{'coverage':>9}{'risk':>8}{'violations':>12}{'AUROC':>8}{'read':>7}")
-    for name, r in results.items():
-        print(
-            f"  {name:<14}{r['coverage_mean']:>9.1%}{r['risk_mean']:>8.3f}"
-            f"{r['risk_violation_rate']:>12.0%}{r['auroc']:>8.3f}{r['tokens_read_fraction']:>7.0%}"
-        )
-    return 0
 
 
 def _print_summary(
@@ -335,97 +245,3 @@ def _print_summary(
         )
     lines.append(f"  guarantee        {result.guarantee}")
     print("\n".join(lines))
-
-
-def _build_parser() -> argparse.ArgumentParser:
-    from ._scores import BASELINES, TRACE_SKELETONS
-
-    parser = argparse.ArgumentParser(
-        prog="liftguard", description="Certify or block LLM answers while they stream."
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser(
-        "calibrate",
-        help="calibrate a threshold on labelled traces",
-        description="Calibrate tau on labelled traces (JSONL trace format) and report "
-        "coverage, risk and the oracle coverage on a held-out split.",
-    )
-    p.add_argument("--traces", required=True, help="JSONL trace file")
-    p.add_argument("--risk", type=float, required=True, help="target selective risk h*")
-    p.add_argument("--delta", type=float, default=0.05, help="calibration failure probability")
-    p.add_argument("--skeleton", default="uniform", choices=TRACE_SKELETONS)
-    p.add_argument("--boundary", default="betting", choices=("betting", "paper"))
-    p.add_argument("--method", default="ltt", choices=("ltt", "paper"))
-    p.add_argument(
-        "--aggregate", default="min", choices=("mean", "min"), help="how token lifts combine"
-    )
-    p.add_argument(
-        "--score",
-        default="lift",
-        choices=("lift", *BASELINES),
-        help="decision score: the streaming lift policy or a baseline",
-    )
-    p.add_argument("--clip", type=float, default=12.0, help="clipping bound B")
-    p.add_argument("--min-tokens", type=int, default=1)
-    p.add_argument(
-        "--stream-delta", type=float, default=0.05, help="evidence level of the in-stream boundary"
-    )
-    p.add_argument(
-        "--cal-fraction",
-        type=float,
-        default=0.5,
-        help="share of traces used for calibration; the rest is the test split",
-    )
-    p.add_argument(
-        "--n-cal", type=int, default=None, help="use only the first N calibration traces"
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--repeats",
-        type=int,
-        default=1,
-        help="repeat over this many random splits (seeds seed, seed+1, ...) and summarise",
-    )
-    p.add_argument("--out", default=None, help="write the calibration as JSON here")
-    p.set_defaults(func=_cmd_calibrate)
-
-    e = sub.add_parser(
-        "eval",
-        help="compare the lift certificate with baselines over repeated splits",
-        description="Calibrate the lift certificate and each baseline (entropy, mean_logprob, "
-        "min_logprob, nll) by the same risk-control procedure on the same random 50/50 "
-        "splits, and report test coverage, risk, risk violations, AUROC and tokens read.",
-    )
-    e.add_argument("--traces", required=True, help="JSONL trace file")
-    e.add_argument("--risk", type=float, required=True, help="target selective risk h*")
-    e.add_argument("--delta", type=float, default=0.05)
-    e.add_argument("--splits", type=int, default=20)
-    e.add_argument("--seed", type=int, default=0)
-    e.add_argument("--top-k", type=int, default=None, help="keep only the top K alternatives")
-    e.add_argument("--skeleton", default="uniform", choices=TRACE_SKELETONS)
-    e.add_argument("--boundary", default="betting", choices=("betting", "paper"))
-    e.add_argument(
-        "--aggregate", default="min", choices=("mean", "min"), help="how token lifts combine"
-    )
-    e.add_argument("--clip", type=float, default=12.0)
-    e.add_argument("--min-tokens", type=int, default=1)
-    e.add_argument("--stream-delta", type=float, default=0.05)
-    e.add_argument("--json", action="store_true", help="print one JSON object")
-    e.set_defaults(func=_cmd_eval)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = _build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
-    if not (0.0 < getattr(args, "cal_fraction", 0.5) <= 1.0):
-        parser.error("--cal-fraction must be in (0, 1]")
-    func = args.func
-    return int(func(args))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

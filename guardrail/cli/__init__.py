@@ -1,0 +1,123 @@
+"""The ``liftguard`` command line.
+
+The application layer on top of the core: it reads files and prints, and its
+commands import adapters and the skeleton store lazily, inside the command.
+Nothing else in :mod:`guardrail` imports them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from ._common import oracle_coverage
+
+__all__ = ["main", "oracle_coverage"]
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from ._calibrate import cmd_calibrate
+
+    return cmd_calibrate(args)
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from ._eval import cmd_eval
+
+    return cmd_eval(args)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    from .._scores import BASELINES, TRACE_SKELETONS
+
+    parser = argparse.ArgumentParser(
+        prog="liftguard", description="Certify or block LLM answers while they stream."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser(
+        "calibrate",
+        help="calibrate a threshold on labelled traces",
+        description="Calibrate tau on labelled traces (JSONL trace format) and report "
+        "coverage, risk and the oracle coverage on a held-out split.",
+    )
+    p.add_argument("--traces", required=True, help="JSONL trace file")
+    p.add_argument("--risk", type=float, required=True, help="target selective risk h*")
+    p.add_argument("--delta", type=float, default=0.05, help="calibration failure probability")
+    p.add_argument("--skeleton", default="uniform", choices=TRACE_SKELETONS)
+    p.add_argument("--boundary", default="betting", choices=("betting", "paper"))
+    p.add_argument("--method", default="ltt", choices=("ltt", "paper"))
+    p.add_argument(
+        "--aggregate", default="min", choices=("mean", "min"), help="how token lifts combine"
+    )
+    p.add_argument(
+        "--score",
+        default="lift",
+        choices=("lift", *BASELINES),
+        help="decision score: the streaming lift policy or a baseline",
+    )
+    p.add_argument("--clip", type=float, default=12.0, help="clipping bound B")
+    p.add_argument("--min-tokens", type=int, default=1)
+    p.add_argument(
+        "--stream-delta", type=float, default=0.05, help="evidence level of the in-stream boundary"
+    )
+    p.add_argument(
+        "--cal-fraction",
+        type=float,
+        default=0.5,
+        help="share of traces used for calibration; the rest is the test split",
+    )
+    p.add_argument(
+        "--n-cal", type=int, default=None, help="use only the first N calibration traces"
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="repeat over this many random splits (seeds seed, seed+1, ...) and summarise",
+    )
+    p.add_argument("--out", default=None, help="write the calibration as JSON here")
+    p.set_defaults(func=_cmd_calibrate)
+
+    e = sub.add_parser(
+        "eval",
+        help="compare the lift certificate with baselines over repeated splits",
+        description="Calibrate the lift certificate and each baseline (entropy, mean_logprob, "
+        "min_logprob, nll) by the same risk-control procedure on the same random 50/50 "
+        "splits, and report test coverage, risk, risk violations, AUROC and tokens read.",
+    )
+    e.add_argument("--traces", required=True, help="JSONL trace file")
+    e.add_argument("--risk", type=float, required=True, help="target selective risk h*")
+    e.add_argument("--delta", type=float, default=0.05)
+    e.add_argument("--splits", type=int, default=20)
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--top-k", type=int, default=None, help="keep only the top K alternatives")
+    e.add_argument("--skeleton", default="uniform", choices=TRACE_SKELETONS)
+    e.add_argument("--boundary", default="betting", choices=("betting", "paper"))
+    e.add_argument(
+        "--aggregate", default="min", choices=("mean", "min"), help="how token lifts combine"
+    )
+    e.add_argument("--clip", type=float, default=12.0)
+    e.add_argument("--min-tokens", type=int, default=1)
+    e.add_argument("--stream-delta", type=float, default=0.05)
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.set_defaults(func=_cmd_eval)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+    if not (0.0 < getattr(args, "cal_fraction", 0.5) <= 1.0):
+        parser.error("--cal-fraction must be in (0, 1]")
+    func = args.func
+    return int(func(args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
