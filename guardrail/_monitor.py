@@ -229,6 +229,12 @@ class CertificateMonitor:
     def mean(self) -> float:
         return self._total / self._t if self._t else 0.0
 
+    @property
+    def minimum(self) -> float:
+        """Smallest clipped lift so far (``clip`` before the first token); tracked
+        for ``aggregate="min"`` policies, ``nan`` otherwise."""
+        return self._min if self._min_agg else math.nan
+
     def update_lift(self, x: float) -> Verdict:
         """Add one clipped lift in ``[0, clip]`` (a finite value outside is a ConfigError)."""
         if self._closed:

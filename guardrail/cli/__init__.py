@@ -23,6 +23,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return cmd_calibrate(args)
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from ._demo import cmd_demo
+
+    return cmd_demo(args)
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
     from ._eval import cmd_eval
 
@@ -106,6 +112,25 @@ def _build_parser() -> argparse.ArgumentParser:
     e.add_argument("--stream-delta", type=float, default=0.05)
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(func=_cmd_eval)
+
+    d = sub.add_parser(
+        "demo",
+        help="stream a local model's answers and certify or block them live (offline)",
+        description="Runs SmolLM2-135M-Instruct locally (llama.cpp) on a few real questions "
+        "and shows each answer's tokens, the running evidence against tau and the verdict. "
+        'Needs pip install "liftguard[local]"; downloads nothing.',
+    )
+    d.add_argument(
+        "--mode",
+        default="buffered",
+        choices=("buffered", "passthrough"),
+        help="buffered: show an answer only once certified; passthrough: show at once",
+    )
+    d.add_argument("--question", action="append", help="ask your own question (repeatable)")
+    d.add_argument("-n", type=int, default=8, help="number of shipped questions to ask")
+    d.add_argument("--max-tokens", type=int, default=24)
+    d.add_argument("--plain", action="store_true", help="no live status line")
+    d.set_defaults(func=_cmd_demo)
     return parser
 
 

