@@ -1,0 +1,74 @@
+"""End to end with a real local model: SmolLM2-135M-Instruct through llama.cpp."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
+
+from adapters._local import LocalModel, bundled_smollm2_path
+from guardrail import State, read_traces
+from guardrail.cli import main
+from guardrail.cli._demo import _Screen, load_demo_calibration, run_question
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+PROMPT_FREE = (
+    "<|im_start|>system\nAnswer the question with a short answer of a few words only, "
+    "with no explanation.<|im_end|>\n<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n"
+)
+
+
+@pytest.fixture(scope="module")
+def model() -> LocalModel:
+    return LocalModel()
+
+
+def test_bundled_model_is_found() -> None:
+    path = bundled_smollm2_path()
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 50e6
+
+
+def test_greedy_answers_reproduce_the_recorded_traces(model: LocalModel) -> None:
+    """The shared traces were made with the same GGUF and llama.cpp: same tokens, and
+    log-probabilities within llama.cpp's evaluation-order noise (about 0.3 nats)."""
+    for trace in read_traces(FIXTURES / "traces_smollm2_sample.jsonl", limit=3):
+        tokens = list(model.generate(trace.prompt, max_tokens=24))
+        assert [t.token_id for t in tokens] == list(trace.token_ids), trace.id
+        lp = np.array([t.logprob for t in tokens])
+        np.testing.assert_allclose(lp, trace.logprobs, atol=0.35)
+        np.testing.assert_allclose([t.entropy for t in tokens], trace.entropy, atol=0.6)
+        np.testing.assert_allclose([t.logz[1.5] for t in tokens], trace.logz[1.5], atol=0.35)
+        assert all(t.top[0][0] == t.token_id for t in tokens)  # greedy: the argmax
+        pf = model.score(PROMPT_FREE, list(trace.token_ids))
+        np.testing.assert_allclose(pf, trace.prompt_free_logprobs, atol=0.45)
+
+
+def test_one_answer_certified_and_one_blocked(model: LocalModel) -> None:
+    cal = load_demo_calibration()
+    screen = _Screen(io.StringIO(), live=False)
+    gold = run_question(
+        model, cal, "What is the chemical symbol for gold?", ["Au"], mode="buffered", screen=screen
+    )
+    iron = run_question(
+        model,
+        cal,
+        "Which element has the atomic number 26?",
+        ["Iron", "Fe"],
+        mode="buffered",
+        screen=screen,
+    )
+    assert gold.verdict.state is State.CERTIFIED and gold.shown == gold.answer
+    assert gold.correct is True
+    assert iron.verdict.state is State.BLOCKED and iron.shown == ""
+    assert iron.n_tokens == iron.verdict.t  # generation stopped at the block
+
+
+def test_demo_command_ends_with_a_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["demo", "--plain", "--question", "What is the chemical symbol for gold?"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "Summary" in out and "1 of 1 answers certified" in out
