@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
-
 from adapters._local import LocalModel, bundled_smollm2_path
 from guardrail import State, read_traces
 from guardrail.cli import main
 from guardrail.cli._demo import _Screen, load_demo_calibration, run_question
+
+pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 PROMPT_FREE = (
