@@ -1,1 +1,53 @@
-"""Versioned storage of skeletons and their calibrations for liftguard."""
+"""Versioned storage of skeletons and their calibrations for liftguard.
+
+Named skeletons with immutable, integer-numbered versions (``v1``, ``v2``, ...):
+arrays in safetensors (never pickle), a sealed JSON manifest per version
+(model, tokenizer, skeleton kind and parameters, VSD trace, calibration,
+sha256 of every array), aliases such as ``production`` moved atomically with
+a history for rollback, and ``latest`` (always the newest version). Backends:
+a local directory (default) or any fsspec URL (``s3://bucket/prefix``).
+
+>>> store = SkeletonStore("/tmp/skeletons")                       # doctest: +SKIP
+>>> v = store.put("chat", {"probs": p}, kind="vsd", vocab_size=len(p))  # doctest: +SKIP
+>>> store.promote("chat", v.version)                              # doctest: +SKIP
+>>> handle = open_skeleton("/tmp/skeletons", "chat")              # doctest: +SKIP
+>>> handle.refresh()  # picks up a later promotion                # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from ._aliases import AliasEvent
+from ._backends import default_store_url
+from ._errors import (
+    ConcurrentWriteError,
+    IntegrityError,
+    InvalidName,
+    InvalidRequest,
+    StoreError,
+    VersionNotFound,
+)
+from ._handle import SkeletonHandle, open_skeleton
+from ._names import check_alias, check_name, format_version, parse_version
+from ._store import SkeletonStore
+from ._version import SkeletonVersion, VectorSkeleton, VersionInfo
+
+__all__ = [
+    "AliasEvent",
+    "ConcurrentWriteError",
+    "IntegrityError",
+    "InvalidName",
+    "InvalidRequest",
+    "SkeletonHandle",
+    "SkeletonStore",
+    "SkeletonVersion",
+    "StoreError",
+    "VectorSkeleton",
+    "VersionInfo",
+    "VersionNotFound",
+    "check_alias",
+    "check_name",
+    "default_store_url",
+    "format_version",
+    "open_skeleton",
+    "parse_version",
+]

@@ -1,0 +1,58 @@
+"""Exceptions raised by the skeleton store.
+
+The hierarchy (all below :class:`guardrail.GuardrailError`)::
+
+    StoreError                  root of everything the store raises
+    ├── InvalidRequest          an argument is invalid: arrays, manifest fields,
+    │   │                       options (also ValueError)
+    │   └── InvalidName         a skeleton or alias name is refused (also ValueError)
+    ├── VersionNotFound         no such name, version or alias target (also LookupError)
+    ├── IntegrityError          stored bytes do not match their recorded sha256,
+    │                           or a manifest is not valid JSON
+    └── ConcurrentWriteError    a create-only write lost too many races in a row
+
+Storage failures of the backend itself (permissions, network) are not wrapped:
+they surface as the ``OSError`` that the filesystem or fsspec raised.
+"""
+
+from __future__ import annotations
+
+from guardrail import GuardrailError
+
+__all__ = [
+    "ConcurrentWriteError",
+    "IntegrityError",
+    "InvalidName",
+    "InvalidRequest",
+    "StoreError",
+    "VersionNotFound",
+]
+
+
+class StoreError(GuardrailError):
+    """Root of every exception raised by :mod:`skeleton_store`."""
+
+
+class InvalidRequest(StoreError, ValueError):
+    """An argument is invalid (arrays, manifest fields, store options)."""
+
+
+class InvalidName(InvalidRequest):
+    """A skeleton or alias name is refused (path separators, ``..``, length...)."""
+
+
+class VersionNotFound(StoreError, LookupError):
+    """The name, version or alias does not exist (or the alias is not set)."""
+
+
+class IntegrityError(StoreError):
+    """Stored data does not verify. ``path`` names the object, ``array`` the array if any."""
+
+    def __init__(self, message: str, *, path: str | None = None, array: str | None = None):
+        self.path = path
+        self.array = array
+        super().__init__(message)
+
+
+class ConcurrentWriteError(StoreError):
+    """A create-only write kept colliding with concurrent writers and gave up."""

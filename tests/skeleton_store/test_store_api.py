@@ -1,0 +1,42 @@
+"""The public surface of skeleton_store, and what importing it pulls in."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import guardrail
+import skeleton_store
+
+
+def test_all_is_sorted_importable_and_pinned() -> None:
+    names = skeleton_store.__all__
+    assert names == sorted(names)
+    for name in names:
+        assert hasattr(skeleton_store, name), name
+    # changing the public surface is a deliberate act: update this list with it
+    assert len(names) == 18
+    for name in ("SkeletonStore", "SkeletonVersion", "SkeletonHandle", "open_skeleton"):
+        assert name in names
+
+
+def test_errors_hierarchy() -> None:
+    s = skeleton_store
+    for exc in (s.InvalidRequest, s.InvalidName, s.VersionNotFound, s.IntegrityError):
+        assert issubclass(exc, s.StoreError)
+    assert issubclass(s.ConcurrentWriteError, s.StoreError)
+    assert issubclass(s.StoreError, guardrail.GuardrailError)
+    assert issubclass(s.InvalidName, s.InvalidRequest) and issubclass(s.InvalidName, ValueError)
+    assert issubclass(s.VersionNotFound, LookupError)
+    err = s.IntegrityError("bad", path="x", array="probs")
+    assert (err.path, err.array) == ("x", "probs")
+
+
+def test_import_is_light_and_side_effect_free() -> None:
+    code = (
+        "import sys, skeleton_store\n"
+        "bad = [m for m in ('fsspec', 's3fs', 'boto3', 'torch', 'adapters') if m in sys.modules]\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
