@@ -23,6 +23,8 @@ __all__ = [
     "baseline_score",
     "trace_clipped_lifts",
     "trace_skeleton_logprobs",
+    "unigram_log_probs",
+    "vector_clipped_lifts",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -76,3 +78,34 @@ def baseline_score(trace: Trace, name: str) -> float:
     if name == "nll":
         return float(trace.logprobs.sum())
     return -float(trace.entropy.mean())
+
+
+def vector_clipped_lifts(
+    trace: Trace, log_probs: npt.ArrayLike, clip: float = DEFAULT_CLIP
+) -> FloatArray:
+    """Clipped lifts against a fixed skeleton vector ``log S`` indexed by token id."""
+    log_s = np.asarray(log_probs, dtype=np.float64)
+    if log_s.shape != (trace.vocab_size,):
+        raise ConfigError(
+            f"skeleton vector has shape {log_s.shape}, the trace's vocabulary is {trace.vocab_size}"
+        )
+    return clipped_lifts(trace.logprobs, log_s[trace.token_ids], clip)
+
+
+def unigram_log_probs(
+    token_ids: npt.ArrayLike, vocab_size: int, *, smoothing: float = 1.0, floor: float = 1e-3
+) -> FloatArray:
+    """Unigram skeleton over the model's vocabulary from token counts of a corpus.
+
+    Add-``smoothing`` counts, then mixed with the uniform distribution,
+    ``S <- (1 - floor) S + floor / V``, so every token keeps some mass.
+    """
+    if vocab_size < 1 or smoothing < 0 or not (0.0 <= floor < 1.0):
+        raise ConfigError("unigram needs vocab_size >= 1, smoothing >= 0 and 0 <= floor < 1")
+    ids = np.asarray(token_ids, dtype=np.int64).ravel()
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise ConfigError("token ids must lie in [0, vocab_size)")
+    counts = np.bincount(ids, minlength=vocab_size).astype(np.float64) + smoothing
+    probs = counts / counts.sum()
+    probs = (1.0 - floor) * probs + floor / vocab_size
+    return np.asarray(np.log(probs), dtype=np.float64)

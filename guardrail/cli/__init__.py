@@ -131,6 +131,10 @@ def _build_parser() -> argparse.ArgumentParser:
     d.add_argument("--max-tokens", type=int, default=24)
     d.add_argument("--plain", action="store_true", help="no live status line")
     d.set_defaults(func=_cmd_demo)
+
+    from ._skeleton import add_skeleton_parser
+
+    add_skeleton_parser(sub)
     return parser
 
 

@@ -1,0 +1,166 @@
+"""``liftguard skeleton ...``: build, inspect and move skeleton versions in a store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+import numpy as np
+
+__all__ = ["add_skeleton_parser"]
+
+
+def _store(args: argparse.Namespace) -> Any:
+    from skeleton_store import SkeletonStore
+
+    return SkeletonStore(args.store)
+
+
+def _print(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from .._calibration import calibrate_policy
+    from .._errors import GuardrailError
+    from .._policy import StreamPolicy
+    from .._scores import unigram_log_probs, vector_clipped_lifts
+    from .._traces import read_traces
+
+    traces = read_traces(args.traces)
+    if not traces:
+        print(f"error: {args.traces} holds no traces", file=sys.stderr)
+        return 2
+    vocab = traces[0].vocab_size
+    if any(t.vocab_size != vocab for t in traces):
+        print("error: the traces mix vocabularies", file=sys.stderr)
+        return 2
+    if args.kind == "uniform":
+        log_s = np.full(vocab, -math.log(vocab))
+        params: dict[str, Any] = {}
+    else:
+        ids = np.concatenate([t.token_ids for t in traces])
+        log_s = unigram_log_probs(ids, vocab, smoothing=args.smoothing, floor=args.floor)
+        params = {"smoothing": args.smoothing, "floor": args.floor, "tokens": int(ids.size)}
+    calibration = None
+    if args.risk is not None:
+        policy = StreamPolicy(aggregate=args.aggregate, clip=args.clip)
+        lifts = [vector_clipped_lifts(t, log_s, args.clip) for t in traces]
+        correct = np.array([bool(t.correct) for t in traces])
+        try:
+            calibration = calibrate_policy(
+                policy, lifts, correct, risk=args.risk, delta=args.delta
+            ).to_dict()
+        except GuardrailError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    version = _store(args).put(
+        args.name,
+        {"log_probs": log_s},
+        kind=args.kind,
+        parent=args.parent,
+        model_id=args.model_id or traces[0].model,
+        vocab_size=vocab,
+        logprob_mode=args.logprob_mode,
+        params=params,
+        calibration=calibration,
+        extra={"traces": str(args.traces), "n_traces": len(traces)},
+    )
+    print(f"wrote {args.name} {version.tag} ({args.kind}, vocabulary {vocab})")
+    if calibration is not None:
+        print(
+            f"  calibrated: tau {calibration['tau']:.4f}, coverage {calibration['coverage']:.1%}, "
+            f"risk {calibration['empirical_risk']:.3f} (target {args.risk:g}, delta {args.delta:g})"
+        )
+    return 0
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    _print([info.to_dict() for info in _store(args).list(args.name)])
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    _print(_store(args).show(args.name, args.ref))
+    return 0
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    _print(_store(args).diff(args.name, args.a, args.b))
+    return 0
+
+
+def _cmd_promote(args: argparse.Namespace) -> int:
+    _print(_store(args).promote(args.name, args.ref, alias=args.alias).to_dict())
+    return 0
+
+
+def _cmd_rollback(args: argparse.Namespace) -> int:
+    _print(_store(args).rollback(args.name, alias=args.alias).to_dict())
+    return 0
+
+
+def _run(func: Any) -> Any:
+    def wrapped(args: argparse.Namespace) -> int:
+        from skeleton_store import StoreError
+
+        try:
+            return int(func(args))
+        except StoreError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+
+    return wrapped
+
+
+def add_skeleton_parser(sub: Any) -> None:
+    """Register ``liftguard skeleton`` and its sub-commands."""
+    sk = sub.add_parser("skeleton", help="build and manage versioned skeletons")
+    sk.add_argument(
+        "--store", default=None, help="store URL or directory (default: $LIFTGUARD_STORE)"
+    )
+    cmds = sk.add_subparsers(dest="skeleton_command", required=True)
+
+    b = cmds.add_parser("build", help="build a skeleton from traces and store a new version")
+    b.add_argument("--name", required=True)
+    b.add_argument("--traces", required=True, help="JSONL trace file (vocabulary and tokens)")
+    b.add_argument("--kind", default="unigram", choices=("unigram", "uniform"))
+    b.add_argument("--smoothing", type=float, default=1.0)
+    b.add_argument("--floor", type=float, default=1e-3)
+    b.add_argument("--risk", type=float, default=None, help="also calibrate for this risk")
+    b.add_argument("--delta", type=float, default=0.05)
+    b.add_argument("--aggregate", default="min", choices=("mean", "min"))
+    b.add_argument("--clip", type=float, default=12.0)
+    b.add_argument("--parent", default=None, help="version this one derives from")
+    b.add_argument("--model-id", default=None)
+    b.add_argument("--logprob-mode", default="processed", choices=("raw", "processed"))
+    b.set_defaults(func=_run(_cmd_build))
+
+    ls = cmds.add_parser("list", help="list versions")
+    ls.add_argument("name", nargs="?", default=None)
+    ls.set_defaults(func=_run(_cmd_list))
+
+    sh = cmds.add_parser("show", help="show one version's manifest")
+    sh.add_argument("name")
+    sh.add_argument("ref", nargs="?", default="latest")
+    sh.set_defaults(func=_run(_cmd_show))
+
+    df = cmds.add_parser("diff", help="TV distance and eta-robustness bound between versions")
+    df.add_argument("name")
+    df.add_argument("a")
+    df.add_argument("b", nargs="?", default="latest")
+    df.set_defaults(func=_run(_cmd_diff))
+
+    pr = cmds.add_parser("promote", help="point an alias (default production) at a version")
+    pr.add_argument("name")
+    pr.add_argument("ref")
+    pr.add_argument("--alias", default="production")
+    pr.set_defaults(func=_run(_cmd_promote))
+
+    rb = cmds.add_parser("rollback", help="move an alias back to its previous version")
+    rb.add_argument("name")
+    rb.add_argument("--alias", default="production")
+    rb.set_defaults(func=_run(_cmd_rollback))

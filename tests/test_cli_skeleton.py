@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from guardrail import read_traces
+from guardrail._scores import unigram_log_probs
+from guardrail.cli import main
+from skeleton_store import SkeletonStore
+
+FIXTURE = str(Path(__file__).parent / "fixtures" / "traces_smollm2_sample.jsonl")
+
+
+def test_unigram_skeleton_by_hand() -> None:
+    log_s = unigram_log_probs([0, 0, 1], 4, smoothing=1.0, floor=0.0)
+    np.testing.assert_allclose(np.exp(log_s), [3 / 7, 2 / 7, 1 / 7, 1 / 7])
+    floored = np.exp(unigram_log_probs([0], 2, smoothing=0.0, floor=0.5))
+    np.testing.assert_allclose(floored, [0.75, 0.25])
+
+
+def test_build_promote_rollback_diff(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = str(tmp_path / "store")
+    base = ["skeleton", "--store", store]
+    assert main([*base, "build", "--name", "s", "--traces", FIXTURE, "--kind", "unigram"]) == 0
+    uniform = ["build", "--name", "s", "--traces", FIXTURE, "--kind", "uniform"]
+    assert main([*base, *uniform, "--risk", "0.95", "--delta", "0.2", "--parent", "v1"]) == 0
+    out = capsys.readouterr().out
+    assert "wrote s v1 (unigram" in out and "wrote s v2 (uniform" in out and "calibrated" in out
+    assert main([*base, "promote", "s", "v2"]) == 0
+    assert main([*base, "promote", "s", "v1"]) == 0
+    assert main([*base, "rollback", "s"]) == 0
+    capsys.readouterr()
+    assert main([*base, "diff", "s", "v1", "v2"]) == 0
+    diff = json.loads(capsys.readouterr().out)
+    v1, v2 = SkeletonStore(store).get("s", 1), SkeletonStore(store).get("s", 2)
+    assert diff["tv_distance"] == pytest.approx(0.5 * np.abs(v1.probs() - v2.probs()).sum())
+    assert v2.parent == 1 and v2.calibration is not None and v1.calibration is None
+    assert SkeletonStore(store).resolve("s", "production") == 2
+    vocab = read_traces(FIXTURE, limit=1)[0].vocab_size
+    np.testing.assert_allclose(v2.probs(), 1 / vocab)
+
+
+def test_missing_version_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["skeleton", "--store", str(tmp_path), "show", "nothing", "v3"]) == 1
+    assert "error:" in capsys.readouterr().err
