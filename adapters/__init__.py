@@ -13,19 +13,60 @@ OpenAI (Chat Completions; also vLLM, llama.cpp, Ollama), ``pip install "liftguar
 - :func:`events_from_chat_chunk`, :func:`events_from_responses_event`: parse chunks/events
   into :class:`guardrail.TokenEvent` objects.
 - :class:`ProviderFormatError`: a chunk or event does not have the documented shape.
+
+LangChain, ``pip install "liftguard[langchain]"`` (loaded on first access, so
+``import adapters`` never imports LangChain):
+
+- :class:`LiftGuardCallbackHandler`: a callback that blocks chat-model runs mid-stream.
+- :func:`guard_runnable`: an LCEL runnable that yields only certified text (buffered or
+  passthrough), with a refusal or an :class:`Abstention` on a block; sync and async.
+- :func:`guard_tool`: a tool whose blocked answer becomes a ``ToolException``.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from ._errors import ProviderFormatError
 from ._openai import guard_chat_stream, guard_chat_stream_sync, guarded_chat_completion
 from ._openai_events import events_from_chat_chunk, events_from_responses_event
 
+if TYPE_CHECKING:
+    from ._langchain import LiftGuardCallbackHandler
+    from ._langchain_runnable import Abstention, guard_runnable, guard_tool
+
 __all__ = [
+    "Abstention",
+    "LiftGuardCallbackHandler",
     "ProviderFormatError",
     "events_from_chat_chunk",
     "events_from_responses_event",
     "guard_chat_stream",
     "guard_chat_stream_sync",
+    "guard_runnable",
+    "guard_tool",
     "guarded_chat_completion",
 ]
+
+# names whose modules import an optional SDK: loaded on first access (PEP 562)
+_LAZY = {
+    "Abstention": "._langchain_runnable",
+    "LiftGuardCallbackHandler": "._langchain",
+    "guard_runnable": "._langchain_runnable",
+    "guard_tool": "._langchain_runnable",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -135,6 +135,10 @@ def _build_parser() -> argparse.ArgumentParser:
     from ._skeleton import add_skeleton_parser
 
     add_skeleton_parser(sub)
+
+    from ._traces_cmd import add_traces_parser
+
+    add_traces_parser(sub)
     return parser
 
 

@@ -72,3 +72,30 @@ def test_demo_command_ends_with_a_summary(capsys: pytest.CaptureFixture[str]) ->
     out = capsys.readouterr().out
     assert code == 0
     assert "Summary" in out and "1 of 1 answers certified" in out
+
+
+def test_traces_generate_writes_the_shared_format(tmp_path: Path) -> None:
+    import json
+
+    fixture = [json.loads(x) for x in (FIXTURES / "traces_smollm2_sample.jsonl").open()][:2]
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(
+        "".join(
+            json.dumps({"question": d["question"], "answer": d["references"]}) + "\n"
+            for d in fixture
+        ),
+        encoding="utf-8",
+    )
+    out = tmp_path / "traces.jsonl"
+    args = ["traces", "generate", "--questions", str(questions), "--out", str(out)]
+    assert main([*args, "--dataset", "triviaqa", "--model-name", fixture[0]["model"]]) == 0
+    written = read_traces(out)  # validates every line
+    for trace, ref in zip(written, fixture, strict=True):
+        assert trace.dataset == "triviaqa" and trace.prompt == ref["prompt"]
+        assert trace.answer == ref["answer"] and trace.correct == ref["correct"]
+        assert list(trace.token_ids) == [t["id"] for t in ref["tokens"]]
+        np.testing.assert_allclose(
+            trace.prompt_free_logprobs,
+            [t["prompt_free_logprob"] for t in ref["tokens"]],
+            atol=0.45,
+        )

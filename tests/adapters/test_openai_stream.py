@@ -16,21 +16,15 @@ betting policy (delta 0.05), tokens at logprob -0.05 (lift 10.77) certify after
 from __future__ import annotations
 
 import contextlib
-import json
 import math
-import queue
-import select
-import socket
 import sys
 import threading
-import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import openai
 import pytest
+from sse_server import Reply, SSEServer
 
 from adapters import guard_chat_stream, guard_chat_stream_sync, guarded_chat_completion
 from guardrail import (
@@ -51,116 +45,6 @@ WORDS = ["The", " capital", " of", " France", " is", " Paris", ".", " It", " lie
 
 
 # --- the scripted SSE server -------------------------------------------------------------------
-
-
-@dataclass
-class Reply:
-    events: list[Any] = field(default_factory=list)  # dict -> JSON; str -> raw data payload
-    status: int = 200
-    body: Any = None  # JSON body of a non-200 reply
-    delay: float = 0.005
-    abort_after: int | None = None  # drop the connection after this many events
-
-
-@dataclass
-class Record:
-    path: str
-    body: dict[str, Any]
-    total: int
-    sent: int = 0
-    client_closed: bool = False
-    done: threading.Event = field(default_factory=threading.Event)
-
-
-def _peer_closed(sock: socket.socket) -> bool:
-    """The client closed its side (EOF or reset); it sends nothing else mid-response."""
-    readable, _, _ = select.select([sock], [], [], 0)
-    if not readable:
-        return False
-    try:
-        return sock.recv(1, socket.MSG_PEEK) == b""
-    except OSError:
-        return True
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: SSEServer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        reply = self.server.replies.get_nowait()
-        rec = Record(self.path, json.loads(raw or b"{}"), len(reply.events))
-        self.server.records.append(rec)
-        try:
-            self._serve(reply, rec)
-        except (BrokenPipeError, ConnectionResetError):
-            rec.client_closed = True
-            self.close_connection = True
-        finally:
-            rec.done.set()
-
-    def _chunk(self, data: bytes) -> None:
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        self.wfile.flush()
-
-    def _serve(self, reply: Reply, rec: Record) -> None:
-        if reply.status != 200:
-            payload = json.dumps(reply.body).encode()
-            self.send_response(reply.status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        self.wfile.flush()
-        for i, event in enumerate(reply.events):
-            if reply.abort_after == i:  # abrupt disconnect: no terminating chunk
-                self.close_connection = True
-                self.connection.shutdown(socket.SHUT_RDWR)
-                return
-            if _peer_closed(self.connection):
-                rec.client_closed = True
-                self.close_connection = True
-                return
-            data = event if isinstance(event, str) else json.dumps(event)
-            self._chunk(f"data: {data}\n\n".encode())
-            rec.sent += 1
-            time.sleep(reply.delay)
-        self._chunk(b"data: [DONE]\n\n")
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
-
-
-class SSEServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.replies: queue.Queue[Reply] = queue.Queue()
-        self.records: list[Record] = []
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # a client that hung up on a kept-alive connection is not a server failure
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-    def last(self, timeout: float = 5.0) -> Record:
-        """The last request, once the server has stopped serving it."""
-        rec = self.records[-1]
-        assert rec.done.wait(timeout), "server still streaming"
-        return rec
 
 
 @pytest.fixture

@@ -1,0 +1,348 @@
+"""LangChain callback handler: certify or block each chat-model run while it streams.
+
+``langchain-core`` is an optional extra (``pip install "liftguard[langchain]"``).
+This module imports it at the top, so importing it without the extra raises
+ImportError with that hint; :mod:`adapters` exposes the names lazily (PEP 562
+``__getattr__``), so ``import adapters`` never imports LangChain.
+
+Usage::
+
+    handler = LiftGuardCallbackHandler(policy, tau, skeleton=UniformSkeleton(vocab))
+    llm = ChatOpenAI(model=..., logprobs=True, top_logprobs=5)
+    async for chunk in (prompt | llm).astream(question, config={"callbacks": [handler]}):
+        ...  # GuardrailBlocked(verdict) stops the stream on a BLOCK
+
+Sync and async error propagation (checked in ``langchain_core`` 1.7.2,
+``callbacks/manager.py``): a hook that is a coroutine (an
+:class:`~langchain_core.callbacks.AsyncCallbackHandler`) can stop a run only on
+the async path: ``_ahandle_event_for_handler`` re-raises when ``raise_error`` is
+set (lines 453-461), but on the sync path ``handle_event`` (line 296) only
+collects the coroutines and ``_run_coros`` (lines 381-412) runs them in a fresh
+event loop, logging and swallowing every error whatever ``raise_error`` says. A
+hook that is a plain function is called directly on both paths and re-raised on
+both when ``raise_error`` is set: ``handle_event`` lines 351-359 (``stream`` /
+``invoke``), ``_ahandle_event_for_handler`` lines 427-428 with ``run_inline``
+(``astream`` / ``ainvoke``). The handler's work is O(1) pure Python per token,
+so its hooks are plain functions (a :class:`~langchain_core.callbacks.BaseCallbackHandler`
+with ``raise_error = run_inline = True``): a BLOCK stops the run on every path.
+LangChain logs each raised error as a warning ("Error in
+LiftGuardCallbackHandler.on_llm_new_token callback") before re-raising it.
+
+Logprobs: ``BaseChatModel.stream``/``astream`` call ``on_llm_new_token`` before
+they yield the chunk (``language_models/chat_models.py`` lines 854 and 991) and
+pass no ``logprobs=`` keyword (``langchain_openai`` passes it only when its
+``_astream`` gets a run manager, which those callers do not give it), so the
+logprobs come from ``chunk.generation_info["logprobs"]``
+(``langchain_openai/chat_models/base.py`` lines 1674-1676), also merged into
+``chunk.message.response_metadata``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+from uuid import UUID
+
+from guardrail import (
+    CertificateMonitor,
+    ConfigError,
+    GuardrailBlocked,
+    Skeleton,
+    State,
+    StreamPolicy,
+    TokenEvent,
+    Verdict,
+)
+
+from ._openai_events import _bad, _list_or_none, _segment
+
+INSTALL_HINT = 'the LangChain adapter needs langchain-core: pip install "liftguard[langchain]"'
+
+try:
+    from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
+except ImportError as exc:  # pragma: no cover - exercised with the extra missing
+    raise ImportError(INSTALL_HINT) from exc
+
+if TYPE_CHECKING:
+    from langchain_core.callbacks import Callbacks
+    from langchain_core.outputs import ChatGenerationChunk, GenerationChunk, LLMResult
+
+__all__ = [
+    "INSTALL_HINT",
+    "LiftGuardCallbackHandler",
+    "add_handler",
+    "content_text",
+    "token_events",
+]
+
+logger = logging.getLogger(__name__)
+
+MissingPolicy = Literal["block", "pass", "error"]
+HandlerMode = Literal["passthrough", "final"]
+_MISSING_HINT = (
+    " (LangChain passed no token logprobs: create the chat model with logprobs=True "
+    "and use the Chat Completions API; the Responses API path drops streamed logprobs)"
+)
+
+
+def content_text(content: Any) -> str:
+    """The text of a message's ``content``: a string, or the text blocks of a list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, Mapping) and block.get("type") == "text":
+                text = block.get("text")
+                parts.append(text if isinstance(text, str) else "")
+        return "".join(parts)
+    return ""
+
+
+def _logprobs_of(record: Any) -> Any:
+    """``generation_info["logprobs"]``, else ``message.response_metadata["logprobs"]``."""
+    info = getattr(record, "generation_info", None)
+    if isinstance(info, Mapping) and info.get("logprobs") is not None:
+        return info["logprobs"]
+    meta = getattr(getattr(record, "message", None), "response_metadata", None)
+    return meta.get("logprobs") if isinstance(meta, Mapping) else None
+
+
+def token_events(text: str, logprobs: Any) -> list[TokenEvent]:
+    """Token events of one LangChain chunk: ``logprobs`` as OpenAI's ``choice.logprobs``.
+
+    ``{"content": [...], "refusal": [...]}`` (a bare list counts as ``content``);
+    text without logprob entries gives one event with ``logprob=None`` (the
+    monitor's missing-logprobs policy decides); no text and no entries: none.
+    """
+    if logprobs is None or isinstance(logprobs, list | tuple):
+        return _segment(text, logprobs, "logprobs.content", with_bytes=True)[0]
+    if not isinstance(logprobs, Mapping):
+        raise _bad("an object, a list or null", logprobs, "logprobs")
+    events: list[TokenEvent] = []
+    for key, shown in (("content", text), ("refusal", None)):
+        where = f"logprobs.{key}"
+        entries = _list_or_none(logprobs.get(key), where)
+        events += _segment(shown, entries, where, with_bytes=True)[0]
+    return events
+
+
+def add_handler(callbacks: Callbacks, handler: BaseCallbackHandler) -> Callbacks:
+    """``callbacks`` (None, a list or a manager) plus ``handler``, inherited by child runs."""
+    if callbacks is None:
+        return [handler]
+    if isinstance(callbacks, BaseCallbackManager):
+        manager = callbacks.copy()
+        manager.add_handler(handler, inherit=True)
+        return manager
+    return [*callbacks, handler]
+
+
+class _Run:
+    __slots__ = ("fed", "monitor")
+
+    def __init__(self, monitor: CertificateMonitor) -> None:
+        self.monitor, self.fed = monitor, False
+
+
+class LiftGuardCallbackHandler(BaseCallbackHandler):
+    """Certify or block every chat-model / LLM run it sees, one monitor per ``run_id``.
+
+    ``on_llm_new_token`` reads the chunk's token logprobs (the ``logprobs``
+    keyword if the model passes it, else ``chunk.generation_info["logprobs"]``,
+    else ``chunk.message.response_metadata["logprobs"]``) and feeds them to the
+    run's :class:`~guardrail.CertificateMonitor`, created on the run's first
+    token. On BLOCKED it raises :class:`~guardrail.GuardrailBlocked` carrying
+    the verdict: the hook runs before the model yields the chunk, so the
+    blocking token is never shown, and the model's stream stops (the HTTP
+    response is closed once LangChain drops its generator). ``on_llm_end``
+    applies the final rule and raises the same way; a run that streamed no
+    token (``invoke`` without streaming, a cache hit) is scored there from the
+    final generation's logprobs. A run that ends with tool calls and no text is
+    not judged. ``on_llm_end`` / ``on_llm_error`` drop the run's monitor.
+
+    ``mode``: ``"passthrough"`` (tokens flow until a BLOCK) or ``"final"`` (the
+    verdict comes at the end; needs ``StreamPolicy(early=False)``). A callback
+    cannot hold tokens back: for ``"buffered"`` use :func:`~adapters.guard_runnable`.
+    Missing logprobs follow ``on_missing_logprobs`` (``"error"`` raises
+    :class:`~guardrail.MissingLogprobsError`). ``verdicts`` keeps ``(run_id,
+    final verdict)`` of the last ``keep`` judged runs (None: all) for logging.
+
+    Errors propagate on the sync and async paths alike (see the module docstring).
+    """
+
+    raise_error: bool = True
+    run_inline: bool = True
+
+    def __init__(
+        self,
+        policy: StreamPolicy,
+        tau: float,
+        *,
+        skeleton: Skeleton,
+        on_missing_logprobs: MissingPolicy = "block",
+        mode: HandlerMode = "passthrough",
+        keep: int | None = 100,
+    ) -> None:
+        name: str = mode
+        if name == "buffered":
+            raise ConfigError(
+                "a callback cannot hold tokens back: use guard_runnable(..., mode='buffered')"
+            )
+        if mode not in ("passthrough", "final"):
+            raise ConfigError(f"mode must be 'passthrough' or 'final', got {mode!r}")
+        if mode == "final" and policy.early:
+            raise ConfigError(
+                "mode 'final' decides only at the end: use StreamPolicy(early=False) "
+                "so that calibration replays the same rule"
+            )
+        if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
+            raise ConfigError(f"keep must be an integer >= 1 or None, got {keep!r}")
+        if skeleton is None:
+            raise ConfigError("LiftGuardCallbackHandler needs a skeleton")
+        self._args = (policy, tau, skeleton, on_missing_logprobs)
+        self._new_monitor()  # validates policy, tau, skeleton and the missing policy now
+        self.mode: HandlerMode = mode
+        self._runs: dict[UUID, _Run] = {}
+        self.verdicts: deque[tuple[UUID, Verdict]] = deque(maxlen=keep)
+
+    def _new_monitor(self) -> CertificateMonitor:
+        policy, tau, skeleton, missing = self._args
+        return CertificateMonitor(policy, tau, skeleton=skeleton, on_missing_logprobs=missing)
+
+    # LangChain skips the hooks of event families a handler ignores
+    @property
+    def ignore_chain(self) -> bool:
+        return True
+
+    @property
+    def ignore_agent(self) -> bool:
+        return True
+
+    @property
+    def ignore_retriever(self) -> bool:
+        return True
+
+    @property
+    def ignore_retry(self) -> bool:
+        return True
+
+    @property
+    def ignore_custom_event(self) -> bool:
+        return True
+
+    @property
+    def active_runs(self) -> int:
+        """Runs being watched now (their monitors are dropped when they end or fail)."""
+        return len(self._runs)
+
+    def on_llm_new_token(
+        self,
+        token: str | list[str | dict[str, Any]],
+        *,
+        chunk: GenerationChunk | ChatGenerationChunk | None = None,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        run = self._runs.get(run_id)
+        if run is None:
+            run = self._runs[run_id] = _Run(self._new_monitor())
+        logprobs = kwargs.get("logprobs")
+        if logprobs is None and chunk is not None:
+            logprobs = _logprobs_of(chunk)
+        text = token if isinstance(token, str) else getattr(chunk, "text", "") or ""
+        self._feed(run, text, logprobs)
+
+    def on_llm_end(
+        self,
+        response: LLMResult,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        run = self._runs.pop(run_id, None)
+        if run is None or not run.fed:  # nothing streamed: judge the final generation
+            first = response.generations[0] if response.generations else None
+            generation = first[0] if first else None
+            if generation is None or (not generation.text and _has_tool_calls(generation)):
+                return
+            run = run or _Run(self._new_monitor())
+            self._feed(run, generation.text, _logprobs_of(generation), end=True)
+        verdict = run.monitor.finish()
+        self._record(run_id, verdict)
+        if verdict.state is State.BLOCKED:
+            raise _blocked(verdict)
+
+    def on_llm_error(
+        self,
+        error: BaseException,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        run = self._runs.pop(run_id, None)
+        if run is not None and run.monitor.verdict.final:
+            self._record(run_id, run.monitor.verdict)
+
+    def _feed(self, run: _Run, text: str, logprobs: Any, *, end: bool = False) -> None:
+        events = token_events(text, logprobs)
+        if not events:
+            return
+        run.fed = True
+        monitor = run.monitor
+        for event in events:
+            verdict = monitor.update(event)
+        if verdict.state is State.BLOCKED and not end:
+            raise _blocked(verdict)
+
+    def _record(self, run_id: UUID, verdict: Verdict) -> None:
+        self.verdicts.append((run_id, verdict))
+        state, t, why = verdict.state.value, verdict.t, verdict.reason
+        logger.info("run %s %s after %d tokens: %s", run_id, state, t, why)
+
+    def _verdicts(self) -> list[Verdict]:
+        return [r.monitor.verdict for r in self._runs.values()] + [v for _, v in self.verdicts]
+
+    def _blocked_run(self) -> Verdict | None:
+        """The verdict of a blocked run among those seen (None if none is blocked)."""
+        return next((v for v in self._verdicts() if v.state is State.BLOCKED), None)
+
+    def _all_certified(self) -> bool:
+        """At least one run was seen, and every run seen is certified."""
+        verdicts = self._verdicts()
+        return bool(verdicts) and all(v.state is State.CERTIFIED for v in verdicts)
+
+    def _blocking_verdict(self) -> Verdict | None:
+        """None if :meth:`_all_certified`, else the verdict to block on (fail closed: a
+        synthetic one when no run was seen or a run is unfinished)."""
+        if self._all_certified():
+            return None
+        verdict = self._blocked_run()
+        if verdict is not None:
+            return verdict
+        policy, tau = self._args[0], float(self._args[1])
+        why = (
+            "blocked: a language-model run did not finish"
+            if self._runs
+            else "blocked: no language-model run with text was observed (nothing to certify)"
+        )
+        return Verdict(State.BLOCKED, 0, 0.0, 0.0, policy.clip, tau, policy.boundary, why, True)
+
+
+def _has_tool_calls(generation: Any) -> bool:
+    return bool(getattr(getattr(generation, "message", None), "tool_calls", None))
+
+
+def _blocked(verdict: Verdict) -> GuardrailBlocked:
+    hint = _MISSING_HINT if "missing logprob" in verdict.reason else ""
+    return GuardrailBlocked(verdict, f"{verdict.reason}{hint}")

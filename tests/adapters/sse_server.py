@@ -1,0 +1,166 @@
+"""A loopback server that speaks the OpenAI Chat Completions SSE format (shared by adapter tests).
+
+The server (a ``ThreadingHTTPServer`` on 127.0.0.1, free port) replays a scripted
+answer as ``data: {json}\\n\\n`` events in a chunked HTTP/1.1 body, ending with
+``data: [DONE]``, one event per ``Reply.delay`` seconds. Before each write it
+checks whether the client has closed the connection (the socket reads EOF) and
+records it, so a test can tell that a BLOCK stopped the upstream request before
+the answer was finished.
+
+Replies come from ``server.replies`` (a queue, in request order), or, when
+``server.responder`` is set, from ``responder(request_body)`` (for concurrent
+requests whose answers depend on what they ask).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import queue
+import select
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["Record", "Reply", "SSEServer", "running_server"]
+
+
+@dataclass
+class Reply:
+    events: list[Any] = field(default_factory=list)  # dict -> JSON; str -> raw data payload
+    status: int = 200
+    body: Any = None  # JSON body of a non-200 or non-streamed reply (then ``events`` is unused)
+    delay: float = 0.005
+    abort_after: int | None = None  # drop the connection after this many events
+
+
+@dataclass
+class Record:
+    path: str
+    body: dict[str, Any]
+    total: int
+    sent: int = 0
+    client_closed: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+
+    async def finished(self, timeout: float = 5.0) -> Record:
+        """Wait (without blocking the event loop) until the server stopped serving it."""
+        assert await asyncio.to_thread(self.done.wait, timeout), "server still streaming"
+        return self
+
+
+def _peer_closed(sock: socket.socket) -> bool:
+    """The client closed its side (EOF or reset); it sends nothing else mid-response."""
+    readable, _, _ = select.select([sock], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: SSEServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        body = json.loads(raw or b"{}")
+        responder = self.server.responder
+        reply = responder(body) if responder is not None else self.server.replies.get_nowait()
+        rec = Record(self.path, body, len(reply.events))
+        with self.server.lock:
+            self.server.records.append(rec)
+        try:
+            self._serve(reply, rec)
+        except (BrokenPipeError, ConnectionResetError):
+            rec.client_closed = True
+            self.close_connection = True
+        finally:
+            rec.done.set()
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def _serve(self, reply: Reply, rec: Record) -> None:
+        if reply.status != 200 or reply.body is not None:
+            payload = json.dumps(reply.body).encode()
+            self.send_response(reply.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.flush()
+        for i, event in enumerate(reply.events):
+            if reply.abort_after == i:  # abrupt disconnect: no terminating chunk
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            if _peer_closed(self.connection):
+                rec.client_closed = True
+                self.close_connection = True
+                return
+            data = event if isinstance(event, str) else json.dumps(event)
+            self._chunk(f"data: {data}\n\n".encode())
+            rec.sent += 1
+            time.sleep(reply.delay)
+        self._chunk(b"data: [DONE]\n\n")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+
+class SSEServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # many concurrent clients connect at once
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.replies: queue.Queue[Reply] = queue.Queue()
+        self.responder: Callable[[dict[str, Any]], Reply] | None = None
+        self.records: list[Record] = []
+        self.lock = threading.Lock()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a client that hung up on a kept-alive connection is not a server failure
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    def last(self, timeout: float = 5.0) -> Record:
+        """The last request, once the server has stopped serving it (blocks the caller)."""
+        rec = self.records[-1]
+        assert rec.done.wait(timeout), "server still streaming"
+        return rec
+
+
+@contextlib.contextmanager
+def running_server() -> Iterator[SSEServer]:
+    """An :class:`SSEServer` serving in a background thread until the block ends."""
+    srv = SSEServer()
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(5)
