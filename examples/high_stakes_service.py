@@ -1,0 +1,79 @@
+"""A high-stakes service: nothing uncertified reaches the user (buffered mode), and
+every verdict is logged as one structured JSON line.
+
+    python examples/high_stakes_service.py
+
+Uses the OpenAI client directly (any OpenAI-compatible server works the same
+way). The calibration's version and guarantee are logged with each verdict so
+an auditor can tie every answer to the threshold that let it through. Runs
+offline against the local model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import time
+
+import openai
+from _local import guard_settings, local_server
+
+from adapters import guarded_chat_completion
+from guardrail import CertificateMonitor, GuardrailBlocked
+
+log = logging.getLogger("service.verdicts")
+
+
+async def answer(client: openai.AsyncOpenAI, question: str, vocab: int) -> str:
+    policy, tau, skeleton = guard_settings(vocab)
+    monitor = CertificateMonitor(policy, tau, skeleton=skeleton)
+    start = time.perf_counter()
+    try:
+        text = "".join(
+            [
+                part
+                async for part in guarded_chat_completion(
+                    client,
+                    monitor=monitor,
+                    mode="buffered",
+                    model="smollm2",
+                    messages=[{"role": "user", "content": question}],
+                )
+            ]
+        )
+        shown = text
+    except GuardrailBlocked:
+        shown = "I can't give a reliable answer to that."
+    v = monitor.verdict
+    log.info(
+        json.dumps(
+            {
+                "event": "verdict",
+                "question": question,
+                "state": v.state.value,
+                "tokens": v.t,
+                "tau": v.tau,
+                "reason": v.reason,
+                "ms": round(1000 * (time.perf_counter() - start)),
+                "calibration": "guardrail/data/smollm2_demo_calibration.json",
+            }
+        )
+    )
+    return shown
+
+
+async def main() -> None:
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(message)s")
+    log.setLevel(logging.INFO)
+    with local_server() as server:
+        client = openai.AsyncOpenAI(base_url=server.base_url, api_key="local", max_retries=0)
+        for question in ["What is the chemical symbol for gold?",
+                         "Which element has the atomic number 26?"]:  # fmt: skip
+            print(f"Q: {question}\nA: {await answer(client, question, server.model.vocab_size)}\n")
+        await client.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
