@@ -64,21 +64,29 @@ class MethodScores:
 
 
 def lift_method(
-    traces: Sequence[Trace], policy: StreamPolicy, skeleton: str, name: str = "lift"
+    traces: Sequence[Trace],
+    policy: StreamPolicy,
+    skeleton: str,
+    name: str = "lift",
+    *,
+    exact: bool = True,
 ) -> MethodScores:
-    """The streaming lift certificate: critical thresholds of ``policy`` per answer."""
-    lifts = [trace_clipped_lifts(t, skeleton, policy.clip) for t in traces]
+    """The streaming lift certificate: critical thresholds of ``policy`` per answer.
+
+    ``exact=False`` uses only what the traces' top-k alternatives allow
+    (compensated estimates instead of the recorded full-vocabulary values)."""
+    lifts = [trace_clipped_lifts(t, skeleton, policy.clip, exact=exact) for t in traces]
     crit = critical_thresholds(policy, lifts)
     agg = np.min if policy.aggregate == "min" else np.mean
     final = np.array([float(agg(x)) if x.size else -np.inf for x in lifts])
     return MethodScores(name, crit, final, lifts, policy)
 
 
-def baseline_method(traces: Sequence[Trace], name: str) -> MethodScores:
+def baseline_method(traces: Sequence[Trace], name: str, *, exact: bool = True) -> MethodScores:
     """A baseline score (see :data:`guardrail.BASELINES`), decided at the end."""
     if name not in BASELINES:
         raise ConfigError(f"unknown baseline {name!r}")
-    scores = np.array([baseline_score(t, name) for t in traces])
+    scores = np.array([baseline_score(t, name, exact=exact) for t in traces])
     return MethodScores(name, scores, scores)
 
 

@@ -15,6 +15,7 @@ import numpy.typing as npt
 
 from ._errors import ConfigError
 from ._lift import DEFAULT_CLIP, clipped_lifts
+from ._topk import TailRule, estimate_entropy_batch, estimate_logz_batch
 from ._traces import Trace
 
 __all__ = [
@@ -36,15 +37,22 @@ BASELINES = ("min_logprob", "mean_logprob", "nll", "entropy")
 """Baseline scores (higher = more confident)."""
 
 
-def trace_skeleton_logprobs(trace: Trace, skeleton: str) -> FloatArray:
+def trace_skeleton_logprobs(
+    trace: Trace, skeleton: str, *, exact: bool = True, rule: TailRule = "paper"
+) -> FloatArray:
     """``log S(y_t)`` of each emitted token under a skeleton the trace can express.
 
     ``temperature`` is ``S = P^(1/T)/Z_T`` with T=1.5 (``temperature-2.0``:
-    T=2.0), using the exact ``log Z_T`` recorded in the trace; ``prompt-free``
-    is the model without the question; ``uniform`` is ``1/|V|``.
+    T=2.0), using the exact ``log Z_T`` recorded in the trace, or with
+    ``exact=False`` the top-k compensated estimate from the trace's
+    alternatives (what an API stream allows); ``prompt-free`` is the model
+    without the question; ``uniform`` is ``1/|V|``.
     """
     if skeleton in ("temperature", "temperature-1.5", "temperature-2.0"):
         temp = 2.0 if skeleton.endswith("2.0") else 1.5
+        if not exact:
+            logz = estimate_logz_batch(trace.top_logprobs, trace.vocab_size, temp, rule=rule)
+            return np.asarray(trace.logprobs / temp - logz, dtype=np.float64)
         if temp not in trace.logz:
             raise ConfigError(f"trace {trace.id} has no log Z for T={temp}")
         return np.asarray(trace.logprobs / temp - trace.logz[temp], dtype=np.float64)
@@ -55,17 +63,21 @@ def trace_skeleton_logprobs(trace: Trace, skeleton: str) -> FloatArray:
     raise ConfigError(f"unknown skeleton {skeleton!r}; choose one of {', '.join(TRACE_SKELETONS)}")
 
 
-def trace_clipped_lifts(trace: Trace, skeleton: str, clip: float = DEFAULT_CLIP) -> FloatArray:
+def trace_clipped_lifts(
+    trace: Trace, skeleton: str, clip: float = DEFAULT_CLIP, *, exact: bool = True
+) -> FloatArray:
     """Clipped lifts of every answer token of ``trace`` against ``skeleton``."""
-    return clipped_lifts(trace.logprobs, trace_skeleton_logprobs(trace, skeleton), clip)
+    log_s = trace_skeleton_logprobs(trace, skeleton, exact=exact)
+    return clipped_lifts(trace.logprobs, log_s, clip)
 
 
-def baseline_score(trace: Trace, name: str) -> float:
+def baseline_score(trace: Trace, name: str, *, exact: bool = True) -> float:
     """A baseline confidence score of one answer (``-inf`` for an empty answer).
 
     ``min_logprob``: smallest token log-probability; ``mean_logprob``: mean
     token log-probability; ``nll``: sequence log-likelihood (minus the negative
-    log-likelihood); ``entropy``: minus the mean token entropy.
+    log-likelihood); ``entropy``: minus the mean token entropy (exact, or
+    with ``exact=False`` estimated from the top-k alternatives).
     """
     if name not in BASELINES:
         raise ConfigError(f"unknown baseline {name!r}; choose one of {', '.join(BASELINES)}")
@@ -77,6 +89,8 @@ def baseline_score(trace: Trace, name: str) -> float:
         return float(trace.logprobs.mean())
     if name == "nll":
         return float(trace.logprobs.sum())
+    if not exact:
+        return -float(estimate_entropy_batch(trace.top_logprobs, trace.vocab_size).mean())
     return -float(trace.entropy.mean())
 
 

@@ -33,8 +33,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         min_tokens=args.min_tokens,
         aggregate=args.aggregate,
     )
-    methods = [lift_method(traces, policy, args.skeleton)]
-    methods += [baseline_method(traces, name) for name in BASELINES]
+    exact = args.top_k is None
+    methods = [lift_method(traces, policy, args.skeleton, exact=exact)]
+    methods += [baseline_method(traces, name, exact=exact) for name in BASELINES]
     correct = np.array([bool(t.correct) for t in traces])
     results = evaluate_methods(
         methods, correct, risk=args.risk, delta=args.delta, splits=args.splits, seed=args.seed
