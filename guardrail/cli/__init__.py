@@ -127,7 +127,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help="buffered: show an answer only once certified; passthrough: show at once",
     )
     d.add_argument("--question", action="append", help="ask your own question (repeatable)")
-    d.add_argument("-n", type=int, default=8, help="number of shipped questions to ask")
+    d.add_argument("-n", type=int, default=12, help="number of shipped questions to ask")
     d.add_argument("--max-tokens", type=int, default=24)
     d.add_argument("--plain", action="store_true", help="no live status line")
     d.set_defaults(func=_cmd_demo)

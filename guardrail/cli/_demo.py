@@ -142,12 +142,9 @@ def _summary(results: list[DemoResult], calibration: Calibration, out: TextIO) -
         word = "certified" if r.verdict.state is State.CERTIFIED else "blocked"
         out.write(f"  {i:>2}  {word:<9} {r.n_tokens:>6}  {check:<7} {r.question[:60]}\n")
     wrong_shown = sum(1 for r in cert if r.correct is False)
-    right_blocked = sum(
-        1 for r in results if r.verdict.state is State.BLOCKED and r.correct is True
-    )
     out.write(
         f"  {len(cert)} of {len(results)} answers certified ({wrong_shown} of them wrong by "
-        f"the reference check; {right_blocked} correct answers blocked); "
+        f"the reference check; blocked answers stop at the block and are not judged); "
         f"{tokens} tokens in {secs:.1f} s "
         f"({tokens / max(secs, 1e-9):.0f} tok/s).\n"
     )
