@@ -111,6 +111,10 @@ def _build_parser() -> argparse.ArgumentParser:
     e.add_argument("--min-tokens", type=int, default=1)
     e.add_argument("--stream-delta", type=float, default=0.05)
     e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.add_argument(
+        "--plot", metavar="DIR", default=None,
+        help="write risk-coverage, score and tokens-read figures and report.md into DIR",
+    )  # fmt: skip
     e.set_defaults(func=_cmd_eval)
 
     d = sub.add_parser(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -48,6 +49,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "top_k": args.top_k if args.top_k is not None else traces[0].top_k,
         "methods": results,
     }
+    if args.plot:
+        from ._plots import write_plots
+
+        title = f"{Path(args.traces).stem} (n={len(traces)})"
+        path = write_plots(args.plot, methods, correct, results, title=title, risk=args.risk)
+        print(f"wrote {path} and its figures", file=sys.stderr)
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
         return 0

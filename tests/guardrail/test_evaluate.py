@@ -61,3 +61,16 @@ def test_eval_cli_prints_the_documented_json(capsys: pytest.CaptureFixture[str])
             "auroc",
             "tokens_read_fraction",
         } <= set(r)
+
+
+def test_eval_plot_writes_figures_and_report(tmp_path: Path) -> None:
+    path = str(FIXTURES / "traces_gemma3_sample.jsonl")
+    out = tmp_path / "report"
+    args = ["eval", "--traces", path, "--risk", "0.95", "--delta", "0.2", "--splits", "2"]
+    assert main([*args, "--plot", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    for name in ("risk_coverage.png", "score_distribution.png", "tokens_read.png"):
+        png = (out / name).read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+        assert f"]({name})" in report
+    assert "| lift |" in report
