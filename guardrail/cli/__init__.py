@@ -29,6 +29,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return cmd_demo(args)
 
 
+def _cmd_stress(args: argparse.Namespace) -> int:
+    from ._stress import cmd_stress
+
+    return cmd_stress(args)
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
     from ._eval import cmd_eval
 
@@ -135,6 +141,23 @@ def _build_parser() -> argparse.ArgumentParser:
     d.add_argument("--max-tokens", type=int, default=24)
     d.add_argument("--plain", action="store_true", help="no live status line")
     d.set_defaults(func=_cmd_demo)
+
+    st = sub.add_parser(
+        "stress",
+        help="skeleton-corruption study: risk and coverage change vs the eta bound",
+        description="Calibrate with a unigram skeleton built from the calibration half, then "
+        "decide the test half with the skeleton corrupted (noise, vocabulary shift, uniform, "
+        "adversarial; 25/50/75%%) and report risk and coverage changes next to the "
+        "eta-robustness bound.",
+    )
+    st.add_argument("--traces", required=True)
+    st.add_argument("--risk", type=float, required=True)
+    st.add_argument("--delta", type=float, default=0.05)
+    st.add_argument("--aggregate", default="min", choices=("mean", "min"))
+    st.add_argument("--seed", type=int, default=0)
+    st.add_argument("--smoothing", type=float, default=0.01, help="unigram add-k smoothing")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=_cmd_stress)
 
     from ._skeleton import add_skeleton_parser
 
