@@ -14,6 +14,14 @@ OpenAI (Chat Completions; also vLLM, llama.cpp, Ollama), ``pip install "liftguar
   into :class:`guardrail.TokenEvent` objects.
 - :class:`ProviderFormatError`: a chunk or event does not have the documented shape.
 
+Anthropic Messages (no token log-probabilities: the streamed text is scored by a local
+model), ``pip install "liftguard[anthropic,local]"``:
+
+- :func:`guarded_message`: request + guard in one async generator; needs ``scorer_model``.
+- :func:`guard_anthropic_stream` / :func:`guard_anthropic_stream_sync`: guard a stream you
+  created, with a :class:`LocalTextScorer` (incremental teacher-forced scoring of streamed
+  text; its probabilities are the scorer's own) and :func:`anthropic_scorer_prompt`.
+
 LangChain, ``pip install "liftguard[langchain]"`` (loaded on first access, so
 ``import adapters`` never imports LangChain):
 
@@ -27,9 +35,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._anthropic import (
+    anthropic_scorer_prompt,
+    guard_anthropic_stream,
+    guard_anthropic_stream_sync,
+    guarded_message,
+)
 from ._errors import ProviderFormatError
 from ._openai import guard_chat_stream, guard_chat_stream_sync, guarded_chat_completion
 from ._openai_events import events_from_chat_chunk, events_from_responses_event
+from ._scorer import LocalTextScorer
 
 if TYPE_CHECKING:
     from ._langchain import LiftGuardCallbackHandler
@@ -38,14 +53,19 @@ if TYPE_CHECKING:
 __all__ = [
     "Abstention",
     "LiftGuardCallbackHandler",
+    "LocalTextScorer",
     "ProviderFormatError",
+    "anthropic_scorer_prompt",
     "events_from_chat_chunk",
     "events_from_responses_event",
+    "guard_anthropic_stream",
+    "guard_anthropic_stream_sync",
     "guard_chat_stream",
     "guard_chat_stream_sync",
     "guard_runnable",
     "guard_tool",
     "guarded_chat_completion",
+    "guarded_message",
 ]
 
 # names whose modules import an optional SDK: loaded on first access (PEP 562)

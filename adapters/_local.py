@@ -150,6 +150,23 @@ class LocalModel:
         return bytes(self._llm.detokenize([token_id]))
 
 
+    def _eval_reusing_prefix(self, tokens: Sequence[int]) -> None:
+        """Evaluate ``tokens``, keeping the KV cache of the longest prefix already
+        evaluated (the last token is always evaluated again, so its logits are
+        fresh). Incremental scoring of a growing answer then costs only the new
+        tokens instead of the whole sequence."""
+        llm = self._llm
+        cached = llm.input_ids[: llm.n_tokens]
+        keep = 0
+        limit = min(len(cached), len(tokens) - 1)
+        while keep < limit and cached[keep] == tokens[keep]:
+            keep += 1
+        if keep == 0:
+            llm.reset()
+        else:
+            llm.n_tokens = keep  # eval() drops the cache from this position on
+        llm.eval(list(tokens[keep:]))
+
     def _token(self, lp: npt.NDArray[np.float64], token_id: int) -> LocalToken:
         k = self.top_k
         top_idx = np.argpartition(-lp, k)[:k]
@@ -170,9 +187,7 @@ class LocalModel:
     def generate(self, prompt: str, *, max_tokens: int = 24) -> Iterator[LocalToken]:
         """Greedy answer tokens of ``prompt``; stops before an end-of-generation
         token or a token containing a newline (as the shared traces were made)."""
-        tokens = self.tokenize(prompt)
-        self._llm.reset()
-        self._llm.eval(tokens)
+        self._eval_reusing_prefix(self.tokenize(prompt))
         for _ in range(max_tokens):
             lp = _log_softmax(np.asarray(self._llm.scores[self._llm.n_tokens - 1]))
             tok = int(np.argmax(lp))
@@ -186,8 +201,7 @@ class LocalModel:
         prefix_ids = self.tokenize(prefix)
         if not prefix_ids:
             raise ConfigError("scoring needs a non-empty prefix")
-        self._llm.reset()
-        self._llm.eval([*prefix_ids, *answer_ids])
+        self._eval_reusing_prefix([*prefix_ids, *answer_ids])
         start = len(prefix_ids) - 1
         scores = self._llm.scores
         return [

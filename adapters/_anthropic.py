@@ -1,0 +1,235 @@
+"""Guard Anthropic Messages streams, scoring the streamed text with a local model.
+
+Anthropic's Messages API returns **no token log-probabilities**: a stream
+(``client.messages.create(..., stream=True)``) carries ``message_start``,
+``content_block_start``, ``content_block_delta`` (``text_delta`` with the text),
+``content_block_stop``, ``message_delta`` and ``message_stop`` events (the
+SDK drops ``ping`` and raises ``APIStatusError`` for an ``error`` event). So
+the answer text is scored by a local scorer model with teacher forcing
+(:class:`LocalTextScorer`); the probabilities are the scorer's, not Claude's,
+and the calibration, skeleton (e.g. ``UniformSkeleton(scorer.vocab_size)``) and
+scorer prompt must be those of that scorer. Without a scorer there is nothing
+to certify with: :func:`guarded_message` raises :class:`~guardrail.ConfigError`.
+Nothing is ever made up: text is shown only as the scorer's final tokens
+(the last word is held until the next whitespace or the end, see
+:mod:`adapters._scorer`), except after the verdict is final, when the monitor
+reads no more tokens and later text is passed on unscored (``logprob=None``).
+
+Only text blocks are guarded and yielded (several are concatenated as they
+come); thinking, signature, citation and tool-input deltas are neither scored
+nor yielded. The scorer runs llama.cpp inside the event loop (tens of ms per
+word for SmolLM2-135M).
+
+``pip install "liftguard[anthropic,local]"``. The SDK is not imported here:
+streams and clients are duck-typed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from guardrail import CertificateMonitor, ConfigError, TokenEvent
+
+from ._errors import ProviderFormatError
+from ._local import SMOLLM2_SYSTEM, smollm2_chat_prompt
+from ._scorer import LocalTextScorer
+from ._stream import GuardStep, Mode, OnBlock, aguard, guard
+
+if TYPE_CHECKING:
+    from anthropic import AsyncAnthropic
+
+    from ._local import LocalModel
+
+__all__ = [
+    "anthropic_scorer_prompt",
+    "guard_anthropic_stream",
+    "guard_anthropic_stream_sync",
+    "guarded_message",
+]
+
+log = logging.getLogger(__name__)
+
+NO_LOGPROBS = (
+    "Anthropic's API returns no token log-probabilities; pass scorer_model=LocalModel(...) "
+    'to score the streamed text locally (pip install "liftguard[local]")'
+)
+_FLUSH = object()  # end of stream: score the held tail
+
+
+def _get(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
+def _event_text(event: Any) -> str:
+    """The answer text an Anthropic stream event adds ("" for every other event)."""
+    kind = _get(event, "type")
+    if kind == "content_block_delta":
+        delta, where = _get(event, "delta"), "content_block_delta.delta"
+    elif kind == "content_block_start":
+        delta, where = _get(event, "content_block"), "content_block_start.content_block"
+    else:
+        return ""
+    if delta is None:
+        raise ProviderFormatError("missing", field=where)
+    if _get(delta, "type") not in ("text_delta", "text"):
+        return ""  # thinking, signature, citations, tool input: not answer text
+    text = _get(delta, "text")
+    if not isinstance(text, str):
+        raise ProviderFormatError(f"expected a string, got {type(text).__name__}", field=where)
+    return text
+
+
+class _ScoredStep(GuardStep):
+    """:class:`GuardStep` whose parser scores text deltas with a :class:`LocalTextScorer`."""
+
+    __slots__ = ("_scorer",)
+
+    def __init__(
+        self, monitor: CertificateMonitor, mode: Mode, on_block: OnBlock, scorer: LocalTextScorer
+    ) -> None:
+        if not isinstance(scorer, LocalTextScorer):
+            raise ConfigError(f"scorer must be a LocalTextScorer, got {type(scorer).__name__}")
+        if scorer.text or scorer.token_ids:
+            raise ConfigError("the scorer was already used: use one LocalTextScorer per answer")
+        super().__init__(monitor, mode, on_block, self._parse_item)
+        self._scorer = scorer
+
+    def _parse_item(self, item: Any) -> tuple[list[TokenEvent], str]:
+        scorer = self._scorer
+        if item is _FLUSH:
+            return _with_text(scorer.finish(), "")
+        text = _event_text(item)
+        if not text:
+            return [], ""
+        if self.monitor.verdict.final:  # the monitor reads no more tokens: stop scoring
+            return _with_text(scorer.finish(), text)
+        return _with_text(scorer.feed(text), "")
+
+    def end(self) -> str:
+        """Score the held tail, then apply the final rule."""
+        out = self.feed(_FLUSH)
+        return out + super().end()
+
+
+def _with_text(events: list[TokenEvent], unscored: str) -> tuple[list[TokenEvent], str]:
+    """Scored events plus text passed on unscored (``logprob=None``) after a final verdict."""
+    shown = b"".join(e.bytes or b"" for e in events).decode("utf-8")
+    if unscored:
+        events = [*events, TokenEvent(text=unscored, logprob=None)]
+    return events, shown + unscored
+
+
+def guard_anthropic_stream(
+    stream: AsyncIterable[Any],
+    monitor: CertificateMonitor,
+    scorer: LocalTextScorer,
+    *,
+    mode: Mode = "buffered",
+    on_block: OnBlock = "raise",
+) -> AsyncGenerator[str, None]:
+    """Guard an ``AsyncStream[RawMessageStreamEvent]``: yield only the text ``mode`` allows.
+
+    ``stream`` comes from ``client.messages.create(..., stream=True)`` (event
+    objects or dicts); ``scorer`` is a fresh :class:`LocalTextScorer` for this
+    answer and ``monitor`` a fresh monitor whose skeleton and calibration belong
+    to the scorer model. ``"buffered"`` holds the text until CERTIFIED,
+    ``"passthrough"`` shows each scored word at once, ``"final"`` releases it at
+    the end iff certified.
+
+    On BLOCKED the upstream stream is closed at once (the server sees the
+    connection close), then :class:`~guardrail.GuardrailBlocked` carrying the
+    verdict is raised (``on_block="raise"``) or the iterator ends (``"stop"``).
+    An ``error`` event arrives as the SDK's ``APIStatusError``; it and transport
+    errors propagate after the stream is closed, and held text is never released.
+    """
+    return aguard(stream, _ScoredStep(monitor, mode, on_block, scorer))
+
+
+def guard_anthropic_stream_sync(
+    stream: Iterable[Any],
+    monitor: CertificateMonitor,
+    scorer: LocalTextScorer,
+    *,
+    mode: Mode = "buffered",
+    on_block: OnBlock = "raise",
+) -> Generator[str, None, None]:
+    """Sync twin of :func:`guard_anthropic_stream` for ``anthropic.Anthropic`` streams."""
+    return guard(stream, _ScoredStep(monitor, mode, on_block, scorer))
+
+
+def _text_of(content: Any, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Iterable):
+        parts = [_get(b, "text") for b in content if _get(b, "type") == "text"]
+        return "\n".join(p for p in parts if isinstance(p, str))
+    raise ConfigError(f"{where} must be a string or a list of content blocks")
+
+
+def anthropic_scorer_prompt(messages: Iterable[Any], system: Any = None) -> str:
+    """The scorer prompt for a Messages request: SmolLM2's chat template
+    (:func:`smollm2_chat_prompt`) with the request's ``system`` (its text blocks
+    joined; :data:`SMOLLM2_SYSTEM`, the demo calibration's, if none) and the text
+    of the last user message. A final assistant message (a prefill, which Claude
+    continues) is appended after the template. Images, documents and tool blocks
+    are ignored. Other scorer models or calibrations need their own prompt."""
+    msgs = list(messages)
+    users = [m for m in msgs if _get(m, "role") == "user"]
+    question = _text_of(_get(users[-1], "content"), "message content") if users else ""
+    if not question:
+        raise ConfigError(
+            "the request has no user message with text to condition the scorer on; "
+            "pass scorer_prompt=..."
+        )
+    sys_text = _text_of(system, "system") or SMOLLM2_SYSTEM
+    prompt = smollm2_chat_prompt(question, sys_text)
+    if msgs and _get(msgs[-1], "role") == "assistant":
+        prompt += _text_of(_get(msgs[-1], "content"), "message content")
+    return prompt
+
+
+def guarded_message(
+    client: AsyncAnthropic,
+    *,
+    monitor: CertificateMonitor,
+    scorer_model: LocalModel | None = None,
+    mode: Mode = "buffered",
+    on_block: OnBlock = "raise",
+    scorer_prompt: str | None = None,
+    **create_kwargs: Any,
+) -> AsyncGenerator[str, None]:
+    """Stream a guarded Claude answer: ``client.messages.create(**create_kwargs)``
+    with ``stream=True`` forced, its text scored by ``scorer_model``.
+
+    Arguments are checked now (no scorer model -> :class:`~guardrail.ConfigError`:
+    the API has no log-probabilities); the request is sent on the first iteration
+    of the returned async generator. The scorer conditions on ``scorer_prompt``,
+    by default :func:`anthropic_scorer_prompt` of the request's ``messages`` and
+    ``system``. Otherwise as :func:`guard_anthropic_stream`.
+    """
+    if scorer_model is None:
+        raise ConfigError(NO_LOGPROBS)
+    if create_kwargs.get("stream", True) is not True:
+        raise ConfigError(f"guarded_message needs stream=True, got {create_kwargs['stream']!r}")
+    if scorer_prompt is None:
+        if "messages" not in create_kwargs:
+            raise ConfigError("guarded_message needs messages=[...]")
+        messages = list(create_kwargs["messages"])  # read twice: by the prompt and the request
+        create_kwargs = dict(create_kwargs, messages=messages)
+        scorer_prompt = anthropic_scorer_prompt(messages, create_kwargs.get("system"))
+    step = _ScoredStep(monitor, mode, on_block, LocalTextScorer(scorer_model, scorer_prompt))
+    return _stream_message(client, step, dict(create_kwargs, stream=True))
+
+
+async def _stream_message(
+    client: Any, step: GuardStep, kwargs: dict[str, Any]
+) -> AsyncGenerator[str, None]:
+    stream = await cast(Any, client).messages.create(**kwargs)
+    async with contextlib.aclosing(aguard(stream, step)) as texts:
+        async for text in texts:
+            yield text
