@@ -120,7 +120,7 @@ def run_question(
     # an answer cut off by a block is not judged: the model never finished it
     ok = is_correct(answer, references, question) if references and not stopped else None
     mark = "CERTIFIED" if final.state is State.CERTIFIED else "BLOCKED"
-    screen.line(f"A: {shown.strip() or '(withheld)'}")
+    screen.line(f"A: {shown.strip() or '(nothing shown)'}")
     screen.line(f"   {mark}: {final.reason}")
     if ok is not None:
         word = "correct" if ok else "wrong"
