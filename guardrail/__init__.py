@@ -34,6 +34,7 @@ from ._errors import (
     MissingLogprobsError,
     TraceFormatError,
 )
+from ._labels import is_correct, normalize_answer
 from ._lift import DEFAULT_CLIP, budget, clipped_lift, clipped_lifts
 from ._monitor import (
     CertificateMonitor,
@@ -52,6 +53,7 @@ from ._scores import (
     trace_clipped_lifts,
     trace_skeleton_logprobs,
 )
+from ._skeletons import NGramSkeleton, TemperatureSkeleton, select_skeleton_kind, type_token_ratio
 from ._subgamma import (
     GammaFit,
     ModelCheck,
@@ -105,12 +107,14 @@ __all__ = [
     "LTTOutcome",
     "MissingLogprobsError",
     "ModelCheck",
+    "NGramSkeleton",
     "ReplayResult",
     "Skeleton",
     "State",
     "StreamPolicy",
     "SubGammaParams",
     "TailModel",
+    "TemperatureSkeleton",
     "TokenEvent",
     "Trace",
     "TraceFormatError",
@@ -143,12 +147,14 @@ __all__ = [
     "fit_tail",
     "inflate",
     "inflation_factor",
+    "is_correct",
     "iter_traces",
     "kappa_answer_rate_bound",
     "ltt_threshold",
     "min_answered_for_risk",
     "model_check",
     "mutual_information",
+    "normalize_answer",
     "pac_bayes_bound",
     "paper_calibration_threshold",
     "paper_lift_correction",
@@ -157,6 +163,7 @@ __all__ = [
     "parse_trace_lines",
     "read_traces",
     "replay",
+    "select_skeleton_kind",
     "subgamma_from_gamma",
     "subgamma_moments",
     "threshold_grid",
@@ -164,4 +171,5 @@ __all__ = [
     "trace_skeleton_logprobs",
     "trace_to_dict",
     "tv_distance",
+    "type_token_ratio",
 ]

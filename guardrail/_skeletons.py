@@ -1,0 +1,145 @@
+"""Skeletons usable from API streams (top-k) and local models, behind one protocol.
+
+Every skeleton exposes ``log_prob(event) -> float``: the natural-log
+probability of the emitted token under the baseline (see
+:class:`guardrail.Skeleton`). :class:`~guardrail.UniformSkeleton` lives with
+the monitor; the store's ``VectorSkeleton`` holds a stored (e.g. VSD) vector.
+
+- :class:`TemperatureSkeleton`: ``S = P^(1/T)/Z_T``; ``log Z_T`` is estimated
+  from the event's top-k alternatives by top-k compensation.
+- :class:`NGramSkeleton`: a token n-gram model with interpolated absolute
+  discounting (backing off to lower orders, then to a floored unigram), for
+  low-diversity domains; stateful per stream (``for_stream()``).
+- :func:`select_skeleton_kind`: the paper's rule from the type-token ratio.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+
+from ._errors import ConfigError
+from ._monitor import TokenEvent
+from ._topk import TailRule, estimate_logz
+
+__all__ = [
+    "NGramSkeleton",
+    "TemperatureSkeleton",
+    "select_skeleton_kind",
+    "type_token_ratio",
+]
+
+
+class TemperatureSkeleton:
+    """Temperature-smoothed prior of the model itself: ``log S = log P / T - log Z_T``.
+
+    ``log Z_T`` comes from the event's ``top_logprobs`` (values only; at least
+    the emitted token's own logprob is used when the provider sent none) with
+    top-k compensation over ``vocab_size``. T = 1.5 (general) or 2.0 (code).
+    """
+
+    def __init__(self, vocab_size: int, temperature: float = 1.5, rule: TailRule = "anchored"):
+        if vocab_size < 1 or not temperature > 1.0:
+            raise ConfigError("TemperatureSkeleton needs vocab_size >= 1 and temperature > 1")
+        self.vocab_size, self.temperature, self.rule = vocab_size, temperature, rule
+
+    def log_prob(self, event: TokenEvent) -> float:
+        lp = event.logprob
+        if lp is None or math.isnan(lp):
+            raise ConfigError("the temperature skeleton needs the token's logprob")
+        top = sorted((v for _, v in event.top_logprobs), reverse=True) or [lp]
+        logz = estimate_logz(top, self.vocab_size, self.temperature, rule=self.rule)
+        return lp / self.temperature - logz
+
+
+class NGramSkeleton:
+    """Token n-gram model (order ``n``) with interpolated absolute discounting.
+
+    ``P(y | h) = max(c(h, y) - d, 0) / c(h) + d * N1+(h) / c(h) * P(y | h')``
+    with ``h'`` the context shortened by one token, ending in a unigram model
+    mixed with the uniform distribution (weight ``floor``) so every token of
+    the vocabulary keeps some mass. Train with :meth:`fit` on token-id
+    sequences of the domain; score a stream through :meth:`for_stream`.
+    """
+
+    def __init__(self, vocab_size: int, n: int = 3, discount: float = 0.75, floor: float = 0.01):
+        if vocab_size < 1 or n < 1 or not (0.0 < discount < 1.0) or not (0.0 < floor < 1.0):
+            raise ConfigError("NGramSkeleton needs vocab_size, n >= 1, 0 < discount, floor < 1")
+        self.vocab_size, self.n, self.discount, self.floor = vocab_size, n, discount, floor
+        self._counts: list[defaultdict[tuple[int, ...], Counter[int]]] = [
+            defaultdict(Counter) for _ in range(n)
+        ]
+        self._total = 0
+
+    def fit(self, sequences: Iterable[Sequence[int]]) -> NGramSkeleton:
+        """Add counts from token-id sequences (each a separate text)."""
+        for seq in sequences:
+            ids = [int(t) for t in seq]
+            if any(not 0 <= t < self.vocab_size for t in ids):
+                raise ConfigError("token ids must lie in [0, vocab_size)")
+            for i, tok in enumerate(ids):
+                for order in range(self.n):
+                    if i - order < 0:
+                        break
+                    self._counts[order][tuple(ids[i - order : i])][tok] += 1
+            self._total += len(ids)
+        return self
+
+    def prob(self, context: Sequence[int], token: int) -> float:
+        """``P(token | last n-1 tokens of context)``."""
+        unigram = self._counts[0][()]
+        p = (1.0 - self.floor) * (
+            unigram[token] / self._total if self._total else 1.0 / self.vocab_size
+        ) + self.floor / self.vocab_size
+        ctx = tuple(int(t) for t in context)
+        for order in range(1, self.n):
+            if len(ctx) < order:
+                break
+            counts = self._counts[order].get(ctx[len(ctx) - order :])
+            if not counts:
+                break
+            total = sum(counts.values())
+            d = self.discount
+            p = max(counts[token] - d, 0.0) / total + d * len(counts) / total * p
+        return p
+
+    def for_stream(self) -> _NGramStream:
+        """A per-stream skeleton that remembers the tokens already emitted."""
+        return _NGramStream(self)
+
+
+class _NGramStream:
+    def __init__(self, model: NGramSkeleton) -> None:
+        self._model = model
+        self._history: list[int] | None = [] if model.n > 1 else None
+
+    def log_prob(self, event: TokenEvent) -> float:
+        if event.token_id is None:
+            raise ConfigError("the n-gram skeleton needs token ids in the events")
+        hist = self._history or []
+        p = self._model.prob(
+            hist[-(self._model.n - 1) :] if self._model.n > 1 else (), event.token_id
+        )
+        if self._history is not None:
+            self._history.append(event.token_id)
+        return math.log(p)
+
+
+def type_token_ratio(tokens: Iterable[str | int]) -> float:
+    """Distinct tokens / tokens of a corpus (lexical diversity); 0.0 if empty."""
+    items = list(tokens)
+    return len(set(items)) / len(items) if items else 0.0
+
+
+def select_skeleton_kind(ttr: float | None) -> str:
+    """The paper's rule: TTR > 0.7 -> ``"temperature"`` (T = 1.5), TTR < 0.3 ->
+    ``"ngram"`` (domain n-gram), otherwise or unknown -> ``"vsd"`` (lambda 0.5 from
+    the temperature prior)."""
+    if ttr is None or math.isnan(ttr):
+        return "vsd"
+    if ttr > 0.7:
+        return "temperature"
+    if ttr < 0.3:
+        return "ngram"
+    return "vsd"
