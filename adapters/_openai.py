@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from guardrail import CertificateMonitor, ConfigError
@@ -44,6 +45,15 @@ def _import_openai() -> ModuleType:
     except ImportError as exc:
         raise ImportError(INSTALL_HINT) from exc
     return openai
+
+
+def _chunk_parser(monitor: CertificateMonitor) -> Any:
+    """The chunk parser for ``monitor``: alternatives are parsed only when its
+    skeleton reads them (``needs_top_logprobs``, True for unknown skeletons)."""
+    skeleton = getattr(monitor, "skeleton", None)  # GuardStep validates the monitor
+    if skeleton is not None and not getattr(skeleton, "needs_top_logprobs", True):
+        return partial(chat_chunk_parts, with_top=False)
+    return chat_chunk_parts
 
 
 def guard_chat_stream(
@@ -71,7 +81,7 @@ def guard_chat_stream(
     unchanged after the stream is closed; text held back is never released.
     ``mode``/``on_block``/``monitor`` are checked here, before anything is read.
     """
-    return aguard(stream, GuardStep(monitor, mode, on_block, chat_chunk_parts))
+    return aguard(stream, GuardStep(monitor, mode, on_block, _chunk_parser(monitor)))
 
 
 def guard_chat_stream_sync(
@@ -82,7 +92,7 @@ def guard_chat_stream_sync(
     on_block: OnBlock = "raise",
 ) -> Generator[str, None, None]:
     """Sync twin of :func:`guard_chat_stream` for ``openai.OpenAI`` streams (same rules)."""
-    return guard(stream, GuardStep(monitor, mode, on_block, chat_chunk_parts))
+    return guard(stream, GuardStep(monitor, mode, on_block, _chunk_parser(monitor)))
 
 
 _REFUSAL_PHRASES = (
@@ -144,7 +154,7 @@ async def guarded_chat_completion(
     errors propagate unchanged. Otherwise as :func:`guard_chat_stream`.
     """
     openai = _import_openai()
-    step = GuardStep(monitor, mode, on_block, chat_chunk_parts)
+    step = GuardStep(monitor, mode, on_block, _chunk_parser(monitor))
     kwargs = _create_kwargs(create_kwargs)
     try:
         stream = await cast(Any, client).chat.completions.create(**kwargs)

@@ -105,8 +105,13 @@ def _top_logprobs(value: Any, field: str) -> tuple[tuple[str | int, float], ...]
     return tuple(out)
 
 
-def _token_events(entries: Any, field: str, *, with_bytes: bool) -> list[TokenEvent]:
-    """One TokenEvent per logprob entry (``token``, ``logprob``, ``bytes``, ``top_logprobs``)."""
+def _token_events(
+    entries: Any, field: str, *, with_bytes: bool, with_top: bool = True
+) -> list[TokenEvent]:
+    """One TokenEvent per logprob entry (``token``, ``logprob``, ``bytes``, ``top_logprobs``).
+
+    ``with_top=False`` skips the alternatives (most of the parsing cost) for
+    skeletons that do not read them."""
     events: list[TokenEvent] = []
     for i, entry in enumerate(entries):
         where = f"{field}[{i}]"
@@ -117,25 +122,32 @@ def _token_events(entries: Any, field: str, *, with_bytes: bool) -> list[TokenEv
             raise _bad("a string", token, f"{where}.token")
         logprob = _number_or_none(_opt(entry, "logprob"), f"{where}.logprob")
         raw = _token_bytes(_opt(entry, "bytes"), f"{where}.bytes") if with_bytes else None
-        top = _top_logprobs(_opt(entry, "top_logprobs"), f"{where}.top_logprobs")
+        top = (
+            _top_logprobs(_opt(entry, "top_logprobs"), f"{where}.top_logprobs") if with_top else ()
+        )
         events.append(TokenEvent(text=token, logprob=logprob, bytes=raw, top_logprobs=top))
     return events
 
 
 def _segment(
-    text: str | None, entries: Any, field: str, *, with_bytes: bool
+    text: str | None, entries: Any, field: str, *, with_bytes: bool, with_top: bool = True
 ) -> tuple[list[TokenEvent], str]:
     """Events and shown text of one text segment: tokens with logprobs, else one bare event."""
     if entries:
-        events = _token_events(entries, field, with_bytes=with_bytes)
+        events = _token_events(entries, field, with_bytes=with_bytes, with_top=with_top)
         return events, text if text is not None else "".join(e.text for e in events)
     if text:
         return [TokenEvent(text=text, logprob=None)], text
     return [], ""
 
 
-def chat_chunk_parts(chunk: Any, choice: int = 0) -> tuple[list[TokenEvent], str]:
-    """Token events of choice ``choice`` in one ``ChatCompletionChunk`` and the text it adds."""
+def chat_chunk_parts(
+    chunk: Any, choice: int = 0, *, with_top: bool = True
+) -> tuple[list[TokenEvent], str]:
+    """Token events of choice ``choice`` in one ``ChatCompletionChunk`` and the text it adds.
+
+    ``with_top=False`` leaves ``top_logprobs`` empty (for skeletons that never
+    read the alternatives; parsing them is most of the guard's per-token cost)."""
     if not _is_record(chunk):
         raise _bad("a chunk object", chunk, "chunk")
     choices = _get(chunk, "choices")
@@ -162,7 +174,7 @@ def chat_chunk_parts(chunk: Any, choice: int = 0) -> tuple[list[TokenEvent], str
         text = _str_or_none(_opt(delta, key), f"{base}.delta.{key}")
         where = f"{base}.logprobs.{key}"
         entries = _list_or_none(_opt(logprobs, key), where)
-        evs, txt = _segment(text, entries, where, with_bytes=True)
+        evs, txt = _segment(text, entries, where, with_bytes=True, with_top=with_top)
         events += evs
         shown += txt
     return events, shown

@@ -80,6 +80,9 @@ class UniformSkeleton:
 
     __slots__ = ("_log_prob", "vocab_size")
 
+    needs_top_logprobs = False
+    """Scores need only the emitted token: stream adapters skip the alternatives."""
+
     def __init__(self, vocab_size: int) -> None:
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
             raise ConfigError(f"vocab_size must be an integer >= 1, got {vocab_size!r}")
@@ -216,6 +219,10 @@ class CertificateMonitor:
     @property
     def tau(self) -> float:
         return self._tau
+
+    @property
+    def skeleton(self) -> Skeleton | None:
+        return self._skeleton
 
     @property
     def verdict(self) -> Verdict:

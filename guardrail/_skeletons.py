@@ -39,6 +39,8 @@ class TemperatureSkeleton:
     top-k compensation over ``vocab_size``. T = 1.5 (general) or 2.0 (code).
     """
 
+    needs_top_logprobs = True
+
     def __init__(self, vocab_size: int, temperature: float = 1.5, rule: TailRule = "anchored"):
         if vocab_size < 1 or not temperature > 1.0:
             raise ConfigError("TemperatureSkeleton needs vocab_size >= 1 and temperature > 1")
@@ -110,6 +112,8 @@ class NGramSkeleton:
 
 
 class _NGramStream:
+    needs_top_logprobs = False
+
     def __init__(self, model: NGramSkeleton) -> None:
         self._model = model
         self._history: list[int] | None = [] if model.n > 1 else None

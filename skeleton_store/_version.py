@@ -32,6 +32,8 @@ class VectorSkeleton:
     vector skeleton cannot score a token it cannot identify.
     """
 
+    needs_top_logprobs = False
+
     __slots__ = ("_lp", "vocab_size")
 
     def __init__(self, log_probs: npt.ArrayLike) -> None:

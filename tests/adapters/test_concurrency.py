@@ -258,8 +258,9 @@ async def client(server: ServerProcess) -> AsyncIterator[openai.AsyncOpenAI]:
     # The SDK's pool (1000 connections, 100 kept alive), but idle connections expire after
     # 10 min instead of 5 s, so that the pool is full (100 idle) after each batch whatever
     # the timing and the memory of two batches compares like for like. 60 s instead of the
-    # SDK's 5 s connect timeout: 500 streams parsed by pydantic keep the one event loop
-    # busy, and on 2 loaded cores the last connects of a batch wait for seconds.
+    # SDK's 5 s connect timeout: parsing 500 streams keeps the one event loop busy, and
+    # when it was slower (tracemalloc on, or the server's threads in this process) the
+    # last connects of a batch waited more than 5 s on 2 busy cores.
     lim = openai.DEFAULT_CONNECTION_LIMITS
     limits = type(lim)(
         max_connections=lim.max_connections,

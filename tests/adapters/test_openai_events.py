@@ -208,3 +208,28 @@ def test_import_adapters_does_not_import_vendor_sdks() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_alternatives_are_skipped_when_the_skeleton_does_not_read_them() -> None:
+    from adapters._openai import _chunk_parser
+    from adapters._openai_events import chat_chunk_parts
+    from guardrail import CertificateMonitor, StreamPolicy, TemperatureSkeleton, UniformSkeleton
+
+    top = [{"token": f"t{i}", "logprob": -0.5 * i, "bytes": None} for i in range(5)]
+    chunk = {
+        "choices": [
+            {
+                "index": 0,
+                "delta": {"content": " a"},
+                "logprobs": {"content": [{"token": " a", "logprob": -0.1, "top_logprobs": top}]},
+            }
+        ]
+    }
+    full, _ = chat_chunk_parts(chunk)
+    bare, _ = chat_chunk_parts(chunk, with_top=False)
+    assert len(full[0].top_logprobs) == 5 and bare[0].top_logprobs == ()
+    assert (bare[0].text, bare[0].logprob) == (full[0].text, full[0].logprob)
+    uniform = CertificateMonitor(StreamPolicy(), 1.0, skeleton=UniformSkeleton(100))
+    temperature = CertificateMonitor(StreamPolicy(), 1.0, skeleton=TemperatureSkeleton(100))
+    assert _chunk_parser(uniform)(chunk)[0][0].top_logprobs == ()
+    assert len(_chunk_parser(temperature)(chunk)[0][0].top_logprobs) == 5
