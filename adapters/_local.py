@@ -149,7 +149,6 @@ class LocalModel:
     def token_bytes(self, token_id: int) -> bytes:
         return bytes(self._llm.detokenize([token_id]))
 
-
     def _eval_reusing_prefix(self, tokens: Sequence[int]) -> None:
         """Evaluate ``tokens``, keeping the KV cache of the longest prefix already
         evaluated (the last token is always evaluated again, so its logits are
