@@ -316,7 +316,11 @@ def calibrate(
         raise ConfigError(f"method must be 'ltt' or 'paper', got {method!r}")
     n_ans = int(answered.sum())
     n_err = int((answered & errors).sum())
-    kappa = mutual_information(ok, np.where(np.isfinite(s), s, np.nanmin(s[np.isfinite(s)]) - 1.0))
+    finite = np.isfinite(s)
+    # answers that are never shown rank below every finite score
+    kappa = (
+        mutual_information(ok, np.where(finite, s, s[finite].min() - 1.0)) if finite.any() else 0.0
+    )
     return Calibration(
         method=method,
         tau=float(tau),
