@@ -87,6 +87,13 @@ from ._traces import (
     read_traces,
     trace_to_dict,
 )
+from ._vsd import (
+    VSDResult,
+    distributions_from_logits,
+    distributions_from_traces,
+    vsd,
+    vsd_objective,
+)
 
 __version__ = "0.1.0"
 
@@ -119,6 +126,7 @@ __all__ = [
     "Trace",
     "TraceFormatError",
     "UniformSkeleton",
+    "VSDResult",
     "Verdict",
     "__version__",
     "baseline_score",
@@ -137,6 +145,8 @@ __all__ = [
     "clopper_pearson_interval",
     "clopper_pearson_upper",
     "critical_thresholds",
+    "distributions_from_logits",
+    "distributions_from_traces",
     "dump_trace_line",
     "estimate_entropy",
     "estimate_entropy_batch",
@@ -172,4 +182,6 @@ __all__ = [
     "trace_to_dict",
     "tv_distance",
     "type_token_ratio",
+    "vsd",
+    "vsd_objective",
 ]

@@ -30,6 +30,7 @@ from ._handle import SkeletonHandle, open_skeleton
 from ._names import check_alias, check_name, format_version, parse_version
 from ._store import SkeletonStore
 from ._version import SkeletonVersion, VectorSkeleton, VersionInfo
+from ._warmstart import build_vsd_version, warm_start
 
 __all__ = [
     "AliasEvent",
@@ -44,10 +45,12 @@ __all__ = [
     "VectorSkeleton",
     "VersionInfo",
     "VersionNotFound",
+    "build_vsd_version",
     "check_alias",
     "check_name",
     "default_store_url",
     "format_version",
     "open_skeleton",
     "parse_version",
+    "warm_start",
 ]
