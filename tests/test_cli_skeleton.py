@@ -48,3 +48,15 @@ def test_missing_version_is_a_clear_error(
 ) -> None:
     assert main(["skeleton", "--store", str(tmp_path), "show", "nothing", "v3"]) == 1
     assert "error:" in capsys.readouterr().err
+
+
+def test_vsd_build_and_warm_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch", reason='needs pip install "liftguard[vsd]"')
+    base = ["skeleton", "--store", str(tmp_path)]
+    assert main([*base, "build", "--name", "v", "--traces", FIXTURE, "--kind", "vsd"]) == 0
+    assert main([*base, "warm-start", "v", "--traces", FIXTURE]) == 0
+    out = capsys.readouterr().out
+    assert "wrote v v1 (vsd, parent None)" in out and "wrote v v2 (vsd, parent 1)" in out
+    child = SkeletonStore(str(tmp_path)).get("v", 2)
+    assert child.kind == "vsd" and child.vsd_trace is not None
+    assert child.probs().sum() == pytest.approx(1.0)

@@ -34,6 +34,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if not traces:
         print(f"error: {args.traces} holds no traces", file=sys.stderr)
         return 2
+    if args.kind == "vsd":
+        return _build_vsd(args, traces)
     vocab = traces[0].vocab_size
     if any(t.vocab_size != vocab for t in traces):
         print("error: the traces mix vocabularies", file=sys.stderr)
@@ -76,6 +78,62 @@ def _cmd_build(args: argparse.Namespace) -> int:
             f"risk {calibration['empirical_risk']:.3f} (target {args.risk:g}, delta {args.delta:g})"
         )
     return 0
+
+
+def _target(args: argparse.Namespace) -> Any:
+    from .._policy import StreamPolicy
+
+    if args.risk is None:
+        return None
+    return (StreamPolicy(aggregate=args.aggregate, clip=args.clip), args.risk, args.delta)
+
+
+def _report_vsd(args: argparse.Namespace, version: Any) -> int:
+    trace = version.vsd_trace or {}
+    print(
+        f"wrote {version.name} {version.tag} (vsd, parent {version.parent}): "
+        f"{trace.get('iterations')} iterations, {trace.get('seconds', 0.0):.2f} s, "
+        f"converged {trace.get('converged')}"
+    )
+    cal = version.calibration
+    if cal is not None:
+        print(
+            f"  calibrated: tau {cal['tau']:.4f}, coverage {cal['coverage']:.1%}, "
+            f"risk {cal['empirical_risk']:.3f} (target {cal['risk']:g}, delta {cal['delta']:g})"
+        )
+    return 0
+
+
+def _build_vsd(args: argparse.Namespace, traces: Any) -> int:
+    from skeleton_store import build_vsd_version
+
+    version = build_vsd_version(
+        _store(args),
+        args.name,
+        traces,
+        lam=args.lam,
+        clip=args.clip,
+        calibrate_with=_target(args),
+        parent=args.parent,
+        model_id=args.model_id or traces[0].model,
+        logprob_mode=args.logprob_mode,
+    )
+    return _report_vsd(args, version)
+
+
+def _cmd_warm_start(args: argparse.Namespace) -> int:
+    from skeleton_store import warm_start
+
+    from .._traces import read_traces
+
+    traces = read_traces(args.traces)
+    if not traces:
+        print(f"error: {args.traces} holds no traces", file=sys.stderr)
+        return 2
+    version = warm_start(
+        _store(args), args.name, traces, alias=args.alias, calibrate_with=_target(args)
+    )
+    return _report_vsd(args, version)
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -127,7 +185,8 @@ def add_skeleton_parser(sub: Any) -> None:
     b = cmds.add_parser("build", help="build a skeleton from traces and store a new version")
     b.add_argument("--name", required=True)
     b.add_argument("--traces", required=True, help="JSONL trace file (vocabulary and tokens)")
-    b.add_argument("--kind", default="unigram", choices=("unigram", "uniform"))
+    b.add_argument("--kind", default="unigram", choices=("unigram", "uniform", "vsd"))
+    b.add_argument("--lam", type=float, default=0.5, help="VSD lambda (0.3-0.7)")
     b.add_argument("--smoothing", type=float, default=1.0)
     b.add_argument("--floor", type=float, default=1e-3)
     b.add_argument("--risk", type=float, default=None, help="also calibrate for this risk")
@@ -138,6 +197,19 @@ def add_skeleton_parser(sub: Any) -> None:
     b.add_argument("--model-id", default=None)
     b.add_argument("--logprob-mode", default="processed", choices=("raw", "processed"))
     b.set_defaults(func=_run(_cmd_build))
+
+    ws = cmds.add_parser(
+        "warm-start",
+        help="re-run VSD on a changed model's traces from the stored version; new child version",
+    )
+    ws.add_argument("name")
+    ws.add_argument("--traces", required=True, help="traces of the new model")
+    ws.add_argument("--alias", default="latest", help="version to start from")
+    ws.add_argument("--risk", type=float, default=None, help="recalibrate for this risk")
+    ws.add_argument("--delta", type=float, default=0.05)
+    ws.add_argument("--aggregate", default="min", choices=("mean", "min"))
+    ws.add_argument("--clip", type=float, default=12.0)
+    ws.set_defaults(func=_run(_cmd_warm_start))
 
     ls = cmds.add_parser("list", help="list versions")
     ls.add_argument("name", nargs="?", default=None)
