@@ -41,8 +41,26 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return cmd_eval(args)
 
 
+def _add_certificate_options(parser: argparse.ArgumentParser) -> None:
+    """The risk target and the streaming certificate's settings (calibrate and eval)."""
+    from .._scores import TRACE_SKELETONS
+
+    parser.add_argument("--risk", type=float, required=True, help="target selective risk h*")
+    parser.add_argument("--delta", type=float, default=0.05, help="calibration failure probability")
+    parser.add_argument("--skeleton", default="uniform", choices=TRACE_SKELETONS)
+    parser.add_argument(
+        "--aggregate", default="min", choices=("mean", "min"), help="how token lifts combine"
+    )
+    parser.add_argument("--boundary", default="betting", choices=("betting", "paper"))
+    parser.add_argument("--clip", type=float, default=12.0, help="clipping bound B")
+    parser.add_argument("--min-tokens", type=int, default=1)
+    parser.add_argument(
+        "--stream-delta", type=float, default=0.05, help="evidence level of the in-stream boundary"
+    )
+
+
 def _build_parser() -> argparse.ArgumentParser:
-    from .._scores import BASELINES, TRACE_SKELETONS
+    from .._scores import BASELINES
 
     parser = argparse.ArgumentParser(
         prog="liftguard", description="Certify or block LLM answers while they stream."
@@ -57,24 +75,13 @@ def _build_parser() -> argparse.ArgumentParser:
         "coverage, risk and the oracle coverage on a held-out split.",
     )
     p.add_argument("--traces", required=True, help="JSONL trace file")
-    p.add_argument("--risk", type=float, required=True, help="target selective risk h*")
-    p.add_argument("--delta", type=float, default=0.05, help="calibration failure probability")
-    p.add_argument("--skeleton", default="uniform", choices=TRACE_SKELETONS)
-    p.add_argument("--boundary", default="betting", choices=("betting", "paper"))
+    _add_certificate_options(p)
     p.add_argument("--method", default="ltt", choices=("ltt", "paper"))
-    p.add_argument(
-        "--aggregate", default="min", choices=("mean", "min"), help="how token lifts combine"
-    )
     p.add_argument(
         "--score",
         default="lift",
         choices=("lift", *BASELINES),
         help="decision score: the streaming lift policy or a baseline",
-    )
-    p.add_argument("--clip", type=float, default=12.0, help="clipping bound B")
-    p.add_argument("--min-tokens", type=int, default=1)
-    p.add_argument(
-        "--stream-delta", type=float, default=0.05, help="evidence level of the in-stream boundary"
     )
     p.add_argument(
         "--cal-fraction",
@@ -103,19 +110,10 @@ def _build_parser() -> argparse.ArgumentParser:
         "splits, and report test coverage, risk, risk violations, AUROC and tokens read.",
     )
     e.add_argument("--traces", required=True, help="JSONL trace file")
-    e.add_argument("--risk", type=float, required=True, help="target selective risk h*")
-    e.add_argument("--delta", type=float, default=0.05)
+    _add_certificate_options(e)
     e.add_argument("--splits", type=int, default=20)
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--top-k", type=int, default=None, help="keep only the top K alternatives")
-    e.add_argument("--skeleton", default="uniform", choices=TRACE_SKELETONS)
-    e.add_argument("--boundary", default="betting", choices=("betting", "paper"))
-    e.add_argument(
-        "--aggregate", default="min", choices=("mean", "min"), help="how token lifts combine"
-    )
-    e.add_argument("--clip", type=float, default=12.0)
-    e.add_argument("--min-tokens", type=int, default=1)
-    e.add_argument("--stream-delta", type=float, default=0.05)
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument(
         "--plot", metavar="DIR", default=None,
