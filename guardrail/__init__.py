@@ -35,7 +35,7 @@ from ._errors import (
     TraceFormatError,
 )
 from ._labels import is_correct, normalize_answer
-from ._lift import DEFAULT_CLIP, budget, clipped_lift, clipped_lifts
+from ._lift import DEFAULT_CLIP, budget, clipped_lift, clipped_lifts, support_clip
 from ._monitor import (
     CertificateMonitor,
     GuardedText,
@@ -45,7 +45,14 @@ from ._monitor import (
     UniformSkeleton,
     Verdict,
 )
-from ._policy import ReplayResult, StreamPolicy, critical_thresholds, replay, threshold_grid
+from ._policy import (
+    ReplayResult,
+    StreamPolicy,
+    critical_thresholds,
+    replay,
+    running_statistic,
+    threshold_grid,
+)
 from ._scores import (
     BASELINES,
     TRACE_SKELETONS,
@@ -173,9 +180,11 @@ __all__ = [
     "parse_trace_lines",
     "read_traces",
     "replay",
+    "running_statistic",
     "select_skeleton_kind",
     "subgamma_from_gamma",
     "subgamma_moments",
+    "support_clip",
     "threshold_grid",
     "trace_clipped_lifts",
     "trace_skeleton_logprobs",

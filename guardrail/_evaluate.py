@@ -20,7 +20,7 @@ from scipy import stats
 from ._bounds import clopper_pearson_interval
 from ._calibration import ltt_threshold
 from ._errors import ConfigError, InsufficientDataError
-from ._policy import StreamPolicy, critical_thresholds, replay
+from ._policy import StreamPolicy, critical_thresholds, replay, running_statistic
 from ._scores import BASELINES, baseline_score, trace_clipped_lifts
 from ._traces import Trace
 
@@ -77,8 +77,9 @@ def lift_method(
     (compensated estimates instead of the recorded full-vocabulary values)."""
     lifts = [trace_clipped_lifts(t, skeleton, policy.clip, exact=exact) for t in traces]
     crit = critical_thresholds(policy, lifts)
-    agg = np.min if policy.aggregate == "min" else np.mean
-    final = np.array([float(agg(x)) if x.size else -np.inf for x in lifts])
+    final = np.array(
+        [float(running_statistic(policy, x)[-1]) if x.size else -np.inf for x in lifts]
+    )
     return MethodScores(name, crit, final, lifts, policy)
 
 
@@ -90,10 +91,10 @@ def baseline_method(traces: Sequence[Trace], name: str, *, exact: bool = True) -
     return MethodScores(name, scores, scores)
 
 
-def _tokens_read(method: MethodScores, idx: npt.NDArray[np.int64], tau: float) -> float:
-    """Mean share of each answer's tokens read before its verdict at ``tau``."""
+def _tokens_read(method: MethodScores, idx: npt.NDArray[np.int64], tau: float) -> list[float]:
+    """Share of each (non-empty) answer's tokens read before its verdict at ``tau``."""
     if method.lifts is None or method.policy is None:
-        return 1.0
+        return [1.0] * len(idx)
     shares = []
     for i in idx:
         x = method.lifts[i]
@@ -103,7 +104,7 @@ def _tokens_read(method: MethodScores, idx: npt.NDArray[np.int64], tau: float) -
             shares.append(int(replay(method.policy, x, [tau]).stop[0]) / x.size)
         else:
             shares.append(1.0)
-    return float(np.mean(shares)) if shares else 1.0
+    return shares
 
 
 def evaluate_methods(
@@ -124,7 +125,8 @@ def evaluate_methods(
     Clopper-Pearson lower bound exceeds ``risk``), ``auroc``
     (of the final sequence score on all answers), ``tokens_read_fraction``
     (mean share of tokens read before the verdict, over test answers of
-    splits that calibrated), and ``refused`` (splits where calibration had too
+    splits that calibrated), ``tokens_read_median`` (the median of those
+    shares, pooled over the splits), and ``refused`` (splits where calibration had too
     little data; they count as showing nothing).
     """
     ok = np.asarray(correct, dtype=bool)
@@ -136,7 +138,8 @@ def evaluate_methods(
     n_cal = round(n * cal_fraction)
     out: dict[str, dict[str, Any]] = {}
     for m in methods:
-        cov, rsk, viol, read = [], [], 0, []
+        cov, rsk, viol = [], [], 0
+        read: list[float] = []
         refused = 0
         for perm in perms:
             cal, test = perm[:n_cal], perm[n_cal:]
@@ -154,7 +157,7 @@ def evaluate_methods(
             rsk.append(k / s if s else 0.0)
             if s and clopper_pearson_interval(k, s, 0.05)[0] > risk:
                 viol += 1
-            read.append(_tokens_read(m, test, tau))
+            read.extend(_tokens_read(m, test, tau))
         shown_risks = [r for r, c in zip(rsk, cov, strict=True) if c > 0]
         out[m.name] = {
             "coverage_mean": float(np.mean(cov)),
@@ -162,6 +165,7 @@ def evaluate_methods(
             "risk_violation_rate": viol / splits,
             "auroc": auroc(m.final, ok),
             "tokens_read_fraction": float(np.mean(read)) if read else 1.0,
+            "tokens_read_median": float(np.median(read)) if read else 1.0,
             "refused": refused,
         }
     return out

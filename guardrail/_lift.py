@@ -15,10 +15,38 @@ import numpy.typing as npt
 
 from ._errors import ConfigError
 
-__all__ = ["DEFAULT_CLIP", "budget", "clipped_lift", "clipped_lifts"]
+__all__ = [
+    "DEFAULT_CLIP",
+    "DEFAULT_SUPPORT",
+    "budget",
+    "clipped_lift",
+    "clipped_lifts",
+    "support_clip",
+]
 
 DEFAULT_CLIP = 12.0
 """Default clipping bound ``B`` (the paper's choice, flat for B in [8, 16])."""
+
+
+DEFAULT_SUPPORT = 0.8
+"""Probability at which :func:`support_clip` counts a token as fully supported."""
+
+
+def support_clip(vocab_size: int, support: float = DEFAULT_SUPPORT) -> float:
+    """Clip ``B = log(support * |V|)`` for a uniform skeleton.
+
+    With ``S = 1/|V|`` the lift of a token is ``log P + log |V|``, so clipping at
+    this ``B`` saturates every token the model gave probability ``>= support``:
+    confident tokens count as fully supported and only the shortfall of the
+    others, ``log P - log support``, moves an order-based statistic
+    (``aggregate="min"`` or ``"lowest"``). ``support=0.8`` is the default
+    certificate's choice (measured on the shared traces; see the README).
+    """
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
+        raise ConfigError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
+    if not (isinstance(support, int | float) and 1.0 / vocab_size < support <= 1.0):
+        raise ConfigError(f"support must lie in (1/|V|, 1], got {support!r}")
+    return math.log(support * vocab_size)
 
 
 def _check_clip(clip: float) -> None:

@@ -24,6 +24,7 @@ cell wide. :class:`GuardedText` turns verdicts into what may be shown.
 from __future__ import annotations
 
 import math
+from bisect import insort
 from dataclasses import dataclass
 from enum import Enum
 from math import log, log1p, sqrt
@@ -153,8 +154,8 @@ class CertificateMonitor:
 
     __slots__ = (
         "_b", "_bets", "_boundary", "_c", "_c2", "_cap_down", "_cap_up", "_closed", "_down",
-        "_early", "_events", "_finished", "_grid", "_hi", "_lo", "_lvl0", "_m", "_min", "_min_agg",
-        "_min_tokens",
+        "_early", "_events", "_finished", "_grid", "_hi", "_k", "_lo", "_low", "_lvl0", "_m",
+        "_min", "_min_agg", "_min_tokens",
         "_on_missing", "_paper", "_policy", "_reason_cont", "_reason_wait", "_s2", "_skeleton",
         "_sq", "_t", "_tau", "_thr", "_total", "_total_s", "_track", "_up", "_v2", "_verdict",
     )  # fmt: skip
@@ -190,10 +191,12 @@ class CertificateMonitor:
         self._cap_up, self._cap_down = policy.bet_cap / m, policy.bet_cap / (1.0 - m)
         self._v2, self._c = 2.0 * (policy.v or 0.0), policy.c or 0.0
         self._lvl0 = math.log(1.0 / (policy.delta / 2.0))
-        self._min_agg = policy.aggregate == "min"
+        self._min_agg = policy.order_based
         if self._min_agg:
             self._paper = False
-        self._min = b
+        self._k = k = policy.n_lowest
+        self._min = b  # the order-based statistic: min, or mean of the k lowest lifts
+        self._low = [b] * k  # the k lowest lifts so far, ascending (missing ones = clip)
         self._track = track_bounds and not self._paper and not self._min_agg
         self._bets = not self._paper and not self._min_agg and (self._early or self._track)
         self._t = self._events = self._lo = 0
@@ -239,8 +242,16 @@ class CertificateMonitor:
     @property
     def minimum(self) -> float:
         """Smallest clipped lift so far (``clip`` before the first token); tracked
-        for ``aggregate="min"`` policies, ``nan`` otherwise."""
-        return self._min if self._min_agg else math.nan
+        for ``aggregate="min"`` and ``"lowest"`` policies, ``nan`` otherwise."""
+        return self._low[0] if self._min_agg else math.nan
+
+    @property
+    def statistic(self) -> float:
+        """The aggregate the final rule compares with ``tau``: the running mean,
+        minimum, or mean of the ``lowest_k`` weakest lifts (``clip`` before any token)."""
+        if self._min_agg:
+            return self._min
+        return self._total / self._t if self._t else self._b
 
     def update_lift(self, x: float) -> Verdict:
         """Add one clipped lift in ``[0, clip]`` (a finite value outside is a ConfigError)."""
@@ -278,10 +289,20 @@ class CertificateMonitor:
             self._s2 = (0.25 + sq) / (t + 1)
         live = self._early and t >= self._min_tokens
         if self._min_agg:
-            low = x if x < self._min else self._min
-            self._min = low
+            lows = self._low
+            if x < lows[-1]:
+                if self._k == 1:
+                    lows[0] = x
+                    self._min = x
+                else:
+                    insort(lows, x)
+                    lows.pop()
+                    self._min = sum(lows) / self._k
+            low = self._min
             if live and low < tau:
-                why = f"blocked: token lift {low:.4g} < tau={tau:g} by token {t} (min aggregate)"
+                what = "token lift" if self._k == 1 else f"mean of the {self._k} lowest lifts"
+                agg = self._policy.aggregate
+                why = f"blocked: {what} {low:.4g} < tau={tau:g} by token {t} ({agg} aggregate)"
                 return self._final(State.BLOCKED, why, lower, upper)
         elif self._paper:
             level = log1p(log(t)) + self._lvl0
@@ -341,7 +362,8 @@ class CertificateMonitor:
         elif self._policy.final_rule == "block":
             ok, why = False, f"blocked: no verdict after {t} tokens (final_rule='block')"
         else:
-            stat, what = (self._min, "min") if self._min_agg else (mean, "mean")
+            what = {"min": "min", "lowest": f"lowest-{self._k}"}.get(self._policy.aggregate, "mean")
+            stat = self._min if self._min_agg else mean
             ok = stat >= tau
             rel = ">=" if ok else "<"
             why = f"final {what} lift {stat:.4g} {rel} tau={tau:g} after {t} tokens"

@@ -25,12 +25,19 @@ from ._boundaries import betting_log_wealth, paper_radius
 from ._errors import ConfigError
 from ._lift import DEFAULT_CLIP
 
-__all__ = ["ReplayResult", "StreamPolicy", "critical_thresholds", "replay", "threshold_grid"]
+__all__ = [
+    "ReplayResult",
+    "StreamPolicy",
+    "critical_thresholds",
+    "replay",
+    "running_statistic",
+    "threshold_grid",
+]
 
 FloatArray = npt.NDArray[np.float64]
 Boundary = Literal["betting", "paper"]
 FinalRule = Literal["mean", "block"]
-Aggregate = Literal["mean", "min"]
+Aggregate = Literal["mean", "min", "lowest"]
 
 
 @dataclass(frozen=True)
@@ -55,8 +62,13 @@ class StreamPolicy:
             the anytime boundary above; ``"min"`` requires every token's lift to
             reach ``tau`` ("the answer is as well supported as its weakest
             token"): it blocks at the first token below ``tau`` and certifies
-            at the end. The boundary settings do not apply to ``"min"``, and
-            ``final_rule="mean"`` then means ``min_T >= tau``.
+            at the end. ``"lowest"`` generalises ``"min"`` to the mean of the
+            ``lowest_k`` smallest lifts so far, a shorter answer counting the
+            missing ones as ``clip`` (so the statistic only falls as tokens
+            arrive): one weak token no longer decides alone, two do. The
+            boundary settings do not apply to ``"min"`` and ``"lowest"``, and
+            ``final_rule="mean"`` then compares their statistic with ``tau``.
+        lowest_k: how many of the weakest tokens ``"lowest"`` averages.
     """
 
     boundary: Boundary = "betting"
@@ -69,10 +81,16 @@ class StreamPolicy:
     c: float | None = None
     early: bool = True
     aggregate: Aggregate = "mean"
+    lowest_k: int = 2
 
     def __post_init__(self) -> None:
-        if self.aggregate not in ("mean", "min"):
-            raise ConfigError(f"aggregate must be 'mean' or 'min', got {self.aggregate!r}")
+        if self.aggregate not in ("mean", "min", "lowest"):
+            raise ConfigError(
+                f"aggregate must be 'mean', 'min' or 'lowest', got {self.aggregate!r}"
+            )
+        k = self.lowest_k
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ConfigError(f"lowest_k must be an integer >= 1, got {k!r}")
         if self.boundary not in ("betting", "paper"):
             raise ConfigError(f"boundary must be 'betting' or 'paper', got {self.boundary!r}")
         if not (0.0 < self.delta < 1.0):
@@ -92,6 +110,17 @@ class StreamPolicy:
                     raise ConfigError(
                         f"the paper boundary needs sub-gamma parameter {name} > 0, got {val!r}"
                     )
+
+    @property
+    def order_based(self) -> bool:
+        """``True`` for ``"min"`` and ``"lowest"``: the statistic only falls as
+        tokens arrive, so the policy blocks early and certifies at the end."""
+        return self.aggregate != "mean"
+
+    @property
+    def n_lowest(self) -> int:
+        """Number of weakest lifts the order-based statistic averages (1 for ``"min"``)."""
+        return 1 if self.aggregate == "min" else self.lowest_k
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,6 +152,32 @@ def threshold_grid(clip: float = DEFAULT_CLIP, step: float = 0.01) -> FloatArray
     return grid[grid < clip]
 
 
+def running_statistic(policy: StreamPolicy, lifts: npt.ArrayLike) -> FloatArray:
+    """The policy's aggregate statistic after each token of one answer's clipped lifts.
+
+    ``"mean"``: the running mean; ``"min"``: the running minimum; ``"lowest"``:
+    the running mean of the ``lowest_k`` smallest lifts, missing ones counted as
+    ``clip``. Its last entry is what the final rule compares with ``tau``.
+    """
+    x = np.asarray(lifts, dtype=np.float64)
+    if x.size == 0:
+        return np.zeros(0, dtype=np.float64)
+    if policy.aggregate == "mean":
+        return np.asarray(np.cumsum(x) / np.arange(1, x.size + 1), dtype=np.float64)
+    k = policy.n_lowest
+    if k == 1:
+        return np.asarray(np.minimum.accumulate(x), dtype=np.float64)
+    low = np.full(k, policy.clip)  # the k smallest so far, ascending
+    out = np.empty(x.size, dtype=np.float64)
+    for i, v in enumerate(x.tolist()):
+        if v < low[-1]:
+            j = int(np.searchsorted(low, v, side="right"))
+            low[j + 1 :] = low[j:-1].copy()
+            low[j] = v
+        out[i] = low.sum() / k
+    return out
+
+
 def _first_true(mask: npt.NDArray[np.bool_], start: int) -> npt.NDArray[np.int64]:
     """Index of the first True at or after row ``start`` per column (``T`` if none)."""
     n = mask.shape[0]
@@ -151,9 +206,10 @@ def replay(policy: StreamPolicy, lifts: npt.ArrayLike, taus: npt.ArrayLike) -> R
             tau, np.zeros(g, dtype=bool), np.zeros(g, dtype=np.int64), np.zeros(g, dtype=bool)
         )
     start = policy.min_tokens - 1
-    if policy.aggregate == "min":
-        up_hit = np.zeros((n, g), dtype=bool)  # a later token may still fall below tau
-        down_hit = np.minimum.accumulate(x)[:, None] < tau[None, :]
+    if policy.order_based:
+        stat_t = running_statistic(policy, x)
+        up_hit = np.zeros((n, g), dtype=bool)  # a later token may still pull it below tau
+        down_hit = stat_t[:, None] < tau[None, :]
     elif policy.boundary == "betting":
         traj = betting_log_wealth(x / policy.clip, tau / policy.clip, policy.delta, policy.bet_cap)
         thr = math.log(2.0 / policy.delta)
@@ -173,7 +229,7 @@ def replay(policy: StreamPolicy, lifts: npt.ArrayLike, taus: npt.ArrayLike) -> R
     certified = (t_up < n) & (t_up < t_down)
     blocked = (t_down < n) & (t_down < t_up)
     undecided = ~(certified | blocked)
-    stat = float(x.min()) if policy.aggregate == "min" else float(x.mean())
+    stat = float(stat_t[-1]) if policy.order_based else float(x.mean())
     final_ok = stat >= tau if policy.final_rule == "mean" else np.zeros(g, dtype=bool)
     answered = certified | (undecided & final_ok)
     stop = np.where(certified, t_up + 1, np.where(blocked, t_down + 1, n)).astype(np.int64)

@@ -49,10 +49,21 @@ def _add_certificate_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--delta", type=float, default=0.05, help="calibration failure probability")
     parser.add_argument("--skeleton", default="uniform", choices=TRACE_SKELETONS)
     parser.add_argument(
-        "--aggregate", default="min", choices=("mean", "min"), help="how token lifts combine"
+        "--aggregate",
+        default="lowest",
+        choices=("mean", "min", "lowest"),
+        help="how token lifts combine (default: mean of the --lowest-k weakest)",
+    )
+    parser.add_argument(
+        "--lowest-k", type=int, default=2, help="weakest tokens the 'lowest' aggregate averages"
     )
     parser.add_argument("--boundary", default="betting", choices=("betting", "paper"))
-    parser.add_argument("--clip", type=float, default=12.0, help="clipping bound B")
+    parser.add_argument(
+        "--clip",
+        type=float,
+        default=None,
+        help="clipping bound B (default: log(0.8 |V|) for the uniform skeleton, else 12)",
+    )
     parser.add_argument("--min-tokens", type=int, default=1)
     parser.add_argument(
         "--stream-delta", type=float, default=0.05, help="evidence level of the in-stream boundary"
@@ -151,7 +162,8 @@ def _build_parser() -> argparse.ArgumentParser:
     st.add_argument("--traces", required=True)
     st.add_argument("--risk", type=float, required=True)
     st.add_argument("--delta", type=float, default=0.05)
-    st.add_argument("--aggregate", default="min", choices=("mean", "min"))
+    st.add_argument("--aggregate", default="min", choices=("mean", "min", "lowest"))
+    st.add_argument("--lowest-k", type=int, default=2)
     st.add_argument("--seed", type=int, default=0)
     st.add_argument("--smoothing", type=float, default=0.01, help="unigram add-k smoothing")
     st.add_argument("--json", action="store_true")

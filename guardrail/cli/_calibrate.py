@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._common import oracle_coverage, split_indices
+from ._common import oracle_coverage, resolve_clip, split_indices, stream_policy
 
 __all__ = ["cmd_calibrate"]
 
@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from .._errors import GuardrailError
-    from .._policy import StreamPolicy, critical_thresholds
+    from .._policy import critical_thresholds
     from .._scores import baseline_score, trace_clipped_lifts
     from .._traces import read_traces
 
@@ -33,15 +33,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         return 2
     correct = np.array([bool(t.correct) for t in traces])
     run = _Run(args, correct)
+    resolve_clip(args, traces[0].vocab_size)
     if args.score == "lift":
         run.lifts = [trace_clipped_lifts(t, args.skeleton, args.clip) for t in traces]
         if args.boundary == "betting":
-            run.policy = StreamPolicy(
-                delta=args.stream_delta,
-                clip=args.clip,
-                min_tokens=args.min_tokens,
-                aggregate=args.aggregate,
-            )
+            run.policy = stream_policy(args)
             run.scores = critical_thresholds(run.policy, run.lifts)
         score_name = f"lift[{args.skeleton}, {args.aggregate}, {args.boundary}]"
     else:

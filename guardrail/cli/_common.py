@@ -2,10 +2,39 @@
 
 from __future__ import annotations
 
+import argparse
+from typing import TYPE_CHECKING
+
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["oracle_coverage", "split_indices"]
+if TYPE_CHECKING:
+    from .._policy import StreamPolicy
+
+__all__ = ["oracle_coverage", "resolve_clip", "split_indices", "stream_policy"]
+
+
+def resolve_clip(args: argparse.Namespace, vocab_size: int) -> float:
+    """``--clip``, or when it is not given: ``support_clip(|V|)`` for the uniform
+    skeleton (tokens at probability >= 0.8 fully supported), else 12."""
+    from .._lift import DEFAULT_CLIP, support_clip
+
+    if args.clip is None:
+        args.clip = support_clip(vocab_size) if args.skeleton == "uniform" else DEFAULT_CLIP
+    return float(args.clip)
+
+
+def stream_policy(args: argparse.Namespace) -> StreamPolicy:
+    """The betting-boundary policy the certificate options describe (clip resolved)."""
+    from .._policy import StreamPolicy
+
+    return StreamPolicy(
+        delta=args.stream_delta,
+        clip=args.clip,
+        min_tokens=args.min_tokens,
+        aggregate=args.aggregate,
+        lowest_k=args.lowest_k,
+    )
 
 
 def oracle_coverage(

@@ -75,6 +75,9 @@ class _Screen:
 def _evidence(verdict: Verdict, monitor: CertificateMonitor) -> str:
     if monitor.policy.aggregate == "min":
         return f"weakest-token lift {monitor.minimum:5.2f} vs tau {verdict.tau:.2f}"
+    if monitor.policy.aggregate == "lowest":
+        k = monitor.policy.lowest_k
+        return f"mean of {k} weakest lifts {monitor.statistic:5.2f} vs tau {verdict.tau:.2f}"
     return (
         f"mean lift {verdict.mean:5.2f}  bounds [{verdict.lower:.2f}, {verdict.upper:.2f}]"
         f"  tau {verdict.tau:.2f}"

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._common import resolve_clip, stream_policy
+
 __all__ = ["cmd_eval"]
 
 
@@ -15,7 +17,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     import json
 
     from .._evaluate import baseline_method, evaluate_methods, lift_method
-    from .._policy import StreamPolicy
     from .._scores import BASELINES
     from .._traces import read_traces
 
@@ -28,12 +29,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.boundary == "paper":
         print("error: eval supports --boundary betting only for now", file=sys.stderr)
         return 2
-    policy = StreamPolicy(
-        delta=args.stream_delta,
-        clip=args.clip,
-        min_tokens=args.min_tokens,
-        aggregate=args.aggregate,
-    )
+    resolve_clip(args, traces[0].vocab_size)
+    policy = stream_policy(args)
     exact = args.top_k is None
     methods = [lift_method(traces, policy, args.skeleton, exact=exact)]
     methods += [baseline_method(traces, name, exact=exact) for name in BASELINES]
@@ -62,10 +59,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         f"liftguard eval: {args.traces}  n={len(traces)}  risk {args.risk:g}  "
         f"delta {args.delta:g}  splits {args.splits}"
     )
-    print(f"  {'method':<14}{'coverage':>9}{'risk':>8}{'violations':>12}{'AUROC':>8}{'read':>7}")
+    print(
+        f"  {'method':<14}{'coverage':>9}{'risk':>8}{'violations':>12}{'AUROC':>8}"
+        f"{'read':>7}{'median':>8}"
+    )
     for name, r in results.items():
         print(
             f"  {name:<14}{r['coverage_mean']:>9.1%}{r['risk_mean']:>8.3f}"
             f"{r['risk_violation_rate']:>12.0%}{r['auroc']:>8.3f}{r['tokens_read_fraction']:>7.0%}"
+            f"{r['tokens_read_median']:>8.0%}"
         )
     return 0

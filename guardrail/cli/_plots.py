@@ -95,7 +95,8 @@ def write_plots(
 
     rows = [
         f"| {n} | {r['coverage_mean']:.1%} | {r['risk_mean']:.3f} | "
-        f"{r['risk_violation_rate']:.0%} | {r['auroc']:.3f} | {r['tokens_read_fraction']:.0%} |"
+        f"{r['risk_violation_rate']:.0%} | {r['auroc']:.3f} | {r['tokens_read_fraction']:.0%} | "
+        f"{r['tokens_read_median']:.0%} |"
         for n, r in results.items()
     ]
     report = out / "report.md"
@@ -103,8 +104,8 @@ def write_plots(
         f"# liftguard eval: {title}\n\n"
         f"Target risk {risk:g}. Coverage, risk and violations are test-split means over "
         f"random 50/50 splits; AUROC is of each method's final score.\n\n"
-        "| method | coverage | test risk | violations | AUROC | tokens read |\n"
-        "|---|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n\n"
+        "| method | coverage | test risk | violations | AUROC | tokens read (mean) | (median) |\n"
+        "|---|---:|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n\n"
         "![risk-coverage](risk_coverage.png)\n\n"
         "![score distribution](score_distribution.png)\n\n"
         "![tokens read](tokens_read.png)\n",

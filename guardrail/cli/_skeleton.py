@@ -49,7 +49,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         params = {"smoothing": args.smoothing, "floor": args.floor, "tokens": int(ids.size)}
     calibration = None
     if args.risk is not None:
-        policy = StreamPolicy(aggregate=args.aggregate, clip=args.clip)
+        policy = StreamPolicy(aggregate=args.aggregate, clip=args.clip, lowest_k=args.lowest_k)
         lifts = [vector_clipped_lifts(t, log_s, args.clip) for t in traces]
         correct = np.array([bool(t.correct) for t in traces])
         try:
@@ -85,7 +85,8 @@ def _target(args: argparse.Namespace) -> Any:
 
     if args.risk is None:
         return None
-    return (StreamPolicy(aggregate=args.aggregate, clip=args.clip), args.risk, args.delta)
+    policy = StreamPolicy(aggregate=args.aggregate, clip=args.clip, lowest_k=args.lowest_k)
+    return (policy, args.risk, args.delta)
 
 
 def _report_vsd(args: argparse.Namespace, version: Any) -> int:
@@ -191,7 +192,8 @@ def add_skeleton_parser(sub: Any) -> None:
     b.add_argument("--floor", type=float, default=1e-3)
     b.add_argument("--risk", type=float, default=None, help="also calibrate for this risk")
     b.add_argument("--delta", type=float, default=0.05)
-    b.add_argument("--aggregate", default="min", choices=("mean", "min"))
+    b.add_argument("--aggregate", default="min", choices=("mean", "min", "lowest"))
+    b.add_argument("--lowest-k", type=int, default=2)
     b.add_argument("--clip", type=float, default=12.0)
     b.add_argument("--parent", default=None, help="version this one derives from")
     b.add_argument("--model-id", default=None)
@@ -207,7 +209,8 @@ def add_skeleton_parser(sub: Any) -> None:
     ws.add_argument("--alias", default="latest", help="version to start from")
     ws.add_argument("--risk", type=float, default=None, help="recalibrate for this risk")
     ws.add_argument("--delta", type=float, default=0.05)
-    ws.add_argument("--aggregate", default="min", choices=("mean", "min"))
+    ws.add_argument("--aggregate", default="min", choices=("mean", "min", "lowest"))
+    ws.add_argument("--lowest-k", type=int, default=2)
     ws.add_argument("--clip", type=float, default=12.0)
     ws.set_defaults(func=_run(_cmd_warm_start))
 

@@ -85,7 +85,7 @@ def cmd_stress(args: argparse.Namespace) -> int:
     ids = np.concatenate([traces[i].token_ids for i in cal])
     log_s = unigram_log_probs(ids, vocab, smoothing=args.smoothing)
     probs = np.exp(log_s)
-    policy = StreamPolicy(aggregate=args.aggregate)
+    policy = StreamPolicy(aggregate=args.aggregate, lowest_k=args.lowest_k)
     lifts = [vector_clipped_lifts(traces[i], log_s, policy.clip) for i in cal]
     try:
         cal_result = calibrate_policy(policy, lifts, correct[cal], risk=args.risk, delta=args.delta)

@@ -40,6 +40,9 @@ def test_evaluate_methods_on_fixture() -> None:
         assert 0.0 < r["tokens_read_fraction"] <= 1.0
         assert 0.0 <= r["risk_violation_rate"] <= 1.0
     assert res["nll"]["tokens_read_fraction"] == 1.0
+    assert res["nll"]["tokens_read_median"] == 1.0
+    # shares are k/n for the fixture's answer lengths: the median is one of them or a midpoint
+    assert 0.0 < res["lift"]["tokens_read_median"] <= 1.0
     # nll ranks the fixture's answers better than chance
     assert res["nll"]["auroc"] > 0.6
 
@@ -60,7 +63,43 @@ def test_eval_cli_prints_the_documented_json(capsys: pytest.CaptureFixture[str])
             "risk_violation_rate",
             "auroc",
             "tokens_read_fraction",
+            "tokens_read_median",
         } <= set(r)
+
+
+def test_eval_default_clip_is_the_support_clip_for_the_uniform_skeleton(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Leaving --clip out equals passing log(0.8 |V|); another clip changes the result."""
+    from guardrail import support_clip
+
+    path = str(FIXTURES / "traces_gemma3_sample.jsonl")
+    args = ["eval", "--traces", path, "--risk", "0.95", "--delta", "0.2", "--splits", "3", "--json"]
+    reports = []
+    for extra in ([], ["--clip", repr(support_clip(262144))], ["--clip", "12"]):
+        assert main([*args, *extra]) == 0
+        reports.append(json.loads(capsys.readouterr().out)["methods"]["lift"])
+    assert reports[0] == reports[1]
+    assert reports[0]["auroc"] != reports[2]["auroc"]
+
+
+SHARED_GEMMA = (
+    Path(__file__).resolve().parents[3] / "shared" / "data" / "traces" / "triviaqa_gemma3.jsonl"
+)
+
+
+@pytest.mark.skipif(not SHARED_GEMMA.exists(), reason="shared trace data not available")
+def test_default_certificate_beats_the_best_baseline_on_gemma(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The README's claim: on the Gemma traces at risk 0.7 the default certificate answers
+    more than the sequence log-likelihood and ranks at least as well."""
+    args = ["eval", "--traces", str(SHARED_GEMMA), "--risk", "0.7", "--splits", "20", "--json"]
+    assert main(args) == 0
+    res = json.loads(capsys.readouterr().out)["methods"]
+    assert res["lift"]["coverage_mean"] > res["nll"]["coverage_mean"] > 0.3
+    assert res["lift"]["auroc"] >= res["nll"]["auroc"]
+    assert res["lift"]["risk_violation_rate"] <= 0.1
 
 
 def test_eval_plot_writes_figures_and_report(tmp_path: Path) -> None:

@@ -39,6 +39,8 @@ POLICIES = {
     "min": StreamPolicy(aggregate="min"),
     "min-min3": StreamPolicy(aggregate="min", min_tokens=3),
     "min-failclosed": StreamPolicy(aggregate="min", final_rule="block"),
+    "lowest2": StreamPolicy(aggregate="lowest"),
+    "lowest3-min3": StreamPolicy(aggregate="lowest", lowest_k=3, min_tokens=3),
 }
 TAUS = [0.05, 0.3, 1.0, 2.5, 6.0, 11.0]
 VOCAB = 32_000

@@ -17,13 +17,18 @@ def _reference(policy: StreamPolicy, x: list[float], tau: float) -> tuple[bool, 
     thr = math.log(2 / policy.delta)
     log_up = log_down = 0.0
     total = sq = 0.0
-    if policy.aggregate == "min":
+    if policy.aggregate in ("min", "lowest"):
+        k = 1 if policy.aggregate == "min" else policy.lowest_k
+
+        def stat(t: int) -> float:  # mean of the k smallest, missing ones = clip
+            return sum(sorted([*x[:t], *[b] * k])[:k]) / k
+
         for t in range(1, len(x) + 1):
-            if t >= policy.min_tokens and policy.early and min(x[:t]) < tau:
+            if t >= policy.min_tokens and policy.early and stat(t) < tau:
                 return False, t
         if not x:
             return False, 0
-        return policy.final_rule == "mean" and min(x) >= tau, len(x)
+        return policy.final_rule == "mean" and stat(len(x)) >= tau, len(x)
     for t, raw in enumerate(x, start=1):
         xt = raw / b
         if policy.boundary == "betting":
@@ -64,8 +69,15 @@ POLICIES = [
     StreamPolicy(aggregate="min"),
     StreamPolicy(aggregate="min", min_tokens=3),
     StreamPolicy(aggregate="min", early=False),
+    StreamPolicy(aggregate="lowest"),
+    StreamPolicy(aggregate="lowest", lowest_k=3, min_tokens=2),
+    StreamPolicy(aggregate="lowest", lowest_k=1),
+    StreamPolicy(aggregate="lowest", early=False, final_rule="block"),
 ]
-IDS = ["default", "min3", "failclosed", "paper", "final-only", "min", "min-min3", "min-final"]
+IDS = [
+    "default", "min3", "failclosed", "paper", "final-only", "min", "min-min3", "min-final",
+    "lowest2", "lowest3-min2", "lowest1", "lowest-final-block",
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("policy", POLICIES, ids=IDS)
@@ -133,6 +145,27 @@ def test_policy_validation() -> None:
     with pytest.raises(ConfigError, match="lifts"):
         replay(StreamPolicy(), [13.0], [1.0])
     assert StreamPolicy.from_dict(StreamPolicy(delta=0.2).to_dict()) == StreamPolicy(delta=0.2)
+
+
+def test_lowest_aggregate_statistic_and_validation() -> None:
+    from guardrail import running_statistic
+
+    pol = StreamPolicy(aggregate="lowest", lowest_k=2, clip=10.0)
+    # missing lowest values count as the clip, so the statistic never rises
+    np.testing.assert_allclose(running_statistic(pol, [6.0, 8.0, 2.0, 9.0, 4.0]), [8, 7, 4, 4, 3])
+    np.testing.assert_allclose(
+        running_statistic(StreamPolicy(aggregate="min"), [3.0, 5.0, 1.0]), [3, 3, 1]
+    )
+    np.testing.assert_allclose(running_statistic(StreamPolicy(), [3.0, 5.0, 1.0]), [3, 4, 3])
+    assert running_statistic(pol, []).size == 0
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ConfigError, match="lowest_k"):
+            StreamPolicy(aggregate="lowest", lowest_k=bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="aggregate"):
+        StreamPolicy(aggregate="max")  # type: ignore[arg-type]
+    assert StreamPolicy.from_dict(pol.to_dict()) == pol
+    assert pol.order_based and pol.n_lowest == 2
+    assert StreamPolicy(aggregate="min", lowest_k=5).n_lowest == 1
 
 
 def test_min_aggregate_with_uniform_skeleton_ranks_like_min_logprob() -> None:
