@@ -111,6 +111,36 @@ def test_calibrated_streaming_policy_controls_risk() -> None:
     assert stats.binom.sf(violations - 1, reps, delta) > 1e-3, violations
 
 
+def test_calibrated_lowest_aggregate_controls_risk() -> None:
+    """End to end for the order-based default: wrong answers tend to hold weak tokens."""
+    rng = np.random.default_rng(77)
+    pop = 3000
+    correct = rng.random(pop) < 0.4
+    lifts = []
+    for ok in correct:
+        x = rng.uniform(6.0, 12.0, int(rng.integers(1, 16)))
+        n_weak = rng.binomial(2, 0.25 if ok else 0.7)
+        x[rng.choice(x.size, min(n_weak, x.size), replace=False)] = rng.uniform(0, 6, n_weak)[
+            : x.size
+        ]
+        lifts.append(x)
+    policy = StreamPolicy(aggregate="lowest", lowest_k=2)
+    crit = critical_thresholds(policy, lifts)
+    reps, n, risk, delta = 300, 300, 0.45, 0.1
+    violations = answered = 0
+    for _ in range(reps):
+        idx = rng.integers(0, pop, n)
+        try:
+            tau = ltt_threshold(crit[idx], ~correct[idx], risk, delta).tau
+        except InsufficientDataError:
+            continue
+        shown = crit >= tau
+        answered += 1
+        violations += (~correct[shown]).mean() > risk
+    assert answered > reps // 2
+    assert stats.binom.sf(violations - 1, reps, delta) > 1e-3, violations
+
+
 def test_paper_algorithm_1_does_not_control_risk() -> None:
     """The documented failure: Algorithm 1 uses no labels, so when the lift carries
     no information about correctness it answers most questions at the base error
