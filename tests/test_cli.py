@@ -59,6 +59,23 @@ def test_calibrate_lift_policy_and_refusal(capsys: pytest.CaptureFixture[str]) -
     assert "needs at least 59 answered" in err
 
 
+@pytest.mark.skipif(not SHARED.is_dir(), reason="shared traces not available")
+def test_shipped_demo_calibration_is_reproduced_by_its_documented_command(
+    tmp_path: Path,
+) -> None:
+    """guardrail/data/README.md names the command that made the demo's calibration."""
+    data = Path(__file__).parents[1] / "guardrail" / "data"
+    shipped = json.loads((data / "smollm2_demo_calibration.json").read_text())
+    out = tmp_path / "cal.json"
+    args = ["calibrate", "--traces", str(SHARED / "triviaqa_smollm2.jsonl"), "--risk", "0.8"]
+    args += ["--delta", "0.05", "--cal-fraction", "1.0", "--aggregate", "min", "--clip", "12"]
+    assert main([*args, "--out", str(out)]) == 0
+    made = json.loads(out.read_text())
+    assert made["tau"] == shipped["tau"] and made["n_answered"] == shipped["n_answered"]
+    shipped_policy = {"lowest_k": 2, **shipped["policy"]}  # recorded before lowest_k existed
+    assert made["policy"] == shipped_policy
+
+
 def test_calibrate_rejects_bad_trace_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{not json\n", encoding="utf-8")
