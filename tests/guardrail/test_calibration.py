@@ -84,6 +84,34 @@ def test_ltt_controls_selective_risk(discrete: bool) -> None:
     assert np.mean(coverages) > 0.1
 
 
+def _check_population_risk(
+    policy: StreamPolicy,
+    lifts: list[np.ndarray],
+    correct: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    risk: float,
+    reps: int = 300,
+    n: int = 300,
+    delta: float = 0.1,
+) -> None:
+    """Calibrate on ``reps`` draws of ``n`` answers; the population risk of the answers
+    shown exceeds ``risk`` in at most a ``delta`` share of draws (binomial test)."""
+    crit = critical_thresholds(policy, lifts)
+    violations = answered = 0
+    for _ in range(reps):
+        idx = rng.integers(0, correct.size, n)
+        try:
+            tau = ltt_threshold(crit[idx], ~correct[idx], risk, delta).tau
+        except InsufficientDataError:
+            continue
+        shown = crit >= tau
+        answered += 1
+        violations += (~correct[shown]).mean() > risk
+    assert answered > reps // 2
+    assert stats.binom.sf(violations - 1, reps, delta) > 1e-3, violations
+
+
 def test_calibrated_streaming_policy_controls_risk() -> None:
     """End to end: replay the betting policy, calibrate, check the population risk."""
     rng = np.random.default_rng(2025)
@@ -94,21 +122,7 @@ def test_calibrated_streaming_policy_controls_risk() -> None:
         np.clip(rng.gamma(0.8, (2.2 if ok else 1.0) / 0.8, k), 0, 12)
         for ok, k in zip(correct, lengths, strict=True)
     ]
-    policy = StreamPolicy(delta=0.2)
-    crit = critical_thresholds(policy, lifts)
-    reps, n, risk, delta = 300, 300, 0.35, 0.1
-    violations = answered = 0
-    for _ in range(reps):
-        idx = rng.integers(0, pop, n)
-        try:
-            tau = ltt_threshold(crit[idx], ~correct[idx], risk, delta).tau
-        except InsufficientDataError:
-            continue
-        shown = crit >= tau
-        answered += 1
-        violations += (~correct[shown]).mean() > risk
-    assert answered > reps // 2
-    assert stats.binom.sf(violations - 1, reps, delta) > 1e-3, violations
+    _check_population_risk(StreamPolicy(delta=0.2), lifts, correct, rng, risk=0.35)
 
 
 def test_calibrated_lowest_aggregate_controls_risk() -> None:
@@ -124,21 +138,7 @@ def test_calibrated_lowest_aggregate_controls_risk() -> None:
             : x.size
         ]
         lifts.append(x)
-    policy = StreamPolicy(aggregate="lowest", lowest_k=2)
-    crit = critical_thresholds(policy, lifts)
-    reps, n, risk, delta = 300, 300, 0.45, 0.1
-    violations = answered = 0
-    for _ in range(reps):
-        idx = rng.integers(0, pop, n)
-        try:
-            tau = ltt_threshold(crit[idx], ~correct[idx], risk, delta).tau
-        except InsufficientDataError:
-            continue
-        shown = crit >= tau
-        answered += 1
-        violations += (~correct[shown]).mean() > risk
-    assert answered > reps // 2
-    assert stats.binom.sf(violations - 1, reps, delta) > 1e-3, violations
+    _check_population_risk(StreamPolicy(aggregate="lowest"), lifts, correct, rng, risk=0.45)
 
 
 def test_paper_algorithm_1_does_not_control_risk() -> None:
