@@ -15,6 +15,7 @@ streaming monitor applies the same arithmetic one token at a time.
 from __future__ import annotations
 
 import math
+from bisect import insort
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -167,14 +168,13 @@ def running_statistic(policy: StreamPolicy, lifts: npt.ArrayLike) -> FloatArray:
     k = policy.n_lowest
     if k == 1:
         return np.asarray(np.minimum.accumulate(x), dtype=np.float64)
-    low = np.full(k, policy.clip)  # the k smallest so far, ascending
+    low = [policy.clip] * k  # the k smallest so far, ascending (as the monitor keeps them)
     out = np.empty(x.size, dtype=np.float64)
     for i, v in enumerate(x.tolist()):
         if v < low[-1]:
-            j = int(np.searchsorted(low, v, side="right"))
-            low[j + 1 :] = low[j:-1].copy()
-            low[j] = v
-        out[i] = low.sum() / k
+            insort(low, v)
+            low.pop()
+        out[i] = sum(low) / k
     return out
 
 
