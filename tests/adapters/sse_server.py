@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = ["Record", "Reply", "SSEServer", "running_server"]
 
@@ -55,7 +55,7 @@ class Record:
         return self
 
 
-def _peer_closed(sock: socket.socket) -> bool:
+def peer_closed(sock: socket.socket) -> bool:
     """The client closed its side (EOF or reset); it sends nothing else mid-response."""
     readable, _, _ = select.select([sock], [], [], 0)
     if not readable:
@@ -112,7 +112,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return
-            if _peer_closed(self.connection):
+            if peer_closed(self.connection):
                 rec.client_closed = True
                 self.close_connection = True
                 return
@@ -152,10 +152,12 @@ class SSEServer(ThreadingHTTPServer):
         return rec
 
 
+ServerT = TypeVar("ServerT", bound=ThreadingHTTPServer)
+
+
 @contextlib.contextmanager
-def running_server() -> Iterator[SSEServer]:
-    """An :class:`SSEServer` serving in a background thread until the block ends."""
-    srv = SSEServer()
+def serving(srv: ServerT) -> Iterator[ServerT]:
+    """``srv`` serving in a background thread until the block ends, then closed."""
     thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     try:
@@ -164,3 +166,8 @@ def running_server() -> Iterator[SSEServer]:
         srv.shutdown()
         srv.server_close()
         thread.join(5)
+
+
+def running_server() -> contextlib.AbstractContextManager[SSEServer]:
+    """An :class:`SSEServer` serving in a background thread until the block ends."""
+    return serving(SSEServer())

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import select
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -32,6 +30,7 @@ from typing import Any
 import anthropic
 import numpy as np
 import pytest
+from sse_server import peer_closed, serving
 
 from adapters._anthropic import (
     anthropic_scorer_prompt,
@@ -91,15 +90,6 @@ class Server(ThreadingHTTPServer):
         return rec
 
 
-def _peer_closed(sock: socket.socket) -> bool:
-    if not select.select([sock], [], [], 0)[0]:
-        return False
-    try:
-        return sock.recv(1, socket.MSG_PEEK) == b""
-    except OSError:
-        return True
-
-
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: Server
@@ -132,9 +122,9 @@ class _Handler(BaseHTTPRequestHandler):
         for name, data in self.server.script:
             if name == HOLD:  # wait (up to 60 s) for the client to hang up
                 deadline = time.monotonic() + 60
-                while time.monotonic() < deadline and not _peer_closed(self.connection):
+                while time.monotonic() < deadline and not peer_closed(self.connection):
                     time.sleep(0.01)
-            if _peer_closed(self.connection):
+            if peer_closed(self.connection):
                 rec.client_closed = True
                 return
             if name == HOLD:
@@ -219,13 +209,8 @@ def script(
 
 @pytest.fixture
 def server() -> Iterator[Server]:
-    srv = Server()
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    thread.join(5)
+    with serving(Server()) as srv:
+        yield srv
 
 
 @pytest.fixture

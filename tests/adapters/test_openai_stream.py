@@ -18,13 +18,12 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
-import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import openai
 import pytest
-from sse_server import Reply, SSEServer
+from sse_server import Reply, SSEServer, running_server
 
 from adapters import guard_chat_stream, guard_chat_stream_sync, guarded_chat_completion
 from guardrail import (
@@ -49,13 +48,8 @@ WORDS = ["The", " capital", " of", " France", " is", " Paris", ".", " It", " lie
 
 @pytest.fixture
 def server() -> Iterator[SSEServer]:
-    srv = SSEServer()
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    thread.join(5)
+    with running_server() as srv:
+        yield srv
 
 
 @pytest.fixture
