@@ -152,6 +152,27 @@ class SSEServer(ThreadingHTTPServer):
         return rec
 
 
+def chat_chunk(delta: dict[str, Any], logprobs: Any, finish: str | None = None) -> dict[str, Any]:
+    """One ``chat.completion.chunk`` object of a streamed answer (choice 0)."""
+    choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "gpt-test",
+        "system_fingerprint": "fp_test",
+        "choices": [choice],
+    }
+
+
+def token_entry(text: str, logprob: float, k: int = 5) -> dict[str, Any]:
+    """A ``logprobs.content`` entry: the token and ``k`` top alternatives (itself first)."""
+    raw = list(text.encode())
+    top = [{"token": text, "logprob": logprob, "bytes": raw}]
+    top += [{"token": f"alt{j}", "logprob": -5.0 - j, "bytes": None} for j in range(k - 1)]
+    return {"token": text, "logprob": logprob, "bytes": raw, "top_logprobs": top}
+
+
 ServerT = TypeVar("ServerT", bound=ThreadingHTTPServer)
 
 

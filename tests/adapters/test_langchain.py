@@ -29,6 +29,8 @@ from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import ToolException, tool
 from langchain_openai import ChatOpenAI
 from sse_server import Reply, SSEServer, running_server
+from sse_server import chat_chunk as _chunk
+from sse_server import token_entry as _tok
 
 from adapters import (
     Abstention,
@@ -60,24 +62,6 @@ WORDS = ["The", " capital", " of", " France", " is", " Paris", ".", " It", " lie
 
 
 # --- wire data and fixtures ----------------------------------------------------------------------
-
-
-def _chunk(delta: dict[str, Any], logprobs: Any, finish: str | None = None) -> dict[str, Any]:
-    choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
-    return {
-        "id": "chatcmpl-test",
-        "object": "chat.completion.chunk",
-        "created": 1700000000,
-        "model": "m",
-        "choices": [choice],
-    }
-
-
-def _tok(text: str, logprob: float) -> dict[str, Any]:
-    raw = list(text.encode())
-    top = [{"token": text, "logprob": logprob, "bytes": raw}]
-    top += [{"token": f"alt{j}", "logprob": -5.0 - j, "bytes": None} for j in range(4)]
-    return {"token": text, "logprob": logprob, "bytes": raw, "top_logprobs": top}
 
 
 def texts_of(n: int) -> list[str]:

@@ -24,6 +24,8 @@ from typing import Any
 import openai
 import pytest
 from sse_server import Reply, SSEServer, running_server
+from sse_server import chat_chunk as _chunk
+from sse_server import token_entry as _tok
 
 from adapters import guard_chat_stream, guard_chat_stream_sync, guarded_chat_completion
 from guardrail import (
@@ -60,25 +62,6 @@ async def client(server: SSEServer) -> AsyncIterator[openai.AsyncOpenAI]:
 
 
 # --- wire data -------------------------------------------------------------------------------
-
-
-def _tok(text: str, logprob: float, k: int) -> dict[str, Any]:
-    raw = list(text.encode())
-    top = [{"token": text, "logprob": logprob, "bytes": raw}]
-    top += [{"token": f"alt{j}", "logprob": -5.0 - j, "bytes": None} for j in range(k - 1)]
-    return {"token": text, "logprob": logprob, "bytes": raw, "top_logprobs": top}
-
-
-def _chunk(delta: dict[str, Any], logprobs: Any, finish: str | None = None) -> dict[str, Any]:
-    choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
-    return {
-        "id": "chatcmpl-test",
-        "object": "chat.completion.chunk",
-        "created": 1700000000,
-        "model": "gpt-test",
-        "system_fingerprint": "fp_test",
-        "choices": [choice],
-    }
 
 
 def answer(
