@@ -35,6 +35,7 @@ from guardrail import CertificateMonitor, ConfigError, TokenEvent
 
 from ._errors import ProviderFormatError
 from ._local import SMOLLM2_SYSTEM, smollm2_chat_prompt
+from ._openai_events import ChunkParts
 from ._scorer import LocalTextScorer
 from ._stream import GuardStep, Mode, OnBlock, aguard, guard
 
@@ -57,6 +58,28 @@ NO_LOGPROBS = (
     'to score the streamed text locally (pip install "liftguard[local]")'
 )
 _FLUSH = object()  # end of stream: score the held tail
+_STOP_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "refusal": "refusal",
+    "tool_use": "tool_calls",
+}
+"""Anthropic's ``stop_reason`` in OpenAI's finish-reason names (others pass unchanged)."""
+
+
+def _stop_reason(event: Any) -> str | None:
+    """The finish reason a ``message_delta`` event carries (None for other events)."""
+    if _get(event, "type") != "message_delta":
+        return None
+    reason = _get(_get(event, "delta"), "stop_reason")
+    if reason is None:
+        return None
+    if not isinstance(reason, str):
+        raise ProviderFormatError(
+            f"expected a string, got {type(reason).__name__}", field="message_delta.stop_reason"
+        )
+    return _STOP_REASONS.get(reason, reason)
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -97,29 +120,29 @@ class _ScoredStep(GuardStep):
         super().__init__(monitor, mode, on_block, self._parse_item)
         self._scorer = scorer
 
-    def _parse_item(self, item: Any) -> tuple[list[TokenEvent], str]:
+    def _parse_item(self, item: Any) -> ChunkParts:
         scorer = self._scorer
         if item is _FLUSH:
             return _with_text(scorer.finish(), "")
         text = _event_text(item)
         if not text:
-            return [], ""
+            return ChunkParts([], "", _stop_reason(item))
         if self.monitor.verdict.final:  # the monitor reads no more tokens: stop scoring
             return _with_text(scorer.finish(), text)
         return _with_text(scorer.feed(text), "")
 
     def end(self) -> str:
-        """Score the held tail, then apply the final rule."""
-        out = self.feed(_FLUSH)
+        """Score the held tail, then apply the final rule (after a documented stop only)."""
+        out = self._feed_parts(self._parse_item(_FLUSH))
         return out + super().end()
 
 
-def _with_text(events: list[TokenEvent], unscored: str) -> tuple[list[TokenEvent], str]:
+def _with_text(events: list[TokenEvent], unscored: str) -> ChunkParts:
     """Scored events plus text passed on unscored (``logprob=None``) after a final verdict."""
     shown = b"".join(e.bytes or b"" for e in events).decode("utf-8")
     if unscored:
         events = [*events, TokenEvent(text=unscored, logprob=None)]
-    return events, shown + unscored
+    return ChunkParts(events, shown + unscored)
 
 
 def guard_anthropic_stream(

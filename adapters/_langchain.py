@@ -39,6 +39,7 @@ logprobs come from ``chunk.generation_info["logprobs"]``
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import deque
 from collections.abc import Mapping
@@ -46,9 +47,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
 from guardrail import (
+    Cause,
     CertificateMonitor,
     ConfigError,
     GuardrailBlocked,
+    GuardrailError,
     Skeleton,
     State,
     StreamPolicy,
@@ -56,7 +59,16 @@ from guardrail import (
     Verdict,
 )
 
+from ._errors import ProviderFormatError
+from ._openai import logprobs_refused, refuses_logprobs
 from ._openai_events import _bad, _list_or_none, _segment
+from ._stream import (
+    DEFAULT_MAX_TOKEN_CHARS,
+    EMPTY_STREAM_REASON,
+    blocked_error,
+    check_max_token_chars,
+    feed_events,
+)
 
 INSTALL_HINT = 'the LangChain adapter needs langchain-core: pip install "liftguard[langchain]"'
 
@@ -81,6 +93,8 @@ logger = logging.getLogger(__name__)
 
 MissingPolicy = Literal["block", "pass", "error"]
 HandlerMode = Literal["passthrough", "final"]
+_NO_CHUNKS = ("No generation chunks were returned", "No generations found in stream")
+"""langchain-core's errors for a stream without a chunk (``stream`` / ``invoke`` paths)."""
 _MISSING_HINT = (
     " (LangChain passed no token logprobs: create the chat model with logprobs=True "
     "and use the Chat Completions API; the Responses API path drops streamed logprobs)"
@@ -119,16 +133,44 @@ def token_events(text: str, logprobs: Any) -> list[TokenEvent]:
     text without logprob entries gives one event with ``logprob=None`` (the
     monitor's missing-logprobs policy decides); no text and no entries: none.
     """
+    return _token_parts(text, logprobs)[0]
+
+
+def _token_parts(text: str, logprobs: Any) -> tuple[list[TokenEvent], bool]:
+    """:func:`token_events` and whether there were refusal tokens."""
     if logprobs is None or isinstance(logprobs, list | tuple):
-        return _segment(text, logprobs, "logprobs.content", with_bytes=True)[0]
+        return _segment(text, logprobs, "logprobs.content", with_bytes=True)[0], False
     if not isinstance(logprobs, Mapping):
         raise _bad("an object, a list or null", logprobs, "logprobs")
     events: list[TokenEvent] = []
+    refusal = False
     for key, shown in (("content", text), ("refusal", None)):
         where = f"logprobs.{key}"
         entries = _list_or_none(logprobs.get(key), where)
-        events += _segment(shown, entries, where, with_bytes=True)[0]
-    return events
+        found = _segment(shown, entries, where, with_bytes=True)[0]
+        refusal = refusal or (key == "refusal" and bool(found))
+        events += found
+    return events, refusal
+
+
+def _finish_of(record: Any) -> str | None:
+    """The finish reason a chunk or generation carries (``generation_info`` or the
+    message's ``response_metadata``, as langchain-openai puts it), or None."""
+    for info in (
+        getattr(record, "generation_info", None),
+        getattr(getattr(record, "message", None), "response_metadata", None),
+    ):
+        if isinstance(info, Mapping):
+            reason = info.get("finish_reason")
+            if isinstance(reason, str):
+                return reason
+    return None
+
+
+def _refusal_of(record: Any) -> bool:
+    """The message carries refusal text (langchain-openai: ``additional_kwargs["refusal"]``)."""
+    extra = getattr(getattr(record, "message", None), "additional_kwargs", None)
+    return isinstance(extra, Mapping) and bool(extra.get("refusal"))
 
 
 def add_handler(callbacks: Callbacks, handler: BaseCallbackHandler) -> Callbacks:
@@ -143,10 +185,11 @@ def add_handler(callbacks: Callbacks, handler: BaseCallbackHandler) -> Callbacks
 
 
 class _Run:
-    __slots__ = ("fed", "monitor")
+    __slots__ = ("fed", "finish", "monitor")
 
     def __init__(self, monitor: CertificateMonitor) -> None:
         self.monitor, self.fed = monitor, False
+        self.finish: str | None = None
 
 
 class LiftGuardCallbackHandler(BaseCallbackHandler):
@@ -187,6 +230,7 @@ class LiftGuardCallbackHandler(BaseCallbackHandler):
         on_missing_logprobs: MissingPolicy = "block",
         mode: HandlerMode = "passthrough",
         keep: int | None = 100,
+        max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
     ) -> None:
         name: str = mode
         if name == "buffered":
@@ -204,6 +248,7 @@ class LiftGuardCallbackHandler(BaseCallbackHandler):
             raise ConfigError(f"keep must be an integer >= 1 or None, got {keep!r}")
         if skeleton is None:
             raise ConfigError("LiftGuardCallbackHandler needs a skeleton")
+        self._max_chars = check_max_token_chars(max_token_chars)
         self._args = (policy, tau, skeleton, on_missing_logprobs)
         self._new_monitor()  # validates policy, tau, skeleton and the missing policy now
         self.mode: HandlerMode = mode
@@ -261,8 +306,11 @@ class LiftGuardCallbackHandler(BaseCallbackHandler):
         logprobs = kwargs.get("logprobs")
         if logprobs is None and chunk is not None:
             logprobs = _logprobs_of(chunk)
+        finish = _finish_of(chunk)
+        if finish is not None:
+            run.finish = finish
         text = token if isinstance(token, str) else getattr(chunk, "text", "") or ""
-        self._feed(run, text, logprobs)
+        self._feed(run, text, logprobs, refusal=_refusal_of(chunk))
 
     def on_llm_end(
         self,
@@ -274,14 +322,16 @@ class LiftGuardCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         run = self._runs.pop(run_id, None)
+        first = response.generations[0] if response.generations else None
+        generation = first[0] if first else None
         if run is None or not run.fed:  # nothing streamed: judge the final generation
-            first = response.generations[0] if response.generations else None
-            generation = first[0] if first else None
             if generation is None or (not generation.text and _has_tool_calls(generation)):
                 return
             run = run or _Run(self._new_monitor())
-            self._feed(run, generation.text, _logprobs_of(generation), end=True)
-        verdict = run.monitor.finish()
+            refusal = _refusal_of(generation)
+            self._feed(run, generation.text, _logprobs_of(generation), end=True, refusal=refusal)
+        finish = run.finish or (_finish_of(generation) if generation is not None else None)
+        verdict = run.monitor.finish(finish)
         self._record(run_id, verdict)
         if verdict.state is State.BLOCKED:
             raise _blocked(verdict)
@@ -295,18 +345,41 @@ class LiftGuardCallbackHandler(BaseCallbackHandler):
         tags: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
+        """Drop the run; raise the typed error the adapters raise for the same failure:
+        a chunk that is not JSON -> :class:`~adapters.ProviderFormatError`, a model that
+        refuses logprobs -> :class:`~guardrail.ConfigError`, a stream without a chunk
+        (LangChain's "No generation chunks were returned") ->
+        :class:`~guardrail.StreamTruncated`. LangChain re-raises it in place of
+        ``error`` (``raise_error``); other errors pass unchanged."""
         run = self._runs.pop(run_id, None)
         if run is not None and run.monitor.verdict.final:
             self._record(run_id, run.monitor.verdict)
+        if isinstance(error, GuardrailError):
+            return
+        if isinstance(error, json.JSONDecodeError):
+            raise ProviderFormatError(
+                f"malformed stream chunk, not valid JSON ({error})", field="chunk"
+            ) from error
+        if refuses_logprobs(error):
+            raise logprobs_refused(error, "(LangChain chat model)") from error
+        if isinstance(error, ValueError) and str(error).startswith(_NO_CHUNKS):
+            run = run or _Run(self._new_monitor())
+            verdict = run.monitor.abort(Cause.EMPTY_STREAM, EMPTY_STREAM_REASON)
+            self._record(run_id, verdict)
+            raise blocked_error(verdict) from error
 
-    def _feed(self, run: _Run, text: str, logprobs: Any, *, end: bool = False) -> None:
-        events = token_events(text, logprobs)
+    def _feed(
+        self, run: _Run, text: str, logprobs: Any, *, end: bool = False, refusal: bool = False
+    ) -> None:
+        events, refusal_tokens = _token_parts(text, logprobs)
         if not events:
             return
         run.fed = True
         monitor = run.monitor
-        for event in events:
-            verdict = monitor.update(event)
+        if refusal or refusal_tokens:
+            verdict = monitor.abort(Cause.REFUSAL, "the model refused to answer (refusal text)")
+        else:
+            verdict = feed_events(monitor, events, text, self._max_chars)
         if verdict.state is State.BLOCKED and not end:
             raise _blocked(verdict)
 
@@ -341,7 +414,10 @@ class LiftGuardCallbackHandler(BaseCallbackHandler):
             if self._runs
             else "blocked: no language-model run with text was observed (nothing to certify)"
         )
-        return Verdict(State.BLOCKED, 0, 0.0, 0.0, policy.clip, tau, policy.boundary, why, True)
+        return Verdict(
+            State.BLOCKED, 0, 0.0, 0.0, policy.clip, tau, policy.boundary, why, True,
+            Cause.NOT_OBSERVED,
+        )  # fmt: skip
 
 
 def _has_tool_calls(generation: Any) -> bool:
@@ -349,5 +425,6 @@ def _has_tool_calls(generation: Any) -> bool:
 
 
 def _blocked(verdict: Verdict) -> GuardrailBlocked:
-    hint = _MISSING_HINT if "missing logprob" in verdict.reason else ""
-    return GuardrailBlocked(verdict, f"{verdict.reason}{hint}")
+    if verdict.cause is Cause.MISSING_LOGPROBS:
+        return GuardrailBlocked(verdict, f"{verdict.reason}{_MISSING_HINT}")
+    return blocked_error(verdict)

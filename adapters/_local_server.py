@@ -121,14 +121,17 @@ class LocalChatServer:
         try:
             with self._lock:
                 send(chunk({"role": "assistant", "content": ""}, None, None))
+                n = 0
                 for tok in self.model.generate(prompt, max_tokens=max_tokens):
+                    n += 1
                     lp = None
                     if want_lp:
                         entry = self._alt(tok.token_id, tok.logprob)
                         entry["top_logprobs"] = [self._alt(i, v) for i, v in tok.top[:top_n]]
                         lp = {"content": [entry], "refusal": None}
                     send(chunk({"content": tok.text}, lp, None))
-                send(chunk({}, None, "stop"))
+                # as OpenAI: "length" when the answer was cut at max_tokens
+                send(chunk({}, None, "length" if n >= max_tokens else "stop"))
                 send("[DONE]")
             h.wfile.write(b"0\r\n\r\n")
             h.wfile.flush()

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 from guardrail import CertificateMonitor, ConfigError
 
 from ._openai_events import chat_chunk_parts
-from ._stream import GuardStep, Mode, OnBlock, aguard, guard
+from ._stream import DEFAULT_MAX_TOKEN_CHARS, GuardStep, Mode, OnBlock, aguard, guard
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -62,6 +62,7 @@ def guard_chat_stream(
     *,
     mode: Mode = "buffered",
     on_block: OnBlock = "raise",
+    max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
 ) -> AsyncGenerator[str, None]:
     """Guard an ``AsyncStream[ChatCompletionChunk]``: yield only the text ``mode`` allows.
 
@@ -75,13 +76,27 @@ def guard_chat_stream(
     On BLOCKED the upstream stream is closed at once (the server sees the
     connection close and stops generating), then :class:`~guardrail.GuardrailBlocked`
     carrying the verdict is raised (``on_block="raise"``) or the iterator just
-    ends (``"stop"``; read ``monitor.verdict``). At the end of the stream the
-    final rule applies the same way. Provider errors (``openai.APIError``,
-    transport errors) and :class:`~guardrail.MissingLogprobsError` propagate
-    unchanged after the stream is closed; text held back is never released.
+    ends (``"stop"``; read ``monitor.verdict``).
+
+    At the end of the stream the final rule applies the same way, but only
+    after the documented finish: ``finish_reason`` ``"stop"`` (``"length"`` if
+    the policy's ``on_length`` is ``"answer"``). A stream that ends without a
+    finish (the connection closed mid-answer) or sends no chunk at all raises
+    :class:`~guardrail.StreamTruncated` (a ``GuardrailBlocked``; cause
+    ``truncated`` / ``empty_stream``), also after an early certification;
+    ``"content_filter"``, a refusal, tool calls or a token with no text and no
+    bytes block with that cause. A chunk that is not valid JSON, or a token
+    longer than ``max_token_chars``, raises
+    :class:`~adapters.ProviderFormatError`. Provider errors
+    (``openai.APIError``, transport errors) and
+    :class:`~guardrail.MissingLogprobsError` propagate unchanged after the
+    stream is closed; text held back is never released.
     ``mode``/``on_block``/``monitor`` are checked here, before anything is read.
     """
-    return aguard(stream, GuardStep(monitor, mode, on_block, _chunk_parser(monitor)))
+    step = GuardStep(
+        monitor, mode, on_block, _chunk_parser(monitor), max_token_chars=max_token_chars
+    )
+    return aguard(stream, step)
 
 
 def guard_chat_stream_sync(
@@ -90,9 +105,13 @@ def guard_chat_stream_sync(
     *,
     mode: Mode = "buffered",
     on_block: OnBlock = "raise",
+    max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
 ) -> Generator[str, None, None]:
     """Sync twin of :func:`guard_chat_stream` for ``openai.OpenAI`` streams (same rules)."""
-    return guard(stream, GuardStep(monitor, mode, on_block, _chunk_parser(monitor)))
+    step = GuardStep(
+        monitor, mode, on_block, _chunk_parser(monitor), max_token_chars=max_token_chars
+    )
+    return guard(stream, step)
 
 
 _REFUSAL_PHRASES = (
@@ -104,7 +123,7 @@ _REFUSAL_PHRASES = (
 )
 
 
-def _refuses_logprobs(exc: Any) -> bool:
+def refuses_logprobs(exc: Any) -> bool:
     """A 403 mentioning logprobs, or a 400 saying logprobs are not supported/allowed.
 
     (A 400 about a bad ``top_logprobs`` value is the caller's error and stays as it is.)
@@ -122,6 +141,16 @@ def _refuses_logprobs(exc: Any) -> bool:
     if "logprob" not in text:
         return False
     return status == 403 or any(p in text for p in _REFUSAL_PHRASES)
+
+
+def logprobs_refused(exc: Any, model: object) -> ConfigError:
+    """The error for a model that refuses token logprobs (the same on every path)."""
+    status, message = getattr(exc, "status_code", "?"), getattr(exc, "message", str(exc))
+    return ConfigError(
+        f"model {model!r} does not provide token logprobs (HTTP {status}: {message}); "
+        "liftguard cannot certify its answers. Use a model that returns logprobs, or "
+        "score the text with a local model."
+    )
 
 
 def _create_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -142,6 +171,7 @@ async def guarded_chat_completion(
     monitor: CertificateMonitor,
     mode: Mode = "buffered",
     on_block: OnBlock = "raise",
+    max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
     **create_kwargs: Any,
 ) -> AsyncGenerator[str, None]:
     """Stream a guarded chat completion: ``client.chat.completions.create(**create_kwargs)``
@@ -154,19 +184,16 @@ async def guarded_chat_completion(
     errors propagate unchanged. Otherwise as :func:`guard_chat_stream`.
     """
     openai = _import_openai()
-    step = GuardStep(monitor, mode, on_block, _chunk_parser(monitor))
+    step = GuardStep(
+        monitor, mode, on_block, _chunk_parser(monitor), max_token_chars=max_token_chars
+    )
     kwargs = _create_kwargs(create_kwargs)
     try:
         stream = await cast(Any, client).chat.completions.create(**kwargs)
     except openai.APIStatusError as exc:
-        if not _refuses_logprobs(exc):
+        if not refuses_logprobs(exc):
             raise
-        model = kwargs.get("model", "?")
-        raise ConfigError(
-            f"model {model!r} does not provide token logprobs (HTTP {exc.status_code}: "
-            f"{exc.message}); liftguard cannot certify its answers. Use a model that "
-            "returns logprobs, or score the text with a local model."
-        ) from exc
+        raise logprobs_refused(exc, kwargs.get("model", "?")) from exc
     async with contextlib.aclosing(aguard(stream, step)) as texts:
         async for text in texts:
             yield text

@@ -23,13 +23,14 @@ Wrong types raise :class:`~adapters.ProviderFormatError` naming the field.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from guardrail import TokenEvent
 
 from ._errors import ProviderFormatError
 
 __all__ = [
+    "ChunkParts",
     "chat_chunk_parts",
     "events_from_chat_chunk",
     "events_from_responses_event",
@@ -38,6 +39,22 @@ __all__ = [
 
 _MISSING: Any = object()
 RESPONSES_TEXT_DELTA = "response.output_text.delta"
+RESPONSES_REFUSAL_DELTA = "response.refusal.delta"
+_RESPONSES_INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
+
+
+class ChunkParts(NamedTuple):
+    """What one provider item (a chunk or an event) carries for the guard."""
+
+    events: list[TokenEvent]
+    """One event per token (text without logprobs: one event with ``logprob=None``)."""
+    text: str
+    """The text the item adds to the answer."""
+    finish: str | None = None
+    """The provider's finish reason if the item ends the answer (OpenAI's names:
+    ``"stop"``, ``"length"``, ``"content_filter"``, ...)."""
+    refusal: bool = False
+    """The item carries refusal text: the model declined to answer."""
 
 
 def _get(obj: Any, key: str) -> Any:
@@ -141,10 +158,9 @@ def _segment(
     return [], ""
 
 
-def chat_chunk_parts(
-    chunk: Any, choice: int = 0, *, with_top: bool = True
-) -> tuple[list[TokenEvent], str]:
-    """Token events of choice ``choice`` in one ``ChatCompletionChunk`` and the text it adds.
+def chat_chunk_parts(chunk: Any, choice: int = 0, *, with_top: bool = True) -> ChunkParts:
+    """Token events of choice ``choice`` in one ``ChatCompletionChunk``, the text it adds,
+    its ``finish_reason`` and whether it carries refusal text.
 
     ``with_top=False`` leaves ``top_logprobs`` empty (for skeletons that never
     read the alternatives; parsing them is most of the guard's per-token cost)."""
@@ -163,13 +179,15 @@ def chat_chunk_parts(
         if (index if index is not None else pos) == choice:
             break
     else:
-        return [], ""  # e.g. the usage-only last chunk (choices == [])
+        return ChunkParts([], "")  # e.g. the usage-only last chunk (choices == [])
+    finish = _str_or_none(_opt(ch, "finish_reason"), f"{base}.finish_reason")
     delta, logprobs = _opt(ch, "delta"), _opt(ch, "logprobs")
     for name, value in (("delta", delta), ("logprobs", logprobs)):
         if value is not None and not _is_record(value):
             raise _bad("an object or null", value, f"{base}.{name}")
     events: list[TokenEvent] = []
     shown = ""
+    refusal = False
     for key in ("content", "refusal"):
         text = _str_or_none(_opt(delta, key), f"{base}.delta.{key}")
         where = f"{base}.logprobs.{key}"
@@ -177,7 +195,8 @@ def chat_chunk_parts(
         evs, txt = _segment(text, entries, where, with_bytes=True, with_top=with_top)
         events += evs
         shown += txt
-    return events, shown
+        refusal = refusal or (key == "refusal" and bool(evs))
+    return ChunkParts(events, shown, finish, refusal)
 
 
 def events_from_chat_chunk(chunk: Any) -> list[TokenEvent]:
@@ -190,17 +209,33 @@ def events_from_chat_chunk(chunk: Any) -> list[TokenEvent]:
     return chat_chunk_parts(chunk)[0]
 
 
-def responses_event_parts(event: Any) -> tuple[list[TokenEvent], str]:
-    """Token events of a ``response.output_text.delta`` event and its text (others: none)."""
+def responses_event_parts(event: Any) -> ChunkParts:
+    """Token events of a ``response.output_text.delta`` event and its text; the finish of
+    ``response.completed`` (``"stop"``) and ``response.incomplete`` (``"length"`` for
+    ``max_output_tokens``, ``"content_filter"``); a refusal for ``response.refusal.delta``."""
     if not _is_record(event):
         raise _bad("an event object", event, "event")
-    if _get(event, "type") != RESPONSES_TEXT_DELTA:
-        return [], ""
+    kind = _get(event, "type")
+    if kind == "response.completed":
+        return ChunkParts([], "", "stop")
+    if kind == "response.incomplete":
+        details = _opt(_opt(event, "response"), "incomplete_details")
+        reason = _opt(details, "reason") if details is not None else None
+        return ChunkParts([], "", _RESPONSES_INCOMPLETE.get(str(reason), "incomplete"))
+    if kind == "response.failed":
+        return ChunkParts([], "", "failed")
+    if kind == RESPONSES_REFUSAL_DELTA:
+        delta = _get(event, "delta")
+        text = delta if isinstance(delta, str) else ""
+        return ChunkParts([TokenEvent(text=text, logprob=None)], text, None, True)
+    if kind != RESPONSES_TEXT_DELTA:
+        return ChunkParts([], "")
     delta = _get(event, "delta")
     if not isinstance(delta, str):
         raise _bad("a string", delta, "delta")
     entries = _list_or_none(_opt(event, "logprobs"), "logprobs")
-    return _segment(delta, entries, "logprobs", with_bytes=False)
+    events, text = _segment(delta, entries, "logprobs", with_bytes=False)
+    return ChunkParts(events, text)
 
 
 def events_from_responses_event(event: Any) -> list[TokenEvent]:

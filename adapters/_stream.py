@@ -13,21 +13,28 @@ the consumer stops early.
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterable, Callable, Generator, Iterable
 from typing import Any, Literal
 
 from guardrail import (
+    Cause,
     CertificateMonitor,
     ConfigError,
     GuardedText,
     GuardrailBlocked,
     State,
+    StreamTruncated,
     TokenEvent,
     Verdict,
 )
 
+from ._errors import ProviderFormatError
+from ._openai_events import ChunkParts
+
 __all__ = [
+    "DEFAULT_MAX_TOKEN_CHARS",
     "GuardStep",
     "Mode",
     "OnBlock",
@@ -42,29 +49,52 @@ logger = logging.getLogger(__name__)
 
 Mode = Literal["passthrough", "buffered", "final"]
 OnBlock = Literal["raise", "stop"]
-Parser = Callable[[Any], "tuple[list[TokenEvent], str]"]
-"""Provider item -> (token events, the text the item adds to the answer)."""
+Parser = Callable[[Any], ChunkParts]
+"""Provider item -> its token events, text, finish reason and refusal flag."""
+DEFAULT_MAX_TOKEN_CHARS = 4096
+"""Longest text of one token event (the longest tokens of common vocabularies have a few
+hundred characters); a longer one is a malformed stream, not an answer."""
 
 
 class GuardStep:
     """Feed provider items to ``monitor`` and say what text may be shown (pure, no I/O).
 
     ``blocked`` holds the BLOCKED verdict once there is one; the loops then stop
-    reading and close the upstream stream.
+    reading and close the upstream stream. ``finish_reason`` is the last finish
+    reason an item carried: :meth:`end` passes it to the monitor, so only a
+    stream that ended the documented way can be certified.
+
+    Besides the evidence, an item blocks the answer when it carries refusal
+    text (cause ``refusal``) or a token whose text cannot be reconstructed
+    (empty text and no bytes, as llama.cpp streams partial UTF-8 characters:
+    cause ``unreadable_text``); a token longer than ``max_token_chars``
+    characters is a :class:`ProviderFormatError`.
     """
 
-    __slots__ = ("_monitor", "_parse", "_text", "blocked", "on_block")
+    __slots__ = (
+        "_items", "_max_chars", "_monitor", "_parse", "_text", "blocked", "finish_reason",
+        "on_block",
+    )  # fmt: skip
 
     def __init__(
-        self, monitor: CertificateMonitor, mode: Mode, on_block: OnBlock, parse: Parser
+        self,
+        monitor: CertificateMonitor,
+        mode: Mode,
+        on_block: OnBlock,
+        parse: Parser,
+        *,
+        max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
     ) -> None:
         if not isinstance(monitor, CertificateMonitor):
             raise ConfigError(f"monitor must be a CertificateMonitor, got {type(monitor).__name__}")
         if on_block not in ("raise", "stop"):
             raise ConfigError(f"on_block must be 'raise' or 'stop', got {on_block!r}")
+        self._max_chars = check_max_token_chars(max_token_chars)
         self._monitor, self._parse, self.on_block = monitor, parse, on_block
         self._text = GuardedText(monitor, mode)  # validates mode (and early=False for "final")
         self.blocked: Verdict | None = None
+        self.finish_reason: str | None = None
+        self._items = 0
 
     @property
     def monitor(self) -> CertificateMonitor:
@@ -72,34 +102,102 @@ class GuardStep:
 
     def feed(self, item: Any) -> str:
         """One provider item: update the monitor with each of its tokens; the text to show."""
-        events, shown = self._parse(item)
+        self._items += 1
+        return self._feed_parts(self._parse(item))
+
+    def _feed_parts(self, parts: ChunkParts) -> str:
+        events, shown, finish, refusal = parts
+        if finish is not None:
+            self.finish_reason = finish
         if not events:
             return ""
-        update = self._monitor.update
-        for event in events:
-            verdict = update(event)
+        monitor = self._monitor
+        if refusal:
+            verdict = monitor.abort(Cause.REFUSAL, "the model refused to answer (refusal text)")
+        else:
+            verdict = feed_events(monitor, events, shown, self._max_chars)
         out = self._text.push(shown, verdict)
         if verdict.state is State.BLOCKED:
             self._block(verdict)
         return out
 
     def end(self) -> str:
-        """End of stream: apply the final rule; the held text to release (if certified)."""
-        out = self._text.close()
-        verdict = self._monitor.verdict
+        """End of stream: the final rule after a documented finish; the held text to release."""
+        monitor = self._monitor
+        if self._items == 0:
+            monitor.abort(Cause.EMPTY_STREAM, EMPTY_STREAM_REASON)
+        verdict = monitor.finish(self.finish_reason)
+        out = self._text.close(verdict)
         if verdict.state is State.BLOCKED:
             self._block(verdict)
         return out
 
     def outcome(self) -> None:
-        """Raise :class:`GuardrailBlocked` if the answer was blocked and ``on_block='raise'``."""
+        """Raise :class:`GuardrailBlocked` if the answer was blocked and ``on_block='raise'``
+        (:class:`StreamTruncated` for a stream that was cut off or empty)."""
         if self.blocked is not None and self.on_block == "raise":
-            raise GuardrailBlocked(self.blocked, self.blocked.reason)
+            raise blocked_error(self.blocked)
 
     def _block(self, verdict: Verdict) -> None:
         if self.blocked is None:
             self.blocked = verdict
             logger.info("guarded stream blocked after %d tokens: %s", verdict.t, verdict.reason)
+
+
+EMPTY_STREAM_REASON = (
+    "the provider sent no chunk at all (an empty stream, e.g. an OpenAI-compatible server "
+    "started without logits, or a proxy that dropped the body): there is nothing to certify; "
+    "check that the server streams answers with token logprobs"
+)
+
+
+def check_max_token_chars(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"max_token_chars must be an integer >= 1, got {value!r}")
+    return value
+
+
+def feed_events(
+    monitor: CertificateMonitor, events: list[TokenEvent], shown: str, max_chars: int
+) -> Verdict:
+    """Each event to ``monitor`` after the checks every path shares; the last verdict.
+
+    A token longer than ``max_chars`` (or shown text longer than ``max_chars``
+    per token) is a :class:`ProviderFormatError`; a token with no text and no
+    bytes blocks the answer (its text cannot be reconstructed)."""
+    if len(shown) > max_chars * len(events):
+        raise ProviderFormatError(
+            f"{len(shown)} characters of text for {len(events)} token(s): more than "
+            f"max_token_chars={max_chars} per token",
+            field="delta.content",
+        )
+    update = monitor.update
+    verdict = monitor.verdict
+    for event in events:
+        text = event.text
+        if len(text) > max_chars:
+            raise ProviderFormatError(
+                f"a token of {len(text)} characters (max_token_chars={max_chars})",
+                field="logprobs.content.token",
+            )
+        if not text and not event.bytes:
+            return monitor.abort(Cause.UNREADABLE_TEXT, UNREADABLE_REASON)
+        verdict = update(event)
+    return verdict
+
+
+UNREADABLE_REASON = (
+    "a token arrived with empty text and no bytes, so the answer's text cannot be "
+    "reconstructed (llama.cpp's server streams partial UTF-8 characters this way, e.g. emoji)"
+)
+
+
+def blocked_error(verdict: Verdict) -> GuardrailBlocked:
+    """The exception for a blocked answer: :class:`StreamTruncated` for a cut-off or
+    empty stream, :class:`GuardrailBlocked` otherwise."""
+    if verdict.cause in (Cause.TRUNCATED, Cause.EMPTY_STREAM):
+        return StreamTruncated(verdict, verdict.reason)
+    return GuardrailBlocked(verdict, verdict.reason)
 
 
 async def aclose_upstream(stream: object) -> None:
@@ -126,19 +224,32 @@ def close_upstream(stream: object) -> None:
             logger.warning("closing the upstream stream failed", exc_info=True)
 
 
+def _malformed(exc: ValueError) -> ProviderFormatError:
+    return ProviderFormatError(f"malformed stream chunk, not valid JSON ({exc})", field="chunk")
+
+
 async def aguard(stream: AsyncIterable[Any], step: GuardStep) -> AsyncGenerator[str, None]:
-    """Async loop around ``step``; the upstream stream is closed on every exit path."""
+    """Async loop around ``step``; the upstream stream is closed on every exit path.
+
+    A chunk that is not valid JSON (the SDK raises :class:`json.JSONDecodeError`
+    while iterating) becomes a :class:`ProviderFormatError`."""
+    items = aiter(stream)
     try:
-        async for item in stream:
+        while True:
+            try:
+                item = await anext(items)
+            except StopAsyncIteration:
+                out = step.end()
+                if out:
+                    yield out
+                break
+            except json.JSONDecodeError as exc:
+                raise _malformed(exc) from exc
             out = step.feed(item)
             if out:
                 yield out
             if step.blocked is not None:
                 break
-        else:
-            out = step.end()
-            if out:
-                yield out
     finally:
         await aclose_upstream(stream)
     step.outcome()
@@ -146,17 +257,23 @@ async def aguard(stream: AsyncIterable[Any], step: GuardStep) -> AsyncGenerator[
 
 def guard(stream: Iterable[Any], step: GuardStep) -> Generator[str, None, None]:
     """Sync twin of :func:`aguard` (same step, same order)."""
+    items = iter(stream)
     try:
-        for item in stream:
+        while True:
+            try:
+                item = next(items)
+            except StopIteration:
+                out = step.end()
+                if out:
+                    yield out
+                break
+            except json.JSONDecodeError as exc:
+                raise _malformed(exc) from exc
             out = step.feed(item)
             if out:
                 yield out
             if step.blocked is not None:
                 break
-        else:
-            out = step.end()
-            if out:
-                yield out
     finally:
         close_upstream(stream)
     step.outcome()

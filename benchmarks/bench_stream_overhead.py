@@ -169,7 +169,7 @@ async def mem_unguarded(chunks: list[ChatCompletionChunk], tokens: int) -> str:
 async def mem_parse_only(chunks: list[ChatCompletionChunk], tokens: int) -> str:
     parts: list[str] = []
     async for chunk in _replay(chunks):
-        parts.append(chat_chunk_parts(chunk)[1])
+        parts.append(chat_chunk_parts(chunk).text)
     return "".join(parts)
 
 

@@ -32,19 +32,12 @@ from ._errors import (
     GuardrailError,
     InsufficientDataError,
     MissingLogprobsError,
+    StreamTruncated,
     TraceFormatError,
 )
 from ._labels import is_correct, normalize_answer
 from ._lift import DEFAULT_CLIP, budget, clipped_lift, clipped_lifts, support_clip
-from ._monitor import (
-    CertificateMonitor,
-    GuardedText,
-    Skeleton,
-    State,
-    TokenEvent,
-    UniformSkeleton,
-    Verdict,
-)
+from ._monitor import CertificateMonitor, GuardedText, Skeleton, UniformSkeleton
 from ._policy import (
     ReplayResult,
     StreamPolicy,
@@ -94,6 +87,7 @@ from ._traces import (
     read_traces,
     trace_to_dict,
 )
+from ._verdict import Cause, State, TokenEvent, Verdict, end_cause
 from ._vsd import (
     VSDResult,
     distributions_from_logits,
@@ -111,6 +105,7 @@ __all__ = [
     "TRACE_SKELETONS",
     "BettingTrajectory",
     "Calibration",
+    "Cause",
     "CertificateMonitor",
     "ConfigError",
     "GammaFit",
@@ -126,6 +121,7 @@ __all__ = [
     "Skeleton",
     "State",
     "StreamPolicy",
+    "StreamTruncated",
     "SubGammaParams",
     "TailModel",
     "TemperatureSkeleton",
@@ -155,6 +151,7 @@ __all__ = [
     "distributions_from_logits",
     "distributions_from_traces",
     "dump_trace_line",
+    "end_cause",
     "estimate_entropy",
     "estimate_entropy_batch",
     "estimate_logz",

@@ -8,6 +8,8 @@ The hierarchy::
     ├── InsufficientDataError       calibration data too small for the target (also ValueError)
     ├── MissingLogprobsError        a token arrived without a usable log-probability
     └── GuardrailBlocked            an answer was blocked; carries the Verdict
+        └── StreamTruncated         the stream ended without the provider's documented
+                                    finish (cut off, or no chunk at all): never certified
 
 Configuration errors derive from :class:`ValueError` as well, so callers that
 already catch ``ValueError`` keep working.
@@ -23,6 +25,7 @@ __all__ = [
     "GuardrailError",
     "InsufficientDataError",
     "MissingLogprobsError",
+    "StreamTruncated",
     "TraceFormatError",
 ]
 
@@ -70,3 +73,13 @@ class GuardrailBlocked(GuardrailError):
     def __init__(self, verdict: Any, message: str | None = None):
         self.verdict = verdict
         super().__init__(message or f"answer blocked: {verdict}")
+
+
+class StreamTruncated(GuardrailBlocked):
+    """The stream ended without the provider's documented finish: blocked, never certified.
+
+    The connection closed cleanly mid-answer (no ``finish_reason``), or the
+    provider sent no chunk at all. ``verdict.cause`` is ``Cause.TRUNCATED`` or
+    ``Cause.EMPTY_STREAM``. Text already shown (passthrough mode, or after an
+    early certification) is a prefix of an answer that was never finished.
+    """

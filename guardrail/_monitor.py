@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import math
 from bisect import insort
-from dataclasses import dataclass
-from enum import Enum
 from math import log, log1p, sqrt
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from ._errors import ConfigError, GuardrailError, MissingLogprobsError
 from ._policy import StreamPolicy
+from ._verdict import Cause, State, TokenEvent, Verdict, end_cause
+from ._verdict import make_verdict as _verdict
 
 __all__ = [
     "CertificateMonitor",
@@ -48,25 +48,6 @@ StreamMode = Literal["passthrough", "buffered", "final"]
 CENSORED_LOGPROB = -9999.0
 """OpenAI's sentinel for a sampled token outside the top 20; any value <= it is unusable."""
 _GRID_SIZE = 49
-
-
-class State(str, Enum):
-    CONTINUE = "continue"
-    CERTIFIED = "certified"
-    BLOCKED = "blocked"
-
-
-@dataclass(frozen=True, slots=True)
-class TokenEvent:
-    """One streamed token, provider-neutral; ``logprob`` in nats (None if not given),
-    ``top_logprobs`` as ``(token or id, logprob)``, ``index`` 0-based if the provider says."""
-
-    text: str
-    logprob: float | None
-    token_id: int | None = None
-    bytes: bytes | None = None
-    top_logprobs: tuple[tuple[str | int, float], ...] = ()
-    index: int | None = None
 
 
 @runtime_checkable
@@ -93,47 +74,17 @@ class UniformSkeleton:
         return self._log_prob
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """State after a token: ``t`` tokens of evidence, ``mean``/``lower``/``upper`` in nats;
-    ``final`` once it can no longer change (decided early, or finished)."""
-
-    state: State
-    t: int
-    mean: float
-    lower: float
-    upper: float
-    tau: float
-    boundary: str
-    reason: str
-    final: bool
-
-    @property
-    def decided(self) -> bool:
-        return self.state is not State.CONTINUE
-
-
 _CONTINUE = State.CONTINUE
-_FIELDS = ("state", "t", "mean", "lower", "upper", "tau", "boundary", "reason", "final")
-_SLOT_SET: tuple[Any, ...] = tuple(Verdict.__dict__[f].__set__ for f in _FIELDS)
-
-
-def _verdict(
-    state: State, t: int, mean: float, lo: float, up: float, tau: float, b: str, why: str, fin: bool
-) -> Verdict:
-    """``Verdict(...)`` via the slot descriptors, skipping the slower frozen ``__init__``."""
-    v = object.__new__(Verdict)
-    s0, s1, s2, s3, s4, s5, s6, s7, s8 = _SLOT_SET
-    s0(v, state)
-    s1(v, t)
-    s2(v, mean)
-    s3(v, lo)
-    s4(v, up)
-    s5(v, tau)
-    s6(v, b)
-    s7(v, why)
-    s8(v, fin)
-    return v
+_UNDECIDED = Cause.UNDECIDED
+_END_REASONS = {
+    Cause.TRUNCATED: "the stream ended without a finish after {t} tokens (cut off; "
+    "an answer not fully seen is never certified)",
+    Cause.LENGTH: "the answer was cut at the token limit after {t} tokens "
+    "(finish_reason 'length'; the policy counts only complete answers: on_length='block')",
+    Cause.CONTENT_FILTER: "the provider's content filter stopped the answer after {t} tokens",
+    Cause.REFUSAL: "the model refused (finish_reason {reason!r})",
+    Cause.OTHER_FINISH: "the stream finished with {reason!r}, not a complete text answer",
+}
 
 
 def _describe(value: float | None) -> str:
@@ -213,7 +164,9 @@ class CertificateMonitor:
         wait = "evidence not yet conclusive" if self._early else "verdict at end (early=False)"
         self._reason_cont = f"continue: {wait}"
         why, tau = "continue: no tokens yet", self._tau
-        self._verdict = _verdict(_CONTINUE, 0, 0.0, 0.0, b, tau, policy.boundary, why, False)
+        self._verdict = _verdict(
+            _CONTINUE, 0, 0.0, 0.0, b, tau, policy.boundary, why, False, _UNDECIDED
+        )
 
     @property
     def policy(self) -> StreamPolicy:
@@ -303,7 +256,7 @@ class CertificateMonitor:
                 what = "token lift" if self._k == 1 else f"mean of the {self._k} lowest lifts"
                 agg = self._policy.aggregate
                 why = f"blocked: {what} {low:.4g} < tau={tau:g} by token {t} ({agg} aggregate)"
-                return self._final(State.BLOCKED, why, lower, upper)
+                return self._final(State.BLOCKED, why, lower, upper, Cause.BELOW_THRESHOLD)
         elif self._paper:
             level = log1p(log(t)) + self._lvl0
             r = sqrt(self._v2 * level / t) + self._c * level / t
@@ -323,7 +276,7 @@ class CertificateMonitor:
             elif down_hit:
                 return self._decide(False, t, lower, upper if upper < tau else tau)
         why = self._reason_wait if t < self._min_tokens else self._reason_cont
-        v = _verdict(_CONTINUE, t, mean, lower, upper, tau, self._boundary, why, False)
+        v = _verdict(_CONTINUE, t, mean, lower, upper, tau, self._boundary, why, False, _UNDECIDED)
         self._verdict = v
         return v
 
@@ -350,17 +303,35 @@ class CertificateMonitor:
         lift = lp - ls  # as clipped_lift()
         return self.update_lift(0.0 if lift <= 0.0 else (self._b if lift >= self._b else lift))
 
-    def finish(self) -> Verdict:
-        """End of stream: the final rule if undecided (idempotent)."""
+    def finish(self, finish_reason: str | None = "stop") -> Verdict:
+        """End of stream: the final rule if undecided (idempotent).
+
+        ``finish_reason`` is how the stream ended, as the provider says it
+        (OpenAI's ``finish_reason``; adapters map other providers onto it).
+        Only ``"stop"`` (and ``"length"`` when ``policy.on_length == "answer"``)
+        is a finished answer; any other end, ``None`` (no finish seen: the
+        stream was cut off) included, gives a BLOCKED verdict with that cause,
+        also after an early CERTIFIED: an answer that was not fully seen is
+        never certified.
+        """
+        if self._finished:
+            return self._verdict
         self._finished = self._closed = True
         v = self._verdict
+        cause = end_cause(finish_reason, self._policy.on_length)
+        if cause is not None and v.state is not State.BLOCKED:
+            why = _END_REASONS[cause].format(reason=finish_reason, t=self._t)
+            return self._final(State.BLOCKED, f"blocked: {why}", v.lower, v.upper, cause)
         if v.final:
             return v
         t, mean, tau = self._t, v.mean, self._tau
+        cause = Cause.BELOW_THRESHOLD
         if t == 0:
             ok, why = False, "blocked: empty answer (no token carried evidence)"
+            cause = Cause.EMPTY_ANSWER
         elif self._policy.final_rule == "block":
             ok, why = False, f"blocked: no verdict after {t} tokens (final_rule='block')"
+            cause = Cause.NO_VERDICT
         else:
             what = {"min": "min", "lowest": f"lowest-{self._k}"}.get(self._policy.aggregate, "mean")
             stat = self._min if self._min_agg else mean
@@ -368,7 +339,19 @@ class CertificateMonitor:
             rel = ">=" if ok else "<"
             why = f"final {what} lift {stat:.4g} {rel} tau={tau:g} after {t} tokens"
             why = f"{'certified' if ok else 'blocked'}: {why} (final_rule='mean')"
-        return self._final(State.CERTIFIED if ok else State.BLOCKED, why, v.lower, v.upper)
+        cause = Cause.CERTIFIED if ok else cause
+        state = State.CERTIFIED if ok else State.BLOCKED
+        return self._final(state, why, v.lower, v.upper, cause)
+
+    def abort(self, cause: Cause, reason: str) -> Verdict:
+        """Block the answer now for a reason outside the evidence (a refusal, text that
+        cannot be reconstructed); an earlier BLOCKED verdict stands (idempotent)."""
+        if not isinstance(cause, Cause) or cause in (Cause.UNDECIDED, Cause.CERTIFIED):
+            raise ConfigError(f"abort needs a blocking Cause, got {cause!r}")
+        v = self._verdict
+        if v.state is State.BLOCKED:
+            return v
+        return self._final(State.BLOCKED, f"blocked: {reason}", v.lower, v.upper, cause)
 
     def _after_final(self) -> Verdict:
         if self._finished:
@@ -377,10 +360,10 @@ class CertificateMonitor:
             )
         return self._verdict
 
-    def _final(self, state: State, why: str, lo: float, up: float) -> Verdict:
+    def _final(self, state: State, why: str, lo: float, up: float, cause: Cause) -> Verdict:
         self._closed = True
         t = self._t
-        v = _verdict(state, t, self.mean, lo, up, self._tau, self._boundary, why, True)
+        v = _verdict(state, t, self.mean, lo, up, self._tau, self._boundary, why, True, cause)
         self._verdict = v
         return v
 
@@ -392,13 +375,14 @@ class CertificateMonitor:
         if mode == "pass":
             return self._verdict
         why, v = f"blocked: {desc}; policy on_missing_logprobs='block'", self._verdict
-        return self._final(State.BLOCKED, why, v.lower, v.upper)
+        return self._final(State.BLOCKED, why, v.lower, v.upper, Cause.MISSING_LOGPROBS)
 
     def _decide(self, cert: bool, t: int, lo: float, up: float) -> Verdict:
         word, rel = ("certified", ">") if cert else ("blocked", "<")
         why = f"{word}: evidence that mean lift {rel} {self._tau:g} after {t} tokens"
         state = State.CERTIFIED if cert else State.BLOCKED
-        return self._final(state, f"{why} ({self._boundary} boundary)", lo, up)
+        cause = Cause.CERTIFIED if cert else Cause.BELOW_THRESHOLD
+        return self._final(state, f"{why} ({self._boundary} boundary)", lo, up, cause)
 
     def _grid_step(self, xs: float, lam: float) -> tuple[float, float]:
         assert self._grid is not None  # set when tracking

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from bisect import insort
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
 import numpy as np
@@ -39,6 +39,7 @@ FloatArray = npt.NDArray[np.float64]
 Boundary = Literal["betting", "paper"]
 FinalRule = Literal["mean", "block"]
 Aggregate = Literal["mean", "min", "lowest"]
+OnLength = Literal["answer", "block"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,12 @@ class StreamPolicy:
             boundary settings do not apply to ``"min"`` and ``"lowest"``, and
             ``final_rule="mean"`` then compares their statistic with ``tau``.
         lowest_k: how many of the weakest tokens ``"lowest"`` averages.
+        on_length: what an answer cut at the token limit (finish reason
+            ``"length"``) is: ``"block"`` (default) treats it as cut off, never
+            certified; ``"answer"`` judges it like a finished answer, which is
+            right only when the calibration answers were cut the same way and
+            labelled as answers (as in the shared traces, cut at 24 tokens).
+            Every other end without the provider's ``"stop"`` is never certified.
     """
 
     boundary: Boundary = "betting"
@@ -83,8 +90,11 @@ class StreamPolicy:
     early: bool = True
     aggregate: Aggregate = "mean"
     lowest_k: int = 2
+    on_length: OnLength = "block"
 
     def __post_init__(self) -> None:
+        if self.on_length not in ("answer", "block"):
+            raise ConfigError(f"on_length must be 'answer' or 'block', got {self.on_length!r}")
         if self.aggregate not in ("mean", "min", "lowest"):
             raise ConfigError(
                 f"aggregate must be 'mean', 'min' or 'lowest', got {self.aggregate!r}"
@@ -128,6 +138,12 @@ class StreamPolicy:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StreamPolicy:
+        """The policy of :meth:`to_dict`; unknown fields are a :class:`ConfigError`."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"a policy must be a JSON object, got {type(data).__name__}")
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ConfigError(f"unknown policy field(s): {', '.join(map(repr, unknown))}")
         return cls(**data)
 
 

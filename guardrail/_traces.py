@@ -57,6 +57,9 @@ CENSORED_LOGPROB = -9999.0
 #: read from the data): those of the documented format.
 DEFAULT_LOGZ_TEMPERATURES: tuple[float, ...] = (1.5, 2.0)
 
+# A byte-order mark some editors put at the start of a UTF-8 file; it is skipped.
+_BOM = "\ufeff"
+
 # Log-probabilities are stored rounded to 6 decimals, so allow this much above 0.
 _LOGPROB_TOL = 1e-6
 # Entropies likewise may round to a tiny negative number.
@@ -590,7 +593,8 @@ def parse_trace_lines(
     """Parse JSONL text, one trace per line, lazily.
 
     ``lines`` is an iterable of lines (trailing newlines allowed); a single
-    ``str`` is taken as the whole text and split on ``"\\n"``. Blank lines are
+    ``str`` is taken as the whole text and split on ``"\\n"``. A UTF-8
+    byte-order mark at the start of the first line is skipped. Blank lines are
     skipped but still counted, so error line numbers (1-based) match the
     source. At most ``limit`` traces are produced. Invalid arguments raise
     at once; format errors are raised when the offending line is reached.
@@ -608,6 +612,8 @@ def _parse_lines(
         return
     count = 0
     for lineno, text in enumerate(lines, start=1):
+        if lineno == 1 and text.startswith(_BOM):
+            text = text[1:]
         if not text or text.isspace():
             continue
         try:
@@ -615,6 +621,10 @@ def _parse_lines(
         except json.JSONDecodeError as exc:
             raise TraceFormatError(
                 f"invalid JSON: {exc.msg} (column {exc.colno})", source=source, line=lineno
+            ) from None
+        except RecursionError:
+            raise TraceFormatError(
+                "invalid JSON: nested too deeply", source=source, line=lineno
             ) from None
         yield parse_trace(obj, source=source, line=lineno, require_label=require_label)
         count += 1
@@ -641,9 +651,11 @@ def iter_traces(
     """Lazily read the traces of a UTF-8 JSONL file (see :func:`parse_trace_lines`).
 
     The file is opened when iteration starts and closed when it ends. A
-    missing file raises :class:`FileNotFoundError`; malformed content raises
-    :class:`~guardrail._errors.TraceFormatError` naming the file and line.
-    Lines are split on ``"\\n"`` only, as JSONL requires.
+    path that cannot be read raises :class:`OSError` (``FileNotFoundError``
+    for a missing file, ``IsADirectoryError`` for a directory on POSIX);
+    malformed content raises :class:`~guardrail._errors.TraceFormatError`
+    naming the file and line. A UTF-8 byte-order mark at the start of the
+    file is accepted. Lines are split on ``"\\n"`` only, as JSONL requires.
     """
     _check_limit(limit)
     return _iter_file(os.fspath(path), limit, require_label)

@@ -3,6 +3,12 @@
 The application layer on top of the core: it reads files and prints, and its
 commands import adapters and the skeleton store lazily, inside the command.
 Nothing else in :mod:`guardrail` imports them.
+
+Errors: every failure is one line on stderr, ``liftguard <cmd>: error: <message>``.
+Bad argument values are rejected when the command line is parsed (exit
+status 2); a command's library errors (:class:`~guardrail.GuardrailError`),
+``OSError`` and ``ValueError`` give exit status 1; an interrupt gives 130.
+The top-level ``-v`` also prints the traceback.
 """
 
 from __future__ import annotations
@@ -10,9 +16,20 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
-from ._common import oracle_coverage
+from ._common import (
+    CommandError,
+    fraction,
+    integer,
+    non_negative,
+    oracle_coverage,
+    output_file,
+    positive,
+    probability,
+)
 
 __all__ = ["main", "oracle_coverage"]
 
@@ -45,8 +62,10 @@ def _add_certificate_options(parser: argparse.ArgumentParser) -> None:
     """The risk target and the streaming certificate's settings (calibrate and eval)."""
     from .._scores import TRACE_SKELETONS
 
-    parser.add_argument("--risk", type=float, required=True, help="target selective risk h*")
-    parser.add_argument("--delta", type=float, default=0.05, help="calibration failure probability")
+    parser.add_argument("--risk", type=probability, required=True, help="target selective risk h*")
+    parser.add_argument(
+        "--delta", type=probability, default=0.05, help="calibration failure probability"
+    )
     parser.add_argument("--skeleton", default="uniform", choices=TRACE_SKELETONS)
     parser.add_argument(
         "--aggregate",
@@ -55,28 +74,44 @@ def _add_certificate_options(parser: argparse.ArgumentParser) -> None:
         help="how token lifts combine (default: mean of the --lowest-k weakest)",
     )
     parser.add_argument(
-        "--lowest-k", type=int, default=2, help="weakest tokens the 'lowest' aggregate averages"
+        "--lowest-k",
+        type=integer(1),
+        default=2,
+        help="weakest tokens the 'lowest' aggregate averages",
     )
     parser.add_argument("--boundary", default="betting", choices=("betting", "paper"))
     parser.add_argument(
         "--clip",
-        type=float,
+        type=positive,
         default=None,
         help="clipping bound B (default: log(0.8 |V|) for the uniform skeleton, else 12)",
     )
-    parser.add_argument("--min-tokens", type=int, default=1)
+    parser.add_argument("--min-tokens", type=integer(1), default=1)
     parser.add_argument(
-        "--stream-delta", type=float, default=0.05, help="evidence level of the in-stream boundary"
+        "--stream-delta",
+        type=probability,
+        default=0.05,
+        help="evidence level of the in-stream boundary",
+    )
+    parser.add_argument(
+        "--on-length",
+        default="answer",
+        choices=("answer", "block"),
+        help="what a stream cut at the token limit is when deployed: 'answer' (default: "
+        "the traces' answers cut at the limit are labelled as answers, as in the shared "
+        "traces) or 'block' (calibrated on complete answers only)",
     )
 
 
 def _build_parser() -> argparse.ArgumentParser:
     from .._scores import BASELINES
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="liftguard", description="Certify or block LLM answers while they stream."
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log progress; show tracebacks of errors"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser(
@@ -96,21 +131,23 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--cal-fraction",
-        type=float,
+        type=fraction,
         default=0.5,
         help="share of traces used for calibration; the rest is the test split",
     )
     p.add_argument(
-        "--n-cal", type=int, default=None, help="use only the first N calibration traces"
+        "--n-cal", type=integer(1), default=None, help="use only the first N calibration traces"
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=integer(0), default=0)
     p.add_argument(
         "--repeats",
-        type=int,
+        type=integer(1),
         default=1,
         help="repeat over this many random splits (seeds seed, seed+1, ...) and summarise",
     )
-    p.add_argument("--out", default=None, help="write the calibration as JSON here")
+    p.add_argument(
+        "--out", type=output_file, default=None, help="write the calibration as JSON here"
+    )
     p.set_defaults(func=_cmd_calibrate)
 
     e = sub.add_parser(
@@ -122,9 +159,11 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--traces", required=True, help="JSONL trace file")
     _add_certificate_options(e)
-    e.add_argument("--splits", type=int, default=20)
-    e.add_argument("--seed", type=int, default=0)
-    e.add_argument("--top-k", type=int, default=None, help="keep only the top K alternatives")
+    e.add_argument("--splits", type=integer(1), default=20)
+    e.add_argument("--seed", type=integer(0), default=0)
+    e.add_argument(
+        "--top-k", type=integer(0), default=None, help="keep only the top K alternatives"
+    )
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument(
         "--plot", metavar="DIR", default=None,
@@ -160,12 +199,12 @@ def _build_parser() -> argparse.ArgumentParser:
         "eta-robustness bound.",
     )
     st.add_argument("--traces", required=True)
-    st.add_argument("--risk", type=float, required=True)
-    st.add_argument("--delta", type=float, default=0.05)
+    st.add_argument("--risk", type=probability, required=True)
+    st.add_argument("--delta", type=probability, default=0.05)
     st.add_argument("--aggregate", default="min", choices=("mean", "min", "lowest"))
-    st.add_argument("--lowest-k", type=int, default=2)
-    st.add_argument("--seed", type=int, default=0)
-    st.add_argument("--smoothing", type=float, default=0.01, help="unigram add-k smoothing")
+    st.add_argument("--lowest-k", type=integer(1), default=2)
+    st.add_argument("--seed", type=integer(0), default=0)
+    st.add_argument("--smoothing", type=non_negative, default=0.01, help="unigram add-k smoothing")
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=_cmd_stress)
 
@@ -179,14 +218,61 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, ``<prog>: error: <message>``
+    (argparse's own message and exit status 2, without the usage block; ``-h``
+    shows the usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _command_name(args: argparse.Namespace) -> str:
+    """``liftguard <cmd>`` (with the subcommand of ``skeleton`` and ``traces``)."""
+    words = ["liftguard", str(args.command)]
+    sub = getattr(args, f"{args.command}_command", None)
+    if isinstance(sub, str):
+        words.append(sub)
+    return " ".join(words)
+
+
+def _one_line(exc: BaseException) -> str:
+    """The message of ``exc`` on one line; an ``OSError`` as ``path: reason``."""
+    if isinstance(exc, OSError) and exc.strerror:
+        where = [str(f) for f in (exc.filename, exc.filename2) if f is not None]
+        text = ": ".join([*where, exc.strerror])
+    else:
+        text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``liftguard`` command line; returns the exit status.
+
+    Errors are reported as one line (see the module docstring); with
+    ``-v``/``--verbose`` the traceback is printed above it.
+    """
+    from .._errors import GuardrailError
+
     parser = _build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
-    if not (0.0 < getattr(args, "cal_fraction", 0.5) <= 1.0):
-        parser.error("--cal-fraction must be in (0, 1]")
-    func = args.func
-    return int(func(args))
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt as exc:
+        return _fail(args, exc, 130, "interrupted")
+    except CommandError as exc:
+        return _fail(args, exc, exc.status, _one_line(exc))
+    except (GuardrailError, OSError, ValueError) as exc:
+        return _fail(args, exc, 1, _one_line(exc))
+
+
+def _fail(args: argparse.Namespace, exc: BaseException, status: int, message: str) -> int:
+    """Print the error line (under the traceback with ``-v``); return ``status``."""
+    if args.verbose:
+        traceback.print_exception(type(exc), exc, exc.__traceback__)
+    print(f"{_command_name(args)}: error: {message}", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":  # pragma: no cover

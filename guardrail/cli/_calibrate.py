@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ._common import oracle_coverage, resolve_clip, split_indices, stream_policy
+from ._common import (
+    CommandError,
+    no_traces,
+    oracle_coverage,
+    resolve_clip,
+    split_indices,
+    stream_policy,
+)
 
 __all__ = ["cmd_calibrate"]
 
@@ -24,13 +30,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from .._scores import baseline_score, trace_clipped_lifts
     from .._traces import read_traces
 
+    if args.score != "lift" and args.method == "paper":
+        raise CommandError("--method paper needs --score lift", status=2)
     traces = read_traces(args.traces)
     if not traces:
-        print(f"error: {args.traces} holds no traces", file=sys.stderr)
-        return 2
-    if args.score != "lift" and args.method == "paper":
-        print("error: --method paper needs --score lift", file=sys.stderr)
-        return 2
+        raise no_traces(args.traces)
     correct = np.array([bool(t.correct) for t in traces])
     run = _Run(args, correct)
     resolve_clip(args, traces[0].vocab_size)
@@ -49,8 +53,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             reports.append(run.split(args.seed + r))
         except GuardrailError as exc:
             if args.repeats == 1:
-                print(f"error: {exc}", file=sys.stderr)
-                return 1
+                raise
             log.info("split %d: %s", r, exc)
             reports.append((None, run.test_only(args.seed + r)))
     if args.repeats > 1:

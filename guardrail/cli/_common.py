@@ -1,8 +1,14 @@
-"""Helpers shared by the command-line commands."""
+"""Helpers shared by the command-line commands: argument types that reject bad
+values at parse time, the one-line error a command raises, and the calibration
+splits."""
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -11,7 +17,124 @@ import numpy.typing as npt
 if TYPE_CHECKING:
     from .._policy import StreamPolicy
 
-__all__ = ["oracle_coverage", "resolve_clip", "split_indices", "stream_policy"]
+__all__ = [
+    "CommandError",
+    "fraction",
+    "integer",
+    "no_traces",
+    "non_negative",
+    "oracle_coverage",
+    "output_file",
+    "positive",
+    "probability",
+    "resolve_clip",
+    "split_indices",
+    "stream_policy",
+]
+
+
+class CommandError(Exception):
+    """A failure a command reports as one line, ``liftguard <cmd>: error: <message>``.
+
+    ``status`` is the exit status: 2 for a usage error (a bad argument value),
+    1 for bad data.
+    """
+
+    def __init__(self, message: str, *, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def no_traces(path: str) -> CommandError:
+    """The error of a trace file that holds no trace (blank lines only)."""
+    return CommandError(f"{path}: holds no traces")
+
+
+# --------------------------------------------------------------------------- #
+# Argument types: argparse reports what they raise as
+# ``liftguard <cmd>: error: argument --flag: <message>`` with exit status 2.
+# --------------------------------------------------------------------------- #
+
+
+def _float(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if math.isnan(x):
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
+    return x
+
+
+def probability(text: str) -> float:
+    """A number strictly between 0 and 1 (a risk target or an evidence level)."""
+    x = _float(text)
+    if not 0.0 < x < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
+    return x
+
+
+def fraction(text: str) -> float:
+    """A share in (0, 1]."""
+    x = _float(text)
+    if not 0.0 < x <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return x
+
+
+def positive(text: str) -> float:
+    """A finite number > 0."""
+    x = _float(text)
+    if not (math.isfinite(x) and x > 0.0):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return x
+
+
+def non_negative(text: str) -> float:
+    """A finite number >= 0."""
+    x = _float(text)
+    if not (math.isfinite(x) and x >= 0.0):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return x
+
+
+def integer(minimum: int) -> Callable[[str], int]:
+    """The argument type of an integer ``>= minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+def output_file(text: str) -> str:
+    """A file path that can be written: not a directory, in an existing writable
+    directory. Checked when the command line is parsed, so that a command does
+    not do all its work and then lose the result."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a file path, got ''")
+    path = Path(text)
+    if path.is_dir() or text.endswith(("/", os.sep)):
+        raise argparse.ArgumentTypeError(f"{text!r} names a directory, expected a file path")
+    parent = path.parent
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"cannot write {text}: directory {str(parent)!r} does not exist"
+        )
+    if path.exists() and not os.access(path, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {text}: permission denied")
+    if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(
+            f"cannot write {text}: directory {str(parent)!r} is not writable"
+        )
+    return text
 
 
 def resolve_clip(args: argparse.Namespace, vocab_size: int) -> float:
@@ -34,6 +157,7 @@ def stream_policy(args: argparse.Namespace) -> StreamPolicy:
         min_tokens=args.min_tokens,
         aggregate=args.aggregate,
         lowest_k=args.lowest_k,
+        on_length=getattr(args, "on_length", "answer"),
     )
 
 

@@ -116,7 +116,9 @@ def run_question(
         screen.status(f"A: {shown.strip()}{held}  | {_evidence(verdict, monitor)}")
         if verdict.state is State.BLOCKED:
             break  # stop generating: no more tokens are paid for
-    final = monitor.finish()
+    # the model's own end: cut at max_tokens is "length" (an answer under the shipped
+    # calibration's on_length="answer"), an end-of-generation token is "stop"
+    final = monitor.finish("length" if n >= max_tokens else "stop")
     shown += guard.close(final)
     seconds = time.perf_counter() - start
     stopped = final.state is State.BLOCKED and final.t < max_tokens and n == final.t

@@ -3,32 +3,31 @@
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from ._common import resolve_clip, stream_policy
+from ._common import CommandError, no_traces, resolve_clip, stream_policy
 
 __all__ = ["cmd_eval"]
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    import json
-
     from .._evaluate import baseline_method, evaluate_methods, lift_method
     from .._scores import BASELINES
     from .._traces import read_traces
 
+    if args.boundary == "paper":
+        raise CommandError("eval supports --boundary betting only for now", status=2)
     traces = read_traces(args.traces)
     if not traces:
-        print(f"error: {args.traces} holds no traces", file=sys.stderr)
-        return 2
+        raise no_traces(args.traces)
     if args.top_k is not None:
         traces = [t.truncate_top(args.top_k) for t in traces]
-    if args.boundary == "paper":
-        print("error: eval supports --boundary betting only for now", file=sys.stderr)
-        return 2
     resolve_clip(args, traces[0].vocab_size)
     policy = stream_policy(args)
     exact = args.top_k is None
@@ -38,6 +37,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     results = evaluate_methods(
         methods, correct, risk=args.risk, delta=args.delta, splits=args.splits, seed=args.seed
     )
+    note = _refusal_note(args, len(traces), results)
     report = {
         "n": len(traces),
         "risk": args.risk,
@@ -52,8 +52,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         title = f"{Path(args.traces).stem} (n={len(traces)})"
         path = write_plots(args.plot, methods, correct, results, title=title, risk=args.risk)
         print(f"wrote {path} and its figures", file=sys.stderr)
+    if note:
+        print(f"liftguard eval: note: {note}", file=sys.stderr)
     if args.json:
-        print(json.dumps(report, indent=2, sort_keys=True))
+        print(json.dumps(_finite_or_null(report), indent=2, sort_keys=True, allow_nan=False))
         return 0
     print(
         f"liftguard eval: {args.traces}  n={len(traces)}  risk {args.risk:g}  "
@@ -64,9 +66,59 @@ def cmd_eval(args: argparse.Namespace) -> int:
         f"{'read':>7}{'median':>8}"
     )
     for name, r in results.items():
+        if r["all_refused"]:  # nothing was ever calibrated: no coverage, risk or reading
+            print(f"  {name:<14}{'refused':>9}{'-':>8}{'-':>12}{r['auroc']:>8.3f}{'-':>7}{'-':>8}")
+            continue
         print(
             f"  {name:<14}{r['coverage_mean']:>9.1%}{r['risk_mean']:>8.3f}"
             f"{r['risk_violation_rate']:>12.0%}{r['auroc']:>8.3f}{r['tokens_read_fraction']:>7.0%}"
             f"{r['tokens_read_median']:>8.0%}"
         )
     return 0
+
+
+def _refusal_note(args: argparse.Namespace, n: int, results: dict[str, dict[str, Any]]) -> str:
+    """Mark each method whose calibration refused on every split (``all_refused``,
+    and then ``refusal_reason`` and ``needed_answered``) and return a note that
+    says which methods and why; ``""`` if every method calibrated at least once."""
+    from .._bounds import min_answered_for_risk
+
+    needed = min_answered_for_risk(args.risk, args.delta)
+    n_cal = round(n * 0.5)  # the calibration half of each split
+    target = f"risk {args.risk:g} at delta {args.delta:g}"
+    if n_cal < needed:
+        reason = (
+            f"{target} needs at least {needed} answered calibration examples even with "
+            f"zero errors, but each calibration half has only {n_cal} of the {n} traces"
+        )
+    else:
+        reason = (
+            f"at no threshold were the answered calibration examples right often enough to "
+            f"certify {target} ({needed} answered examples are needed even with zero errors, "
+            f"more with errors; each calibration half has {n_cal} of the {n} traces)"
+        )
+    refused = []
+    for name, r in results.items():
+        r["all_refused"] = r["refused"] == args.splits
+        if r["all_refused"]:
+            r["refusal_reason"] = reason
+            r["needed_answered"] = needed
+            refused.append(name)
+    if not refused:
+        return ""
+    which = "every method" if len(refused) == len(results) else ", ".join(refused)
+    return (
+        f"calibration refused on all {args.splits} splits for {which}, which therefore "
+        f"answer nothing: {reason}. Add calibration data or relax --risk/--delta."
+    )
+
+
+def _finite_or_null(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by ``None`` (strict JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_or_null(v) for v in value]
+    return value

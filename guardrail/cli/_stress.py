@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 import numpy as np
@@ -72,13 +71,19 @@ def _decide(traces: list[Any], idx: Any, log_s: FloatArray, policy: Any, tau: fl
 def cmd_stress(args: argparse.Namespace) -> int:
     from .._bounds import eta_budget_shift_bound, tv_distance
     from .._calibration import calibrate_policy
-    from .._errors import GuardrailError
     from .._policy import StreamPolicy
     from .._scores import unigram_log_probs, vector_clipped_lifts
     from .._traces import read_traces
-    from ._common import split_indices
+    from ._common import CommandError, no_traces, split_indices
 
     traces = read_traces(args.traces)
+    if not traces:
+        raise no_traces(args.traces)
+    if len(traces) < 2:
+        raise CommandError(
+            f"{args.traces}: stress needs at least 2 traces (a calibration "
+            "and a test half), it holds 1"
+        )
     correct = np.array([bool(t.correct) for t in traces])
     vocab = traces[0].vocab_size
     cal, test = split_indices(len(traces), 0.5, args.seed)
@@ -87,11 +92,7 @@ def cmd_stress(args: argparse.Namespace) -> int:
     probs = np.exp(log_s)
     policy = StreamPolicy(aggregate=args.aggregate, lowest_k=args.lowest_k)
     lifts = [vector_clipped_lifts(traces[i], log_s, policy.clip) for i in cal]
-    try:
-        cal_result = calibrate_policy(policy, lifts, correct[cal], risk=args.risk, delta=args.delta)
-    except GuardrailError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    cal_result = calibrate_policy(policy, lifts, correct[cal], risk=args.risk, delta=args.delta)
     tau = cal_result.tau
     base = _decide(traces, test, log_s, policy, tau)
 
@@ -100,7 +101,9 @@ def cmd_stress(args: argparse.Namespace) -> int:
         return n / test.size, float((shown & ~correct[test]).sum() / n) if n else 0.0
 
     cov0, risk0 = summary(base)
-    good = np.concatenate([traces[i].token_ids for i in test if correct[i]])
+    good = np.concatenate(
+        [np.zeros(0, np.int64), *(traces[i].token_ids for i in test if correct[i])]
+    )
     adversary = np.bincount(good, minlength=vocab).astype(np.float64) + 1e-12
     emitted = np.unique(np.concatenate([traces[i].token_ids for i in test]))
     rng = np.random.default_rng(args.seed)

@@ -64,21 +64,18 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
     from .._traces import dump_trace_line
 
-    with open(args.questions, encoding="utf-8") as fh:
-        rows = [json.loads(line) for line in fh if line.strip()]
+    rows = _read_questions(args.questions)
     rows = rows[args.start : args.start + args.limit if args.limit else None]
     model = LocalModel(args.model)
     name = args.model_name or Path(model.path).stem.lower()
     n_ok = 0
     with open(args.out, "w", encoding="utf-8") as out:
         for i, row in enumerate(rows, start=args.start):
-            refs = row.get("answer") or row.get("references") or []
-            if isinstance(refs, str):
-                refs = [refs]
+            question, refs = row
             trace = generate_trace(
                 model,
-                row["question"],
-                list(refs),
+                question,
+                refs,
                 index=i,
                 dataset=args.dataset,
                 model_name=name,
@@ -86,14 +83,51 @@ def _cmd_generate(args: argparse.Namespace) -> int:
             )
             n_ok += bool(trace.correct)
             out.write(dump_trace_line(trace) + "\n")
-            if args.verbose:
+            if getattr(args, "verbose", False):
                 print(f"{trace.id}: {trace.answer!r} ({'correct' if trace.correct else 'wrong'})")
     print(f"wrote {len(rows)} traces to {args.out} ({n_ok} correct)", file=sys.stderr)
     return 0
 
 
+def _read_questions(path: str) -> list[tuple[str, list[str]]]:
+    """``(question, references)`` of each non-blank line of a questions JSONL file.
+
+    A line is an object with a string ``"question"`` and the references as
+    ``"answer"`` or ``"references"`` (a string or a list of strings). Errors
+    raise :class:`~guardrail.cli._common.CommandError` naming ``path:line``.
+    """
+    from ._common import CommandError
+
+    rows = []
+    with open(path, encoding="utf-8-sig") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise CommandError(
+                    f"{path}:{lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
+                ) from exc
+            question = row.get("question") if isinstance(row, dict) else None
+            if not isinstance(question, str):
+                raise CommandError(f'{path}:{lineno}: expected an object with a string "question"')
+            refs = row.get("answer") or row.get("references") or []
+            if isinstance(refs, str):
+                refs = [refs]
+            if not (isinstance(refs, list) and all(isinstance(r, str) for r in refs)):
+                raise CommandError(
+                    f'{path}:{lineno}: "answer" / "references" must be a string or a list '
+                    "of strings"
+                )
+            rows.append((question, refs))
+    return rows
+
+
 def add_traces_parser(sub: Any) -> None:
     """Register ``liftguard traces generate``."""
+    from ._common import integer, output_file
+
     tr = sub.add_parser("traces", help="generate labelled traces with a local model")
     cmds = tr.add_subparsers(dest="traces_command", required=True)
     g = cmds.add_parser(
@@ -105,11 +139,14 @@ def add_traces_parser(sub: Any) -> None:
     )
     g.add_argument("--model", default=None, help="GGUF file (default: the bundled SmolLM2)")
     g.add_argument("--questions", required=True, help='JSONL with "question" and "answer"')
-    g.add_argument("--out", required=True)
+    g.add_argument("--out", type=output_file, required=True)
     g.add_argument("--dataset", default="questions")
     g.add_argument("--model-name", default=None)
-    g.add_argument("--start", type=int, default=0)
-    g.add_argument("--limit", type=int, default=None)
-    g.add_argument("--max-tokens", type=int, default=24)
-    g.add_argument("--verbose", action="store_true")
+    g.add_argument("--start", type=integer(0), default=0)
+    g.add_argument("--limit", type=integer(0), default=None, help="at most N questions (0: all)")
+    g.add_argument("--max-tokens", type=integer(1), default=24)
+    # SUPPRESS: left out, it keeps the top-level -v instead of resetting it to False
+    g.add_argument(
+        "--verbose", action="store_true", default=argparse.SUPPRESS, help="print each answer"
+    )
     g.set_defaults(func=_cmd_generate)

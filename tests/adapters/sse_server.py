@@ -7,6 +7,14 @@ checks whether the client has closed the connection (the socket reads EOF) and
 records it, so a test can tell that a BLOCK stopped the upstream request before
 the answer was finished.
 
+Tests that check the upstream close do not depend on timing: with
+``Reply.hold_after=k`` the server sends ``k`` events and then waits (up to
+``hold_timeout``) until the client closes the connection, so a client that
+blocks at or before event ``k`` is always seen closing before the answer ends,
+however loaded the machine is. ``done=False`` ends the body cleanly without
+``[DONE]`` (a stream cut off mid-answer: the SDK ends its iteration silently);
+``stall=True`` holds the connection open without sending more.
+
 Replies come from ``server.replies`` (a queue, in request order), or, when
 ``server.responder`` is set, from ``responder(request_body)`` (for concurrent
 requests whose answers depend on what they ask).
@@ -38,6 +46,10 @@ class Reply:
     body: Any = None  # JSON body of a non-200 or non-streamed reply (then ``events`` is unused)
     delay: float = 0.005
     abort_after: int | None = None  # drop the connection after this many events
+    hold_after: int | None = None  # after this many events, wait for the client to close
+    hold_timeout: float = 30.0  # ... at most this long, then go on (the test then fails)
+    done: bool = True  # end with ``data: [DONE]``; False: a clean close without it
+    stall: bool = False  # with ``hold_after``: never go on (a stalled upstream)
 
 
 @dataclass
@@ -64,6 +76,19 @@ def peer_closed(sock: socket.socket) -> bool:
         return sock.recv(1, socket.MSG_PEEK) == b""
     except OSError:
         return True
+
+
+def wait_closed(sock: socket.socket, reply: Reply) -> bool:
+    """Wait until the client closes (True), or ``hold_timeout`` passes (False; a stalled
+    reply waits the same way and then ends without a terminating chunk)."""
+    deadline = time.monotonic() + reply.hold_timeout
+    while time.monotonic() < deadline:
+        select.select([sock], [], [], 0.05)
+        if peer_closed(sock):
+            return True
+    if reply.stall:
+        raise ConnectionResetError("stalled reply timed out")
+    return False
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -108,6 +133,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.flush()
         for i, event in enumerate(reply.events):
+            if reply.hold_after == i and wait_closed(self.connection, reply):
+                rec.client_closed = True
+                self.close_connection = True
+                return
             if reply.abort_after == i:  # abrupt disconnect: no terminating chunk
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
@@ -120,7 +149,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._chunk(f"data: {data}\n\n".encode())
             rec.sent += 1
             time.sleep(reply.delay)
-        self._chunk(b"data: [DONE]\n\n")
+        held = reply.hold_after is not None and reply.hold_after >= len(reply.events)
+        if held and wait_closed(self.connection, reply):
+            rec.client_closed = True
+            self.close_connection = True
+            return
+        if reply.done:
+            self._chunk(b"data: [DONE]\n\n")
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 

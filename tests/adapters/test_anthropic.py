@@ -41,11 +41,13 @@ from adapters._anthropic import (
 from adapters._local import SMOLLM2_SYSTEM, LocalModel, smollm2_chat_prompt
 from adapters._scorer import LocalTextScorer, stable_prefix_length
 from guardrail import (
+    Cause,
     CertificateMonitor,
     ConfigError,
     GuardrailBlocked,
     State,
     StreamPolicy,
+    StreamTruncated,
     UniformSkeleton,
 )
 from guardrail.cli._demo import load_demo_calibration
@@ -434,3 +436,51 @@ def test_scorer_prompt_from_a_request() -> None:
     assert anthropic_scorer_prompt(MESSAGES) == smollm2_chat_prompt(QUESTION, SMOLLM2_SYSTEM)
     with pytest.raises(ConfigError, match="scorer_prompt"):
         anthropic_scorer_prompt([{"role": "assistant", "content": "x"}])
+
+
+# --- how the stream ended ---------------------------------------------------------------------
+
+
+async def test_a_stream_cut_off_before_its_stop_reason_is_never_certified(
+    server: Server, client: anthropic.AsyncAnthropic, model: LocalModel, greedy: str
+) -> None:
+    """The connection closes cleanly after the text, without message_delta/message_stop:
+    the text alone would be certified, the cut-off stream is not."""
+    server.script = [
+        (n, d) for n, d in script(greedy) if n not in ("message_delta", "message_stop")
+    ]
+    mon, out = new_monitor(model), list[str]()
+    gen = guarded_message(
+        client, monitor=mon, scorer_model=model, model="claude-test", max_tokens=64,
+        messages=MESSAGES,
+    )  # fmt: skip
+    with pytest.raises(StreamTruncated) as info:
+        await collect(gen, out)
+    assert out == [] and info.value.verdict.cause is Cause.TRUNCATED
+    assert mon.verdict.state is State.BLOCKED and mon.verdict.t == len(model.tokenize(greedy))
+
+
+@pytest.mark.parametrize(("stop_reason", "on_length", "cause"), [
+    ("end_turn", "block", Cause.CERTIFIED),
+    ("stop_sequence", "block", Cause.CERTIFIED),
+    ("max_tokens", "answer", Cause.CERTIFIED),
+    ("max_tokens", "block", Cause.LENGTH),
+    ("refusal", "answer", Cause.REFUSAL),
+    ("tool_use", "answer", Cause.OTHER_FINISH),
+])  # fmt: skip
+def test_the_stop_reason_decides_whether_the_answer_can_be_certified(
+    model: LocalModel, prompt: str, greedy: str, stop_reason: str, on_length: str, cause: Cause
+) -> None:
+    events = [data for name, data in script(greedy) if name != HOLD]
+    for data in events:
+        if data["type"] == "message_delta":
+            data["delta"] = {**data["delta"], "stop_reason": stop_reason}
+    cal = load_demo_calibration()
+    assert cal.policy is not None
+    policy = StreamPolicy.from_dict({**cal.policy, "on_length": on_length})
+    mon = CertificateMonitor(policy, cal.tau, skeleton=UniformSkeleton(model.vocab_size))
+    out = list(
+        guard_anthropic_stream_sync(events, mon, LocalTextScorer(model, prompt), on_block="stop")
+    )
+    assert mon.verdict.cause is cause
+    assert out == ([greedy] if cause is Cause.CERTIFIED else [])

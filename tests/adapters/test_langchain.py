@@ -57,6 +57,7 @@ TAU = 4.0
 SKELETON = UniformSkeleton(VOCAB)
 GOOD, BAD = -0.05, -12.0  # lifts 10.77 and 0 (clipped)
 CERTIFY_AT, BLOCK_AT = 7, 17
+HOLD = BLOCK_AT + 2  # the server holds the stream here until the client closes
 DEFAULT, MIN = StreamPolicy(), StreamPolicy(aggregate="min")
 WORDS = ["The", " capital", " of", " France", " is", " Paris", ".", " It", " lies", " on"]
 
@@ -166,7 +167,7 @@ async def test_handler_lets_a_certified_answer_through(server: SSEServer, llm: C
 async def test_handler_blocks_mid_stream_before_the_blocking_chunk(
     server: SSEServer, llm: ChatOpenAI, policy: StreamPolicy, lps: list[float], at: int
 ) -> None:
-    server.replies.put(Reply(answer(lps)))
+    server.replies.put(Reply(answer(lps), hold_after=HOLD))
     h, out = handler(policy), []
     with pytest.raises(GuardrailBlocked) as info:
         await astream_text(llm, out, {"callbacks": [h]})
@@ -191,7 +192,7 @@ async def test_a_chunk_of_several_tokens_is_withheld_whole(
 async def test_ainvoke_of_a_blocked_answer_raises_with_the_verdict(
     server: SSEServer, llm: ChatOpenAI
 ) -> None:
-    server.replies.put(Reply(answer([BAD] * 400)))
+    server.replies.put(Reply(answer([BAD] * 400), hold_after=HOLD))
     h = handler()
     with pytest.raises(GuardrailBlocked) as info:
         await llm.ainvoke("Hi", config={"callbacks": [h]})
@@ -241,14 +242,14 @@ async def test_missing_logprobs_block_with_a_hint(server: SSEServer) -> None:
 
 
 def test_sync_stream_and_invoke_are_blocked_too(server: SSEServer, llm: ChatOpenAI) -> None:
-    server.replies.put(Reply(answer([BAD] * 400)))
+    server.replies.put(Reply(answer([BAD] * 400), hold_after=HOLD))
     h, out = handler(), []
     with pytest.raises(GuardrailBlocked) as info:
         out.extend(c.content for c in llm.stream("Hi", config={"callbacks": [h]}))
     assert info.value.verdict.t == BLOCK_AT and out == ["", *texts_of(BLOCK_AT - 1)]
     rec = server.last()
     assert rec.client_closed and rec.sent < rec.total
-    server.replies.put(Reply(answer([BAD] * 400)))
+    server.replies.put(Reply(answer([BAD] * 400), hold_after=HOLD))
     with pytest.raises(GuardrailBlocked):
         llm.invoke("Hi", config={"callbacks": [h]})
     server.replies.put(Reply(answer([GOOD] * 20)))
@@ -389,7 +390,7 @@ async def test_buffered_chain_releases_at_certification(server: SSEServer, llm: 
 async def test_blocked_chain_in_each_mode(
     server: SSEServer, llm: ChatOpenAI, mode: str, on_block: str
 ) -> None:
-    server.replies.put(Reply(answer([BAD] * 400)))
+    server.replies.put(Reply(answer([BAD] * 400), hold_after=HOLD))
     out: list[Any] = []
     runnable = guarded(llm, on_block=on_block, mode=mode, refusal="No.")
     shown = [] if mode == "buffered" else texts_of(BLOCK_AT - 1)
@@ -414,7 +415,7 @@ async def test_ainvoke_returns_text_refusal_or_abstention(
     runnable = guarded(llm, on_block=on_block, mode="passthrough")
     server.replies.put(Reply(answer([GOOD] * 12)))
     assert await runnable.ainvoke({"question": "q"}) == "".join(texts_of(12))
-    server.replies.put(Reply(answer([BAD] * 400)))
+    server.replies.put(Reply(answer([BAD] * 400), hold_after=HOLD))
     if on_block == "raise":
         with pytest.raises(GuardrailBlocked):
             await runnable.ainvoke({"question": "q"})
@@ -448,7 +449,7 @@ async def test_a_step_that_catches_the_block_does_not_unblock(
 ) -> None:
     fallback = RunnableLambda(lambda _: AIMessage("made up"))
     risky = llm.with_fallbacks([fallback], exceptions_to_handle=(GuardrailBlocked,))
-    server.replies.put(Reply(answer([BAD] * 400)))
+    server.replies.put(Reply(answer([BAD] * 400), hold_after=HOLD))
     with pytest.raises(GuardrailBlocked):
         await guard_runnable(risky, DEFAULT, TAU, skeleton=SKELETON).ainvoke("q")
 
@@ -467,12 +468,12 @@ def test_sync_invoke_and_stream_of_the_guarded_runnable(server: SSEServer, llm: 
     for _ in range(2):  # repeated calls: no event loop is created, none is reused
         server.replies.put(Reply(answer([GOOD] * 10)))
         assert runnable.invoke({"question": "q"}) == "".join(texts_of(10))
-        server.replies.put(Reply(answer([BAD] * 400)))
+        server.replies.put(Reply(answer([BAD] * 400), hold_after=HOLD))
         assert list(runnable.stream({"question": "q"})) == ["I can't answer that reliably."]
         rec = server.last()
         assert rec.client_closed and rec.sent < rec.total
     strict = guarded(llm, mode="passthrough")
-    server.replies.put(Reply(answer([BAD] * 400)))
+    server.replies.put(Reply(answer([BAD] * 400), hold_after=HOLD))
     out: list[Any] = []
     with pytest.raises(GuardrailBlocked):
         out.extend(strict.stream({"question": "q"}))
@@ -538,7 +539,7 @@ async def test_an_agent_sees_a_blocked_tool_answer_as_an_error_message(server: S
         "function": {"name": "ask_expert", "arguments": json.dumps({"question": "Capital?"})},
     }
     server.replies.put(Reply(body=completion({"role": "assistant", "tool_calls": [call]})))
-    server.replies.put(Reply(answer([BAD] * 400)))  # the expert's answer: blocked
+    server.replies.put(Reply(answer([BAD] * 400), hold_after=HOLD))  # the expert's answer: blocked
     server.replies.put(Reply(body=completion({"role": "assistant", "content": "I don't know."})))
     messages: list[Any] = [HumanMessage("What is the capital of France?")]
     while True:  # a minimal agent loop
@@ -554,7 +555,7 @@ async def test_an_agent_sees_a_blocked_tool_answer_as_an_error_message(server: S
     assert messages[-1].content == "I don't know."
     sent = server.records[-1].body["messages"]
     assert sent[-1]["role"] == "tool" and sent[-1]["content"] == tool_message.content
-    assert server.records[1].client_closed  # the expert's stream was stopped
+    assert (await server.records[1].finished()).client_closed  # the expert's stream stopped
 
 
 async def test_guarded_tool_raises_tool_exception_with_the_verdict(
@@ -563,7 +564,7 @@ async def test_guarded_tool_raises_tool_exception_with_the_verdict(
     ask_expert, forgiving = make_tools(llm)
     for inner in (ask_expert, forgiving):  # catching the error inside does not help
         expert = guard_tool(inner, DEFAULT, TAU, skeleton=SKELETON)
-        server.replies.put(Reply(answer([BAD] * 400)))
+        server.replies.put(Reply(answer([BAD] * 400), hold_after=HOLD))
         with pytest.raises(ToolException, match="blocked by liftguard") as info:
             await expert.ainvoke({"question": "Capital?"})
         cause = info.value.__cause__
@@ -590,7 +591,7 @@ def test_sync_tool(server: SSEServer, llm: ChatOpenAI) -> None:
         return str(llm.invoke(question).content)
 
     expert = guard_tool(ask, DEFAULT, TAU, skeleton=SKELETON, handle_tool_error="unreliable")
-    server.replies.put(Reply(answer([BAD] * 400)))
+    server.replies.put(Reply(answer([BAD] * 400), hold_after=HOLD))
     assert expert.invoke({"question": "q"}) == "unreliable"
     server.replies.put(Reply(answer([GOOD] * 10)))
     assert expert.invoke({"question": "q"}) == "".join(texts_of(10))

@@ -225,8 +225,8 @@ def test_alternatives_are_skipped_when_the_skeleton_does_not_read_them() -> None
             }
         ]
     }
-    full, _ = chat_chunk_parts(chunk)
-    bare, _ = chat_chunk_parts(chunk, with_top=False)
+    full = chat_chunk_parts(chunk).events
+    bare = chat_chunk_parts(chunk, with_top=False).events
     assert len(full[0].top_logprobs) == 5 and bare[0].top_logprobs == ()
     assert (bare[0].text, bare[0].logprob) == (full[0].text, full[0].logprob)
     uniform = CertificateMonitor(StreamPolicy(), 1.0, skeleton=UniformSkeleton(100))

@@ -42,6 +42,7 @@ VOCAB = 50_000
 TAU = 4.0
 GOOD, BAD = -0.05, -12.0  # lifts 10.77 and 0 (clipped)
 CERTIFY_AT, BLOCK_AT = 7, 17
+HOLD = BLOCK_AT + 2  # the server holds the stream here until the client closes
 WORDS = ["The", " capital", " of", " France", " is", " Paris", ".", " It", " lies", " on"]
 
 
@@ -156,7 +157,7 @@ async def test_blocked_answer_yields_nothing_and_stops_upstream(
     server: SSEServer, client: openai.AsyncOpenAI
 ) -> None:
     events, _ = answer([BAD] * 400)
-    server.replies.put(Reply(events))
+    server.replies.put(Reply(events, hold_after=HOLD))
     mon, out = monitor(), []
     with pytest.raises(GuardrailBlocked) as info:
         await collect(client, mon, out, mode="buffered")
@@ -173,7 +174,7 @@ async def test_passthrough_yields_a_prefix_then_raises(
     server: SSEServer, client: openai.AsyncOpenAI
 ) -> None:
     events, texts = answer([BAD] * 400)
-    server.replies.put(Reply(events))
+    server.replies.put(Reply(events, hold_after=HOLD))
     mon, out = monitor(), []
     with pytest.raises(GuardrailBlocked):
         await collect(client, mon, out, mode="passthrough")
@@ -184,7 +185,7 @@ async def test_passthrough_yields_a_prefix_then_raises(
 
 async def test_on_block_stop_ends_quietly(server: SSEServer, client: openai.AsyncOpenAI) -> None:
     events, _ = answer([BAD] * 400)
-    server.replies.put(Reply(events))
+    server.replies.put(Reply(events, hold_after=HOLD))
     mon, out = monitor(), []
     await collect(client, mon, out, on_block="stop")
     assert out == [] and mon.verdict.state is State.BLOCKED
@@ -195,7 +196,7 @@ async def test_consumer_that_stops_early_closes_upstream(
     server: SSEServer, client: openai.AsyncOpenAI
 ) -> None:
     events, texts = answer([GOOD] * 400)
-    server.replies.put(Reply(events))
+    server.replies.put(Reply(events, hold_after=CERTIFY_AT + 2))
     stream = await _open(client)
     async with contextlib.aclosing(guard_chat_stream(stream, monitor())) as texts_out:
         async for text in texts_out:
@@ -235,7 +236,7 @@ async def test_missing_or_censored_logprobs_follow_the_policy(
     lps: list[float | None] = [GOOD] * (30 if policy == "pass" else 200)
     lps[2] = bad
     events, texts = answer(lps)
-    server.replies.put(Reply(events))
+    server.replies.put(Reply(events, hold_after=None if policy == "pass" else 5))
     mon, out = monitor(missing=policy), []
     if policy == "pass":  # skipped: certifies one token later, all text released
         await collect(client, mon, out)
@@ -261,7 +262,7 @@ async def test_error_event_mid_stream_propagates_unchanged(
 ) -> None:
     events, texts = answer([GOOD] * 200)
     error = {"error": {"message": "boom", "type": "server_error", "code": "internal"}}
-    server.replies.put(Reply([*events[:4], error, *events[4:]]))  # after 3 tokens
+    server.replies.put(Reply([*events[:4], error, *events[4:]], hold_after=6))  # after 3 tokens
     mon, out = monitor(), []
     with pytest.raises(openai.APIError) as info:
         await collect(client, mon, out, mode=mode)
@@ -369,7 +370,7 @@ async def test_missing_sdk_gives_an_install_hint(monkeypatch: pytest.MonkeyPatch
 @pytest.mark.parametrize(("lp", "certified"), [(GOOD, True), (BAD, False)])
 def test_sync_client(server: SSEServer, lp: float, certified: bool) -> None:
     events, texts = answer([lp] * (40 if certified else 300), per_chunk=2)
-    server.replies.put(Reply(events))
+    server.replies.put(Reply(events, hold_after=None if certified else HOLD))
     with openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0) as sync_client:
         stream = sync_client.chat.completions.create(
             model="gpt-test", messages=[], stream=True, logprobs=True, top_logprobs=20

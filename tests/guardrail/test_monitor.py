@@ -10,6 +10,7 @@ import pytest
 from scipy import stats
 
 from guardrail import (
+    Cause,
     ConfigError,
     GuardrailError,
     MissingLogprobsError,
@@ -338,7 +339,7 @@ def test_invalid_configuration() -> None:
 
 
 def test_verdict_fast_constructor_equals_the_dataclass() -> None:
-    args = (State.CONTINUE, 3, 1.5, 0.2, 4.0, 1.0, "betting", "why", False)
+    args = (State.CONTINUE, 3, 1.5, 0.2, 4.0, 1.0, "betting", "why", False, Cause.UNDECIDED)
     fast, slow = _verdict(*args), Verdict(*args)
     assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -242,6 +242,28 @@ def test_missing_file() -> None:
         read_traces("/nonexistent/traces.jsonl")
 
 
+def test_directory_is_an_os_error(tmp_path: Path) -> None:
+    with pytest.raises(OSError):
+        read_traces(tmp_path)
+
+
+def test_utf8_bom_is_skipped(tmp_path: Path) -> None:
+    """A byte-order mark (as some editors write) is skipped; only at the start."""
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + GEMMA.read_bytes())
+    for a, b in zip(read_traces(path), read_traces(GEMMA), strict=True):
+        assert trace_to_dict(a) == trace_to_dict(b)
+    line = GEMMA.read_text(encoding="utf-8").splitlines()[0]
+    assert len(list(parse_trace_lines("\ufeff" + line))) == 1
+    with pytest.raises(TraceFormatError, match=r"mem:2: invalid JSON"):
+        list(parse_trace_lines([line, "\ufeff" + line], source="mem"))
+
+
+def test_deeply_nested_json_is_a_format_error() -> None:
+    with pytest.raises(TraceFormatError, match=r"mem:1: invalid JSON: nested too deeply"):
+        list(parse_trace_lines(["[" * 100_000 + "]" * 100_000], source="mem"))
+
+
 def test_not_an_object() -> None:
     with pytest.raises(TraceFormatError, match="expected a JSON object, got array"):
         list(parse_trace_lines(["[1, 2]"]))
