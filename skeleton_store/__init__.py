@@ -4,8 +4,10 @@ Named skeletons with immutable, integer-numbered versions (``v1``, ``v2``, ...):
 arrays in safetensors (never pickle), a sealed JSON manifest per version
 (model, tokenizer, skeleton kind and parameters, VSD trace, calibration,
 sha256 of every array), aliases such as ``production`` moved atomically with
-a history for rollback, and ``latest`` (always the newest version). Backends:
-a local directory (default) or any fsspec URL (``s3://bucket/prefix``).
+a history for rollback, and ``latest`` (always the newest version that
+verifies). Backends: a local directory (default) or any fsspec URL
+(``s3://bucket/prefix``). :meth:`SkeletonStore.verify` checks every manifest,
+array and alias event; :meth:`SkeletonStore.repair` fixes damaged alias heads.
 
 >>> store = SkeletonStore("/tmp/skeletons")                       # doctest: +SKIP
 >>> v = store.put("chat", {"probs": p}, kind="vsd", vocab_size=len(p))  # doctest: +SKIP
@@ -24,6 +26,8 @@ from ._errors import (
     InvalidName,
     InvalidRequest,
     StoreError,
+    StoreNotFound,
+    StoreUnavailable,
     VersionNotFound,
 )
 from ._handle import SkeletonHandle, open_skeleton
@@ -42,6 +46,8 @@ __all__ = [
     "SkeletonStore",
     "SkeletonVersion",
     "StoreError",
+    "StoreNotFound",
+    "StoreUnavailable",
     "VectorSkeleton",
     "VersionInfo",
     "VersionNotFound",

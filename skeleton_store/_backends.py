@@ -22,13 +22,19 @@ store root, and the store is written only in terms of them:
     warning is logged).
 ``read``, ``read_many``, ``listdir``, ``delete``, ``age_s``
     Plain reads; listings bypass fsspec's listing cache.
+``exists()``
+    Whether the store root exists (a directory; on S3 an object under the prefix,
+    or the bucket for a bucket-root URL). Asked only after a read found nothing.
+
+Failures of the storage itself (a local ``OSError``; anything an fsspec
+filesystem raises: botocore, aiohttp, timeouts) leave a backend as
+:class:`StoreUnavailable`, one line naming the store and the object, with the
+original exception chained. ``FileNotFoundError`` from ``read`` stays as is:
+the store turns it into :class:`VersionNotFound` or :class:`StoreNotFound`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import logging
 import os
 import time
 import uuid
@@ -36,15 +42,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from ._errors import InvalidRequest, StoreError
+from ._errors import InvalidRequest, StoreUnavailable
+from ._fsspec import FsspecBackend
+from ._transport import first_line, unavailable
 
-__all__ = ["Backend", "FsspecBackend", "LocalBackend", "default_store_url", "open_backend"]
+__all__ = [
+    "Backend",
+    "FsspecBackend",
+    "LocalBackend",
+    "default_store_url",
+    "open_backend",
+]
 
-logger = logging.getLogger(__name__)
-
-_ATOMIC_CREATE_PROTOCOLS = frozenset({"s3", "s3a"})
 TMP_DIR = ".tmp"
-PROBE_DIR = ".probe"
 
 
 class Backend(Protocol):
@@ -68,6 +78,8 @@ class Backend(Protocol):
     def age_s(self, path: str) -> float | None: ...
 
     def clean_temp(self, older_than_s: float) -> int: ...
+
+    def exists(self) -> bool: ...
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -119,7 +131,8 @@ class LocalBackend:
         return tmp
 
     def read(self, path: str) -> bytes:
-        return self._p(path).read_bytes()
+        with unavailable(self.url, f"read {path}", keep=(FileNotFoundError,)):
+            return self._p(path).read_bytes()
 
     def read_many(self, paths: Sequence[str]) -> dict[str, bytes | None]:
         out: dict[str, bytes | None] = {}
@@ -132,27 +145,30 @@ class LocalBackend:
 
     def write(self, path: str, data: bytes) -> None:
         final = self._p(path)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._temp_file(data)
-        try:
-            os.replace(tmp, final)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        _fsync_dir(final.parent)
+        with unavailable(self.url, f"write {path}"):
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self._temp_file(data)
+            try:
+                os.replace(tmp, final)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            _fsync_dir(final.parent)
 
     def create(self, path: str, data: bytes) -> bool:
         final = self._p(path)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._temp_file(data)
+        with unavailable(self.url, f"write {path}"):
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self._temp_file(data)
         try:
             os.link(tmp, final)
         except FileExistsError:
             return False
         except OSError as exc:
-            raise StoreError(
-                f"cannot create {final}: the local store needs a filesystem with hard links "
-                f"for create-only writes ({exc})"
+            raise StoreUnavailable(
+                f"store {self.url}: cannot create {path}: the local store needs a filesystem "
+                f"with hard links for create-only writes ({first_line(exc)})",
+                url=self.url,
             ) from exc
         finally:
             tmp.unlink(missing_ok=True)
@@ -160,19 +176,26 @@ class LocalBackend:
         return True
 
     def listdir(self, path: str) -> list[str]:
-        try:
-            return sorted(os.listdir(self._p(path) if path else self.root))
-        except (FileNotFoundError, NotADirectoryError):
-            return []
+        with unavailable(self.url, f"list {path or 'the store root'}"):
+            try:
+                return sorted(os.listdir(self._p(path) if path else self.root))
+            except (FileNotFoundError, NotADirectoryError):
+                return []
 
     def delete(self, path: str) -> None:
-        self._p(path).unlink(missing_ok=True)
+        with unavailable(self.url, f"delete {path}"):
+            self._p(path).unlink(missing_ok=True)
 
     def age_s(self, path: str) -> float | None:
-        try:
-            return time.time() - self._p(path).stat().st_mtime
-        except FileNotFoundError:
-            return None
+        with unavailable(self.url, f"stat {path}"):
+            try:
+                return time.time() - self._p(path).stat().st_mtime
+            except FileNotFoundError:
+                return None
+
+    def exists(self) -> bool:
+        with unavailable(self.url, "stat the store root"):
+            return self.root.is_dir()
 
     def clean_temp(self, older_than_s: float) -> int:
         """Remove temp files of writers that died (older than ``older_than_s``)."""
@@ -184,139 +207,6 @@ class LocalBackend:
                 self.delete(rel)
                 n += 1
         return n
-
-
-class FsspecBackend:
-    """Any fsspec filesystem; create-only writes are atomic on S3 (``If-None-Match``)."""
-
-    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
-        try:
-            url_to_fs = importlib.import_module("fsspec.core").url_to_fs
-        except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise StoreError(
-                f"the store URL {url!r} needs fsspec (and s3fs for s3://): "
-                f"pip install 'liftguard[s3]'"
-            ) from exc
-        self.url = url.rstrip("/")
-        self.fs, root = url_to_fs(url, **dict(storage_options or {}))
-        self.root = str(root).rstrip("/")
-        protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
-        self.atomic_create = bool(_ATOMIC_CREATE_PROTOCOLS.intersection(protocols))
-        self._probed = not self.atomic_create
-        if not self.atomic_create:
-            logger.warning(
-                "store %s: create-only writes on protocol %s are check-then-write, not "
-                "atomic; concurrent writers of one name may collide",
-                self.url,
-                protocols[0],
-            )
-
-    def _probe_conditional_writes(self) -> None:
-        """Once per instance: check that the server refuses a second ``If-None-Match`` PUT.
-
-        Some S3-compatible servers ignore the header and overwrite; then create-only
-        writes are not exclusive and a warning says so.
-        """
-        self._probed = True
-        probe = f"{PROBE_DIR}/{uuid.uuid4().hex}"
-        self.fs.pipe_file(self._p(probe), b"1", mode="create")
-        try:
-            self.fs.pipe_file(self._p(probe), b"2", mode="create")
-        except FileExistsError:
-            pass
-        else:
-            self.atomic_create = False
-            logger.warning(
-                "store %s: the server ignores If-None-Match (conditional PUT); create-only "
-                "writes are not exclusive and concurrent writers of one name may collide",
-                self.url,
-            )
-        finally:
-            try:
-                self.delete(probe)
-            except OSError as exc:  # the probe is harmless; a store may deny deletes
-                logger.debug("could not delete probe %s: %s", probe, exc)
-
-    def _p(self, path: str) -> str:
-        return f"{self.root}/{path}" if path else self.root
-
-    def read(self, path: str) -> bytes:
-        data = self.fs.cat_file(self._p(path))
-        return bytes(data)
-
-    def read_many(self, paths: Sequence[str]) -> dict[str, bytes | None]:
-        if not paths:
-            return {}
-        full = {self._p(p): p for p in paths}
-        got = self.fs.cat(list(full), on_error="return")
-        if not isinstance(got, dict):  # a single path may come back unwrapped
-            got = {next(iter(full)): got}
-        out: dict[str, bytes | None] = {}
-        for fp, rel in full.items():
-            val = got.get(fp, FileNotFoundError(fp))
-            if isinstance(val, FileNotFoundError):
-                out[rel] = None
-            elif isinstance(val, BaseException):
-                raise val
-            else:
-                out[rel] = bytes(val)
-        return out
-
-    def write(self, path: str, data: bytes) -> None:
-        self.fs.pipe_file(self._p(path), data)
-
-    def create(self, path: str, data: bytes) -> bool:
-        if not self._probed:
-            self._probe_conditional_writes()
-        full = self._p(path)
-        if not self.atomic_create:  # best effort: check, then write (racy)
-            self.fs.invalidate_cache(full)
-            try:
-                self.fs.info(full)
-                return False
-            except FileNotFoundError:
-                pass
-            self.fs.pipe_file(full, data)
-            return True
-        try:
-            self.fs.pipe_file(full, data, mode="create")
-        except FileExistsError:
-            return False
-        return True
-
-    def listdir(self, path: str) -> list[str]:
-        full = self._p(path)
-        try:
-            entries = self.fs.ls(full, detail=False, refresh=True)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        base = full.rstrip("/")
-        return sorted(
-            {
-                str(e).rstrip("/").rsplit("/", 1)[-1]
-                for e in entries
-                if str(e).rstrip("/") != base  # ls of a file lists the file itself
-            }
-        )
-
-    def delete(self, path: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self.fs.rm_file(self._p(path))
-
-    def age_s(self, path: str) -> float | None:
-        try:
-            modified = self.fs.modified(self._p(path))
-        except FileNotFoundError:
-            return None
-        except NotImplementedError:  # pragma: no cover - filesystems without mtimes
-            return None
-        return time.time() - float(modified.timestamp())
-
-    def clean_temp(self, older_than_s: float) -> int:
-        # Nothing is staged outside the final keys: an S3 PUT is invisible until it
-        # completes, and unfinished multipart uploads are best aborted by a bucket
-        # lifecycle rule (AbortIncompleteMultipartUpload).
-        return 0
 
 
 def default_store_url() -> str:

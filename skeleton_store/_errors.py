@@ -7,12 +7,15 @@ The hierarchy (all below :class:`guardrail.GuardrailError`)::
     │   │                       options (also ValueError)
     │   └── InvalidName         a skeleton or alias name is refused (also ValueError)
     ├── VersionNotFound         no such name, version or alias target (also LookupError)
+    │   └── StoreNotFound       a read found no store at the URL (no directory, bucket
+    │                           or object under the prefix); writes create the store
     ├── IntegrityError          stored bytes do not match their recorded sha256,
-    │                           or a manifest is not valid JSON
-    └── ConcurrentWriteError    a create-only write lost too many races in a row
+    │                           or a manifest or alias event is not valid JSON
+    ├── ConcurrentWriteError    a create-only write lost too many races in a row
+    └── StoreUnavailable        the backend failed: network, endpoint, credentials,
+                                permissions (also OSError); the cause is chained
 
-Storage failures of the backend itself (permissions, network) are not wrapped:
-they surface as the ``OSError`` that the filesystem or fsspec raised.
+Every message names the object (full path or URL) it is about, on one line.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ __all__ = [
     "InvalidName",
     "InvalidRequest",
     "StoreError",
+    "StoreNotFound",
+    "StoreUnavailable",
     "VersionNotFound",
 ]
 
@@ -45,6 +50,17 @@ class VersionNotFound(StoreError, LookupError):
     """The name, version or alias does not exist (or the alias is not set)."""
 
 
+class StoreNotFound(VersionNotFound):
+    """A read found no store at ``url``: nothing was ever written there.
+
+    Reads never create a store; ``put`` (and the CLI's ``build``) do.
+    """
+
+    def __init__(self, message: str, *, url: str):
+        self.url = url
+        super().__init__(message)
+
+
 class IntegrityError(StoreError):
     """Stored data does not verify. ``path`` names the object, ``array`` the array if any."""
 
@@ -56,3 +72,14 @@ class IntegrityError(StoreError):
 
 class ConcurrentWriteError(StoreError):
     """A create-only write kept colliding with concurrent writers and gave up."""
+
+
+class StoreUnavailable(StoreError, OSError):
+    """The storage backend failed (unreachable endpoint, credentials, permissions...).
+
+    ``url`` is the store; the backend's own exception is chained as ``__cause__``.
+    """
+
+    def __init__(self, message: str, *, url: str):
+        self.url = url
+        super().__init__(message)

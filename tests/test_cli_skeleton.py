@@ -9,6 +9,7 @@ import pytest
 from guardrail import read_traces
 from guardrail._scores import unigram_log_probs
 from guardrail.cli import main
+from guardrail.cli._skeleton import parse_storage_option
 from skeleton_store import SkeletonStore
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "traces_smollm2_sample.jsonl")
@@ -60,3 +61,81 @@ def test_vsd_build_and_warm_start(tmp_path: Path, capsys: pytest.CaptureFixture[
     child = SkeletonStore(str(tmp_path)).get("v", 2)
     assert child.kind == "vsd" and child.vsd_trace is not None
     assert child.probs().sum() == pytest.approx(1.0)
+
+
+def _exit_code(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exc:  # argparse usage errors
+        return exc.code if isinstance(exc.code, int) else 1
+
+
+def test_reading_a_store_that_does_not_exist_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = str(tmp_path / "nonexistent")
+    assert _exit_code(["skeleton", "--store", missing, "list"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and f"store {missing} does not exist" in captured.err
+    assert len(captured.err.splitlines()) == 1 and not Path(missing).exists()
+    build = ["build", "--name", "s", "--traces", FIXTURE, "--kind", "uniform"]
+    assert main(["skeleton", "--store", missing, *build]) == 0  # a write creates it
+    assert main(["skeleton", "--store", missing, "list"]) == 0
+
+
+def test_storage_options_are_parsed_into_nested_json() -> None:
+    options: dict[str, object] = {}
+    for text in (
+        "anon=true",
+        "client_kwargs.endpoint_url=http://127.0.0.1:9000",
+        "client_kwargs.region_name=us-east-1",
+        'config_kwargs={"connect_timeout": 1}',
+        "config_kwargs.retries.max_attempts=1",
+        "profile=prod",
+        "default_block_size=5242880",
+        "token=",
+        "requester_pays=null",
+        "key=a=b",
+    ):
+        parse_storage_option(text, options)
+    assert options == {
+        "anon": True,
+        "client_kwargs": {"endpoint_url": "http://127.0.0.1:9000", "region_name": "us-east-1"},
+        "config_kwargs": {"connect_timeout": 1, "retries": {"max_attempts": 1}},
+        "profile": "prod",
+        "default_block_size": 5242880,
+        "token": "",
+        "requester_pays": None,
+        "key": "a=b",
+    }
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["noequals"],
+        ["=1"],
+        ["a..b=1"],
+        [".a=1"],
+        ["a=1", "a=2"],
+        ["a=1", "a.b=2"],
+        ["a.b=1", "a.b.c=2"],
+    ],
+)
+def test_a_malformed_storage_option_is_a_usage_error(
+    flags: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["skeleton", "--store", "s3://bucket/x"]
+    for flag in flags:
+        argv += ["--storage-option", flag]
+    assert _exit_code([*argv, "list"]) == 2
+    err = capsys.readouterr().err
+    assert "--storage-option" in err and flags[-1] in err
+
+
+def test_storage_options_need_a_store_url(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["skeleton", "--store", str(tmp_path), "--storage-option", "anon=true", "list"]
+    assert _exit_code(argv) == 1
+    assert "storage_options apply to fsspec URLs" in capsys.readouterr().err

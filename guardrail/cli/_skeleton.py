@@ -1,22 +1,79 @@
-"""``liftguard skeleton ...``: build, inspect and move skeleton versions in a store."""
+"""``liftguard skeleton ...``: build, inspect, move and verify skeleton versions in a store.
+
+Store errors (:class:`skeleton_store.StoreError`: a missing store or version, a
+damaged file, an unreachable backend; each one line naming the file or URL)
+propagate to :func:`guardrail.cli.main`, which prints
+``liftguard skeleton <cmd>: error: <message>`` and exits with status 1.
+Warnings of the store (a version that ``latest`` skips, an alias left out of a
+listing, a repair) are printed as ``liftguard skeleton <cmd>: warning: <message>``
+(with ``-v``, the log shows them instead).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import math
 import sys
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["add_skeleton_parser"]
+__all__ = ["add_skeleton_parser", "parse_storage_option"]
+
+
+def parse_storage_option(text: str, into: dict[str, Any]) -> None:
+    """Add ``KEY=VALUE`` to the storage options ``into`` (ValueError if malformed).
+
+    ``VALUE`` is parsed as JSON when it parses (``true``, ``1``, ``{"a": 1}``),
+    else kept as a string; a dotted ``KEY`` nests (``client_kwargs.endpoint_url=URL``
+    -> ``{"client_kwargs": {"endpoint_url": "URL"}}``). A key given twice, or
+    both as a value and as an object, is refused.
+    """
+    key, sep, raw = text.partition("=")
+    parts = key.strip().split(".")
+    if not sep or not all(p.strip() for p in parts):
+        raise ValueError("expected KEY=VALUE, KEY a name or dotted path (a.b.c)")
+    try:
+        value: Any = json.loads(raw)
+    except ValueError:
+        value = raw
+    node = into
+    for i, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ValueError(f"{'.'.join(parts[: i + 1])} is already set to {child!r}")
+        node = child
+    if parts[-1] in node:
+        raise ValueError(f"{key.strip()} is given twice")
+    node[parts[-1]] = value
+
+
+class _StorageOptionAction(argparse.Action):
+    """``--storage-option KEY=VALUE`` (repeatable) -> one nested dict; exit 2 if malformed."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        options = dict(getattr(namespace, self.dest, None) or {})
+        try:
+            parse_storage_option(str(values), options)
+        except ValueError as exc:
+            parser.error(f"argument {option_string}: {values!r}: {exc}")
+        setattr(namespace, self.dest, options)
 
 
 def _store(args: argparse.Namespace) -> Any:
     from skeleton_store import SkeletonStore
 
-    return SkeletonStore(args.store)
+    return SkeletonStore(args.store, storage_options=args.storage_options)
 
 
 def _print(obj: Any) -> None:
@@ -162,15 +219,53 @@ def _cmd_rollback(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_verify(args: argparse.Namespace) -> int:
+    store = _store(args)
+    report: dict[str, Any] = {"store": store.url}
+    if args.repair:
+        report["repaired"] = store.repair(args.name)
+    report["problems"] = store.verify(args.name)
+    _print(report)
+    return 1 if report["problems"] else 0
+
+
+class _WarningLine(logging.Handler):
+    """Prints a store warning as ``<prog>: warning: <message>`` on stderr, one line."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(logging.WARNING)
+        self.prog = prog
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = " ".join(record.getMessage().split())
+            print(f"{self.prog}: warning: {text}", file=sys.stderr)
+        except Exception:  # pragma: no cover - logging must never raise
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def _store_warnings(args: argparse.Namespace) -> Iterator[None]:
+    """Show the store's warnings as warning lines (with ``-v`` the log shows them)."""
+    if getattr(args, "verbose", False):
+        yield
+        return
+    logger = logging.getLogger("skeleton_store")
+    handler = _WarningLine(f"liftguard skeleton {args.skeleton_command}")
+    propagate = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+
+
 def _run(func: Any) -> Any:
     def wrapped(args: argparse.Namespace) -> int:
-        from skeleton_store import StoreError
-
-        try:
+        with _store_warnings(args):
             return int(func(args))
-        except StoreError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
 
     return wrapped
 
@@ -180,6 +275,16 @@ def add_skeleton_parser(sub: Any) -> None:
     sk = sub.add_parser("skeleton", help="build and manage versioned skeletons")
     sk.add_argument(
         "--store", default=None, help="store URL or directory (default: $LIFTGUARD_STORE)"
+    )
+    sk.add_argument(
+        "--storage-option",
+        dest="storage_options",
+        action=_StorageOptionAction,
+        default=None,
+        metavar="KEY=VALUE",
+        help="fsspec storage option for a store URL (repeatable). VALUE is JSON when it "
+        "parses (true, 1, {...}), else a string; dotted keys nest: "
+        "client_kwargs.endpoint_url=http://host:9000, anon=true, profile=NAME",
     )
     cmds = sk.add_subparsers(dest="skeleton_command", required=True)
 
@@ -239,3 +344,16 @@ def add_skeleton_parser(sub: Any) -> None:
     rb.add_argument("name")
     rb.add_argument("--alias", default="production")
     rb.set_defaults(func=_run(_cmd_rollback))
+
+    vf = cmds.add_parser(
+        "verify",
+        help="check every manifest, array hash and alias event (exit 1 if any problem)",
+        description="Load every version (manifest and arrays) and every alias event and "
+        "print the problems found. --repair first fixes what is safe to fix: an alias "
+        "whose newest event is damaged gets a new event restoring the newest event that "
+        "verifies, and damaged events are kept but marked as superseded (nothing is "
+        "deleted). Damaged versions are reported, not repaired ('latest' skips them).",
+    )
+    vf.add_argument("name", nargs="?", default=None, help="only this skeleton")
+    vf.add_argument("--repair", action="store_true", help="fix damaged alias heads first")
+    vf.set_defaults(func=_run(_cmd_verify))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import multiprocessing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,18 @@ AWS_ENV = {
 }
 
 
+def storage_option_flags(options: dict[str, Any] | None, prefix: str = "") -> list[str]:
+    """``{"a": {"b": 1}}`` -> ``["--storage-option", "a.b=1"]`` (values as JSON)."""
+    flags: list[str] = []
+    for key, value in (options or {}).items():
+        if isinstance(value, dict):
+            flags += storage_option_flags(value, f"{prefix}{key}.")
+        else:
+            text = value if isinstance(value, str) else json.dumps(value)
+            flags += ["--storage-option", f"{prefix}{key}={text}"]
+    return flags
+
+
 @dataclass
 class Target:
     """Where a test's store lives, plus raw access to its bytes for corruption tests."""
@@ -34,6 +47,17 @@ class Target:
 
     def store(self) -> SkeletonStore:
         return SkeletonStore(self.url, storage_options=self.storage_options)
+
+    def cli(self, *args: str) -> list[str]:
+        """``liftguard`` arguments for ``skeleton <args>`` on this store (options as flags)."""
+        return ["skeleton", "--store", self.url, *storage_option_flags(self.storage_options), *args]
+
+    def flip_byte(self, rel: str, at: int | None = None) -> bytes:
+        """Flip one bit of one byte (the middle one by default); returns the new bytes."""
+        raw = bytearray(self.read_raw(rel))
+        raw[len(raw) // 2 if at is None else at] ^= 0x01
+        self.write_raw(rel, bytes(raw))
+        return bytes(raw)
 
     def _full(self, rel: str) -> str:
         return f"{self.url.removeprefix('s3://')}/{rel}"

@@ -15,8 +15,11 @@ def test_all_is_sorted_importable_and_pinned() -> None:
     for name in names:
         assert hasattr(skeleton_store, name), name
     # changing the public surface is a deliberate act: update this list with it
-    assert len(names) == 20
-    for name in ("SkeletonStore", "SkeletonVersion", "SkeletonHandle", "open_skeleton"):
+    assert len(names) == 22
+    for name in (
+        "SkeletonStore", "SkeletonVersion", "SkeletonHandle", "open_skeleton",
+        "StoreNotFound", "StoreUnavailable",
+    ):  # fmt: skip
         assert name in names
 
 
@@ -25,6 +28,11 @@ def test_errors_hierarchy() -> None:
     for exc in (s.InvalidRequest, s.InvalidName, s.VersionNotFound, s.IntegrityError):
         assert issubclass(exc, s.StoreError)
     assert issubclass(s.ConcurrentWriteError, s.StoreError)
+    # a missing store is a missing version too; a backend failure is also an OSError
+    assert issubclass(s.StoreNotFound, s.VersionNotFound)
+    assert issubclass(s.StoreUnavailable, s.StoreError) and issubclass(s.StoreUnavailable, OSError)
+    down = s.StoreUnavailable("store s3://b/x: cannot list: boom", url="s3://b/x")
+    assert (down.url, str(down)) == ("s3://b/x", "store s3://b/x: cannot list: boom")
     assert issubclass(s.StoreError, guardrail.GuardrailError)
     assert issubclass(s.InvalidName, s.InvalidRequest) and issubclass(s.InvalidName, ValueError)
     assert issubclass(s.VersionNotFound, LookupError)

@@ -19,6 +19,7 @@ from skeleton_store import (
     InvalidRequest,
     SkeletonStore,
     StoreError,
+    StoreNotFound,
     VersionNotFound,
 )
 
@@ -81,7 +82,7 @@ def test_put_never_overwrites_and_numbers_increase(
     v2 = store.put("s", {"probs": P}, kind="t")  # identical content: still a new version
     assert (v1.version, v2.version) == (1, 2)
     # a writer with a stale listing tries to publish v1 again: it must get v3 instead
-    monkeypatch.setattr(SkeletonStore, "versions", lambda self, name: [])
+    monkeypatch.setattr(SkeletonStore, "_version_numbers", lambda self, name: [])
     v3 = store.put("s", {"probs": Q}, kind="t")
     monkeypatch.undo()
     assert v3.version == 3
@@ -136,8 +137,8 @@ def test_aliases_promote_and_rollback_history(target: Target) -> None:
 
 def test_list_show_and_diff_by_hand(target: Target) -> None:
     store = target.store()
-    assert store.list() == [] and store.names() == []
     store.put("a", {"probs": P}, kind="t", model_id="m1", vocab_size=3)
+    assert store.list("b") == [] and store.names() == ["a"]
     store.put("a", {"probs": Q}, kind="t", model_id="m2", vocab_size=3, parent=1)
     store.put("b", {"log_probs": np.log(P).astype(np.float32)}, kind="unigram")
     store.promote("a", 1)
@@ -241,7 +242,9 @@ def test_skeleton_without_arrays_and_default_url(
     root = tmp_path / "default"
     monkeypatch.setenv("LIFTGUARD_STORE", str(root))
     store = SkeletonStore()
-    assert store.url == str(root) and store.list() == []
+    assert store.url == str(root)
+    with pytest.raises(StoreNotFound, match="does not exist"):
+        store.list()
     assert not root.exists()  # nothing is created before the first write
     v = store.put("temp", {}, kind="temperature", params={"T": 1.5})
     assert store.get("temp").arrays == {} and v.params == {"T": 1.5}

@@ -14,7 +14,7 @@ import pytest
 from _store_support import Target
 from _store_worker import crash_worker
 
-from skeleton_store import IntegrityError, SkeletonHandle
+from skeleton_store import IntegrityError, SkeletonHandle, VersionNotFound
 
 P = np.linspace(1.0, 2.0, 1000)
 P = P / P.sum()
@@ -143,3 +143,32 @@ def test_promote_refuses_and_refresh_survives_a_corrupt_version(target: Target) 
     with pytest.raises(IntegrityError):
         handle.refresh()
     assert handle.current.version == 1  # the running service keeps its verified version
+
+
+@pytest.mark.parametrize("damage", ["missing", "flipped", "manifest"])
+def test_latest_skips_an_unhealthy_newest_version_and_says_why(
+    target: Target, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = target.store()
+    store.put("s", {"probs": P}, kind="t")
+    store.put("s", {"probs": P[::-1].copy()}, kind="t")
+    rel = _blob(target, "s", 2) if damage != "manifest" else "s/versions/v00000002.json"
+    if damage == "missing":
+        target.delete_raw(rel)
+    else:
+        target.flip_byte(rel, at=-1 if damage == "flipped" else None)
+    with caplog.at_level(logging.WARNING):
+        got = store.get("s")  # latest
+    assert got.version == 1
+    np.testing.assert_array_equal(got.arrays["probs"], P)
+    assert "latest of 's' skips v2" in caplog.text and f"{target.url}/{rel}" in caplog.text
+    assert store.resolve("s", "latest") == 1 and store.show("s")["tag"] == "v1"
+    assert store.aliases("s") == {"latest": 1}
+    assert SkeletonHandle(store, "s", "latest").current.version == 1
+    with pytest.raises(IntegrityError) as err:
+        store.get("s", 2)  # asked for by number: never skipped
+    assert f"{target.url}/{rel}" in str(err.value)
+    # every version damaged: latest is an error that says what was skipped
+    target.delete_raw(_blob(target, "s", 1))
+    with pytest.raises(VersionNotFound, match=r"no version that verifies.*skipped v2, v1"):
+        store.get("s")
