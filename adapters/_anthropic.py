@@ -31,10 +31,11 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from guardrail import CertificateMonitor, ConfigError, TokenEvent
+from guardrail import Certificate, CertificateMonitor, ConfigError, TokenEvent
 
 from ._errors import ProviderFormatError
 from ._local import SMOLLM2_SYSTEM, smollm2_chat_prompt
+from ._openai import _monitor_of
 from ._openai_events import ChunkParts
 from ._scorer import LocalTextScorer
 from ._stream import GuardStep, Mode, OnBlock, aguard, guard
@@ -147,9 +148,10 @@ def _with_text(events: list[TokenEvent], unscored: str) -> ChunkParts:
 
 def guard_anthropic_stream(
     stream: AsyncIterable[Any],
-    monitor: CertificateMonitor,
+    monitor: CertificateMonitor | None,
     scorer: LocalTextScorer,
     *,
+    certificate: Certificate | None = None,
     mode: Mode = "buffered",
     on_block: OnBlock = "raise",
 ) -> AsyncGenerator[str, None]:
@@ -168,19 +170,22 @@ def guard_anthropic_stream(
     An ``error`` event arrives as the SDK's ``APIStatusError``; it and transport
     errors propagate after the stream is closed, and held text is never released.
     """
-    return aguard(stream, _ScoredStep(monitor, mode, on_block, scorer))
+    step = _ScoredStep(_monitor_of(monitor, certificate), mode, on_block, scorer)
+    return aguard(stream, step)
 
 
 def guard_anthropic_stream_sync(
     stream: Iterable[Any],
-    monitor: CertificateMonitor,
+    monitor: CertificateMonitor | None,
     scorer: LocalTextScorer,
     *,
+    certificate: Certificate | None = None,
     mode: Mode = "buffered",
     on_block: OnBlock = "raise",
 ) -> Generator[str, None, None]:
     """Sync twin of :func:`guard_anthropic_stream` for ``anthropic.Anthropic`` streams."""
-    return guard(stream, _ScoredStep(monitor, mode, on_block, scorer))
+    step = _ScoredStep(_monitor_of(monitor, certificate), mode, on_block, scorer)
+    return guard(stream, step)
 
 
 def _text_of(content: Any, where: str) -> str:
@@ -194,10 +199,13 @@ def _text_of(content: Any, where: str) -> str:
     raise ConfigError(f"{where} must be a string or a list of content blocks")
 
 
-def anthropic_scorer_prompt(messages: Iterable[Any], system: Any = None) -> str:
+def anthropic_scorer_prompt(
+    messages: Iterable[Any], system: Any = None, *, default_system: str | None = None
+) -> str:
     """The scorer prompt for a Messages request: SmolLM2's chat template
     (:func:`smollm2_chat_prompt`) with the request's ``system`` (its text blocks
-    joined; :data:`SMOLLM2_SYSTEM`, the demo calibration's, if none) and the text
+    joined; else ``default_system``, the scorer certificate's system prompt; else
+    :data:`SMOLLM2_SYSTEM`, the shipped certificate's) and the text
     of the last user message. A final assistant message (a prefill, which Claude
     continues) is appended after the template. Images, documents and tool blocks
     are ignored. Other scorer models or calibrations need their own prompt."""
@@ -209,7 +217,7 @@ def anthropic_scorer_prompt(messages: Iterable[Any], system: Any = None) -> str:
             "the request has no user message with text to condition the scorer on; "
             "pass scorer_prompt=..."
         )
-    sys_text = _text_of(system, "system") or SMOLLM2_SYSTEM
+    sys_text = _text_of(system, "system") or default_system or SMOLLM2_SYSTEM
     prompt = smollm2_chat_prompt(question, sys_text)
     if msgs and _get(msgs[-1], "role") == "assistant":
         prompt += _text_of(_get(msgs[-1], "content"), "message content")
@@ -219,7 +227,8 @@ def anthropic_scorer_prompt(messages: Iterable[Any], system: Any = None) -> str:
 def guarded_message(
     client: AsyncAnthropic,
     *,
-    monitor: CertificateMonitor,
+    certificate: Certificate | None = None,
+    monitor: CertificateMonitor | None = None,
     scorer_model: LocalModel | None = None,
     mode: Mode = "buffered",
     on_block: OnBlock = "raise",
@@ -233,7 +242,10 @@ def guarded_message(
     the API has no log-probabilities); the request is sent on the first iteration
     of the returned async generator. The scorer conditions on ``scorer_prompt``,
     by default :func:`anthropic_scorer_prompt` of the request's ``messages`` and
-    ``system``. Otherwise as :func:`guard_anthropic_stream`.
+    ``system`` (else the certificate's system prompt). ``certificate=`` is the
+    scorer model's certificate (its probabilities are the scorer's, not
+    Claude's); a hand-made ``monitor`` also works. Otherwise as
+    :func:`guard_anthropic_stream`.
     """
     if scorer_model is None:
         raise ConfigError(NO_LOGPROBS)
@@ -244,7 +256,11 @@ def guarded_message(
             raise ConfigError("guarded_message needs messages=[...]")
         messages = list(create_kwargs["messages"])  # read twice: by the prompt and the request
         create_kwargs = dict(create_kwargs, messages=messages)
-        scorer_prompt = anthropic_scorer_prompt(messages, create_kwargs.get("system"))
+        default = certificate.context.system_prompt if certificate is not None else None
+        scorer_prompt = anthropic_scorer_prompt(
+            messages, create_kwargs.get("system"), default_system=default
+        )
+    monitor = _monitor_of(monitor, certificate)
     step = _ScoredStep(monitor, mode, on_block, LocalTextScorer(scorer_model, scorer_prompt))
     return _stream_message(client, step, dict(create_kwargs, stream=True))
 

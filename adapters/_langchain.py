@@ -7,7 +7,7 @@ ImportError with that hint; :mod:`adapters` exposes the names lazily (PEP 562
 
 Usage::
 
-    handler = LiftGuardCallbackHandler(policy, tau, skeleton=UniformSkeleton(vocab))
+    handler = LiftGuardCallbackHandler(certificate=Certificate.load("cert.json"))
     llm = ChatOpenAI(model=..., logprobs=True, top_logprobs=5)
     async for chunk in (prompt | llm).astream(question, config={"callbacks": [handler]}):
         ...  # GuardrailBlocked(verdict) stops the stream on a BLOCK
@@ -48,6 +48,7 @@ from uuid import UUID
 
 from guardrail import (
     Cause,
+    Certificate,
     CertificateMonitor,
     ConfigError,
     GuardrailBlocked,
@@ -59,6 +60,7 @@ from guardrail import (
     Verdict,
 )
 
+from ._context import Guard, resolve_guard, warn_mismatch
 from ._errors import ProviderFormatError
 from ._openai import logprobs_refused, refuses_logprobs
 from ._openai_events import _bad, _list_or_none, _segment
@@ -74,6 +76,7 @@ INSTALL_HINT = 'the LangChain adapter needs langchain-core: pip install "liftgua
 
 try:
     from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
+    from langchain_core.messages import BaseMessage
 except ImportError as exc:  # pragma: no cover - exercised with the extra missing
     raise ImportError(INSTALL_HINT) from exc
 
@@ -195,6 +198,13 @@ class _Run:
 class LiftGuardCallbackHandler(BaseCallbackHandler):
     """Certify or block every chat-model / LLM run it sees, one monitor per ``run_id``.
 
+    The rule: ``certificate=`` (a :class:`~guardrail.Certificate`; ``skeleton=``
+    overrides its skeleton spec where the spec cannot build one), or a
+    hand-made ``policy``, ``tau`` and ``skeleton`` (no guarantee). A callback
+    cannot change the request: a run whose settings differ from the
+    certificate's generation context (model, system prompt, temperature, top_p,
+    max_tokens) gives one :class:`~guardrail.ContextMismatchWarning` per setting.
+
     ``on_llm_new_token`` reads the chunk's token logprobs (the ``logprobs``
     keyword if the model passes it, else ``chunk.generation_info["logprobs"]``,
     else ``chunk.message.response_metadata["logprobs"]``) and feeds them to the
@@ -203,7 +213,9 @@ class LiftGuardCallbackHandler(BaseCallbackHandler):
     the verdict: the hook runs before the model yields the chunk, so the
     blocking token is never shown, and the model's stream stops (the HTTP
     response is closed once LangChain drops its generator). ``on_llm_end``
-    applies the final rule and raises the same way; a run that streamed no
+    applies the final rule after the run's finish reason (``generation_info
+    ["finish_reason"]``; a run that ended without one is truncated: raises
+    :class:`~guardrail.StreamTruncated`) and raises the same way; a run that streamed no
     token (``invoke`` without streaming, a cache hit) is scored there from the
     final generation's logprobs. A run that ends with tool calls and no text is
     not judged. ``on_llm_end`` / ``on_llm_error`` drop the run's monitor.
@@ -223,11 +235,12 @@ class LiftGuardCallbackHandler(BaseCallbackHandler):
 
     def __init__(
         self,
-        policy: StreamPolicy,
-        tau: float,
+        policy: StreamPolicy | None = None,
+        tau: float | None = None,
         *,
-        skeleton: Skeleton,
-        on_missing_logprobs: MissingPolicy = "block",
+        certificate: Certificate | None = None,
+        skeleton: Skeleton | None = None,
+        on_missing_logprobs: MissingPolicy | None = None,
         mode: HandlerMode = "passthrough",
         keep: int | None = 100,
         max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
@@ -239,30 +252,54 @@ class LiftGuardCallbackHandler(BaseCallbackHandler):
             )
         if mode not in ("passthrough", "final"):
             raise ConfigError(f"mode must be 'passthrough' or 'final', got {mode!r}")
-        if mode == "final" and policy.early:
+        self._guard = resolve_guard(certificate, policy, tau, skeleton, on_missing_logprobs)
+        if mode == "final" and self._guard.certificate.policy.early:
             raise ConfigError(
                 "mode 'final' decides only at the end: use StreamPolicy(early=False) "
                 "so that calibration replays the same rule"
             )
         if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
             raise ConfigError(f"keep must be an integer >= 1 or None, got {keep!r}")
-        if skeleton is None:
-            raise ConfigError("LiftGuardCallbackHandler needs a skeleton")
         self._max_chars = check_max_token_chars(max_token_chars)
-        self._args = (policy, tau, skeleton, on_missing_logprobs)
-        self._new_monitor()  # validates policy, tau, skeleton and the missing policy now
+        self._warned: set[str] = set()
         self.mode: HandlerMode = mode
         self._runs: dict[UUID, _Run] = {}
         self.verdicts: deque[tuple[UUID, Verdict]] = deque(maxlen=keep)
+
+    @property
+    def certificate(self) -> Certificate:
+        """The rule this handler deploys (built from ``policy``/``tau`` if none was given)."""
+        return self._guard.certificate
+
+    @property
+    def guard(self) -> Guard:
+        return self._guard
 
     def _new_monitor(self) -> CertificateMonitor:
         """A monitor for one run; a skeleton with per-answer state (``for_stream()``, as
         :class:`~guardrail.NGramSkeleton` and :class:`~adapters.PromptFreeSkeleton`
         have) gives each run a fresh stream of its own."""
-        policy, tau, skeleton, missing = self._args
-        for_stream = getattr(skeleton, "for_stream", None)
-        per_run = for_stream() if callable(for_stream) else skeleton
-        return CertificateMonitor(policy, tau, skeleton=per_run, on_missing_logprobs=missing)
+        return self._guard.monitor()
+
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any],
+        messages: list[list[BaseMessage]],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Warn (once per setting) when the run's settings differ from the certificate's
+        generation context: model, system prompt, temperature, top_p, max_tokens."""
+        params = kwargs.get("invocation_params")
+        params = params if isinstance(params, Mapping) else {}
+        for name, given, calibrated in _context_checks(self._guard.certificate, params, messages):
+            if name not in self._warned:
+                self._warned.add(name)
+                warn_mismatch(name, given, calibrated)
 
     # LangChain skips the hooks of event families a handler ignores
     @property
@@ -408,7 +445,7 @@ class LiftGuardCallbackHandler(BaseCallbackHandler):
         verdict = self._blocked_run()
         if verdict is not None:
             return verdict
-        policy, tau = self._args[0], float(self._args[1])
+        policy, tau = self._guard.certificate.policy, self._guard.certificate.tau
         why = (
             "blocked: a language-model run did not finish"
             if self._runs
@@ -418,6 +455,27 @@ class LiftGuardCallbackHandler(BaseCallbackHandler):
             State.BLOCKED, 0, 0.0, 0.0, policy.clip, tau, policy.boundary, why, True,
             Cause.NOT_OBSERVED,
         )  # fmt: skip
+
+
+def _context_checks(
+    certificate: Certificate, params: Mapping[str, Any], messages: list[list[BaseMessage]]
+) -> list[tuple[str, object, object]]:
+    """``(setting, requested, calibrated)`` for each setting a run changed."""
+    ctx = certificate.context
+    out: list[tuple[str, object, object]] = []
+    api_model = certificate.model.api_model
+    model = params.get("model_name", params.get("model"))
+    if api_model is not None and model is not None and model != api_model:
+        out.append(("model", model, api_model))
+    for key, value in ctx.request_settings().items():
+        given = params.get(key)
+        if given is not None and given != value and key != "stop":
+            out.append((key, given, value))
+    if ctx.system_prompt is not None and messages:
+        system = next((m.content for m in messages[0] if m.type == "system"), None)
+        if system != ctx.system_prompt:
+            out.append(("system prompt", system, ctx.system_prompt))
+    return out
 
 
 def _has_tool_calls(generation: Any) -> bool:

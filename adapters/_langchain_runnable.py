@@ -27,8 +27,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from guardrail import ConfigError, GuardrailBlocked, Skeleton, StreamPolicy, Verdict
+from guardrail import Certificate, ConfigError, GuardrailBlocked, Skeleton, StreamPolicy, Verdict
 
+from ._context import Guard, resolve_guard
 from ._langchain import (
     INSTALL_HINT,
     LiftGuardCallbackHandler,
@@ -113,7 +114,7 @@ class GuardedRunnable(Runnable[Any, str | Abstention]):
     def __init__(
         self,
         runnable: Runnable[Any, Any],
-        guard: tuple[StreamPolicy, float, Skeleton, MissingPolicy],
+        guard: Guard,
         *,
         on_block: OnBlock,
         refusal: str,
@@ -133,10 +134,7 @@ class GuardedRunnable(Runnable[Any, str | Abstention]):
     def _start(
         self, config: RunnableConfig | None
     ) -> tuple[LiftGuardCallbackHandler, RunnableConfig]:
-        policy, tau, skeleton, missing = self._guard
-        handler = LiftGuardCallbackHandler(
-            policy, tau, skeleton=skeleton, on_missing_logprobs=missing, keep=None
-        )
+        handler = _handler(self._guard)
         cfg = ensure_config(config)  # a fresh dict
         cfg["callbacks"] = add_handler(cfg.get("callbacks"), handler)
         return handler, cfg
@@ -216,23 +214,27 @@ def _joined(parts: list[str | Abstention]) -> str | Abstention:
     return "".join(p for p in parts if isinstance(p, str))
 
 
-def _check_guard(
-    policy: StreamPolicy, tau: float, skeleton: Skeleton, missing: MissingPolicy
-) -> tuple[StreamPolicy, float, Skeleton, MissingPolicy]:
-    LiftGuardCallbackHandler(policy, tau, skeleton=skeleton, on_missing_logprobs=missing)
-    return policy, float(tau), skeleton, missing
+def _handler(guard: Guard) -> LiftGuardCallbackHandler:
+    """A fresh handler for one call (it keeps every verdict of the call)."""
+    return LiftGuardCallbackHandler(
+        certificate=guard.certificate,
+        skeleton=guard.skeleton,
+        on_missing_logprobs=guard.on_missing_logprobs,
+        keep=None,
+    )
 
 
 def guard_runnable(
     runnable: Runnable[Any, Any],
-    policy: StreamPolicy,
-    tau: float,
+    policy: StreamPolicy | None = None,
+    tau: float | None = None,
     *,
-    skeleton: Skeleton,
+    certificate: Certificate | None = None,
+    skeleton: Skeleton | None = None,
     on_block: OnBlock = "raise",
     refusal: str = DEFAULT_REFUSAL,
     mode: GuardMode = "buffered",
-    on_missing_logprobs: MissingPolicy = "block",
+    on_missing_logprobs: MissingPolicy | None = None,
 ) -> Runnable[Any, str | Abstention]:
     """Wrap ``runnable`` (streaming text or messages) so that only certified text gets out.
 
@@ -248,7 +250,9 @@ def guard_runnable(
     blocked (fail closed). The upstream stream is closed on every exit path;
     other errors propagate unchanged and held text is never released.
 
-    Use the model with token logprobs (``ChatOpenAI(logprobs=True, top_logprobs=k)``).
+    The rule is ``certificate=`` (or a hand-made ``policy``, ``tau`` and
+    ``skeleton``). Use the model with token logprobs (``ChatOpenAI(logprobs=True,
+    top_logprobs=k)``).
     In a chain, put the guard last (``guard_runnable(prompt | llm | parser, ...)``):
     an Abstention is not text for a later parser.
     """
@@ -260,7 +264,7 @@ def guard_runnable(
         raise ConfigError(f"mode must be 'buffered' or 'passthrough', got {mode!r}")
     if not isinstance(refusal, str):
         raise ConfigError(f"refusal must be a string, got {type(refusal).__name__}")
-    guard = _check_guard(policy, tau, skeleton, on_missing_logprobs)
+    guard = resolve_guard(certificate, policy, tau, skeleton, on_missing_logprobs)
     return GuardedRunnable(runnable, guard, on_block=on_block, refusal=refusal, mode=mode)
 
 
@@ -271,13 +275,10 @@ class _GuardedTool(BaseTool):
     """A tool that runs ``inner`` under a fresh handler and turns a BLOCK into a ToolException."""
 
     inner: BaseTool
-    guard: tuple[Any, ...]
+    guard: Any  # a Guard (a frozen dataclass; not a pydantic field type)
 
     def _handler(self) -> LiftGuardCallbackHandler:
-        policy, tau, skeleton, missing = self.guard
-        return LiftGuardCallbackHandler(
-            policy, tau, skeleton=skeleton, on_missing_logprobs=missing, keep=None
-        )
+        return _handler(self.guard)
 
     @staticmethod
     def _config(handler: LiftGuardCallbackHandler) -> RunnableConfig:
@@ -317,11 +318,12 @@ def _check_tool(handler: LiftGuardCallbackHandler) -> None:
 
 def guard_tool(
     tool: BaseTool,
-    policy: StreamPolicy,
-    tau: float,
+    policy: StreamPolicy | None = None,
+    tau: float | None = None,
     *,
-    skeleton: Skeleton,
-    on_missing_logprobs: MissingPolicy = "block",
+    certificate: Certificate | None = None,
+    skeleton: Skeleton | None = None,
+    on_missing_logprobs: MissingPolicy | None = None,
     handle_tool_error: ToolErrorHandling = None,
 ) -> BaseTool:
     """A tool with ``tool``'s name, description and arguments whose answer must be certified.
@@ -341,7 +343,7 @@ def guard_tool(
     """
     if not isinstance(tool, BaseTool):
         raise ConfigError(f"tool must be a LangChain BaseTool, got {type(tool).__name__}")
-    guard = _check_guard(policy, tau, skeleton, on_missing_logprobs)
+    guard = resolve_guard(certificate, policy, tau, skeleton, on_missing_logprobs)
     if handle_tool_error is None:
         handle_tool_error = tool.handle_tool_error
     return _GuardedTool(

@@ -5,9 +5,9 @@ The SDK is an optional extra, imported lazily (``pip install "liftguard[openai]"
 
 Usage::
 
-    monitor = CertificateMonitor(policy, tau, skeleton=UniformSkeleton(vocab_size))
+    certificate = Certificate.load("cert.json")  # from ``liftguard calibrate --out``
     async with contextlib.aclosing(
-        guarded_chat_completion(client, monitor=monitor, model=..., messages=...)
+        guarded_chat_completion(client, certificate=certificate, messages=...)
     ) as answer:
         async for text in answer:  # GuardrailBlocked if the answer is blocked
             print(text, end="")
@@ -23,8 +23,9 @@ from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
-from guardrail import CertificateMonitor, ConfigError
+from guardrail import Certificate, CertificateMonitor, ConfigError
 
+from ._context import apply_context, resolve_guard
 from ._openai_events import chat_chunk_parts
 from ._stream import DEFAULT_MAX_TOKEN_CHARS, GuardStep, Mode, OnBlock, aguard, guard
 
@@ -56,10 +57,27 @@ def _chunk_parser(monitor: CertificateMonitor) -> Any:
     return chat_chunk_parts
 
 
+def _monitor_of(
+    monitor: CertificateMonitor | None, certificate: Certificate | None
+) -> CertificateMonitor:
+    """``monitor`` (which must apply ``certificate``'s rule if both are given), or a fresh
+    monitor of ``certificate``."""
+    if monitor is None and certificate is None:
+        raise ConfigError("pass certificate=... (or a monitor=...)")
+    if monitor is None:
+        return resolve_guard(certificate, None, None, None).monitor()
+    if certificate is not None and (
+        monitor.policy != certificate.policy or monitor.tau != certificate.tau
+    ):
+        raise ConfigError("monitor= does not apply certificate='s policy and tau")
+    return monitor
+
+
 def guard_chat_stream(
     stream: AsyncIterable[Any],
-    monitor: CertificateMonitor,
+    monitor: CertificateMonitor | None = None,
     *,
+    certificate: Certificate | None = None,
     mode: Mode = "buffered",
     on_block: OnBlock = "raise",
     max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
@@ -69,7 +87,8 @@ def guard_chat_stream(
     ``stream`` comes from ``client.chat.completions.create(..., stream=True,
     logprobs=True, top_logprobs=k)`` (any async iterable of chunks or chunk dicts
     works). Each token goes to ``monitor`` (one monitor per answer, with a
-    skeleton); :class:`~guardrail.GuardedText` decides what is shown:
+    skeleton), or to a fresh ``certificate.monitor()``;
+    :class:`~guardrail.GuardedText` decides what is shown:
     ``"buffered"`` holds the text until CERTIFIED, ``"passthrough"`` shows it at
     once, ``"final"`` releases it at the end iff certified (``early=False``).
 
@@ -93,6 +112,7 @@ def guard_chat_stream(
     stream is closed; text held back is never released.
     ``mode``/``on_block``/``monitor`` are checked here, before anything is read.
     """
+    monitor = _monitor_of(monitor, certificate)
     step = GuardStep(
         monitor, mode, on_block, _chunk_parser(monitor), max_token_chars=max_token_chars
     )
@@ -101,13 +121,15 @@ def guard_chat_stream(
 
 def guard_chat_stream_sync(
     stream: Iterable[Any],
-    monitor: CertificateMonitor,
+    monitor: CertificateMonitor | None = None,
     *,
+    certificate: Certificate | None = None,
     mode: Mode = "buffered",
     on_block: OnBlock = "raise",
     max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
 ) -> Generator[str, None, None]:
     """Sync twin of :func:`guard_chat_stream` for ``openai.OpenAI`` streams (same rules)."""
+    monitor = _monitor_of(monitor, certificate)
     step = GuardStep(
         monitor, mode, on_block, _chunk_parser(monitor), max_token_chars=max_token_chars
     )
@@ -168,7 +190,9 @@ def _create_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 async def guarded_chat_completion(
     client: AsyncOpenAI,
     *,
-    monitor: CertificateMonitor,
+    certificate: Certificate | None = None,
+    monitor: CertificateMonitor | None = None,
+    apply_certificate_context: bool = True,
     mode: Mode = "buffered",
     on_block: OnBlock = "raise",
     max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
@@ -177,6 +201,17 @@ async def guarded_chat_completion(
     """Stream a guarded chat completion: ``client.chat.completions.create(**create_kwargs)``
     with ``stream=True, logprobs=True`` forced and ``top_logprobs`` 20 unless given.
 
+    Pass ``certificate=`` (a fresh monitor per call; also give ``monitor=
+    certificate.monitor()`` to read its verdict afterwards) or a hand-made
+    ``monitor``. With a
+    certificate, its generation context fills the request where the caller left
+    a setting unset (``model`` from ``certificate.model.api_model``, the system
+    prompt, temperature, top_p, max_tokens, stop, llama.cpp's repeat_penalty)
+    and a setting the caller changed raises a
+    :class:`~guardrail.ContextMismatchWarning`: the guarantee covers only
+    answers generated like the calibration's (``apply_certificate_context=False``
+    sends the request as given, still warning on nothing).
+
     An async generator: arguments are checked and the request is sent on the
     first iteration. A model that refuses logprobs (a 403 mentioning logprobs,
     or a 400 saying they are not supported, as reasoning models answer) raises
@@ -184,6 +219,9 @@ async def guarded_chat_completion(
     errors propagate unchanged. Otherwise as :func:`guard_chat_stream`.
     """
     openai = _import_openai()
+    monitor = _monitor_of(monitor, certificate)
+    if certificate is not None and apply_certificate_context:
+        create_kwargs = apply_context(certificate, create_kwargs)
     step = GuardStep(
         monitor, mode, on_block, _chunk_parser(monitor), max_token_chars=max_token_chars
     )

@@ -6,8 +6,12 @@ and the text it shows, every event goes to the monitor, and
 :class:`~guardrail.GuardedText` says what may be shown now. The loops
 :func:`aguard` / :func:`guard` only iterate, yield and close the upstream
 stream: after a BLOCK (so that the server stops generating), after an error
-(the error then propagates unchanged; nothing held back is released), and when
-the consumer stops early.
+(the error then propagates unchanged, except a chunk that is not valid JSON,
+which becomes a :class:`ProviderFormatError`; nothing held back is released),
+and when the consumer stops early. At the end of the stream the monitor gets
+the provider's finish reason: a stream that ended without one, or sent no
+chunk at all, is blocked as truncated (:class:`~guardrail.StreamTruncated`),
+never certified.
 """
 
 from __future__ import annotations

@@ -14,29 +14,32 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from _local import guard_settings, local_server
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
 from adapters import guard_tool
+from adapters.local import LocalChatServer, LocalModel, smollm2_certificate
 
 
 async def main() -> None:
     # LangChain logs every callback error before re-raising it; the example reports it
     logging.getLogger("langchain_core.callbacks.manager").setLevel(logging.CRITICAL)
-    with local_server() as server:
-        policy, tau, skeleton = guard_settings(server.model.vocab_size)
+    certificate = smollm2_certificate()
+    context = certificate.context
+    with LocalChatServer(LocalModel()) as server:
         llm = ChatOpenAI(
             base_url=server.base_url, api_key="local", model="smollm2",
+            temperature=context.temperature, max_tokens=context.max_tokens,
             logprobs=True, top_logprobs=5, streaming=True,
         )  # fmt: skip
 
         @tool
         async def lookup(question: str) -> str:
             """Answer a factual question with the company's language model."""
-            return str((await llm.ainvoke(question)).content)
+            messages = [("system", context.system_prompt), ("user", question)]
+            return str((await llm.ainvoke(messages)).content)
 
-        safe_lookup = guard_tool(lookup, policy, tau, skeleton=skeleton, handle_tool_error=True)
+        safe_lookup = guard_tool(lookup, certificate=certificate, handle_tool_error=True)
         for question in ["What is the chemical symbol for gold?",
                          "Which element has the atomic number 26?"]:  # fmt: skip
             result = await safe_lookup.ainvoke({"question": question})

@@ -18,17 +18,16 @@ import sys
 import time
 
 import openai
-from _local import guard_settings, local_server
 
 from adapters import guarded_chat_completion
-from guardrail import CertificateMonitor, GuardrailBlocked
+from adapters.local import LocalChatServer, LocalModel, smollm2_certificate
+from guardrail import Certificate, GuardrailBlocked
 
 log = logging.getLogger("service.verdicts")
 
 
-async def answer(client: openai.AsyncOpenAI, question: str, vocab: int) -> str:
-    policy, tau, skeleton = guard_settings(vocab)
-    monitor = CertificateMonitor(policy, tau, skeleton=skeleton)
+async def answer(client: openai.AsyncOpenAI, question: str, certificate: Certificate) -> str:
+    monitor = certificate.monitor()  # passed along to read its verdict afterwards
     start = time.perf_counter()
     try:
         text = "".join(
@@ -36,6 +35,7 @@ async def answer(client: openai.AsyncOpenAI, question: str, vocab: int) -> str:
                 part
                 async for part in guarded_chat_completion(
                     client,
+                    certificate=certificate,  # applies its system prompt, decoding, limit
                     monitor=monitor,
                     mode="buffered",
                     model="smollm2",
@@ -55,9 +55,11 @@ async def answer(client: openai.AsyncOpenAI, question: str, vocab: int) -> str:
                 "state": v.state.value,
                 "tokens": v.t,
                 "tau": v.tau,
+                "cause": v.cause.value,
                 "reason": v.reason,
                 "ms": round(1000 * (time.perf_counter() - start)),
-                "calibration": "guardrail/data/smollm2_demo_calibration.json",
+                "certificate": certificate.model.model_id,
+                "traces_sha256": certificate.provenance.get("traces_sha256"),
             }
         )
     )
@@ -67,11 +69,12 @@ async def answer(client: openai.AsyncOpenAI, question: str, vocab: int) -> str:
 async def main() -> None:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(message)s")
     log.setLevel(logging.INFO)
-    with local_server() as server:
+    certificate = smollm2_certificate()
+    with LocalChatServer(LocalModel()) as server:
         client = openai.AsyncOpenAI(base_url=server.base_url, api_key="local", max_retries=0)
         for question in ["What is the chemical symbol for gold?",
                          "Which element has the atomic number 26?"]:  # fmt: skip
-            print(f"Q: {question}\nA: {await answer(client, question, server.model.vocab_size)}\n")
+            print(f"Q: {question}\nA: {await answer(client, question, certificate)}\n")
         await client.close()
 
 

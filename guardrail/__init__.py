@@ -26,6 +26,13 @@ from ._bounds import (
     tv_distance,
 )
 from ._calibration import Calibration, LTTOutcome, calibrate, calibrate_policy, ltt_threshold
+from ._certificate import (
+    Certificate,
+    ContextMismatchWarning,
+    GenerationContext,
+    ModelIdentity,
+    SkeletonSpec,
+)
 from ._errors import (
     ConfigError,
     GuardrailBlocked,
@@ -106,9 +113,12 @@ __all__ = [
     "BettingTrajectory",
     "Calibration",
     "Cause",
+    "Certificate",
     "CertificateMonitor",
     "ConfigError",
+    "ContextMismatchWarning",
     "GammaFit",
+    "GenerationContext",
     "GuardedText",
     "GuardrailBlocked",
     "GuardrailError",
@@ -116,9 +126,11 @@ __all__ = [
     "LTTOutcome",
     "MissingLogprobsError",
     "ModelCheck",
+    "ModelIdentity",
     "NGramSkeleton",
     "ReplayResult",
     "Skeleton",
+    "SkeletonSpec",
     "State",
     "StreamPolicy",
     "StreamTruncated",

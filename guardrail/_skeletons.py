@@ -42,8 +42,12 @@ class TemperatureSkeleton:
     needs_top_logprobs = True
 
     def __init__(self, vocab_size: int, temperature: float = 1.5, rule: TailRule = "anchored"):
-        if vocab_size < 1 or not temperature > 1.0:
-            raise ConfigError("TemperatureSkeleton needs vocab_size >= 1 and temperature > 1")
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
+            raise ConfigError(f"vocab_size must be an integer >= 1, got {vocab_size!r}")
+        if isinstance(temperature, bool) or not temperature > 1.0:
+            raise ConfigError(f"temperature must be a number > 1, got {temperature!r}")
+        if rule not in ("anchored", "paper"):
+            raise ConfigError(f"rule must be 'anchored' or 'paper', got {rule!r}")
         self.vocab_size, self.temperature, self.rule = vocab_size, temperature, rule
 
     def log_prob(self, event: TokenEvent) -> float:

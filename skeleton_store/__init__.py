@@ -30,7 +30,7 @@ from ._errors import (
     StoreUnavailable,
     VersionNotFound,
 )
-from ._handle import SkeletonHandle, open_skeleton
+from ._handle import SkeletonHandle, open_certificate, open_skeleton
 from ._names import check_alias, check_name, format_version, parse_version
 from ._store import SkeletonStore
 from ._version import SkeletonVersion, VectorSkeleton, VersionInfo
@@ -56,6 +56,7 @@ __all__ = [
     "check_name",
     "default_store_url",
     "format_version",
+    "open_certificate",
     "open_skeleton",
     "parse_version",
     "warm_start",

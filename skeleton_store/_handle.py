@@ -8,14 +8,14 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from guardrail import CertificateMonitor, StreamPolicy, TokenEvent
+from guardrail import Certificate, CertificateMonitor, StreamPolicy, TokenEvent
 
 from ._errors import StoreError
 from ._names import check_name, format_version
 from ._store import SkeletonStore
 from ._version import SkeletonVersion, VectorSkeleton
 
-__all__ = ["SkeletonHandle", "open_skeleton"]
+__all__ = ["SkeletonHandle", "open_certificate", "open_skeleton"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +42,10 @@ class SkeletonHandle:
         self.alias = alias
         self._lock = threading.Lock()
         version = store.get(self.name, alias)
-        self._state: tuple[SkeletonVersion, VectorSkeleton | None] = (
+        self._state: tuple[SkeletonVersion, VectorSkeleton | None, Certificate | None] = (
             version,
             _vector_or_none(version),
+            _certificate_or_none(version),
         )
 
     def __repr__(self) -> str:
@@ -66,13 +67,22 @@ class SkeletonHandle:
             if target == old.version:
                 return False
             new = self.store.get(self.name, target)
-            self._state = (new, _vector_or_none(new))
+            self._state = (new, _vector_or_none(new), _certificate_or_none(new))
         logger.info("%s@%s: %s -> %s", self.name, self.alias, old.tag, format_version(new.version))
         return True
 
+    @property
+    def certificate(self) -> Certificate:
+        """The deployed rule of the current version (see :meth:`SkeletonVersion.certificate`):
+        read it once per answer, so that a refresh never changes a stream mid-way."""
+        version, _, cert = self._state
+        if cert is None:
+            return version.certificate()  # raises the reason
+        return cert
+
     def log_prob(self, event: TokenEvent) -> float:
         """``log S(token)`` under the current version (needs a probs/log_probs vector)."""
-        version, skeleton = self._state
+        version, skeleton, _ = self._state
         if skeleton is None:
             raise StoreError(f"{self.name} {version.tag} has no 'probs' or 'log_probs' array")
         return skeleton.log_prob(event)
@@ -82,6 +92,13 @@ class SkeletonHandle:
     ) -> CertificateMonitor:
         """A monitor pinned to the current version (see :meth:`SkeletonVersion.monitor`)."""
         return self.current.monitor(policy, tau, **kwargs)
+
+
+def _certificate_or_none(version: SkeletonVersion) -> Certificate | None:
+    try:
+        return version.certificate()
+    except StoreError:
+        return None
 
 
 def _vector_or_none(version: SkeletonVersion) -> VectorSkeleton | None:
@@ -99,3 +116,18 @@ def open_skeleton(
 ) -> SkeletonHandle:
     """``SkeletonHandle(SkeletonStore(url, storage_options=...), name, alias)``."""
     return SkeletonHandle(SkeletonStore(url, storage_options=storage_options), name, alias)
+
+
+def open_certificate(
+    url: str | os.PathLike[str] | None,
+    name: str,
+    alias: int | str = "production",
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+) -> SkeletonHandle:
+    """The certificate an alias pins, with hot refresh: ``handle.certificate`` is the
+    current rule (take it once per answer), ``handle.refresh()`` picks up a promotion
+    or rollback. Fails now if the version holds no certificate."""
+    handle = open_skeleton(url, name, alias, storage_options=storage_options)
+    handle.current.certificate()  # the reason, if there is none
+    return handle

@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from guardrail import DEFAULT_CLIP
+from guardrail import DEFAULT_CLIP, Certificate
 
 from . import _aliases
 from ._aliases import AliasEvent
@@ -175,6 +175,11 @@ class StoreReader:
             ) from None
         arrays = decode_arrays(blob, manifest, full)
         return SkeletonVersion.from_manifest(manifest, arrays)
+
+    def certificate(self, name: str, ref: int | str = "production") -> Certificate:
+        """The deployed rule that version ``ref`` (an alias, ``latest`` or a number) holds,
+        bound to its vector; see :meth:`SkeletonVersion.certificate`."""
+        return self.get(name, ref).certificate()
 
     def aliases(self, name: str) -> dict[str, int]:
         """Every alias of ``name`` and its target, ``latest`` included (if any version).

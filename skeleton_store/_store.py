@@ -29,14 +29,14 @@ from typing import Any
 
 import numpy.typing as npt
 
-from guardrail import Calibration
+from guardrail import Calibration, Certificate
 
 from . import _aliases
 from ._aliases import AliasEvent, utc_now
-from ._errors import ConcurrentWriteError, StoreError
+from ._errors import ConcurrentWriteError, InvalidRequest, StoreError
 from ._fields import manifest_fields, version_path
 from ._maintenance import collect_garbage, repair_store, verify_store
-from ._manifest import FORMAT, encode_arrays, seal, sha256_hex
+from ._manifest import FORMAT, encode_arrays, json_value, seal, sha256_hex
 from ._names import check_alias, check_name, format_version
 from ._reader import StoreReader
 from ._version import SkeletonVersion
@@ -77,12 +77,26 @@ class SkeletonStore(StoreReader):
         vsd_trace: Any = None,
         calibration: Calibration | Mapping[str, Any] | None = None,
         extra: Mapping[str, Any] | None = None,
+        certificate: Certificate | None = None,
     ) -> SkeletonVersion:
         """Publish a new version of ``name`` (create-only; never overwrites) and return it.
 
         ``parent`` (a version reference) is resolved to a number now and must exist.
+        ``certificate``: the whole deployed rule this version holds (an alias then
+        pins and rolls back the rule, not only a vector); its calibration and model
+        identity fill ``calibration``, ``model_id``, ``tokenizer``, ``vocab_size`` and
+        ``logprob_mode`` where those are not given.
         """
         check_name(name)
+        if certificate is not None:
+            if not isinstance(certificate, Certificate):
+                raise InvalidRequest(f"certificate must be a Certificate, got {type(certificate)}")
+            ident = certificate.model
+            calibration = calibration if calibration is not None else certificate.calibration
+            model_id = model_id if model_id is not None else ident.model_id
+            tokenizer = tokenizer if tokenizer is not None else ident.tokenizer
+            vocab_size = vocab_size if vocab_size is not None else ident.vocab_size
+            logprob_mode = logprob_mode if logprob_mode is not None else ident.logprob_mode
         blob, records, loaded = encode_arrays(arrays)
         fields: dict[str, Any] = {
             "format": FORMAT,
@@ -103,6 +117,8 @@ class SkeletonStore(StoreReader):
             ),
             "arrays": records,
         }
+        if certificate is not None:
+            fields["certificate"] = json_value("certificate", certificate.to_dict())
         if fields["parent"] is not None:
             self._manifest(name, fields["parent"])  # the parent must exist and verify
         rel_blob = f"blobs/{uuid.uuid4().hex}.safetensors"

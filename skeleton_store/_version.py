@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,8 +11,11 @@ import numpy.typing as npt
 
 from guardrail import (
     Calibration,
+    Certificate,
     CertificateMonitor,
     ConfigError,
+    ModelIdentity,
+    SkeletonSpec,
     StreamPolicy,
     TokenEvent,
 )
@@ -115,6 +119,32 @@ class SkeletonVersion:
         """The embedded calibration as a :class:`guardrail.Calibration` (None if absent)."""
         return None if self.calibration is None else Calibration.from_dict(dict(self.calibration))
 
+    def certificate(self) -> Certificate:
+        """The deployed rule this version holds, bound to its vector (if it has one).
+
+        A version published with ``certificate=`` returns that certificate; an
+        older version with a calibration gets one built from it (its policy and
+        threshold, this version's vector as the skeleton, its model fields).
+        """
+        vector = self.as_skeleton() if _has_vector(self.arrays) else None
+        data = self.manifest.get("certificate")
+        try:
+            if data is not None:
+                return Certificate.from_dict(data).with_skeleton(vector)
+            cal = self.to_calibration()
+        except ConfigError as exc:
+            raise StoreError(
+                f"{self.name} {self.tag}: stored certificate is invalid: {exc}"
+            ) from exc
+        if cal is None:
+            raise StoreError(f"{self.name} {self.tag} holds no certificate and no calibration")
+        policy = StreamPolicy.from_dict(dict(cal.policy)) if cal.policy else StreamPolicy()
+        spec = SkeletonSpec("vector", {"store_name": self.name, "version": self.version})
+        model = ModelIdentity(
+            self.model_id or "unspecified", tokenizer=self.tokenizer, vocab_size=self.vocab_size
+        )
+        return Certificate(policy, cal.tau, spec, model, calibration=cal).with_skeleton(vector)
+
     def probs(self) -> FloatArray:
         """The skeleton distribution (float64) from the ``probs`` or ``log_probs`` array."""
         if "probs" in self.arrays:
@@ -157,6 +187,10 @@ class SkeletonVersion:
             except TypeError as exc:
                 raise StoreError(f"{self.tag}: calibration has a bad policy: {exc}") from exc
         return CertificateMonitor(policy, tau, skeleton=self.as_skeleton(), **kwargs)
+
+
+def _has_vector(arrays: Mapping[str, Any]) -> bool:
+    return "probs" in arrays or "log_probs" in arrays
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,20 @@ from importlib import resources
 from typing import Any, TextIO
 
 from .._calibration import Calibration
+from .._certificate import Certificate
 from .._errors import ConfigError
 from .._labels import is_correct
-from .._monitor import CertificateMonitor, GuardedText, State, UniformSkeleton, Verdict
-from .._policy import StreamPolicy
+from .._monitor import CertificateMonitor, GuardedText, State, Verdict
 
-__all__ = ["DemoResult", "cmd_demo", "load_demo_calibration", "load_demo_questions"]
+__all__ = [
+    "DemoResult",
+    "cmd_demo",
+    "load_demo_calibration",
+    "load_demo_certificate",
+    "load_demo_questions",
+]
 
-CALIBRATION_FILE = "smollm2_demo_calibration.json"
+CERTIFICATE_FILE = "smollm2_certificate.json"
 QUESTIONS_FILE = "demo_questions.jsonl"
 
 
@@ -33,9 +39,17 @@ def _data_text(name: str) -> str:
     return resources.files("guardrail").joinpath("data").joinpath(name).read_text(encoding="utf-8")
 
 
+def load_demo_certificate() -> Certificate:
+    """The certificate shipped for the demo model (see ``guardrail/data/README.md``)."""
+    return Certificate.from_json(_data_text(CERTIFICATE_FILE))
+
+
 def load_demo_calibration() -> Calibration:
-    """The calibration shipped for the demo model (see ``guardrail/data/README.md``)."""
-    return Calibration.from_json(_data_text(CALIBRATION_FILE))
+    """The calibration record of :func:`load_demo_certificate`."""
+    calibration = load_demo_certificate().calibration
+    if calibration is None:
+        raise ConfigError(f"{CERTIFICATE_FILE} holds no calibration")
+    return calibration
 
 
 def load_demo_questions() -> list[dict[str, Any]]:
@@ -86,7 +100,7 @@ def _evidence(verdict: Verdict, monitor: CertificateMonitor) -> str:
 
 def run_question(
     model: Any,
-    calibration: Calibration,
+    certificate: Certificate,
     question: str,
     references: list[str] | None,
     *,
@@ -95,19 +109,18 @@ def run_question(
     max_tokens: int = 24,
 ) -> DemoResult:
     """Stream one answer through the monitor and the chosen display mode."""
-    from adapters._local import smollm2_chat_prompt
+    from adapters.local import smollm2_chat_prompt
 
-    if calibration.policy is None:
-        raise ConfigError("the demo calibration records no streaming policy")
-    policy = StreamPolicy.from_dict(calibration.policy)
-    monitor = CertificateMonitor(
-        policy, calibration.tau, skeleton=UniformSkeleton(model.vocab_size)
-    )
+    monitor = certificate.monitor()
+    system = certificate.context.system_prompt
     guard = GuardedText(monitor, mode)  # type: ignore[arg-type]
     start = time.perf_counter()
     shown, answer, n = "", "", 0
     screen.line(f"Q: {question}")
-    for i, tok in enumerate(model.generate(smollm2_chat_prompt(question), max_tokens=max_tokens)):
+    prompt = (
+        smollm2_chat_prompt(question) if system is None else smollm2_chat_prompt(question, system)
+    )
+    for i, tok in enumerate(model.generate(prompt, max_tokens=max_tokens)):
         verdict = monitor.update(tok.event(i))
         answer += tok.text
         n += 1
@@ -161,9 +174,10 @@ def _summary(results: list[DemoResult], calibration: Calibration, out: TextIO) -
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from adapters._local import LocalModel
+    from adapters.local import LocalModel
 
     out = sys.stdout
+    certificate = load_demo_certificate()
     calibration = load_demo_calibration()
     if args.question:
         items: list[dict[str, Any]] = [{"question": q, "answer": []} for q in args.question]
@@ -181,7 +195,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     results = [
         run_question(
             model,
-            calibration,
+            certificate,
             item["question"],
             list(item.get("answer") or []),
             mode=args.mode,

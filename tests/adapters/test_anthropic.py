@@ -50,7 +50,7 @@ from guardrail import (
     StreamTruncated,
     UniformSkeleton,
 )
-from guardrail.cli._demo import load_demo_calibration
+from guardrail.cli._demo import load_demo_calibration, load_demo_certificate
 
 pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
 
@@ -451,8 +451,8 @@ async def test_a_stream_cut_off_before_its_stop_reason_is_never_certified(
     ]
     mon, out = new_monitor(model), list[str]()
     gen = guarded_message(
-        client, monitor=mon, scorer_model=model, model="claude-test", max_tokens=64,
-        messages=MESSAGES,
+        client, certificate=load_demo_certificate(), monitor=mon, scorer_model=model,
+        model="claude-test", max_tokens=64, messages=MESSAGES,
     )  # fmt: skip
     with pytest.raises(StreamTruncated) as info:
         await collect(gen, out)

@@ -11,7 +11,7 @@ import pytest
 from adapters._local import LocalModel, bundled_smollm2_path
 from guardrail import State, read_traces
 from guardrail.cli import main
-from guardrail.cli._demo import _Screen, load_demo_calibration, run_question
+from guardrail.cli._demo import _Screen, load_demo_certificate, run_question
 
 pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
 
@@ -48,7 +48,7 @@ def test_greedy_answers_reproduce_the_recorded_traces(model: LocalModel) -> None
 
 
 def test_one_answer_certified_and_one_blocked(model: LocalModel) -> None:
-    cal = load_demo_calibration()
+    cal = load_demo_certificate()
     screen = _Screen(io.StringIO(), live=False)
     gold = run_question(
         model, cal, "What is the chemical symbol for gold?", ["Au"], mode="buffered", screen=screen
