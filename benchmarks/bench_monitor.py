@@ -27,16 +27,11 @@ import numpy as np
 if not __package__:  # run as a script: measure the checkout this file belongs to
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from guardrail import StreamPolicy
-from guardrail._monitor import (
-    CertificateMonitor,
-    State,
-    TokenEvent,
-    UniformSkeleton,
-    Verdict,
-    _verdict,
-)
+from guardrail import Cause, CertificateMonitor, State, StreamPolicy, TokenEvent, UniformSkeleton
+from guardrail._verdict import Verdict
+from guardrail._verdict import make_verdict as _verdict
 
+UNDECIDED = Cause.UNDECIDED
 VOCAB = 262_144  # log V = 12.48 > clip: every lift in [0, 12] is a valid logprob
 TAU = 2.0
 
@@ -135,7 +130,7 @@ def main() -> None:
         def go() -> int:
             for row in streams:
                 for i, x in enumerate(row):
-                    make(State.CONTINUE, i, x, 0.0, 12.0, TAU, "betting", "why", False)
+                    make(State.CONTINUE, i, x, 0.0, 12.0, TAU, "betting", "why", False, UNDECIDED)
             return 0
 
         return go

@@ -51,6 +51,7 @@ from ._policy import (
     critical_thresholds,
     replay,
     running_statistic,
+    shown_at,
     threshold_grid,
 )
 from ._scores import (
@@ -61,6 +62,15 @@ from ._scores import (
     trace_skeleton_logprobs,
 )
 from ._skeletons import NGramSkeleton, TemperatureSkeleton, select_skeleton_kind, type_token_ratio
+from ._statistics import (
+    BettingConfidenceSequence,
+    BettingMean,
+    LowestK,
+    PaperMean,
+    betting_mean_path,
+    lowest_k_path,
+    paper_mean_path,
+)
 from ._subgamma import (
     GammaFit,
     ModelCheck,
@@ -110,6 +120,8 @@ __all__ = [
     "DEFAULT_CLIP",
     "DEFAULT_R2_MIN",
     "TRACE_SKELETONS",
+    "BettingConfidenceSequence",
+    "BettingMean",
     "BettingTrajectory",
     "Calibration",
     "Cause",
@@ -124,10 +136,12 @@ __all__ = [
     "GuardrailError",
     "InsufficientDataError",
     "LTTOutcome",
+    "LowestK",
     "MissingLogprobsError",
     "ModelCheck",
     "ModelIdentity",
     "NGramSkeleton",
+    "PaperMean",
     "ReplayResult",
     "Skeleton",
     "SkeletonSpec",
@@ -149,6 +163,7 @@ __all__ = [
     "betting_bets",
     "betting_confidence_sequence",
     "betting_log_wealth",
+    "betting_mean_path",
     "binomial_pvalue",
     "budget",
     "calibrate",
@@ -176,6 +191,7 @@ __all__ = [
     "is_correct",
     "iter_traces",
     "kappa_answer_rate_bound",
+    "lowest_k_path",
     "ltt_threshold",
     "min_answered_for_risk",
     "model_check",
@@ -184,6 +200,7 @@ __all__ = [
     "pac_bayes_bound",
     "paper_calibration_threshold",
     "paper_lift_correction",
+    "paper_mean_path",
     "paper_radius",
     "parse_trace",
     "parse_trace_lines",
@@ -191,6 +208,7 @@ __all__ = [
     "replay",
     "running_statistic",
     "select_skeleton_kind",
+    "shown_at",
     "subgamma_from_gamma",
     "subgamma_moments",
     "support_clip",

@@ -61,7 +61,7 @@ from ._bounds import (
     paper_calibration_threshold,
 )
 from ._errors import ConfigError, InsufficientDataError
-from ._policy import StreamPolicy, critical_thresholds, replay
+from ._policy import StreamPolicy, critical_thresholds, shown_at
 from ._subgamma import fit_gamma, inflate, model_check, subgamma_from_gamma
 
 __all__ = ["Calibration", "LTTOutcome", "calibrate", "calibrate_policy", "ltt_threshold"]
@@ -372,11 +372,7 @@ def calibrate_policy(
     budgets = np.array([float(x.mean()) if x.size else 0.0 for x in lifts])
 
     def answered_at(tau: float) -> npt.NDArray[np.bool_]:
-        if tau <= 0.0:
-            return np.array([x.size > 0 for x in lifts])
-        if tau >= policy.clip:
-            return np.zeros(len(lifts), dtype=bool)
-        return np.array([bool(replay(policy, x, [tau]).answered[0]) for x in lifts])
+        return shown_at(policy, lifts, [tau])[:, 0]
 
     return calibrate(
         scores,

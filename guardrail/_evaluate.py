@@ -20,7 +20,7 @@ from scipy import stats
 from ._bounds import clopper_pearson_interval
 from ._calibration import ltt_threshold
 from ._errors import ConfigError, InsufficientDataError
-from ._policy import StreamPolicy, critical_thresholds, replay, running_statistic
+from ._policy import StreamPolicy, critical_thresholds, replay, running_statistic, shown_at
 from ._scores import BASELINES, baseline_score, trace_clipped_lifts
 from ._traces import Trace
 
@@ -61,6 +61,13 @@ class MethodScores:
     final: FloatArray
     lifts: list[FloatArray] | None = None
     policy: StreamPolicy | None = None
+
+    def shown(self, idx: npt.NDArray[np.int64], tau: float) -> npt.NDArray[np.bool_]:
+        """Whether answers ``idx`` are shown at ``tau``: the deployed policy
+        (:func:`guardrail.shown_at`) for a lift method, ``decision >= tau`` otherwise."""
+        if self.lifts is None or self.policy is None:
+            return np.asarray(self.decision[idx] >= tau, dtype=bool)
+        return shown_at(self.policy, [self.lifts[i] for i in idx], [tau])[:, 0]
 
 
 def lift_method(
@@ -150,7 +157,7 @@ def evaluate_methods(
                 cov.append(0.0)
                 rsk.append(0.0)
                 continue
-            shown = m.decision[test] >= tau
+            shown = m.shown(test, tau)
             k = int((shown & ~ok[test]).sum())
             s = int(shown.sum())
             cov.append(s / test.size)

@@ -7,15 +7,17 @@ apply the final rule (``mean_T >= tau``, or block when ``final_rule="block"``).
 No verdict is given before ``min_tokens`` tokens.
 
 :func:`replay` evaluates the policy on one recorded answer for many thresholds
-at once (numpy, vectorised over thresholds). Calibration uses it so that the
-risk guarantee covers the rule that is deployed, early exits included; the
-streaming monitor applies the same arithmetic one token at a time.
+at once (numpy, vectorised over thresholds); the streaming monitor applies the
+same arithmetic one token at a time (its statistics live in
+:mod:`guardrail._statistics`). :func:`shown_at` is the one answer to "is this
+answer shown at ``tau``": calibration, evaluation and the command line all ask
+it, so the risk guarantee covers the rule that is deployed, early exits included.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import insort
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
@@ -25,6 +27,7 @@ import numpy.typing as npt
 from ._boundaries import betting_log_wealth, paper_radius
 from ._errors import ConfigError
 from ._lift import DEFAULT_CLIP
+from ._statistics import LowestK
 
 __all__ = [
     "ReplayResult",
@@ -32,6 +35,7 @@ __all__ = [
     "critical_thresholds",
     "replay",
     "running_statistic",
+    "shown_at",
     "threshold_grid",
 ]
 
@@ -40,6 +44,7 @@ Boundary = Literal["betting", "paper"]
 FinalRule = Literal["mean", "block"]
 Aggregate = Literal["mean", "min", "lowest"]
 OnLength = Literal["answer", "block"]
+OnMissing = Literal["block", "pass", "error"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,11 @@ class StreamPolicy:
             right only when the calibration answers were cut the same way and
             labelled as answers (as in the shared traces, cut at 24 tokens).
             Every other end without the provider's ``"stop"`` is never certified.
+        on_missing_logprobs: a token without a usable log-probability (or a
+            non-finite lift): ``"block"`` (default) blocks the answer there,
+            ``"pass"`` skips the token, ``"error"`` raises
+            :class:`~guardrail.MissingLogprobsError`. Policies recorded before
+            this field existed load with the default.
     """
 
     boundary: Boundary = "betting"
@@ -91,8 +101,14 @@ class StreamPolicy:
     aggregate: Aggregate = "mean"
     lowest_k: int = 2
     on_length: OnLength = "block"
+    on_missing_logprobs: OnMissing = "block"
 
     def __post_init__(self) -> None:
+        if self.on_missing_logprobs not in ("block", "pass", "error"):
+            raise ConfigError(
+                f"on_missing_logprobs must be 'block', 'pass' or 'error', "
+                f"got {self.on_missing_logprobs!r}"
+            )
         if self.on_length not in ("answer", "block"):
             raise ConfigError(f"on_length must be 'answer' or 'block', got {self.on_length!r}")
         if self.aggregate not in ("mean", "min", "lowest"):
@@ -138,7 +154,8 @@ class StreamPolicy:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StreamPolicy:
-        """The policy of :meth:`to_dict`; unknown fields are a :class:`ConfigError`."""
+        """The policy of :meth:`to_dict`; unknown fields are a :class:`ConfigError`, missing
+        ones take their defaults (older records lack the newer fields)."""
         if not isinstance(data, dict):
             raise ConfigError(f"a policy must be a JSON object, got {type(data).__name__}")
         unknown = sorted(set(data) - {f.name for f in fields(cls)})
@@ -181,17 +198,8 @@ def running_statistic(policy: StreamPolicy, lifts: npt.ArrayLike) -> FloatArray:
         return np.zeros(0, dtype=np.float64)
     if policy.aggregate == "mean":
         return np.asarray(np.cumsum(x) / np.arange(1, x.size + 1), dtype=np.float64)
-    k = policy.n_lowest
-    if k == 1:
-        return np.asarray(np.minimum.accumulate(x), dtype=np.float64)
-    low = [policy.clip] * k  # the k smallest so far, ascending (as the monitor keeps them)
-    out = np.empty(x.size, dtype=np.float64)
-    for i, v in enumerate(x.tolist()):
-        if v < low[-1]:
-            insort(low, v)
-            low.pop()
-        out[i] = sum(low) / k
-    return out
+    stat = LowestK(policy.n_lowest, policy.clip)  # the monitor's object: its arithmetic
+    return np.array([stat.update(v) for v in x.tolist()], dtype=np.float64)
 
 
 def _first_true(mask: npt.NDArray[np.bool_], start: int) -> npt.NDArray[np.int64]:
@@ -253,8 +261,30 @@ def replay(policy: StreamPolicy, lifts: npt.ArrayLike, taus: npt.ArrayLike) -> R
     return ReplayResult(tau, answered, stop, early)
 
 
+def shown_at(
+    policy: StreamPolicy, lifts: Sequence[npt.ArrayLike], taus: npt.ArrayLike
+) -> npt.NDArray[np.bool_]:
+    """Whether the deployed rule shows each answer at each threshold: shape ``(answers, taus)``.
+
+    For ``0 < tau < clip`` this is :func:`replay`'s ``answered``; outside, the
+    limits: at ``tau <= 0`` every non-empty answer is shown, at ``tau >= clip``
+    none (the paper calibration method can give such a ``tau``).
+    """
+    tau = np.atleast_1d(np.asarray(taus, dtype=np.float64))
+    if tau.ndim != 1 or np.isnan(tau).any():
+        raise ConfigError("thresholds must be a 1-d array of numbers")
+    inside = (tau > 0.0) & (tau < policy.clip)
+    low = tau <= 0.0
+    out = np.zeros((len(lifts), tau.size), dtype=bool)
+    for i, x in enumerate(lifts):
+        res = replay(policy, x, tau[inside])
+        out[i, inside] = res.answered
+        out[i, low] = np.asarray(x).size > 0
+    return out
+
+
 def critical_thresholds(
-    policy: StreamPolicy, lifts: list[FloatArray], taus: npt.ArrayLike | None = None
+    policy: StreamPolicy, lifts: Sequence[npt.ArrayLike], taus: npt.ArrayLike | None = None
 ) -> FloatArray:
     """Largest grid threshold at which each answer is shown (``-inf`` if never).
 
@@ -266,9 +296,6 @@ def critical_thresholds(
     grid = threshold_grid(policy.clip) if taus is None else np.asarray(taus, dtype=np.float64)
     if grid.ndim != 1 or grid.size == 0 or (np.diff(grid) <= 0).any():
         raise ConfigError("threshold grid must be a non-empty increasing 1-d array")
-    out = np.full(len(lifts), -np.inf)
-    for i, x in enumerate(lifts):
-        ans = replay(policy, x, grid).answered
-        if ans.any():
-            out[i] = grid[int(np.flatnonzero(ans)[-1])]
-    return out
+    shown = shown_at(policy, lifts, grid)
+    last = grid.size - 1 - np.argmax(shown[:, ::-1], axis=1)
+    return np.asarray(np.where(shown.any(axis=1), grid[last], -np.inf), dtype=np.float64)

@@ -80,7 +80,7 @@ class _Run:
 
     def split(self, seed: int) -> tuple[Any, dict[str, Any]]:
         from .._calibration import calibrate, calibrate_policy
-        from .._policy import StreamPolicy, critical_thresholds, replay
+        from .._policy import StreamPolicy, critical_thresholds, shown_at
         from .._subgamma import fit_gamma, inflate, model_check, subgamma_from_gamma
 
         args, correct = self.args, self.correct
@@ -133,16 +133,8 @@ class _Run:
         report: dict[str, Any] = {}
         if test.size:
             assert scores is not None
-            if self.lifts is not None and result.method == "paper":
-                tau = result.tau
-                shown = np.array(
-                    [
-                        bool(replay(policy, self.lifts[i], [tau]).answered[0])
-                        if 0.0 < tau < args.clip
-                        else bool(self.lifts[i].size and tau <= 0.0)
-                        for i in test
-                    ]
-                )
+            if self.lifts is not None:  # the deployed policy, as calibration replayed it
+                shown = shown_at(policy, [self.lifts[i] for i in test], [result.tau])[:, 0]
             else:
                 shown = scores[test] >= result.tau
             report = self._report(test, scores[test], shown)

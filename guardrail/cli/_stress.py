@@ -58,14 +58,11 @@ def corrupt(
 
 
 def _decide(traces: list[Any], idx: Any, log_s: FloatArray, policy: Any, tau: float) -> Any:
-    from .._policy import replay
+    from .._policy import shown_at
     from .._scores import vector_clipped_lifts
 
-    shown = []
-    for i in idx:
-        x = vector_clipped_lifts(traces[i], log_s, policy.clip)
-        shown.append(bool(replay(policy, x, [tau]).answered[0]) if x.size else False)
-    return np.array(shown)
+    lifts = [vector_clipped_lifts(traces[i], log_s, policy.clip) for i in idx]
+    return shown_at(policy, lifts, [tau])[:, 0]
 
 
 def cmd_stress(args: argparse.Namespace) -> int:

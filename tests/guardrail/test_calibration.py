@@ -16,6 +16,7 @@ from guardrail import (
     critical_thresholds,
     ltt_threshold,
 )
+from guardrail._policy import shown_at
 
 
 def test_fixed_sequence_by_hand() -> None:
@@ -188,3 +189,8 @@ def test_calibration_record_round_trips_and_reports() -> None:
         StreamPolicy(delta=0.2), lifts, correct, risk=0.4, delta=0.1, method="paper", n_boot=50
     )
     assert paper.method == "paper" and "no guarantee" in paper.guarantee
+    # the paper threshold is judged by the deployed rule itself: shown_at, as everywhere
+    shown = shown_at(StreamPolicy(delta=0.2), lifts, [paper.tau])[:, 0]
+    assert paper.n_answered == int(shown.sum())
+    assert paper.n_errors == int((shown & ~correct).sum())
+    assert paper.policy is not None and paper.policy["on_missing_logprobs"] == "block"

@@ -9,6 +9,7 @@ from scipy import stats
 
 from guardrail import StreamPolicy, read_traces
 from guardrail._evaluate import auroc, baseline_method, evaluate_methods, lift_method
+from guardrail._policy import shown_at
 from guardrail.cli import main
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -45,6 +46,21 @@ def test_evaluate_methods_on_fixture() -> None:
     assert 0.0 < res["lift"]["tokens_read_median"] <= 1.0
     # nll ranks the fixture's answers better than chance
     assert res["nll"]["auroc"] > 0.6
+
+
+def test_a_lift_method_shows_what_its_policy_shows() -> None:
+    """The test split is judged by the deployed policy (shown_at); at grid thresholds that is
+    the critical-threshold rule calibration tests, since the answer set is monotone."""
+    traces = read_traces(FIXTURES / "traces_gemma3_sample.jsonl")
+    lift = lift_method(traces, StreamPolicy(delta=0.3, aggregate="lowest"), "uniform")
+    nll = baseline_method(traces, "nll")
+    idx = np.arange(len(traces), dtype=np.int64)[::2]
+    for tau in (0.01, 0.5, 2.0, 7.5, 11.0):
+        assert lift.lifts is not None and lift.policy is not None
+        want = shown_at(lift.policy, [lift.lifts[i] for i in idx], [tau])[:, 0]
+        np.testing.assert_array_equal(lift.shown(idx, tau), want)
+        np.testing.assert_array_equal(want, lift.decision[idx] >= tau)
+        np.testing.assert_array_equal(nll.shown(idx, -tau), nll.decision[idx] >= -tau)
 
 
 def test_eval_cli_prints_the_documented_json(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
-from guardrail import ConfigError, StreamPolicy, critical_thresholds, replay, threshold_grid
+from guardrail import (
+    Cause,
+    CertificateMonitor,
+    ConfigError,
+    MissingLogprobsError,
+    State,
+    StreamPolicy,
+    critical_thresholds,
+    replay,
+    threshold_grid,
+)
+from guardrail._policy import shown_at
 
 
 def _reference(policy: StreamPolicy, x: list[float], tau: float) -> tuple[bool, int]:
@@ -184,3 +196,61 @@ def test_min_aggregate_with_uniform_skeleton_ranks_like_min_logprob() -> None:
     np.testing.assert_allclose(crit, expected, atol=0.0100001)
     order = np.argsort(minlp)
     assert (np.diff(crit[order]) >= -0.0100001).all()
+
+
+def test_on_missing_logprobs_is_a_policy_field() -> None:
+    assert StreamPolicy().on_missing_logprobs == "block"
+    pol = StreamPolicy(on_missing_logprobs="pass")
+    assert pol.to_dict()["on_missing_logprobs"] == "pass"
+    assert StreamPolicy.from_dict(pol.to_dict()) == pol
+    with pytest.raises(ConfigError, match="on_missing_logprobs"):
+        StreamPolicy(on_missing_logprobs="skip")  # type: ignore[arg-type]
+    # a policy recorded before the field existed loads with the default
+    old = StreamPolicy(aggregate="min").to_dict()
+    del old["on_missing_logprobs"], old["lowest_k"]
+    assert StreamPolicy.from_dict(old) == StreamPolicy(aggregate="min")
+    with pytest.raises(ConfigError, match="unknown policy field"):
+        StreamPolicy.from_dict({**old, "on_missing": "pass"})
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=IDS)
+def test_shown_at_is_replay_inside_and_the_limits_outside(policy: StreamPolicy) -> None:
+    rng = np.random.default_rng(9)
+    lifts = [np.clip(rng.exponential(2.0, int(rng.integers(0, 15))), 0, 12) for _ in range(40)]
+    taus = np.array([-1.0, 0.0, 0.3, 2.0, 5.5, 11.99, 12.0, 30.0])
+    shown = shown_at(policy, lifts, taus)
+    assert shown.shape == (len(lifts), taus.size) and shown.dtype == bool
+    inside = taus[2:6]
+    for x, row in zip(lifts, shown, strict=True):
+        np.testing.assert_array_equal(row[2:6], replay(policy, x, inside).answered)
+        assert list(row[:2]) == [x.size > 0] * 2  # tau <= 0: every non-empty answer
+        assert not row[6:].any()  # tau >= clip: none
+    crit = critical_thresholds(policy, lifts)
+    grid = threshold_grid(policy.clip)
+    np.testing.assert_array_equal(shown_at(policy, lifts, grid), grid[None, :] <= crit[:, None])
+    assert shown_at(policy, [], taus).shape == (0, taus.size)
+    with pytest.raises(ConfigError, match="thresholds"):
+        shown_at(policy, lifts, [math.nan])
+    with pytest.raises(ConfigError, match="lifts"):
+        shown_at(policy, [np.array([13.0])], [1.0])
+
+
+def test_missing_logprobs_follow_the_policy_unless_overridden() -> None:
+    for mode in ("block", "pass", "error"):
+        policy = StreamPolicy(on_missing_logprobs=mode)  # type: ignore[arg-type]
+        mon = CertificateMonitor(policy, 2.0)
+        assert mon.policy is policy and mon.policy.on_missing_logprobs == mode
+        if mode == "error":
+            with pytest.raises(MissingLogprobsError, match="on_missing_logprobs='error'"):
+                mon.update_lift(math.nan)
+        else:
+            v = mon.update_lift(math.nan)
+            assert (v.state is State.BLOCKED) == (mode == "block")
+    # None (the default) keeps the policy's; an explicit value overrides it and shows in .policy
+    policy = StreamPolicy(on_missing_logprobs="pass", delta=0.2)
+    same = CertificateMonitor(policy, 2.0, on_missing_logprobs="pass")
+    assert same.policy is policy
+    mon = CertificateMonitor(policy, 2.0, on_missing_logprobs="block")
+    assert mon.policy == dataclasses.replace(policy, on_missing_logprobs="block")
+    assert mon.update_lift(math.inf).cause is Cause.MISSING_LOGPROBS
+    assert CertificateMonitor(StreamPolicy(), 2.0).update_lift(math.nan).state is State.BLOCKED

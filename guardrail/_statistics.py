@@ -1,0 +1,372 @@
+"""Streaming statistics of clipped lifts: one small object per statistic, beside its batch twin.
+
+Each object takes one clipped lift ``x`` in ``[0, clip]`` per ``update(x)``
+(not checked: :class:`~guardrail.CertificateMonitor` validates its input) in
+O(1) pure-Python time (O(k) for :class:`LowestK`, O(grid) for
+:class:`BettingConfidenceSequence`) and shows its state as read-only
+properties. Its batch twin is a pure numpy function of a whole recorded answer
+that gives the same state after every token; the tests compare the two at
+every step.
+
+- :class:`BettingMean`: ``log K+`` and ``log K-`` at ``m = tau/B`` (the ``betting``
+  boundary); twin :func:`betting_mean_path`.
+- :class:`PaperMean`: the mean and ``mean -/+ r_t`` in ``[0, B]`` (the ``paper``
+  boundary); twin :func:`paper_mean_path`.
+- :class:`LowestK`: the mean of the ``k`` lowest lifts (``"min"`` is ``k = 1``,
+  ``"lowest"`` is ``lowest_k``); twin :func:`lowest_k_path`.
+- :class:`BettingConfidenceSequence`: bounds from the wealth on a grid of means
+  (``track_bounds``); twin :func:`guardrail.betting_confidence_sequence` times ``B``.
+
+The arithmetic (and its order) is that of :func:`guardrail.replay`, so the
+monitor that composes these objects gives replay's verdicts exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import insort
+from math import log, log1p, sqrt
+
+import numpy as np
+import numpy.typing as npt
+
+from ._boundaries import betting_log_wealth, paper_radius
+from ._errors import ConfigError
+from ._lift import DEFAULT_CLIP
+
+__all__ = [
+    "ABOVE",
+    "BELOW",
+    "BettingConfidenceSequence",
+    "BettingMean",
+    "LowestK",
+    "PaperMean",
+    "betting_mean_path",
+    "lowest_k_path",
+    "paper_mean_path",
+]
+
+FloatArray = npt.NDArray[np.float64]
+ABOVE = 1
+"""Bit of :meth:`BettingMean.update`'s result: ``K+`` reached ``2/delta`` (mean > tau shown)."""
+BELOW = 2
+"""Bit of :meth:`BettingMean.update`'s result: ``K-`` reached ``2/delta`` (mean < tau shown)."""
+
+
+def _check_clip(clip: float) -> None:
+    if not (math.isfinite(clip) and clip > 0):
+        raise ConfigError(f"clip must be a finite number > 0, got {clip!r}")
+
+
+def _check(clip: float, delta: float, bet_cap: float = 0.5) -> None:
+    _check_clip(clip)
+    if not (0.0 < delta < 1.0):
+        raise ConfigError(f"delta must be in (0, 1), got {delta!r}")
+    if not (0.0 < bet_cap <= 0.5):
+        raise ConfigError(f"bet_cap must be in (0, 0.5], got {bet_cap!r}")
+
+
+class BettingMean:
+    """Betting test of the mean lift against ``tau``: two wealth processes at ``m = tau/clip``.
+
+    ``log K+ = sum log(1 + min(l_i, cap/m) (x_i/B - m))`` (evidence mean > tau) and
+    ``log K- = sum log(1 - min(l_i, cap/(1-m)) (x_i/B - m))`` (evidence mean < tau),
+    with the predictable plug-in bet ``l_i`` of :func:`guardrail.betting_bets`.
+    :meth:`update` returns which wealth is at least ``2/delta`` now: a sum of
+    :data:`ABOVE` and :data:`BELOW` (0 if neither).
+    """
+
+    __slots__ = ("_b", "_c2", "_cd", "_cu", "_down", "_m", "_sq", "_t", "_tau", "_thr",
+                 "_total", "_up")  # fmt: skip
+
+    def __init__(
+        self, tau: float, clip: float = DEFAULT_CLIP, delta: float = 0.05, bet_cap: float = 0.5
+    ) -> None:
+        _check(clip, delta, bet_cap)
+        if not (0.0 < tau < clip):
+            raise ConfigError(f"tau must lie strictly inside (0, {clip}), got {tau!r}")
+        self._tau, self._b = float(tau), clip
+        self._m = m = self._tau / clip  # the same constants, computed the same way, as replay()
+        self._thr = thr = math.log(2.0 / delta)
+        self._c2 = 2.0 * thr
+        self._cu, self._cd = bet_cap / m, bet_cap / (1.0 - m)
+        self._t = 0
+        self._total = self._sq = self._up = self._down = 0.0
+
+    def update(self, x: float) -> int:
+        """Bet on ``x``, then update the plug-in variance; which wealth is at ``2/delta``."""
+        t = self._t + 1
+        self._t = t
+        xs = x / self._b
+        # the plug-in bet from the past: s2_{t-1} = (1/4 + sq_{t-1}) / t, times t log(1 + t)
+        lam = sqrt(self._c2 / ((0.25 + self._sq) / t * t * log1p(t)))
+        d = xs - self._m
+        cu, cd = self._cu, self._cd
+        up = self._up + log1p((lam if lam < cu else cu) * d)
+        down = self._down + log1p(-(lam if lam < cd else cd) * d)
+        self._up, self._down = up, down
+        total = self._total + xs
+        self._total = total
+        dev = xs - (0.5 + total) / (t + 1)
+        self._sq += dev * dev
+        thr = self._thr
+        if up >= thr:  # literals: ABOVE | BELOW, ABOVE, BELOW, neither
+            return 3 if down >= thr else 1
+        return 2 if down >= thr else 0
+
+    @property
+    def t(self) -> int:
+        return self._t
+
+    @property
+    def tau(self) -> float:
+        return self._tau
+
+    @property
+    def log_wealth_up(self) -> float:
+        """``log K+_t(tau/clip)``: evidence that the mean lift is above ``tau``."""
+        return self._up
+
+    @property
+    def log_wealth_down(self) -> float:
+        """``log K-_t(tau/clip)``: evidence that the mean lift is below ``tau``."""
+        return self._down
+
+    @property
+    def threshold(self) -> float:
+        """``log(2/delta)``: the log-wealth at which a side has shown its claim."""
+        return self._thr
+
+    @property
+    def variance(self) -> float:
+        """Plug-in variance ``s2_t`` of the scaled lifts (the next bet uses it)."""
+        return (0.25 + self._sq) / (self._t + 1)
+
+
+def betting_mean_path(
+    lifts: npt.ArrayLike,
+    tau: float,
+    clip: float = DEFAULT_CLIP,
+    delta: float = 0.05,
+    bet_cap: float = 0.5,
+) -> tuple[FloatArray, FloatArray]:
+    """Batch twin of :class:`BettingMean`: ``(log K+, log K-)`` after every token."""
+    _check(clip, delta, bet_cap)
+    x = np.asarray(lifts, dtype=np.float64)
+    traj = betting_log_wealth(x / clip, [tau / clip], delta, bet_cap)
+    return traj.log_wealth_up[:, 0], traj.log_wealth_down[:, 0]
+
+
+class PaperMean:
+    """Running mean with the paper's sub-gamma LIL radius (``delta`` split over two sides).
+
+    ``r_t = sqrt(2 v level / t) + c level / t``, ``level = log(1 + log t) + log(2/delta)``
+    (:func:`guardrail.paper_radius` at ``delta/2``). :meth:`update` returns
+    ``(lower, upper) = (mean - r_t, mean + r_t)`` clamped to ``[0, clip]``; for
+    ``0 < tau < clip`` the mean is shown above ``tau`` iff ``lower > tau`` and
+    below iff ``upper < tau``, clamped or not.
+    """
+
+    __slots__ = ("_b", "_c", "_lvl0", "_t", "_total", "_v2")
+
+    def __init__(self, v: float, c: float, clip: float = DEFAULT_CLIP, delta: float = 0.05) -> None:
+        _check(clip, delta)
+        if not (v > 0 and c > 0 and math.isfinite(v) and math.isfinite(c)):
+            raise ConfigError(f"sub-gamma parameters must be finite and > 0, got v={v!r}, c={c!r}")
+        self._b, self._v2, self._c = clip, 2.0 * v, c
+        self._lvl0 = math.log(1.0 / (delta / 2.0))
+        self._t, self._total = 0, 0.0
+
+    def update(self, x: float) -> tuple[float, float]:
+        """Add ``x``; the clamped bounds ``(lower, upper)``."""
+        t = self._t + 1
+        self._t = t
+        total = self._total + x
+        self._total = total
+        mean = total / t
+        level = log1p(log(t)) + self._lvl0
+        r = sqrt(self._v2 * level / t) + self._c * level / t
+        lower, upper, b = mean - r, mean + r, self._b
+        return (lower if lower > 0.0 else 0.0), (upper if upper < b else b)
+
+    @property
+    def t(self) -> int:
+        return self._t
+
+    @property
+    def mean(self) -> float:
+        """Running mean lift (0 before any token)."""
+        return self._total / self._t if self._t else 0.0
+
+    @property
+    def radius(self) -> float:
+        """``r_t`` (``inf`` before any token)."""
+        t = self._t
+        if not t:
+            return math.inf
+        level = log1p(log(t)) + self._lvl0
+        return sqrt(self._v2 * level / t) + self._c * level / t
+
+    @property
+    def lower(self) -> float:
+        """``mean - r_t`` clamped to ``[0, clip]`` (0 before any token)."""
+        low = self.mean - self.radius
+        return low if low > 0.0 else 0.0
+
+    @property
+    def upper(self) -> float:
+        """``mean + r_t`` clamped to ``[0, clip]`` (``clip`` before any token)."""
+        up = self.mean + self.radius
+        return up if up < self._b else self._b
+
+
+def paper_mean_path(
+    lifts: npt.ArrayLike, v: float, c: float, clip: float = DEFAULT_CLIP, delta: float = 0.05
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Batch twin of :class:`PaperMean`: ``(mean, lower, upper)`` after every token."""
+    _check(clip, delta)
+    x = np.asarray(lifts, dtype=np.float64)
+    t = np.arange(1, x.size + 1, dtype=np.float64)
+    mean = np.cumsum(x) / t
+    r = paper_radius(t, v, c, delta / 2.0)
+    return mean, np.clip(mean - r, 0.0, clip), np.clip(mean + r, 0.0, clip)
+
+
+class LowestK:
+    """Mean of the ``k`` lowest lifts so far, missing ones counted as ``clip`` (``k=1``: the min).
+
+    The value only falls as lifts arrive; it is ``clip`` before the first one.
+    :meth:`update` returns it.
+    """
+
+    __slots__ = ("_b", "_k", "_low", "_t", "_value")
+
+    def __init__(self, k: int = 1, clip: float = DEFAULT_CLIP) -> None:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ConfigError(f"k must be an integer >= 1, got {k!r}")
+        _check_clip(clip)
+        self._k, self._b, self._t, self._value = k, clip, 0, clip
+        self._low = [clip] * k  # ascending
+
+    def update(self, x: float) -> float:
+        """Add ``x``; the mean of the ``k`` lowest lifts (summed in ascending order)."""
+        self._t += 1
+        lows = self._low
+        if x <= lows[-1]:  # <=: the first lift always sets the value to sum(lows) / k
+            if self._k == 1:
+                lows[0] = x
+                self._value = x
+            else:
+                insort(lows, x)
+                lows.pop()
+                self._value = sum(lows) / self._k
+        return self._value
+
+    @property
+    def k(self) -> int:
+        return self._k
+
+    @property
+    def t(self) -> int:
+        return self._t
+
+    @property
+    def value(self) -> float:
+        return self._value
+
+    @property
+    def lowest(self) -> tuple[float, ...]:
+        """The ``k`` lowest lifts so far, ascending, padded with ``clip``."""
+        return tuple(self._low)
+
+
+def lowest_k_path(lifts: npt.ArrayLike, k: int = 1, clip: float = DEFAULT_CLIP) -> FloatArray:
+    """Batch twin of :class:`LowestK`: its value after every token (O(T^2 log T))."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ConfigError(f"k must be an integer >= 1, got {k!r}")
+    x = np.asarray(lifts, dtype=np.float64)
+    n = x.size
+    seen = np.tril(np.ones((n, n), dtype=bool))  # row t: tokens 0..t
+    rows = np.concatenate([np.where(seen, x[None, :], clip), np.full((n, k), clip)], axis=1)
+    low = np.sort(rows, axis=1)[:, :k]
+    return np.asarray(np.cumsum(low, axis=1)[:, -1] / k, dtype=np.float64)
+
+
+class BettingConfidenceSequence:
+    """Bounds on the mean lift from the two wealth processes on a grid of candidate means.
+
+    The grid is ``clip * (1..G) / (G + 1)``; a candidate whose ``K+`` (``K-``)
+    reaches ``2/delta`` is excluded from below (above) for good, and only the
+    candidates still inside are updated. :meth:`update` returns ``(lower,
+    upper)``: as :func:`guardrail.betting_confidence_sequence` times ``clip``
+    while that hull is not empty, else one grid cell wide. Conservative to the
+    grid; a confidence sequence for a mean shared by all tokens.
+    """
+
+    __slots__ = ("_b", "_c2", "_cand", "_down", "_grid", "_hi", "_lo", "_sq",
+                 "_t", "_thr", "_total", "_up")  # fmt: skip
+
+    def __init__(
+        self,
+        clip: float = DEFAULT_CLIP,
+        delta: float = 0.05,
+        bet_cap: float = 0.5,
+        grid_size: int = 49,
+    ) -> None:
+        _check(clip, delta, bet_cap)
+        if isinstance(grid_size, bool) or not isinstance(grid_size, int) or grid_size < 1:
+            raise ConfigError(f"grid_size must be an integer >= 1, got {grid_size!r}")
+        self._b, self._thr = clip, math.log(2.0 / delta)
+        self._c2 = 2.0 * self._thr
+        step = 1.0 / (grid_size + 1)  # = np.linspace(0, 1, G + 2)[1:-1], bit for bit
+        self._grid = g = [(i + 1) * step for i in range(grid_size)]
+        self._cand = [(v, bet_cap / v, bet_cap / (1.0 - v)) for v in g]  # caps: falls, rises
+        self._up, self._down = [0.0] * grid_size, [0.0] * grid_size
+        self._t, self._lo, self._hi = 0, 0, grid_size
+        self._total = self._sq = 0.0
+
+    def update(self, x: float) -> tuple[float, float]:
+        """Bet on ``x`` at every candidate still inside; the bounds ``(lower, upper)``."""
+        t = self._t + 1
+        self._t = t
+        xs = x / self._b
+        lam = sqrt(self._c2 / ((0.25 + self._sq) / t * t * log1p(t)))  # as BettingMean
+        gu, gd, cand = self._up, self._down, self._cand
+        lo, hi = self._lo, self._hi
+        if lo < hi and lam < cand[hi - 1][1] and lam < cand[lo][2]:  # no cap binds
+            for k in range(lo, hi):
+                e = lam * (xs - cand[k][0])
+                gu[k] += log1p(e)
+                gd[k] += log1p(-e)
+        else:
+            for k in range(lo, hi):
+                m, a, c = cand[k]  # candidate mean, cap / m, cap / (1 - m)
+                d = xs - m
+                gu[k] += log1p((lam if lam < a else a) * d)
+                gd[k] += log1p(-(lam if lam < c else c) * d)
+        thr = self._thr
+        while lo < hi and gu[lo] >= thr:  # K+ is non-increasing in m: a prefix is excluded
+            lo += 1
+        while hi > lo and gd[hi - 1] >= thr:
+            hi -= 1
+        self._lo, self._hi = lo, hi
+        total = self._total + xs
+        self._total = total
+        dev = xs - (0.5 + total) / (t + 1)
+        self._sq += dev * dev
+        b, grid = self._b, self._grid
+        return (grid[lo - 1] * b if lo else 0.0), (grid[hi] * b if hi < len(grid) else b)
+
+    @property
+    def t(self) -> int:
+        return self._t
+
+    @property
+    def lower(self) -> float:
+        lo = self._lo
+        return self._grid[lo - 1] * self._b if lo else 0.0
+
+    @property
+    def upper(self) -> float:
+        hi = self._hi
+        return self._grid[hi] * self._b if hi < len(self._grid) else self._b
