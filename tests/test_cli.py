@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import json
+import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from guardrail import StreamPolicy
+from guardrail import Certificate
 from guardrail.cli import main, oracle_coverage
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -61,19 +63,20 @@ def test_calibrate_lift_policy_and_refusal(capsys: pytest.CaptureFixture[str]) -
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="shared traces not available")
-def test_shipped_demo_calibration_is_reproduced_by_its_documented_command(
-    tmp_path: Path,
-) -> None:
+def test_shipped_certificate_is_reproduced_by_its_documented_command(tmp_path: Path) -> None:
     """guardrail/data/README.md names the command that made the shipped certificate."""
     data = Path(__file__).parents[1] / "guardrail" / "data"
-    shipped = json.loads((data / "smollm2_certificate.json").read_text())["calibration"]
-    out = tmp_path / "cal.json"
+    shipped = Certificate.load(data / "smollm2_certificate.json")
+    out = tmp_path / "cert.json"
     args = ["calibrate", "--traces", str(SHARED / "triviaqa_smollm2.jsonl"), "--risk", "0.8"]
     args += ["--delta", "0.05", "--cal-fraction", "1.0", "--aggregate", "min", "--clip", "12"]
-    assert main([*args, "--out", str(out)]) == 0
-    made = json.loads(out.read_text())
-    assert made["tau"] == shipped["tau"] and made["n_answered"] == shipped["n_answered"]
-    assert StreamPolicy.from_dict(made["policy"]) == StreamPolicy.from_dict(shipped["policy"])
+    args += ["--context", str(data / "smollm2_context.json")]
+    args += ["--model-id", "smollm2-135m-instruct-q4_1", "--out", str(out)]
+    assert main(args) == 0
+    made = Certificate.load(out)
+    assert made.provenance["command"] == shlex.join(["liftguard", *args])
+    assert made.provenance["traces_sha256"] == shipped.provenance["traces_sha256"]
+    assert replace(made, provenance={}) == replace(shipped, provenance={})
 
 
 def test_calibrate_rejects_bad_trace_file(
@@ -106,3 +109,31 @@ def test_calibrate_repeats_summary(capsys: pytest.CaptureFixture[str]) -> None:
         ["calibrate", "--traces", path, "--risk", "0.05", "--score", "nll", "--repeats", "2"]
     )
     assert code == 0 and "refused (too little data)  2 of 2" in capsys.readouterr().out
+
+
+def test_calibrate_writes_a_certificate_with_context_and_provenance(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    traces = FIXTURES / "traces_gemma3_sample.jsonl"
+    context = tmp_path / "ctx.json"
+    context.write_text(json.dumps({"system_prompt": "Q:", "temperature": 0.0, "max_tokens": 24}))
+    out = tmp_path / "cert.json"
+    base = ["calibrate", "--traces", str(traces), "--risk", "0.9", "--delta", "0.2"]
+    assert main([*base, "--cal-fraction", "1.0", "--context", str(context), "--out", str(out)]) == 0
+    cert = Certificate.load(out)
+    assert cert.context.system_prompt == "Q:" and cert.context.max_tokens == 24
+    assert cert.model.model_id == "gemma3-270m-q4_k_m" and cert.skeleton.kind == "uniform"
+    assert cert.calibration is not None and cert.tau == cert.calibration.tau
+    assert len(cert.provenance["traces_sha256"]) == 64
+    assert cert.monitor().tau == cert.tau
+    # a bad context file fails before any work, naming the file and the field
+    context.write_text(json.dumps({"temprature": 0.0}))
+    capsys.readouterr()
+    assert main([*base, "--context", str(context), "--out", str(tmp_path / "x.json")]) == 1
+    err = capsys.readouterr().err
+    assert "ctx.json: context: unknown field(s) 'temprature'" in err
+    assert not (tmp_path / "x.json").exists()
+    # a baseline score is a threshold on whole answers: its record, not a certificate
+    nll = tmp_path / "nll.json"
+    assert main([*base, "--cal-fraction", "1.0", "--score", "nll", "--out", str(nll)]) == 0
+    assert "format" not in json.loads(nll.read_text())

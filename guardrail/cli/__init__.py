@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
 import traceback
 from collections.abc import Sequence
@@ -146,7 +147,24 @@ def _build_parser() -> argparse.ArgumentParser:
         help="repeat over this many random splits (seeds seed, seed+1, ...) and summarise",
     )
     p.add_argument(
-        "--out", type=output_file, default=None, help="write the calibration as JSON here"
+        "--out",
+        type=output_file,
+        default=None,
+        help="write the certificate (a baseline score: the calibration record) as JSON here",
+    )
+    p.add_argument(
+        "--context",
+        metavar="FILE",
+        default=None,
+        help="JSON file with the generation context of the traces (system_prompt, "
+        "prompt_template, temperature, top_p, repeat_penalty, max_tokens, stop), "
+        "recorded in the certificate so that adapters apply it",
+    )
+    p.add_argument(
+        "--model-id", default=None, help="model identity to record (default: the traces' model)"
+    )
+    p.add_argument(
+        "--api-model", default=None, help="the model name requests use (recorded; optional)"
     )
     p.set_defaults(func=_cmd_calibrate)
 
@@ -255,7 +273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .._errors import GuardrailError
 
     parser = _build_parser()
-    args = parser.parse_args(argv)
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(raw)
+    args.command_line = shlex.join(["liftguard", *raw])  # recorded in certificates
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     try:
         return int(args.func(args))

@@ -32,6 +32,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     if args.score != "lift" and args.method == "paper":
         raise CommandError("--method paper needs --score lift", status=2)
+    if args.out and args.score == "lift":
+        from ._certify import read_context
+
+        read_context(args.context)  # a bad context file fails before the work
     traces = read_traces(args.traces)
     if not traces:
         raise no_traces(args.traces)
@@ -62,9 +66,15 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     result, test_report = reports[0]
     result = type(result).from_dict({**result.to_dict(), "extra": {"test": test_report}})
     _print_summary(args, score_name, result, test_report)
-    if args.out:
+    if args.out and args.score == "lift":
+        from ._certify import build_certificate
+
+        cert = build_certificate(args, traces[0].model, traces[0].vocab_size, result)
+        cert.save(args.out)
+        print(f"wrote the certificate {args.out}")
+    elif args.out:  # a baseline score is a threshold on a whole answer, not a streaming rule
         Path(args.out).write_text(result.to_json() + "\n", encoding="utf-8")
-        print(f"wrote {args.out}")
+        print(f"wrote the calibration record {args.out} (a baseline is not a certificate)")
     return 0
 
 

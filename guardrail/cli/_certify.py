@@ -1,0 +1,76 @@
+"""The certificate ``liftguard calibrate --out`` writes: the calibrated rule plus the model,
+the generation context and the provenance of the traces it was calibrated on."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from .._calibration import Calibration
+from .._certificate import Certificate, GenerationContext, ModelIdentity, SkeletonSpec
+from .._errors import ConfigError
+from .._policy import StreamPolicy
+from ._common import CommandError
+
+__all__ = ["build_certificate", "read_context", "skeleton_spec"]
+
+
+def skeleton_spec(name: str, vocab_size: int) -> SkeletonSpec:
+    """The streaming skeleton that the trace skeleton ``name`` stands for."""
+    if name == "uniform":
+        return SkeletonSpec("uniform", {"vocab_size": vocab_size})
+    if name.startswith("temperature"):
+        temperature = float(name.partition("-")[2] or 1.5)
+        params = {"vocab_size": vocab_size, "temperature": temperature, "rule": "anchored"}
+        return SkeletonSpec("temperature", params)
+    if name == "prompt-free":
+        return SkeletonSpec("prompt_free", {})
+    raise CommandError(f"no streaming skeleton for --skeleton {name}", status=2)
+
+
+def read_context(path: str | None) -> GenerationContext:
+    """``--context FILE``: a JSON object with GenerationContext's fields (empty if none)."""
+    if path is None:
+        return GenerationContext()
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8-sig"))
+        return GenerationContext.from_dict(data)
+    except json.JSONDecodeError as exc:
+        raise CommandError(f"{path}: not valid JSON ({exc})") from exc
+    except ConfigError as exc:
+        raise CommandError(f"{path}: {exc}") from exc
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def build_certificate(
+    args: argparse.Namespace, model_id: str, vocab_size: int, result: Calibration
+) -> Certificate:
+    """The certificate of one ``calibrate`` run (lift score; the policy it replayed)."""
+    if result.policy is None:
+        raise CommandError("the calibration records no streaming policy")
+    provenance: dict[str, Any] = {
+        "traces": Path(args.traces).name,
+        "traces_sha256": _sha256(args.traces),
+        "command": getattr(args, "command_line", ""),
+    }
+    return Certificate(
+        policy=StreamPolicy.from_dict(dict(result.policy)),
+        tau=result.tau,
+        skeleton=skeleton_spec(args.skeleton, vocab_size),
+        model=ModelIdentity(
+            args.model_id or model_id, api_model=args.api_model, vocab_size=vocab_size
+        ),
+        context=read_context(args.context),
+        calibration=result,
+        provenance=provenance,
+    )
