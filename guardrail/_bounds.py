@@ -10,7 +10,6 @@ import math
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
 
 from ._errors import ConfigError
 
@@ -181,6 +180,8 @@ def clopper_pearson_upper(k: int, n: int, delta: float) -> float:
     d = _open01("delta", delta)
     if ni == 0 or ki == ni:
         return 1.0
+    from scipy import stats
+
     return float(stats.beta.ppf(1.0 - d, ki + 1, ni - ki))
 
 
@@ -188,6 +189,8 @@ def clopper_pearson_interval(k: int, n: int, alpha: float) -> tuple[float, float
     """Two-sided ``1 - alpha`` Clopper-Pearson interval (``(0, 1)`` when ``n == 0``)."""
     ki, ni = _kn(k, n)
     a = _open01("alpha", alpha)
+    from scipy import stats
+
     lo = 0.0 if ki == 0 else float(stats.beta.ppf(a / 2, ki, ni - ki + 1))
     hi = 1.0 if ki == ni else float(stats.beta.ppf(1 - a / 2, ki + 1, ni - ki))
     return lo, hi
@@ -202,6 +205,8 @@ def binomial_pvalue(k: int, n: int, h: float) -> float:
     hf = _num("h", h, 0.0, 1.0)
     if ni == 0:
         return 1.0
+    from scipy import stats
+
     return min(1.0, float(stats.binom.cdf(ki, ni, hf)))
 
 

@@ -50,7 +50,6 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
 
 from ._bounds import (
     clopper_pearson_upper,
@@ -153,6 +152,8 @@ def ltt_threshold(
             raise ConfigError(f"start must be >= 1, got {start!r}")
         reach = np.flatnonzero(n_ans >= start_count)
         first = int(reach[0]) if reach.size else len(cand) - 1
+    from scipy import stats
+
     pvals = stats.binom.cdf(n_err, n_ans, risk)
     pvals = np.where(n_ans > 0, pvals, 1.0)
     last = -1

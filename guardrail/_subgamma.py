@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy import optimize, special
 
 from ._errors import ConfigError
 
@@ -134,6 +133,8 @@ def _log_minus_digamma(k: FloatArray) -> FloatArray:
     series for large k, where the direct difference cancels."""
     kb, ks = np.maximum(k, _SERIES_K), np.minimum(k, _SERIES_K)
     series = 1 / (2 * kb) + 1 / (12 * kb**2) - 1 / (120 * kb**4) + 1 / (252 * kb**6)
+    from scipy import special
+
     direct = np.log(ks) - special.digamma(ks)
     return np.asarray(np.where(k >= _SERIES_K, series, direct), dtype=np.float64)
 
@@ -141,6 +142,8 @@ def _log_minus_digamma(k: FloatArray) -> FloatArray:
 def _d_log_minus_digamma(k: FloatArray) -> FloatArray:
     kb, ks = np.maximum(k, _SERIES_K), np.minimum(k, _SERIES_K)
     series = -1 / (2 * kb**2) - 1 / (6 * kb**3) + 1 / (30 * kb**5) - 1 / (42 * kb**7)
+    from scipy import special
+
     direct = 1 / ks - special.polygamma(1, ks)
     return np.asarray(np.where(k >= _SERIES_K, series, direct), dtype=np.float64)
 
@@ -166,6 +169,8 @@ def _solve_shape_scalar(s: float) -> float:
         lo *= 0.5
     while g(hi) >= 0:
         hi *= 2.0
+    from scipy import optimize
+
     return float(optimize.brentq(g, lo, hi, xtol=1e-15 * lo, rtol=4 * np.finfo(float).eps))
 
 
@@ -254,6 +259,8 @@ def _gof_stats(xs: FloatArray, k: FloatArray, theta: FloatArray) -> tuple[FloatA
     Gamma(k[r], theta[r])."""
     n = xs.shape[1]
     z = xs / theta[:, None]
+    from scipy import special
+
     cdf = special.gammainc(k[:, None], z)
     i = np.arange(1, n + 1, dtype=np.float64)
     ks = np.maximum((i / n - cdf).max(axis=1), (cdf - (i - 1) / n).max(axis=1))

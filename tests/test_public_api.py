@@ -127,7 +127,7 @@ def test_import_pulls_in_no_heavy_or_vendor_module() -> None:
     code = (
         "import sys, guardrail, guardrail.cli\n"
         "bad = [m for m in ('torch', 'openai', 'anthropic', 'langchain_core', 'langchain',"
-        " 'transformers', 'llama_cpp', 's3fs', 'fsspec', 'adapters', 'skeleton_store')"
+        " 'transformers', 'llama_cpp', 's3fs', 'fsspec', 'adapters', 'skeleton_store', 'scipy')"
         " if m in sys.modules]\n"
         "print(','.join(bad))\n"
     )
