@@ -53,6 +53,7 @@ from ._openai import guard_chat_stream, guard_chat_stream_sync, guarded_chat_com
 from ._openai_events import events_from_chat_chunk, events_from_responses_event
 from ._prompt_free import PromptFreeSkeleton, smollm2_prompt_free_prefix
 from ._scorer import LocalTextScorer
+from ._token_ids import GGUFIds, TiktokenIds, token_ids_for
 
 if TYPE_CHECKING:
     from ._langchain import LiftGuardCallbackHandler
@@ -60,10 +61,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Abstention",
+    "GGUFIds",
     "LiftGuardCallbackHandler",
     "LocalTextScorer",
     "PromptFreeSkeleton",
     "ProviderFormatError",
+    "TiktokenIds",
     "anthropic_scorer_prompt",
     "events_from_chat_chunk",
     "events_from_responses_event",
@@ -76,6 +79,7 @@ __all__ = [
     "guarded_chat_completion",
     "guarded_message",
     "smollm2_prompt_free_prefix",
+    "token_ids_for",
 ]
 
 # names whose modules import an optional SDK: loaded on first access (PEP 562)

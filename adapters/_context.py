@@ -26,6 +26,9 @@ from guardrail import (
     Skeleton,
     SkeletonSpec,
     StreamPolicy,
+    TokenIds,
+    WithTokenIds,
+    skeleton_needs,
 )
 
 __all__ = ["Guard", "apply_context", "resolve_guard", "warn_mismatch"]
@@ -36,15 +39,25 @@ MissingPolicy = Literal["block", "pass", "error"]
 @dataclass(frozen=True)
 class Guard:
     """The certificate an adapter deploys, with the skeleton object that overrides its
-    spec (if any) and an explicit missing-logprobs policy (if any)."""
+    spec (if any), an explicit missing-logprobs policy (if any), and the token-id
+    resolver an id-based skeleton needs on a stream without ids."""
 
     certificate: Certificate
     skeleton: Skeleton | None = None
     on_missing_logprobs: MissingPolicy | None = None
+    token_ids: TokenIds | None = None
+
+    def _skeleton(self) -> Skeleton | None:
+        skel = self.skeleton if self.skeleton is not None else self.certificate.bound_skeleton
+        if self.token_ids is None:
+            return skel
+        if skel is None:
+            skel = self.certificate.skeleton.build()
+        return WithTokenIds(skel, self.token_ids) if skeleton_needs(skel)[1] else skel
 
     def monitor(self) -> CertificateMonitor:
         """A fresh monitor for one answer (a stateful skeleton gets its own stream)."""
-        monitor = self.certificate.monitor(skeleton=self.skeleton)
+        monitor = self.certificate.monitor(skeleton=self._skeleton())
         if self.on_missing_logprobs is None:
             return monitor
         return CertificateMonitor(
@@ -61,9 +74,12 @@ def resolve_guard(
     tau: float | None,
     skeleton: Skeleton | None,
     on_missing_logprobs: MissingPolicy | None = None,
+    token_ids: TokenIds | None = None,
 ) -> Guard:
     """``certificate=`` or a hand-made ``policy`` + ``tau`` + ``skeleton`` (not both);
-    checked now by building one monitor."""
+    checked now by building one monitor. A skeleton that needs token ids gets the
+    resolver ``token_ids``, else the one the certificate's ``model.tokenizer``
+    names; with neither, the stream could not be scored: a ConfigError now."""
     if certificate is not None:
         if not isinstance(certificate, Certificate):
             raise ConfigError(
@@ -71,7 +87,7 @@ def resolve_guard(
             )
         if policy is not None or tau is not None:
             raise ConfigError("pass either certificate=... or policy and tau, not both")
-        guard = Guard(certificate, skeleton, on_missing_logprobs)
+        guard = Guard(certificate, skeleton, on_missing_logprobs, token_ids)
     else:
         if policy is None or tau is None:
             raise ConfigError("pass certificate=... (or a policy and tau)")
@@ -86,9 +102,28 @@ def resolve_guard(
         made = Certificate(
             policy, float(tau), SkeletonSpec.of(skeleton), ModelIdentity("unspecified")
         )
-        guard = Guard(made, skeleton, on_missing_logprobs)
-    guard.monitor()  # validates the skeleton and the missing-logprobs policy now
+        guard = Guard(made, skeleton, on_missing_logprobs, token_ids)
+    skel = guard.monitor().skeleton  # validates the skeleton and the missing policy now
+    if skeleton_needs(skel)[1]:
+        if guard.token_ids is None:
+            guard = _with_resolver(guard)
+        guard.monitor()
     return guard
+
+
+def _with_resolver(guard: Guard) -> Guard:
+    """``guard`` with the token-id resolver its certificate's tokenizer names."""
+    from ._token_ids import token_ids_for
+
+    tokenizer = guard.certificate.model.tokenizer
+    ids = token_ids_for(tokenizer) if tokenizer else None
+    if ids is None:
+        raise ConfigError(
+            "the skeleton scores tokens by id, and streams from an API carry no token ids: "
+            "record the model's tokenizer in the certificate (model.tokenizer = "
+            "'tiktoken:cl100k_base' or 'gguf:...') or pass token_ids=..."
+        )
+    return Guard(guard.certificate, guard.skeleton, guard.on_missing_logprobs, ids)
 
 
 def warn_mismatch(field: str, requested: object, calibrated: object) -> None:

@@ -53,6 +53,7 @@ from guardrail import (
     ConfigError,
     GuardrailBlocked,
     GuardrailError,
+    MissingDependencyError,
     Skeleton,
     State,
     StreamPolicy,
@@ -78,7 +79,7 @@ try:
     from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
     from langchain_core.messages import BaseMessage
 except ImportError as exc:  # pragma: no cover - exercised with the extra missing
-    raise ImportError(INSTALL_HINT) from exc
+    raise MissingDependencyError(INSTALL_HINT) from exc
 
 if TYPE_CHECKING:
     from langchain_core.callbacks import Callbacks

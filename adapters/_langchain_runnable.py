@@ -27,7 +27,15 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from guardrail import Certificate, ConfigError, GuardrailBlocked, Skeleton, StreamPolicy, Verdict
+from guardrail import (
+    Certificate,
+    ConfigError,
+    GuardrailBlocked,
+    MissingDependencyError,
+    Skeleton,
+    StreamPolicy,
+    Verdict,
+)
 
 from ._context import Guard, resolve_guard
 from ._langchain import (
@@ -44,7 +52,7 @@ try:
     from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
     from langchain_core.tools import BaseTool, ToolException
 except ImportError as exc:  # pragma: no cover - _langchain raises first
-    raise ImportError(INSTALL_HINT) from exc
+    raise MissingDependencyError(INSTALL_HINT) from exc
 
 __all__ = ["DEFAULT_REFUSAL", "Abstention", "guard_runnable", "guard_tool"]
 

@@ -23,7 +23,7 @@ from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
-from guardrail import Certificate, CertificateMonitor, ConfigError
+from guardrail import Certificate, CertificateMonitor, ConfigError, MissingDependencyError
 
 from ._context import apply_context, resolve_guard
 from ._openai_events import chat_chunk_parts
@@ -44,7 +44,7 @@ def _import_openai() -> ModuleType:
     try:
         import openai
     except ImportError as exc:
-        raise ImportError(INSTALL_HINT) from exc
+        raise MissingDependencyError(INSTALL_HINT) from exc
     return openai
 
 

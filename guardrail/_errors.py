@@ -7,6 +7,8 @@ The hierarchy::
     ├── TraceFormatError            malformed trace file or line (also ValueError)
     ├── InsufficientDataError       calibration data too small for the target (also ValueError)
     ├── MissingLogprobsError        a token arrived without a usable log-probability
+    ├── MissingDependencyError      an optional extra is not installed (also ImportError);
+    │                               the message names the pip command
     └── GuardrailBlocked            an answer was blocked; carries the Verdict
         └── StreamTruncated         the stream ended without the provider's documented
                                     finish (cut off, or no chunk at all): never certified
@@ -24,6 +26,7 @@ __all__ = [
     "GuardrailBlocked",
     "GuardrailError",
     "InsufficientDataError",
+    "MissingDependencyError",
     "MissingLogprobsError",
     "StreamTruncated",
     "TraceFormatError",
@@ -61,6 +64,10 @@ class InsufficientDataError(GuardrailError, ValueError):
     def __init__(self, message: str, *, needed: int | None = None):
         self.needed = needed
         super().__init__(message)
+
+
+class MissingDependencyError(GuardrailError, ImportError):
+    """An optional extra is not installed; the message says what to ``pip install``."""
 
 
 class MissingLogprobsError(GuardrailError):

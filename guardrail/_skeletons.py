@@ -11,6 +11,17 @@ the monitor; the store's ``VectorSkeleton`` holds a stored (e.g. VSD) vector.
   discounting (backing off to lower orders, then to a floored unigram), for
   low-diversity domains; stateful per stream (``for_stream()``).
 - :func:`select_skeleton_kind`: the paper's rule from the type-token ratio.
+
+What a skeleton needs from a stream, as class attributes every skeleton may set:
+``needs_top_logprobs`` (the event's alternatives; adapters skip parsing them
+otherwise) and ``needs_token_ids`` (the emitted token's id in the model's
+vocabulary). API streams carry token text and bytes but no ids: an id-based
+skeleton (n-gram, a stored vector) runs on them through
+:class:`WithTokenIds`, which asks a :class:`TokenIds` resolver (tiktoken for
+OpenAI models, the GGUF vocabulary for local ones; see
+``adapters.token_ids_for``) for each token's id. :func:`skeleton_needs` reads
+the attributes, defaulting to what is safe (alternatives parsed, ids not
+required).
 """
 
 from __future__ import annotations
@@ -18,17 +29,69 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import Protocol, runtime_checkable
 
-from ._errors import ConfigError
-from ._monitor import TokenEvent
+from ._errors import ConfigError, MissingLogprobsError
+from ._monitor import Skeleton, TokenEvent
 from ._topk import TailRule, estimate_logz
 
 __all__ = [
     "NGramSkeleton",
     "TemperatureSkeleton",
+    "TokenIds",
+    "WithTokenIds",
     "select_skeleton_kind",
+    "skeleton_needs",
     "type_token_ratio",
 ]
+
+
+@runtime_checkable
+class TokenIds(Protocol):
+    """Resolves a streamed token to its id in one model's vocabulary (None if it cannot:
+    the token's bytes are not exactly one token of that vocabulary)."""
+
+    name: str
+
+    def token_id(self, event: TokenEvent) -> int | None: ...
+
+
+def skeleton_needs(skeleton: object) -> tuple[bool, bool]:
+    """``(needs_top_logprobs, needs_token_ids)`` of a skeleton (unknown: ``(True, False)``)."""
+    return (
+        bool(getattr(skeleton, "needs_top_logprobs", True)),
+        bool(getattr(skeleton, "needs_token_ids", False)),
+    )
+
+
+class WithTokenIds:
+    """An id-based skeleton on a stream without ids: each event gets its ``token_id``
+    from ``ids`` before ``skeleton`` scores it. A token the resolver cannot map raises
+    :class:`~guardrail.MissingLogprobsError` (its lift cannot be computed)."""
+
+    needs_token_ids = False
+
+    def __init__(self, skeleton: Skeleton, ids: TokenIds) -> None:
+        if not isinstance(ids, TokenIds):
+            raise ConfigError(f"ids must resolve token ids (token_id(event)), got {ids!r}")
+        self.skeleton, self.ids = skeleton, ids
+        self.needs_top_logprobs = skeleton_needs(skeleton)[0]
+
+    def for_stream(self) -> WithTokenIds:
+        for_stream = getattr(self.skeleton, "for_stream", None)
+        return WithTokenIds(for_stream(), self.ids) if callable(for_stream) else self
+
+    def log_prob(self, event: TokenEvent) -> float:
+        if event.token_id is None:
+            token_id = self.ids.token_id(event)
+            if token_id is None:
+                raise MissingLogprobsError(
+                    f"token {event.text!r} is not one token of {self.ids.name}: its id, and so "
+                    "its skeleton probability, is unknown"
+                )
+            event = replace(event, token_id=token_id)
+        return self.skeleton.log_prob(event)
 
 
 class TemperatureSkeleton:
@@ -110,6 +173,9 @@ class NGramSkeleton:
             p = max(counts[token] - d, 0.0) / total + d * len(counts) / total * p
         return p
 
+    needs_top_logprobs = False
+    needs_token_ids = True
+
     def for_stream(self) -> _NGramStream:
         """A per-stream skeleton that remembers the tokens already emitted."""
         return _NGramStream(self)
@@ -117,6 +183,7 @@ class NGramSkeleton:
 
 class _NGramStream:
     needs_top_logprobs = False
+    needs_token_ids = True
 
     def __init__(self, model: NGramSkeleton) -> None:
         self._model = model

@@ -74,7 +74,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from ._errors import ConfigError
+from ._errors import ConfigError, MissingDependencyError
 from ._lift import DEFAULT_CLIP
 from ._topk import DEFAULT_R2_MIN, TailRule, _check_top, _fit
 from ._traces import Trace
@@ -111,7 +111,7 @@ def _import_torch() -> None:
     try:
         import torch  # noqa: F401
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(INSTALL_HINT) from exc
+        raise MissingDependencyError(INSTALL_HINT) from exc
 
 
 # --------------------------------------------------------------------------- #

@@ -37,6 +37,7 @@ class VectorSkeleton:
     """
 
     needs_top_logprobs = False
+    needs_token_ids = True
 
     __slots__ = ("_lp", "vocab_size")
 

@@ -37,6 +37,7 @@ def test_public_names_are_pinned() -> None:
         "InsufficientDataError",
         "LTTOutcome",
         "LowestK",
+        "MissingDependencyError",
         "MissingLogprobsError",
         "ModelCheck",
         "ModelIdentity",
@@ -52,11 +53,13 @@ def test_public_names_are_pinned() -> None:
         "TailModel",
         "TemperatureSkeleton",
         "TokenEvent",
+        "TokenIds",
         "Trace",
         "TraceFormatError",
         "UniformSkeleton",
         "VSDResult",
         "Verdict",
+        "WithTokenIds",
         "__version__",
         "baseline_score",
         "bernstein_params",
@@ -109,6 +112,7 @@ def test_public_names_are_pinned() -> None:
         "running_statistic",
         "select_skeleton_kind",
         "shown_at",
+        "skeleton_needs",
         "subgamma_from_gamma",
         "subgamma_moments",
         "support_clip",
@@ -148,3 +152,44 @@ def test_errors_hierarchy() -> None:
         assert issubclass(exc, guardrail.GuardrailError)
     blocked = guardrail.GuardrailBlocked(verdict={"state": "BLOCKED"})
     assert blocked.verdict == {"state": "BLOCKED"}
+
+
+def test_adapter_public_names_are_pinned() -> None:
+    import adapters
+    import adapters.local
+
+    assert adapters.__all__ == [
+        "Abstention",
+        "GGUFIds",
+        "LiftGuardCallbackHandler",
+        "LocalTextScorer",
+        "PromptFreeSkeleton",
+        "ProviderFormatError",
+        "TiktokenIds",
+        "anthropic_scorer_prompt",
+        "events_from_chat_chunk",
+        "events_from_responses_event",
+        "guard_anthropic_stream",
+        "guard_anthropic_stream_sync",
+        "guard_chat_stream",
+        "guard_chat_stream_sync",
+        "guard_runnable",
+        "guard_tool",
+        "guarded_chat_completion",
+        "guarded_message",
+        "smollm2_prompt_free_prefix",
+        "token_ids_for",
+    ]
+    assert adapters.local.__all__ == [
+        "SMOLLM2_CERTIFICATE",
+        "SMOLLM2_SYSTEM",
+        "LocalChatServer",
+        "LocalModel",
+        "LocalToken",
+        "bundled_smollm2_path",
+        "smollm2_certificate",
+        "smollm2_chat_prompt",
+    ]
+    for module in (adapters, adapters.local):
+        for name in module.__all__:
+            assert hasattr(module, name), name
