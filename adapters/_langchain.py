@@ -57,14 +57,22 @@ from guardrail import (
     Skeleton,
     State,
     StreamPolicy,
-    TokenEvent,
     Verdict,
 )
 
 from ._context import Guard, resolve_guard, warn_mismatch
 from ._errors import ProviderFormatError
+from ._langchain_parts import (
+    content_text,
+    context_checks,
+    finish_of,
+    has_tool_calls,
+    logprobs_of,
+    refusal_of,
+    token_events,
+    token_parts,
+)
 from ._openai import logprobs_refused, refuses_logprobs
-from ._openai_events import _bad, _list_or_none, _segment
 from ._stream import (
     DEFAULT_MAX_TOKEN_CHARS,
     EMPTY_STREAM_REASON,
@@ -103,78 +111,6 @@ _MISSING_HINT = (
     " (LangChain passed no token logprobs: create the chat model with logprobs=True "
     "and use the Chat Completions API; the Responses API path drops streamed logprobs)"
 )
-
-
-def content_text(content: Any) -> str:
-    """The text of a message's ``content``: a string, or the text blocks of a list."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for block in content:
-            if isinstance(block, str):
-                parts.append(block)
-            elif isinstance(block, Mapping) and block.get("type") == "text":
-                text = block.get("text")
-                parts.append(text if isinstance(text, str) else "")
-        return "".join(parts)
-    return ""
-
-
-def _logprobs_of(record: Any) -> Any:
-    """``generation_info["logprobs"]``, else ``message.response_metadata["logprobs"]``."""
-    info = getattr(record, "generation_info", None)
-    if isinstance(info, Mapping) and info.get("logprobs") is not None:
-        return info["logprobs"]
-    meta = getattr(getattr(record, "message", None), "response_metadata", None)
-    return meta.get("logprobs") if isinstance(meta, Mapping) else None
-
-
-def token_events(text: str, logprobs: Any) -> list[TokenEvent]:
-    """Token events of one LangChain chunk: ``logprobs`` as OpenAI's ``choice.logprobs``.
-
-    ``{"content": [...], "refusal": [...]}`` (a bare list counts as ``content``);
-    text without logprob entries gives one event with ``logprob=None`` (the
-    monitor's missing-logprobs policy decides); no text and no entries: none.
-    """
-    return _token_parts(text, logprobs)[0]
-
-
-def _token_parts(text: str, logprobs: Any) -> tuple[list[TokenEvent], bool]:
-    """:func:`token_events` and whether there were refusal tokens."""
-    if logprobs is None or isinstance(logprobs, list | tuple):
-        return _segment(text, logprobs, "logprobs.content", with_bytes=True)[0], False
-    if not isinstance(logprobs, Mapping):
-        raise _bad("an object, a list or null", logprobs, "logprobs")
-    events: list[TokenEvent] = []
-    refusal = False
-    for key, shown in (("content", text), ("refusal", None)):
-        where = f"logprobs.{key}"
-        entries = _list_or_none(logprobs.get(key), where)
-        found = _segment(shown, entries, where, with_bytes=True)[0]
-        refusal = refusal or (key == "refusal" and bool(found))
-        events += found
-    return events, refusal
-
-
-def _finish_of(record: Any) -> str | None:
-    """The finish reason a chunk or generation carries (``generation_info`` or the
-    message's ``response_metadata``, as langchain-openai puts it), or None."""
-    for info in (
-        getattr(record, "generation_info", None),
-        getattr(getattr(record, "message", None), "response_metadata", None),
-    ):
-        if isinstance(info, Mapping):
-            reason = info.get("finish_reason")
-            if isinstance(reason, str):
-                return reason
-    return None
-
-
-def _refusal_of(record: Any) -> bool:
-    """The message carries refusal text (langchain-openai: ``additional_kwargs["refusal"]``)."""
-    extra = getattr(getattr(record, "message", None), "additional_kwargs", None)
-    return isinstance(extra, Mapping) and bool(extra.get("refusal"))
 
 
 def add_handler(callbacks: Callbacks, handler: BaseCallbackHandler) -> Callbacks:
@@ -297,7 +233,7 @@ class LiftGuardCallbackHandler(BaseCallbackHandler):
         generation context: model, system prompt, temperature, top_p, max_tokens."""
         params = kwargs.get("invocation_params")
         params = params if isinstance(params, Mapping) else {}
-        for name, given, calibrated in _context_checks(self._guard.certificate, params, messages):
+        for name, given, calibrated in context_checks(self._guard.certificate, params, messages):
             if name not in self._warned:
                 self._warned.add(name)
                 warn_mismatch(name, given, calibrated)
@@ -343,12 +279,12 @@ class LiftGuardCallbackHandler(BaseCallbackHandler):
             run = self._runs[run_id] = _Run(self._new_monitor())
         logprobs = kwargs.get("logprobs")
         if logprobs is None and chunk is not None:
-            logprobs = _logprobs_of(chunk)
-        finish = _finish_of(chunk)
+            logprobs = logprobs_of(chunk)
+        finish = finish_of(chunk)
         if finish is not None:
             run.finish = finish
         text = token if isinstance(token, str) else getattr(chunk, "text", "") or ""
-        self._feed(run, text, logprobs, refusal=_refusal_of(chunk))
+        self._feed(run, text, logprobs, refusal=refusal_of(chunk))
 
     def on_llm_end(
         self,
@@ -363,12 +299,12 @@ class LiftGuardCallbackHandler(BaseCallbackHandler):
         first = response.generations[0] if response.generations else None
         generation = first[0] if first else None
         if run is None or not run.fed:  # nothing streamed: judge the final generation
-            if generation is None or (not generation.text and _has_tool_calls(generation)):
+            if generation is None or (not generation.text and has_tool_calls(generation)):
                 return
             run = run or _Run(self._new_monitor())
-            refusal = _refusal_of(generation)
-            self._feed(run, generation.text, _logprobs_of(generation), end=True, refusal=refusal)
-        finish = run.finish or (_finish_of(generation) if generation is not None else None)
+            refusal = refusal_of(generation)
+            self._feed(run, generation.text, logprobs_of(generation), end=True, refusal=refusal)
+        finish = run.finish or (finish_of(generation) if generation is not None else None)
         verdict = run.monitor.finish(finish)
         self._record(run_id, verdict)
         if verdict.state is State.BLOCKED:
@@ -409,7 +345,7 @@ class LiftGuardCallbackHandler(BaseCallbackHandler):
     def _feed(
         self, run: _Run, text: str, logprobs: Any, *, end: bool = False, refusal: bool = False
     ) -> None:
-        events, refusal_tokens = _token_parts(text, logprobs)
+        events, refusal_tokens = token_parts(text, logprobs)
         if not events:
             return
         run.fed = True
@@ -456,31 +392,6 @@ class LiftGuardCallbackHandler(BaseCallbackHandler):
             State.BLOCKED, 0, 0.0, 0.0, policy.clip, tau, policy.boundary, why, True,
             Cause.NOT_OBSERVED,
         )  # fmt: skip
-
-
-def _context_checks(
-    certificate: Certificate, params: Mapping[str, Any], messages: list[list[BaseMessage]]
-) -> list[tuple[str, object, object]]:
-    """``(setting, requested, calibrated)`` for each setting a run changed."""
-    ctx = certificate.context
-    out: list[tuple[str, object, object]] = []
-    api_model = certificate.model.api_model
-    model = params.get("model_name", params.get("model"))
-    if api_model is not None and model is not None and model != api_model:
-        out.append(("model", model, api_model))
-    for key, value in ctx.request_settings().items():
-        given = params.get(key)
-        if given is not None and given != value and key != "stop":
-            out.append((key, given, value))
-    if ctx.system_prompt is not None and messages:
-        system = next((m.content for m in messages[0] if m.type == "system"), None)
-        if system != ctx.system_prompt:
-            out.append(("system prompt", system, ctx.system_prompt))
-    return out
-
-
-def _has_tool_calls(generation: Any) -> bool:
-    return bool(getattr(getattr(generation, "message", None), "tool_calls", None))
 
 
 def _blocked(verdict: Verdict) -> GuardrailBlocked:
