@@ -61,7 +61,7 @@ from ._bounds import (
 )
 from ._errors import ConfigError, InsufficientDataError
 from ._policy import StreamPolicy, critical_thresholds, shown_at
-from ._subgamma import fit_gamma, inflate, model_check, subgamma_from_gamma
+from ._subgamma import checked_subgamma
 
 __all__ = ["Calibration", "LTTOutcome", "calibrate", "calibrate_policy", "ltt_threshold"]
 
@@ -283,9 +283,7 @@ def calibrate(
         b = np.asarray(budgets, dtype=np.float64)
         if b.shape != s.shape:
             raise ConfigError("budgets must have one value per example")
-        fit = fit_gamma(b)
-        check = model_check(b, fit, n_boot=n_boot, seed=seed)
-        params = inflate(subgamma_from_gamma(fit), check.inflation)
+        params, check = checked_subgamma(b, n_boot=n_boot, seed=seed)
         mean_b = float(b.mean())
         info = {
             "mean_budget": mean_b,

@@ -26,6 +26,7 @@ __all__ = [
     "ModelCheck",
     "SubGammaParams",
     "bernstein_params",
+    "checked_subgamma",
     "fit_gamma",
     "inflate",
     "inflation_factor",
@@ -331,3 +332,13 @@ def inflate(params: SubGammaParams, factor: float) -> SubGammaParams:
     if factor < 1:
         raise ConfigError(f"inflation factor must be >= 1, got {factor}")
     return SubGammaParams(v=params.v * factor, c=params.c * factor, method=params.method)
+
+
+def checked_subgamma(
+    x: npt.ArrayLike, *, n_boot: int = 200, seed: int = 0
+) -> tuple[SubGammaParams, ModelCheck]:
+    """The paper's Algorithm 1 steps 1-3 in one call: Gamma fit to ``x``, the model
+    check, and ``(v, c)`` inflated by the check's factor when the fit is rejected."""
+    fit = fit_gamma(x)
+    check = model_check(x, fit, n_boot=n_boot, seed=seed)
+    return inflate(subgamma_from_gamma(fit), check.inflation), check

@@ -91,7 +91,7 @@ class _Run:
     def split(self, seed: int) -> tuple[Any, dict[str, Any]]:
         from .._calibration import calibrate, calibrate_policy
         from .._policy import StreamPolicy, critical_thresholds, shown_at
-        from .._subgamma import fit_gamma, inflate, model_check, subgamma_from_gamma
+        from .._subgamma import checked_subgamma
 
         args, correct = self.args, self.correct
         cal, test = split_indices(correct.size, args.cal_fraction, seed)
@@ -107,9 +107,7 @@ class _Run:
             lifts = self.lifts
             if policy is None:  # paper boundary: (v, c) from this calibration split
                 budgets = np.array([lifts[i].mean() if lifts[i].size else 0.0 for i in cal])
-                fit = fit_gamma(budgets)
-                check = model_check(budgets, fit, seed=seed)
-                params = inflate(subgamma_from_gamma(fit), check.inflation)
+                params, _ = checked_subgamma(budgets, seed=seed)
                 policy = StreamPolicy(
                     boundary="paper",
                     delta=args.stream_delta,
