@@ -50,7 +50,12 @@ from ._anthropic import (
 )
 from ._errors import ProviderFormatError
 from ._openai import guard_chat_stream, guard_chat_stream_sync, guarded_chat_completion
-from ._openai_events import events_from_chat_chunk, events_from_responses_event
+from ._openai_events import (
+    ChunkParts,
+    chat_chunk_parts,
+    events_from_chat_chunk,
+    events_from_responses_event,
+)
 from ._prompt_free import PromptFreeSkeleton, smollm2_prompt_free_prefix
 from ._scorer import LocalTextScorer
 from ._token_ids import GGUFIds, TiktokenIds, token_ids_for
@@ -61,6 +66,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Abstention",
+    "ChunkParts",
     "GGUFIds",
     "LiftGuardCallbackHandler",
     "LocalTextScorer",
@@ -68,6 +74,7 @@ __all__ = [
     "ProviderFormatError",
     "TiktokenIds",
     "anthropic_scorer_prompt",
+    "chat_chunk_parts",
     "events_from_chat_chunk",
     "events_from_responses_event",
     "guard_anthropic_stream",

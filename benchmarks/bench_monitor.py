@@ -7,8 +7,9 @@ table reports how many were decided). Best of 5 runs, ``time.perf_counter``.
 The baseline is a bare Python loop that sums the same lifts; ``ratio`` is
 monitor time / baseline time. ``update`` uses pre-built ``TokenEvent`` objects
 and a ``UniformSkeleton`` (building the events is the adapter's cost, shown
-separately). The last rows time building one ``Verdict`` per token with the
-dataclass ``__init__`` vs the private constructor the monitor uses.
+separately). The last rows time building one ``TokenEvent`` and one ``Verdict``
+(the frozen dataclass ``__init__``; the monitor itself builds its verdicts with a
+faster slot-setting constructor, part of the ``update`` times above).
 """
 
 from __future__ import annotations
@@ -27,9 +28,15 @@ import numpy as np
 if not __package__:  # run as a script: measure the checkout this file belongs to
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from guardrail import Cause, CertificateMonitor, State, StreamPolicy, TokenEvent, UniformSkeleton
-from guardrail._verdict import Verdict
-from guardrail._verdict import make_verdict as _verdict
+from guardrail import (
+    Cause,
+    CertificateMonitor,
+    State,
+    StreamPolicy,
+    TokenEvent,
+    UniformSkeleton,
+    Verdict,
+)
 
 UNDECIDED = Cause.UNDECIDED
 VOCAB = 262_144  # log V = 12.48 > clip: every lift in [0, 12] is a valid logprob
@@ -138,7 +145,6 @@ def main() -> None:
     extra = [
         ("TokenEvent(...) (adapter side)", _best(build_events, args.repeat, n_tokens)[0]),
         ("Verdict(...) dataclass __init__", _best(verdicts(Verdict), args.repeat, n_tokens)[0]),
-        ("_verdict(...) used by the monitor", _best(verdicts(_verdict), args.repeat, n_tokens)[0]),
     ]
     head = f"{n_tokens} tokens ({args.streams} x {args.length}), best of {args.repeat}"
     print(f"Python {platform.python_version()} on {platform.machine()}, {head}\n")

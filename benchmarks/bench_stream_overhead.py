@@ -51,8 +51,7 @@ import openai
 from _loopback import VOCAB, LoopbackServer, Spec, answer_events, answer_text
 from openai.types.chat import ChatCompletionChunk
 
-from adapters import guard_chat_stream
-from adapters._openai_events import chat_chunk_parts
+from adapters import chat_chunk_parts, guard_chat_stream
 from guardrail import CertificateMonitor, State, StreamPolicy, UniformSkeleton
 
 POLICIES = {"default": (StreamPolicy(), 3.9), "min": (StreamPolicy(aggregate="min"), 2.5)}

@@ -42,8 +42,8 @@ import numpy.typing as npt
 if not __package__:  # run as a script: measure the checkout this file belongs to
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from guardrail._lift import DEFAULT_CLIP
-from guardrail._topk import (
+from guardrail.stats import DEFAULT_CLIP
+from guardrail.topk import (
     TailRule,
     censored_logprob_batch,
     estimate_entropy,
@@ -53,7 +53,7 @@ from guardrail._topk import (
     fit_tail,
     paper_lift_correction,
 )
-from guardrail._traces import read_traces
+from guardrail.traces import read_traces
 
 Floats = npt.NDArray[np.float64]
 MODELS = {"gemma3": "triviaqa_gemma3.jsonl", "smollm2": "triviaqa_smollm2.jsonl"}

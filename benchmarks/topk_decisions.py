@@ -25,7 +25,7 @@ from guardrail import (
     read_traces,
     support_clip,
 )
-from guardrail._evaluate import evaluate_methods, lift_method
+from guardrail.evaluate import evaluate_methods, lift_method
 
 CONFIGS = [
     ("uniform", "lowest", "default: uniform skeleton, lowest-2 aggregate"),

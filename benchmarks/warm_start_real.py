@@ -77,7 +77,7 @@ import numpy.typing as npt
 if not __package__:  # run as a script: measure the checkout this file belongs to
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adapters._local import bundled_smollm2_path
+from adapters.local import bundled_smollm2_path
 from guardrail import (
     DEFAULT_CLIP,
     InsufficientDataError,
@@ -85,22 +85,25 @@ from guardrail import (
     Trace,
     read_traces,
 )
-from guardrail._evaluate import MethodScores, evaluate_methods, lift_method
-from guardrail._labels import is_correct
-from guardrail._policy import critical_thresholds
-from guardrail._scores import vector_clipped_lifts
-from guardrail._traces import dump_trace_line, parse_trace_lines
-from guardrail._vsd import (
+from guardrail.evaluate import MethodScores, critical_thresholds, evaluate_methods, lift_method
+from guardrail.traces import (
+    dump_trace_line,
+    is_correct,
+    parse_trace_lines,
+    vector_clipped_lifts,
+)
+from guardrail.vsd import (
     Geometry,
     VSDResult,
     distributions_from_traces,
     vsd,
     vsd_objective,
 )
-from skeleton_store import SkeletonStore, SkeletonVersion
-from skeleton_store._warmstart import (
+from skeleton_store import (
     DEFAULT_MAX_CONTEXTS,
     CalibrationTarget,
+    SkeletonStore,
+    SkeletonVersion,
     build_vsd_version,
     warm_start,
 )
@@ -181,7 +184,7 @@ def generate_traces(
     threads: int | None,
 ) -> tuple[list[Trace], dict[str, Any]]:
     """Traces of ``model_path`` for the questions of ``sources`` (cached in ``cache``)."""
-    from adapters._local import LocalModel
+    from adapters.local import LocalModel
     from guardrail.cli._traces_cmd import generate_trace
 
     done = _read_cached(cache, sources)
@@ -235,7 +238,7 @@ def teacher_forced(
         data = json.loads(cache.read_text(encoding="utf-8"))
         if data["ids"] == ids:  # the same answers (token ids), not only the same questions
             return [np.array(x) for x in data["logprobs"]], data.get("seconds")
-    from adapters._local import LocalModel
+    from adapters.local import LocalModel
 
     model = LocalModel(path, n_threads=threads)
     t0 = time.perf_counter()

@@ -34,10 +34,12 @@ from ._handle import SkeletonHandle, open_certificate, open_skeleton
 from ._names import check_alias, check_name, format_version, parse_version
 from ._store import SkeletonStore
 from ._version import SkeletonVersion, VectorSkeleton, VersionInfo
-from ._warmstart import build_vsd_version, warm_start
+from ._warmstart import DEFAULT_MAX_CONTEXTS, CalibrationTarget, build_vsd_version, warm_start
 
 __all__ = [
+    "DEFAULT_MAX_CONTEXTS",
     "AliasEvent",
+    "CalibrationTarget",
     "ConcurrentWriteError",
     "IntegrityError",
     "InvalidName",

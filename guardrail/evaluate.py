@@ -1,0 +1,32 @@
+"""Replaying a streaming rule on recorded answers, testing thresholds, and comparing rules:
+the exact replay calibration relies on, "shown at tau", the Learn-then-Test threshold,
+AUROC and the repeated-split evaluation behind ``liftguard eval``."""
+
+from __future__ import annotations
+
+from ._calibration import LTTOutcome, ltt_threshold
+from ._evaluate import MethodScores, auroc, baseline_method, evaluate_methods, lift_method
+from ._policy import (
+    ReplayResult,
+    critical_thresholds,
+    replay,
+    running_statistic,
+    shown_at,
+    threshold_grid,
+)
+
+__all__ = [
+    "LTTOutcome",
+    "MethodScores",
+    "ReplayResult",
+    "auroc",
+    "baseline_method",
+    "critical_thresholds",
+    "evaluate_methods",
+    "lift_method",
+    "ltt_threshold",
+    "replay",
+    "running_statistic",
+    "shown_at",
+    "threshold_grid",
+]

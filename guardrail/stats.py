@@ -1,0 +1,93 @@
+"""The statistics behind a certificate: anytime boundaries, the streaming statistics and
+their batch twins, finite-sample bounds, the sub-gamma fit and the paper's diagnostics.
+
+Everything a guarded stream needs at run time is in :mod:`guardrail` itself; this
+module is for auditing a certificate, reproducing the paper's numbers and
+building new rules.
+"""
+
+from __future__ import annotations
+
+from ._boundaries import (
+    BettingTrajectory,
+    betting_bets,
+    betting_confidence_sequence,
+    betting_log_wealth,
+    paper_radius,
+)
+from ._bounds import (
+    binomial_pvalue,
+    clopper_pearson_interval,
+    clopper_pearson_upper,
+    eta_budget_shift_bound,
+    kappa_answer_rate_bound,
+    min_answered_for_risk,
+    mutual_information,
+    pac_bayes_bound,
+    paper_calibration_threshold,
+    tv_distance,
+)
+from ._lift import DEFAULT_CLIP, budget, clipped_lift, clipped_lifts, support_clip
+from ._statistics import (
+    BettingConfidenceSequence,
+    BettingMean,
+    LowestK,
+    PaperMean,
+    betting_mean_path,
+    lowest_k_path,
+    paper_mean_path,
+)
+from ._subgamma import (
+    GammaFit,
+    ModelCheck,
+    SubGammaParams,
+    bernstein_params,
+    checked_subgamma,
+    fit_gamma,
+    inflate,
+    inflation_factor,
+    model_check,
+    subgamma_from_gamma,
+    subgamma_moments,
+)
+
+__all__ = [
+    "DEFAULT_CLIP",
+    "BettingConfidenceSequence",
+    "BettingMean",
+    "BettingTrajectory",
+    "GammaFit",
+    "LowestK",
+    "ModelCheck",
+    "PaperMean",
+    "SubGammaParams",
+    "bernstein_params",
+    "betting_bets",
+    "betting_confidence_sequence",
+    "betting_log_wealth",
+    "betting_mean_path",
+    "binomial_pvalue",
+    "budget",
+    "checked_subgamma",
+    "clipped_lift",
+    "clipped_lifts",
+    "clopper_pearson_interval",
+    "clopper_pearson_upper",
+    "eta_budget_shift_bound",
+    "fit_gamma",
+    "inflate",
+    "inflation_factor",
+    "kappa_answer_rate_bound",
+    "lowest_k_path",
+    "min_answered_for_risk",
+    "model_check",
+    "mutual_information",
+    "pac_bayes_bound",
+    "paper_calibration_threshold",
+    "paper_mean_path",
+    "paper_radius",
+    "subgamma_from_gamma",
+    "subgamma_moments",
+    "support_clip",
+    "tv_distance",
+]

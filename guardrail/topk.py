@@ -1,0 +1,33 @@
+"""Top-k compensation: what a stream with only the k most likely alternatives can say
+about the full-vocabulary distribution (entropy, log Z_T, a censored token's probability).
+"""
+
+from __future__ import annotations
+
+from ._topk import (
+    DEFAULT_R2_MIN,
+    TailModel,
+    TailRule,
+    censored_logprob,
+    censored_logprob_batch,
+    estimate_entropy,
+    estimate_entropy_batch,
+    estimate_logz,
+    estimate_logz_batch,
+    fit_tail,
+    paper_lift_correction,
+)
+
+__all__ = [
+    "DEFAULT_R2_MIN",
+    "TailModel",
+    "TailRule",
+    "censored_logprob",
+    "censored_logprob_batch",
+    "estimate_entropy",
+    "estimate_entropy_batch",
+    "estimate_logz",
+    "estimate_logz_batch",
+    "fit_tail",
+    "paper_lift_correction",
+]
