@@ -66,6 +66,9 @@ class DemoResult:
     shown: str
     correct: bool | None
     seconds: float
+    withheld: str = ""
+    """The answer the model would have given, not shown (generated after the block only
+    to tell what the guard withheld)."""
 
 
 class _Screen:
@@ -134,42 +137,57 @@ def run_question(
     final = monitor.finish("length" if n >= max_tokens else "stop")
     shown += guard.close(final)
     seconds = time.perf_counter() - start
-    stopped = final.state is State.BLOCKED and final.t < max_tokens and n == final.t
-    # an answer cut off by a block is not judged: the model never finished it
-    ok = is_correct(answer, references, question) if references and not stopped else None
+    withheld = ""
+    if final.state is State.BLOCKED:  # after the verdict: what would the model have said?
+        if n < max_tokens and n == final.t:  # generation stopped at the block: finish it
+            answer = "".join(t.text for t in model.generate(prompt, max_tokens=max_tokens))
+        withheld = answer.strip()
+    ok = is_correct(answer, references, question) if references else None
     mark = "CERTIFIED" if final.state is State.CERTIFIED else "BLOCKED"
     screen.line(f"A: {shown.strip() or '(nothing shown)'}")
     screen.line(f"   {mark}: {final.reason}")
-    if ok is not None:
-        word = "correct" if ok else "wrong"
-        screen.line(f"   (reference check: {word}; the model's answer: {answer.strip()!r})")
-    elif stopped:
-        screen.line(f"   (generation stopped at the block; partial answer: {answer.strip()!r})")
+    check = "" if ok is None else f"; reference check: {'correct' if ok else 'wrong'}"
+    if withheld:
+        screen.line(f"   withheld (never shown): {withheld!r}{check}")
+    elif check:
+        screen.line(f"   ({check[2:]})")
     screen.line()
-    return DemoResult(question, answer.strip(), final, n, shown.strip(), ok, seconds)
+    return DemoResult(question, answer.strip(), final, n, shown.strip(), ok, seconds, withheld)
 
 
 def _summary(results: list[DemoResult], calibration: Calibration, out: TextIO) -> None:
     cert = [r for r in results if r.verdict.state is State.CERTIFIED]
+    held = [r for r in results if r.verdict.state is not State.CERTIFIED]
     tokens = sum(r.n_tokens for r in results)
     secs = sum(r.seconds for r in results)
     out.write("Summary\n")
     out.write(f"  {'#':>2}  {'verdict':<9} {'tokens':>6}  {'check':<7} question\n")
     for i, r in enumerate(results, 1):
-        check = "stopped" if r.correct is None else ("correct" if r.correct else "wrong")
-        word = "certified" if r.verdict.state is State.CERTIFIED else "blocked"
+        check = "-" if r.correct is None else ("correct" if r.correct else "wrong")
+        word = "certified" if r.verdict.state is State.CERTIFIED else "withheld"
         out.write(f"  {i:>2}  {word:<9} {r.n_tokens:>6}  {check:<7} {r.question[:60]}\n")
-    wrong_shown = sum(1 for r in cert if r.correct is False)
+    judged = [r for r in results if r.correct is not None]
+    if judged:
+        right = sum(1 for r in judged if r.correct)
+        c_judged = [r for r in cert if r.correct is not None]
+        h_judged = [r for r in held if r.correct is not None]
+        c_right = sum(1 for r in c_judged if r.correct)
+        h_right = sum(1 for r in h_judged if r.correct)
+        out.write(
+            f"  Reference check: certified {c_right} of {len(c_judged)} correct; "
+            f"withheld {h_right} of {len(h_judged)} would have been correct.\n"
+            f"  The model alone: {right} of {len(judged)} answers correct "
+            f"({right / len(judged):.0%}).\n"
+        )
     out.write(
-        f"  {len(cert)} of {len(results)} answers certified ({wrong_shown} of them wrong by "
-        f"the reference check; blocked answers stop at the block and are not judged); "
-        f"{tokens} tokens in {secs:.1f} s "
-        f"({tokens / max(secs, 1e-9):.0f} tok/s).\n"
+        f"  {len(cert)} of {len(results)} answers certified; {tokens} tokens read in "
+        f"{secs:.1f} s ({tokens / max(secs, 1e-9):.0f} tok/s).\n"
     )
     out.write(
-        f"  Guarantee of this calibration ({calibration.n} labelled TriviaQA answers of the same "
-        f"model): at most {calibration.risk:g} of certified answers wrong, with probability "
-        f"{1 - calibration.delta:g}, for questions like the calibration set.\n"
+        f"  The guarantee in plain words: with probability {1 - calibration.delta:g} over the "
+        f"draw of the {calibration.n} labelled answers it was calibrated on, at most "
+        f"{calibration.risk:.0%} of the answers this certificate lets through are wrong, "
+        f"for questions like those ({calibration.coverage:.0%} of them were let through).\n"
     )
 
 

@@ -65,6 +65,9 @@ def test_one_answer_certified_and_one_blocked(model: LocalModel) -> None:
     assert gold.correct is True
     assert iron.verdict.state is State.BLOCKED and iron.shown == ""
     assert iron.n_tokens == iron.verdict.t  # generation stopped at the block
+    # after the verdict the demo says what was withheld, and checks it
+    assert iron.withheld and iron.withheld == iron.answer and iron.correct is not None
+    assert gold.withheld == ""
 
 
 def test_demo_command_ends_with_a_summary(capsys: pytest.CaptureFixture[str]) -> None:
@@ -72,6 +75,10 @@ def test_demo_command_ends_with_a_summary(capsys: pytest.CaptureFixture[str]) ->
     out = capsys.readouterr().out
     assert code == 0
     assert "Summary" in out and "1 of 1 answers certified" in out
+    assert "The guarantee in plain words" in out
+    code = main(["demo", "--plain", "-n", "3"])
+    out = capsys.readouterr().out
+    assert "Reference check: certified" in out and "The model alone:" in out
 
 
 def test_traces_generate_writes_the_shared_format(tmp_path: Path) -> None:
