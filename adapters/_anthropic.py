@@ -31,7 +31,7 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from guardrail import Certificate, CertificateMonitor, ConfigError, TokenEvent
+from guardrail import Certificate, ConfigError, StreamMonitor, TokenEvent
 
 from ._errors import ProviderFormatError
 from ._local import SMOLLM2_SYSTEM, smollm2_chat_prompt
@@ -112,7 +112,7 @@ class _ScoredStep(GuardStep):
     __slots__ = ("_scorer",)
 
     def __init__(
-        self, monitor: CertificateMonitor, mode: Mode, on_block: OnBlock, scorer: LocalTextScorer
+        self, monitor: StreamMonitor, mode: Mode, on_block: OnBlock, scorer: LocalTextScorer
     ) -> None:
         if not isinstance(scorer, LocalTextScorer):
             raise ConfigError(f"scorer must be a LocalTextScorer, got {type(scorer).__name__}")
@@ -148,7 +148,7 @@ def _with_text(events: list[TokenEvent], unscored: str) -> ChunkParts:
 
 def guard_anthropic_stream(
     stream: AsyncIterable[Any],
-    monitor: CertificateMonitor | None,
+    monitor: StreamMonitor | None,
     scorer: LocalTextScorer,
     *,
     certificate: Certificate | None = None,
@@ -176,7 +176,7 @@ def guard_anthropic_stream(
 
 def guard_anthropic_stream_sync(
     stream: Iterable[Any],
-    monitor: CertificateMonitor | None,
+    monitor: StreamMonitor | None,
     scorer: LocalTextScorer,
     *,
     certificate: Certificate | None = None,
@@ -228,7 +228,7 @@ def guarded_message(
     client: AsyncAnthropic,
     *,
     certificate: Certificate | None = None,
-    monitor: CertificateMonitor | None = None,
+    monitor: StreamMonitor | None = None,
     scorer_model: LocalModel | None = None,
     mode: Mode = "buffered",
     on_block: OnBlock = "raise",

@@ -19,12 +19,12 @@ from typing import Any, Literal
 
 from guardrail import (
     Certificate,
-    CertificateMonitor,
     ConfigError,
     ContextMismatchWarning,
     ModelIdentity,
     Skeleton,
     SkeletonSpec,
+    StreamMonitor,
     StreamPolicy,
     TokenIds,
     WithTokenIds,
@@ -55,16 +55,10 @@ class Guard:
             skel = self.certificate.skeleton.build()
         return WithTokenIds(skel, self.token_ids) if skeleton_needs(skel)[1] else skel
 
-    def monitor(self) -> CertificateMonitor:
+    def monitor(self) -> StreamMonitor:
         """A fresh monitor for one answer (a stateful skeleton gets its own stream)."""
-        monitor = self.certificate.monitor(skeleton=self._skeleton())
-        if self.on_missing_logprobs is None:
-            return monitor
-        return CertificateMonitor(
-            monitor.policy,
-            monitor.tau,
-            skeleton=monitor.skeleton,
-            on_missing_logprobs=self.on_missing_logprobs,
+        return self.certificate.monitor(
+            skeleton=self._skeleton(), on_missing_logprobs=self.on_missing_logprobs
         )
 
 

@@ -49,13 +49,13 @@ from uuid import UUID
 from guardrail import (
     Cause,
     Certificate,
-    CertificateMonitor,
     ConfigError,
     GuardrailBlocked,
     GuardrailError,
     MissingDependencyError,
     Skeleton,
     State,
+    StreamMonitor,
     StreamPolicy,
     Verdict,
 )
@@ -127,7 +127,7 @@ def add_handler(callbacks: Callbacks, handler: BaseCallbackHandler) -> Callbacks
 class _Run:
     __slots__ = ("fed", "finish", "monitor")
 
-    def __init__(self, monitor: CertificateMonitor) -> None:
+    def __init__(self, monitor: StreamMonitor) -> None:
         self.monitor, self.fed = monitor, False
         self.finish: str | None = None
 
@@ -212,7 +212,7 @@ class LiftGuardCallbackHandler(BaseCallbackHandler):
     def guard(self) -> Guard:
         return self._guard
 
-    def _new_monitor(self) -> CertificateMonitor:
+    def _new_monitor(self) -> StreamMonitor:
         """A monitor for one run; a skeleton with per-answer state (``for_stream()``, as
         :class:`~guardrail.NGramSkeleton` and :class:`~adapters.PromptFreeSkeleton`
         have) gives each run a fresh stream of its own."""

@@ -23,7 +23,7 @@ from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
-from guardrail import Certificate, CertificateMonitor, ConfigError, MissingDependencyError
+from guardrail import Certificate, ConfigError, MissingDependencyError, StreamMonitor
 
 from ._context import apply_context, resolve_guard
 from ._openai_events import chat_chunk_parts
@@ -48,7 +48,7 @@ def _import_openai() -> ModuleType:
     return openai
 
 
-def _chunk_parser(monitor: CertificateMonitor) -> Any:
+def _chunk_parser(monitor: StreamMonitor) -> Any:
     """The chunk parser for ``monitor``: alternatives are parsed only when its
     skeleton reads them (``needs_top_logprobs``, True for unknown skeletons)."""
     skeleton = getattr(monitor, "skeleton", None)  # GuardStep validates the monitor
@@ -57,9 +57,7 @@ def _chunk_parser(monitor: CertificateMonitor) -> Any:
     return chat_chunk_parts
 
 
-def _monitor_of(
-    monitor: CertificateMonitor | None, certificate: Certificate | None
-) -> CertificateMonitor:
+def _monitor_of(monitor: StreamMonitor | None, certificate: Certificate | None) -> StreamMonitor:
     """``monitor`` (which must apply ``certificate``'s rule if both are given), or a fresh
     monitor of ``certificate``."""
     if monitor is None and certificate is None:
@@ -75,7 +73,7 @@ def _monitor_of(
 
 def guard_chat_stream(
     stream: AsyncIterable[Any],
-    monitor: CertificateMonitor | None = None,
+    monitor: StreamMonitor | None = None,
     *,
     certificate: Certificate | None = None,
     mode: Mode = "buffered",
@@ -121,7 +119,7 @@ def guard_chat_stream(
 
 def guard_chat_stream_sync(
     stream: Iterable[Any],
-    monitor: CertificateMonitor | None = None,
+    monitor: StreamMonitor | None = None,
     *,
     certificate: Certificate | None = None,
     mode: Mode = "buffered",
@@ -191,7 +189,7 @@ async def guarded_chat_completion(
     client: AsyncOpenAI,
     *,
     certificate: Certificate | None = None,
-    monitor: CertificateMonitor | None = None,
+    monitor: StreamMonitor | None = None,
     apply_certificate_context: bool = True,
     mode: Mode = "buffered",
     on_block: OnBlock = "raise",

@@ -24,11 +24,11 @@ from typing import Any, Literal
 
 from guardrail import (
     Cause,
-    CertificateMonitor,
     ConfigError,
     GuardedText,
     GuardrailBlocked,
     State,
+    StreamMonitor,
     StreamTruncated,
     TokenEvent,
     Verdict,
@@ -82,15 +82,18 @@ class GuardStep:
 
     def __init__(
         self,
-        monitor: CertificateMonitor,
+        monitor: StreamMonitor,
         mode: Mode,
         on_block: OnBlock,
         parse: Parser,
         *,
         max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
     ) -> None:
-        if not isinstance(monitor, CertificateMonitor):
-            raise ConfigError(f"monitor must be a CertificateMonitor, got {type(monitor).__name__}")
+        if not isinstance(monitor, StreamMonitor):
+            raise ConfigError(
+                f"monitor must be a CertificateMonitor or a FittedMonitor (a StreamMonitor), "
+                f"got {type(monitor).__name__}"
+            )
         if on_block not in ("raise", "stop"):
             raise ConfigError(f"on_block must be 'raise' or 'stop', got {on_block!r}")
         self._max_chars = check_max_token_chars(max_token_chars)
@@ -101,7 +104,7 @@ class GuardStep:
         self._items = 0
 
     @property
-    def monitor(self) -> CertificateMonitor:
+    def monitor(self) -> StreamMonitor:
         return self._monitor
 
     def feed(self, item: Any) -> str:
@@ -162,7 +165,7 @@ def check_max_token_chars(value: int) -> int:
 
 
 def feed_events(
-    monitor: CertificateMonitor, events: list[TokenEvent], shown: str, max_chars: int
+    monitor: StreamMonitor, events: list[TokenEvent], shown: str, max_chars: int
 ) -> Verdict:
     """Each event to ``monitor`` after the checks every path shares; the last verdict.
 

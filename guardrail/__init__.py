@@ -14,6 +14,7 @@ The math and the diagnostics live in public submodules:
 - :mod:`guardrail.traces`: the trace format, labels, trace scores and baselines;
 - :mod:`guardrail.evaluate`: replay, ``shown_at``, Learn-then-Test, AUROC and
   the repeated-split evaluation;
+- :mod:`guardrail.fitting`: per-token features, aggregates and the fitted statistic;
 - :mod:`guardrail.vsd`: Variational Skeleton Design (PyTorch, imported lazily).
 
 Their names are also importable from :mod:`guardrail` itself for compatibility,
@@ -59,6 +60,8 @@ from ._errors import (
     StreamTruncated,
     TraceFormatError,
 )
+from ._fitted import FittedStatistic
+from ._fitted_monitor import FittedMonitor
 from ._labels import is_correct as is_correct
 from ._labels import normalize_answer as normalize_answer
 from ._lift import DEFAULT_CLIP as DEFAULT_CLIP
@@ -89,6 +92,7 @@ from ._statistics import PaperMean as PaperMean
 from ._statistics import betting_mean_path as betting_mean_path
 from ._statistics import lowest_k_path as lowest_k_path
 from ._statistics import paper_mean_path as paper_mean_path
+from ._stream_monitor import StreamMonitor
 from ._subgamma import GammaFit as GammaFit
 from ._subgamma import ModelCheck as ModelCheck
 from ._subgamma import SubGammaParams as SubGammaParams
@@ -132,6 +136,8 @@ __all__ = [
     "CertificateMonitor",
     "ConfigError",
     "ContextMismatchWarning",
+    "FittedMonitor",
+    "FittedStatistic",
     "GenerationContext",
     "GuardedText",
     "GuardrailBlocked",
@@ -144,6 +150,7 @@ __all__ = [
     "Skeleton",
     "SkeletonSpec",
     "State",
+    "StreamMonitor",
     "StreamPolicy",
     "StreamTruncated",
     "TemperatureSkeleton",

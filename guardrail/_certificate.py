@@ -12,7 +12,13 @@ Its guarantee holds only for answers generated the way the calibration's were:
 adapters that make the request apply :attr:`Certificate.context` and warn
 (:class:`ContextMismatchWarning`) when a caller changes a setting that moves the
 answer distribution. ``certificate.monitor()`` gives a fresh per-answer
-:class:`~guardrail.CertificateMonitor`.
+:class:`~guardrail.CertificateMonitor`, or for a certificate with a fitted
+``statistic`` (:class:`~guardrail._fitted.FittedStatistic`, stored in the JSON as
+weights, feature names and normalisation) a
+:class:`~guardrail._fitted_monitor.FittedMonitor`; both satisfy
+:class:`~guardrail._stream_monitor.StreamMonitor`. A fitted certificate's ``tau``
+is on the statistic's scale (log-odds of a correct answer), and its token limit
+``context.max_tokens`` bounds the continuations its early verdicts consider.
 
 The JSON form (``to_dict`` / ``from_dict`` / ``save`` / ``load``) round-trips
 exactly; unknown or invalid fields are a :class:`~guardrail.ConfigError` naming
@@ -26,12 +32,21 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from ._calibration import Calibration
+from ._certificate_parts import (
+    ContextMismatchWarning,
+    GenerationContext,
+    ModelIdentity,
+    SkeletonSpec,
+    _check_fields,
+)
 from ._errors import ConfigError
-from ._monitor import CertificateMonitor, Skeleton, UniformSkeleton
-from ._policy import StreamPolicy
+from ._fitted import FittedStatistic
+from ._fitted_monitor import FittedMonitor
+from ._monitor import CertificateMonitor, Skeleton
+from ._policy import OnMissing, StreamPolicy
 
 __all__ = [
     "FORMAT",
@@ -44,188 +59,6 @@ __all__ = [
 
 FORMAT = "liftguard.certificate/1"
 """The ``format`` field of a certificate file."""
-LogprobMode = Literal["processed", "raw"]
-_CORE_KINDS = ("uniform", "temperature")
-
-
-class ContextMismatchWarning(UserWarning):
-    """A request differs from the generation context its certificate was calibrated on:
-    the risk guarantee does not cover its answers."""
-
-
-def _check_fields(cls: type, data: Any, where: str) -> dict[str, Any]:
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{where}: expected a JSON object, got {type(data).__name__}")
-    names = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ConfigError(f"{where}: unknown field(s) {', '.join(map(repr, unknown))}")
-    return dict(data)
-
-
-def _opt_str(value: Any, where: str) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    raise ConfigError(f"{where}: expected a string or null, got {type(value).__name__}")
-
-
-def _opt_number(value: Any, where: str, *, low: float = -math.inf) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(f"{where}: expected a finite number or null, got {value!r}")
-    if value < low:
-        raise ConfigError(f"{where}: must be >= {low}, got {value!r}")
-    return float(value)
-
-
-def _opt_int(value: Any, where: str, *, low: int = 1) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"{where}: expected an integer >= {low} or null, got {value!r}")
-    return value
-
-
-@dataclass(frozen=True)
-class ModelIdentity:
-    """The model a certificate was calibrated for (certificates do not transfer across
-    models). ``model_id``: a stable name (e.g. ``"smollm2-135m-instruct-q4_1"``);
-    ``api_model``: the name requests use (``model=`` of the API, if it differs);
-    ``tokenizer``: e.g. ``"gguf:SmolLM2-135M-Instruct"``, ``"tiktoken:o200k_base"``;
-    ``logprob_mode``: ``"processed"`` (after the sampler's logit processing, as
-    OpenAI reports) or ``"raw"`` (vLLM's raw logprobs)."""
-
-    model_id: str
-    api_model: str | None = None
-    tokenizer: str | None = None
-    vocab_size: int | None = None
-    logprob_mode: LogprobMode = "processed"
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.model_id, str) or not self.model_id:
-            raise ConfigError(f"model.model_id: expected a non-empty string, got {self.model_id!r}")
-        _opt_str(self.api_model, "model.api_model")
-        _opt_str(self.tokenizer, "model.tokenizer")
-        _opt_int(self.vocab_size, "model.vocab_size")
-        if self.logprob_mode not in ("processed", "raw"):
-            raise ConfigError(
-                f"model.logprob_mode: expected 'processed' or 'raw', got {self.logprob_mode!r}"
-            )
-
-    @classmethod
-    def from_dict(cls, data: Any) -> ModelIdentity:
-        return cls(**_check_fields(cls, data, "model"))
-
-
-@dataclass(frozen=True)
-class GenerationContext:
-    """How the calibration answers were generated; ``None`` = not recorded (not checked).
-
-    ``temperature=0`` means greedy decoding. ``repeat_penalty`` is llama.cpp's
-    (1.0 = none; its server applies 1.1 unless told otherwise). ``max_tokens``
-    is the token limit (an answer cut there ends with finish reason
-    ``"length"``; see ``StreamPolicy.on_length``)."""
-
-    system_prompt: str | None = None
-    prompt_template: str | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    repeat_penalty: float | None = None
-    max_tokens: int | None = None
-    stop: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        _opt_str(self.system_prompt, "context.system_prompt")
-        _opt_str(self.prompt_template, "context.prompt_template")
-        _opt_number(self.temperature, "context.temperature", low=0.0)
-        top_p = _opt_number(self.top_p, "context.top_p", low=0.0)
-        if top_p is not None and top_p > 1.0:
-            raise ConfigError(f"context.top_p: must be <= 1, got {top_p!r}")
-        _opt_number(self.repeat_penalty, "context.repeat_penalty", low=0.0)
-        _opt_int(self.max_tokens, "context.max_tokens")
-        stop = self.stop
-        if isinstance(stop, str) or not all(isinstance(s, str) for s in stop):
-            raise ConfigError(f"context.stop: expected a list of strings, got {stop!r}")
-        object.__setattr__(self, "stop", tuple(stop))
-
-    @classmethod
-    def from_dict(cls, data: Any) -> GenerationContext:
-        out = _check_fields(cls, data, "context")
-        stop = out.get("stop", ())
-        if not isinstance(stop, list | tuple):
-            raise ConfigError(f"context.stop: expected a list of strings, got {stop!r}")
-        out["stop"] = tuple(stop)
-        return cls(**out)
-
-    def request_settings(self) -> dict[str, Any]:
-        """The Chat Completions settings this context fixes (unrecorded ones left out)."""
-        out: dict[str, Any] = {}
-        for key in ("temperature", "top_p", "max_tokens"):
-            value = getattr(self, key)
-            if value is not None:
-                out[key] = value
-        if self.stop:
-            out["stop"] = list(self.stop)
-        return out
-
-
-@dataclass(frozen=True)
-class SkeletonSpec:
-    """A skeleton by name and parameters. ``uniform`` (``vocab_size``) and
-    ``temperature`` (``vocab_size``, ``temperature``, ``rule``) are built by
-    :meth:`build`; other kinds (``ngram``, ``unigram``, a stored ``vector``,
-    ``prompt_free``) name a skeleton the caller supplies (``monitor(skeleton=...)``:
-    ``skeleton_store.open_skeleton(...)``, ``adapters.PromptFreeSkeleton()``)."""
-
-    kind: str
-    params: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.kind, str) or not self.kind:
-            raise ConfigError(f"skeleton.kind: expected a non-empty string, got {self.kind!r}")
-        if not isinstance(self.params, Mapping):
-            raise ConfigError(f"skeleton.params: expected an object, got {self.params!r}")
-        object.__setattr__(self, "params", dict(self.params))
-        if self.kind in _CORE_KINDS:
-            self.build()  # validates the parameters now
-
-    @classmethod
-    def from_dict(cls, data: Any) -> SkeletonSpec:
-        out = _check_fields(cls, data, "skeleton")
-        if "kind" not in out:
-            raise ConfigError("skeleton.kind: missing")
-        return cls(**out)
-
-    @classmethod
-    def of(cls, skeleton: object) -> SkeletonSpec:
-        """The spec of a skeleton object (``kind`` from its class for the others)."""
-        from ._skeletons import TemperatureSkeleton
-
-        if isinstance(skeleton, UniformSkeleton):
-            return cls("uniform", {"vocab_size": skeleton.vocab_size})
-        if isinstance(skeleton, TemperatureSkeleton):
-            params = {"vocab_size": skeleton.vocab_size, "temperature": skeleton.temperature}
-            return cls("temperature", {**params, "rule": skeleton.rule})
-        return cls(type(skeleton).__name__)
-
-    def build(self) -> Skeleton:
-        """The skeleton object for a core kind; a ConfigError naming what to pass otherwise."""
-        params = dict(self.params)
-        try:
-            if self.kind == "uniform":
-                return UniformSkeleton(**params)
-            if self.kind == "temperature":
-                from ._skeletons import TemperatureSkeleton
-
-                return TemperatureSkeleton(**params)
-        except TypeError as exc:
-            raise ConfigError(f"skeleton.params for {self.kind!r}: {exc}") from exc
-        raise ConfigError(
-            f"skeleton kind {self.kind!r} is not built from its spec: pass skeleton=... "
-            "(e.g. skeleton_store.open_skeleton(url, name) for a stored vector, "
-            "adapters.PromptFreeSkeleton() for the prompt-free skeleton)"
-        )
 
 
 @dataclass(frozen=True)
@@ -235,7 +68,10 @@ class Certificate:
 
     ``calibration`` is ``None`` for a hand-made rule, which carries no
     guarantee. ``provenance`` records where it came from (``traces``,
-    ``traces_sha256``, ``command``, ``fit``: the data a fitted statistic used, ...)."""
+    ``traces_sha256``, ``command``, ``fit``: the data a fitted statistic used, ...).
+    ``statistic``: a fitted statistic that replaces the policy's lift statistic (the
+    policy then contributes its missing-logprob, cut-off, ``early``, ``min_tokens``
+    and ``final_rule`` settings); ``tau`` is then on its scale, any finite number."""
 
     policy: StreamPolicy
     tau: float
@@ -244,6 +80,7 @@ class Certificate:
     context: GenerationContext = field(default_factory=GenerationContext)
     calibration: Calibration | None = None
     provenance: Mapping[str, Any] = field(default_factory=dict)
+    statistic: FittedStatistic | None = None
     bound_skeleton: Skeleton | None = field(default=None, compare=False, repr=False)
     """A skeleton object that comes with the certificate (e.g. the vector of the store
     version that holds it): used by :meth:`monitor`; not part of the JSON form."""
@@ -259,8 +96,19 @@ class Certificate:
                 raise ConfigError(f"{name}: expected a {kind.__name__}")
         if self.calibration is not None and not isinstance(self.calibration, Calibration):
             raise ConfigError("calibration: expected a Calibration or None")
-        tau, clip = self.tau, self.policy.clip
-        if isinstance(tau, bool) or not isinstance(tau, int | float) or not (0.0 < tau < clip):
+        tau, clip, stat = self.tau, self.policy.clip, self.statistic
+        if stat is not None and not isinstance(stat, FittedStatistic):
+            raise ConfigError("statistic: expected a FittedStatistic or None")
+        number = not isinstance(tau, bool) and isinstance(tau, int | float)
+        if stat is not None:
+            if not (number and math.isfinite(tau)):
+                raise ConfigError(f"tau: must be a finite number (log-odds), got {tau!r}")
+            vocab = self.model.vocab_size
+            if vocab is not None and vocab != stat.vocab_size:
+                raise ConfigError(
+                    f"statistic.vocab_size: {stat.vocab_size} differs from the model's {vocab}"
+                )
+        elif not (number and 0.0 < tau < clip):
             raise ConfigError(f"tau: must lie strictly inside (0, {clip}), got {tau!r}")
         object.__setattr__(self, "tau", float(tau))
         if self.calibration is not None and self.calibration.tau != self.tau:
@@ -277,26 +125,60 @@ class Certificate:
         return self.calibration is not None
 
     def monitor(
-        self, *, skeleton: Skeleton | None = None, track_bounds: bool = False
-    ) -> CertificateMonitor:
+        self,
+        *,
+        skeleton: Skeleton | None = None,
+        track_bounds: bool = False,
+        on_missing_logprobs: OnMissing | None = None,
+        exact_entropy: bool = False,
+    ) -> CertificateMonitor | FittedMonitor:
         """A fresh monitor for one answer. ``skeleton`` overrides the spec (needed for
         kinds that are not built from it, unless a skeleton is bound); a skeleton with
-        per-answer state gets a stream of its own (``for_stream()``)."""
+        per-answer state gets a stream of its own (``for_stream()``).
+        ``on_missing_logprobs`` overrides the policy's.
+
+        With a fitted :attr:`statistic`: a
+        :class:`~guardrail._fitted_monitor.FittedMonitor` (``track_bounds`` does not
+        apply: it always bounds the score). A ConfigError now, not mid-stream, when
+        the caller cannot supply what the statistic reads: a skeleton for its lifts,
+        or (``exact_entropy=True``: the caller passes ``update(event, entropy=...)``)
+        the exact entropies of group ``local``."""
+        stat = self.statistic
+        if stat is None:
+            skel = self._skeleton(skeleton)
+            return CertificateMonitor(
+                self.policy, self.tau, skeleton=skel, track_bounds=track_bounds,
+                on_missing_logprobs=on_missing_logprobs,
+            )  # fmt: skip
+        if "exact_entropy" in stat.requires and not exact_entropy:
+            raise ConfigError(
+                "this certificate's statistic reads exact entropies (group "
+                f"{stat.group!r}), which only a local model's stream supplies: feed them with "
+                "monitor.update(event, entropy=...) and ask for monitor(exact_entropy=True)"
+            )
+        fitted_skel = self._skeleton(skeleton) if "skeleton" in stat.requires else None
+        return FittedMonitor(
+            stat, self.policy, self.tau, skeleton=fitted_skel,
+            max_tokens=self.context.max_tokens, on_missing_logprobs=on_missing_logprobs,
+        )  # fmt: skip
+
+    def _skeleton(self, skeleton: Skeleton | None) -> Skeleton:
         skel: Any = skeleton if skeleton is not None else self.bound_skeleton
         if skel is None:
             skel = self.skeleton.build()
         for_stream = getattr(skel, "for_stream", None)
         if callable(for_stream):
             skel = for_stream()
-        return CertificateMonitor(self.policy, self.tau, skeleton=skel, track_bounds=track_bounds)
+        return skel  # type: ignore[no-any-return]
 
     def with_skeleton(self, skeleton: Skeleton | None) -> Certificate:
         """The same certificate with ``skeleton`` bound to it (see :attr:`bound_skeleton`)."""
         return replace(self, bound_skeleton=skeleton)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form (``format``, then every field but :attr:`bound_skeleton`)."""
-        return {
+        """The JSON form (``format``, then every field but :attr:`bound_skeleton`;
+        ``statistic`` only when there is one)."""
+        out = {
             "format": FORMAT,
             "policy": self.policy.to_dict(),
             "tau": self.tau,
@@ -306,6 +188,9 @@ class Certificate:
             "calibration": None if self.calibration is None else self.calibration.to_dict(),
             "provenance": dict(self.provenance),
         }
+        if self.statistic is not None:
+            out["statistic"] = self.statistic.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, data: Any) -> Certificate:
@@ -330,6 +215,7 @@ class Certificate:
         cal = out.get("calibration")
         if cal is not None and not isinstance(cal, Mapping):
             raise ConfigError("calibration: expected an object or null")
+        stat = out.get("statistic")
         return cls(
             policy=_policy(out["policy"]),
             tau=out["tau"],
@@ -338,6 +224,7 @@ class Certificate:
             context=GenerationContext.from_dict(out.get("context", {})),
             calibration=None if cal is None else _calibration(cal),
             provenance=out.get("provenance", {}),
+            statistic=None if stat is None else FittedStatistic.from_dict(stat),
         )
 
     def to_json(self) -> str:

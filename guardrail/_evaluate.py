@@ -5,13 +5,18 @@ Every method is calibrated by the same risk-control procedure
 then measured on the test half: coverage, selective risk, whether the risk is
 above the target beyond sampling noise, AUROC of the method's final sequence
 score, and the share of each answer's tokens read before the verdict.
+
+Methods: the streaming lift certificate (:func:`lift_method`), the single-pass
+baselines of :data:`guardrail.BASELINES` (:func:`baseline_method`), and a
+certificate's fitted statistic held fixed (:func:`fitted_method`: only ``tau`` is
+recalibrated on each split, like every other method).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -20,11 +25,25 @@ from scipy import stats
 from ._bounds import clopper_pearson_interval
 from ._calibration import ltt_threshold
 from ._errors import ConfigError, InsufficientDataError
+from ._fitted_monitor import FittedPath, critical_score, replay_fitted, stop_at
 from ._policy import StreamPolicy, critical_thresholds, replay, running_statistic, shown_at
 from ._scores import BASELINES, baseline_score, trace_clipped_lifts
 from ._traces import Trace
 
-__all__ = ["MethodScores", "auroc", "baseline_method", "evaluate_methods", "lift_method"]
+if TYPE_CHECKING:
+    from ._certificate import Certificate
+
+__all__ = [
+    "MethodScores",
+    "auroc",
+    "baseline_method",
+    "evaluate_methods",
+    "fitted_method",
+    "lift_method",
+]
+
+Progress = Callable[[int, int], None]
+"""``progress(done, total)``: called as work advances (the command line draws it)."""
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -53,7 +72,8 @@ class MethodScores:
 
     ``decision``: score of the deployed threshold rule (answer iff >= tau);
     ``final``: the final sequence score used for AUROC; ``lifts`` and
-    ``policy``: set for streaming lift methods, so tokens read can be replayed.
+    ``policy``: set for streaming lift methods, so tokens read can be replayed;
+    ``paths``: the replayed scores of a fitted statistic (with ``policy``).
     """
 
     name: str
@@ -61,10 +81,13 @@ class MethodScores:
     final: FloatArray
     lifts: list[FloatArray] | None = None
     policy: StreamPolicy | None = None
+    paths: list[FittedPath] | None = None
 
     def shown(self, idx: npt.NDArray[np.int64], tau: float) -> npt.NDArray[np.bool_]:
         """Whether answers ``idx`` are shown at ``tau``: the deployed policy
-        (:func:`guardrail.shown_at`) for a lift method, ``decision >= tau`` otherwise."""
+        (:func:`guardrail.shown_at`) for a lift method, ``decision >= tau`` otherwise
+        (for a fitted statistic the decision is the replayed monitor's critical score,
+        exact by construction)."""
         if self.lifts is None or self.policy is None:
             return np.asarray(self.decision[idx] >= tau, dtype=bool)
         return shown_at(self.policy, [self.lifts[i] for i in idx], [tau])[:, 0]
@@ -90,6 +113,34 @@ def lift_method(
     return MethodScores(name, crit, final, lifts, policy)
 
 
+def fitted_method(
+    traces: Sequence[Trace],
+    certificate: Certificate,
+    name: str = "certificate",
+    *,
+    progress: Progress | None = None,
+) -> MethodScores:
+    """A certificate's fitted statistic, held fixed: each answer replayed through the
+    certificate's monitor (its policy, token limit and skeleton; the prompt-free
+    skeleton reads the traces' recorded log-probabilities)."""
+    stat = certificate.statistic
+    if stat is None:
+        raise ConfigError("the certificate has no fitted statistic")
+    skeleton: Any = None
+    if "skeleton" in stat.requires:
+        kind = certificate.skeleton.kind
+        skeleton = "prompt-free" if kind == "prompt_free" else certificate.skeleton.build()
+    policy, limit = certificate.policy, certificate.context.max_tokens
+    paths = []
+    for i, t in enumerate(traces):
+        paths.append(replay_fitted(stat, t, skeleton=skeleton, max_tokens=limit))
+        if progress is not None and (i + 1) % 100 == 0:
+            progress(i + 1, len(traces))
+    crit = np.array([critical_score(p, policy) for p in paths])
+    final = np.array([float(p.scores[-1]) if p.scores.size else -np.inf for p in paths])
+    return MethodScores(name, crit, final, policy=policy, paths=paths)
+
+
 def baseline_method(traces: Sequence[Trace], name: str, *, exact: bool = True) -> MethodScores:
     """A baseline score (see :data:`guardrail.BASELINES`), decided at the end."""
     if name not in BASELINES:
@@ -100,6 +151,10 @@ def baseline_method(traces: Sequence[Trace], name: str, *, exact: bool = True) -
 
 def _tokens_read(method: MethodScores, idx: npt.NDArray[np.int64], tau: float) -> list[float]:
     """Share of each (non-empty) answer's tokens read before its verdict at ``tau``."""
+    if method.paths is not None and method.policy is not None:
+        pol, paths = method.policy, method.paths
+        return [stop_at(paths[i], pol, tau) / paths[i].scores.size for i in idx
+                if paths[i].scores.size]  # fmt: skip
     if method.lifts is None or method.policy is None:
         return [1.0] * len(idx)
     shares = []
@@ -123,6 +178,7 @@ def evaluate_methods(
     splits: int,
     seed: int = 0,
     cal_fraction: float = 0.5,
+    progress: Progress | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Calibrate each method on the calibration half of each split, test on the rest.
 
@@ -134,7 +190,8 @@ def evaluate_methods(
     (mean share of tokens read before the verdict, over test answers of
     splits that calibrated), ``tokens_read_median`` (the median of those
     shares, pooled over the splits), and ``refused`` (splits where calibration had too
-    little data; they count as showing nothing).
+    little data; they count as showing nothing). ``progress(done, total)`` is called
+    after each method.
     """
     ok = np.asarray(correct, dtype=bool)
     n = ok.size
@@ -175,4 +232,6 @@ def evaluate_methods(
             "tokens_read_median": float(np.median(read)) if read else 1.0,
             "refused": refused,
         }
+        if progress is not None:
+            progress(len(out), len(methods))
     return out

@@ -27,6 +27,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from ._errors import ConfigError, GuardrailError, MissingLogprobsError
 from ._policy import OnMissing, StreamPolicy
 from ._statistics import ABOVE, BELOW, BettingConfidenceSequence, BettingMean, LowestK, PaperMean
+from ._stream_monitor import StreamMonitor
 from ._traces import CENSORED_LOGPROB
 from ._verdict import Cause, State, TokenEvent, Verdict, end_cause
 from ._verdict import make_verdict as _verdict
@@ -334,7 +335,7 @@ class GuardedText:
 
     __slots__ = ("_blocked", "_buffer", "_closed", "_mode", "_monitor", "_open")
 
-    def __init__(self, monitor: CertificateMonitor, mode: StreamMode = "buffered") -> None:
+    def __init__(self, monitor: StreamMonitor, mode: StreamMode = "buffered") -> None:
         if mode not in ("passthrough", "buffered", "final"):
             raise ConfigError(f"mode must be 'passthrough', 'buffered' or 'final', got {mode!r}")
         if mode == "final" and monitor.policy.early:

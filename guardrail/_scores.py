@@ -2,8 +2,27 @@
 
 The skeletons here are the ones a trace can express on its own
 (temperature prior via the recorded ``log Z_T``, the prompt-free model, a
-uniform distribution over the vocabulary). Baselines are the usual
-sequence-confidence scores, oriented so that higher means more confident.
+uniform distribution over the vocabulary). Baselines are the single-pass
+sequence-confidence scores peers use, oriented so that higher means more
+confident:
+
+================  =====================================================  ==============
+name              score                                                  used by
+================  =====================================================  ==============
+``nll``           sequence log-likelihood ``sum_t log P(y_t)``           (classic)
+``mean_logprob``  mean token log-probability                             (classic)
+``min_logprob``   smallest token log-probability                         (classic)
+``entropy``       minus the mean token entropy                           (classic)
+``max_entropy``   minus the largest token entropy                        LLM-Check
+``mean_margin``   mean top-1 minus top-2 probability                     UQLM
+``min_margin``    smallest top-1 minus top-2 probability                 UQLM
+``pmi``           mean pointwise mutual information                      lm-polygraph
+                  ``log P(y_t|x, y_<t) - log P(y_t|y_<t)`` (prompt-free)
+================  =====================================================  ==============
+
+Entropies are the traces' exact ones, or with ``exact=False`` the top-k
+compensated estimates (:mod:`guardrail._topk`); margins read the top two
+alternatives (with fewer than two, the second comes from the compensated tail).
 """
 
 from __future__ import annotations
@@ -15,13 +34,15 @@ import numpy.typing as npt
 
 from ._errors import ConfigError
 from ._lift import DEFAULT_CLIP, clipped_lifts
-from ._topk import TailRule, estimate_entropy_batch, estimate_logz_batch
+from ._topk import TailRule, estimate_entropy_batch, estimate_logz_batch, fit_tail
 from ._traces import Trace
 
 __all__ = [
     "BASELINES",
     "TRACE_SKELETONS",
     "baseline_score",
+    "token_entropies",
+    "token_margins",
     "trace_clipped_lifts",
     "trace_skeleton_logprobs",
     "unigram_log_probs",
@@ -33,7 +54,16 @@ FloatArray = npt.NDArray[np.float64]
 TRACE_SKELETONS = ("temperature", "temperature-2.0", "prompt-free", "uniform")
 """Skeleton kinds that can be evaluated from a trace alone."""
 
-BASELINES = ("min_logprob", "mean_logprob", "nll", "entropy")
+BASELINES = (
+    "min_logprob",
+    "mean_logprob",
+    "nll",
+    "entropy",
+    "max_entropy",
+    "mean_margin",
+    "min_margin",
+    "pmi",
+)
 """Baseline scores (higher = more confident)."""
 
 
@@ -71,14 +101,42 @@ def trace_clipped_lifts(
     return clipped_lifts(trace.logprobs, log_s, clip)
 
 
-def baseline_score(trace: Trace, name: str, *, exact: bool = True) -> float:
-    """A baseline confidence score of one answer (``-inf`` for an empty answer).
+def token_entropies(trace: Trace, *, exact: bool = True) -> FloatArray:
+    """Each answer token's next-token entropy (nats): the trace's exact value, or with
+    ``exact=False`` the top-k compensated estimate from its alternatives."""
+    if exact:
+        return np.asarray(trace.entropy, dtype=np.float64)
+    if trace.n_tokens == 0:
+        return np.zeros(0, dtype=np.float64)
+    return estimate_entropy_batch(trace.top_logprobs, trace.vocab_size)
 
-    ``min_logprob``: smallest token log-probability; ``mean_logprob``: mean
-    token log-probability; ``nll``: sequence log-likelihood (minus the negative
-    log-likelihood); ``entropy``: minus the mean token entropy (exact, or
-    with ``exact=False`` estimated from the top-k alternatives).
+
+def token_margins(trace: Trace) -> FloatArray:
+    """Each answer token's top-1 minus top-2 probability, from the trace's alternatives.
+
+    With one alternative the second probability is the compensated tail's first
+    rank (:func:`guardrail.fit_tail`); with none, the emitted token stands for the
+    top one. The recorded top-20 are the true top-20, so with two or more
+    alternatives the margin is exact.
     """
+    top = trace.top_logprobs
+    n, k = top.shape
+    if n == 0:
+        return np.zeros(0, dtype=np.float64)
+    if k >= 2:
+        return np.asarray(np.exp(top[:, 0]) - np.exp(top[:, 1]), dtype=np.float64)
+    p1 = np.exp(top[:, 0] if k else trace.logprobs)
+    p2 = np.empty(n)
+    for i in range(n):
+        tail = fit_tail(top[i], trace.vocab_size)
+        p2[i] = math.exp(tail.a + tail.b * math.log(k + 1))
+    return np.asarray(np.maximum(p1 - p2, 0.0), dtype=np.float64)
+
+
+def baseline_score(trace: Trace, name: str, *, exact: bool = True) -> float:
+    """A baseline confidence score of one answer (``-inf`` for an empty answer); see the
+    module docstring for the names. ``exact=False`` estimates entropies from the
+    top-k alternatives (what an API stream allows)."""
     if name not in BASELINES:
         raise ConfigError(f"unknown baseline {name!r}; choose one of {', '.join(BASELINES)}")
     if trace.n_tokens == 0:
@@ -89,9 +147,13 @@ def baseline_score(trace: Trace, name: str, *, exact: bool = True) -> float:
         return float(trace.logprobs.mean())
     if name == "nll":
         return float(trace.logprobs.sum())
-    if not exact:
-        return -float(estimate_entropy_batch(trace.top_logprobs, trace.vocab_size).mean())
-    return -float(trace.entropy.mean())
+    if name == "pmi":
+        return float((trace.logprobs - trace.prompt_free_logprobs).mean())
+    if name in ("mean_margin", "min_margin"):
+        margin = token_margins(trace)
+        return float(margin.mean() if name == "mean_margin" else margin.min())
+    ent = token_entropies(trace, exact=exact)
+    return -float(ent.max() if name == "max_entropy" else ent.mean())
 
 
 def vector_clipped_lifts(

@@ -5,7 +5,14 @@ AUROC and the repeated-split evaluation behind ``liftguard eval``."""
 from __future__ import annotations
 
 from ._calibration import LTTOutcome, ltt_threshold
-from ._evaluate import MethodScores, auroc, baseline_method, evaluate_methods, lift_method
+from ._evaluate import (
+    MethodScores,
+    auroc,
+    baseline_method,
+    evaluate_methods,
+    fitted_method,
+    lift_method,
+)
 from ._policy import (
     ReplayResult,
     critical_thresholds,
@@ -23,6 +30,7 @@ __all__ = [
     "baseline_method",
     "critical_thresholds",
     "evaluate_methods",
+    "fitted_method",
     "lift_method",
     "ltt_threshold",
     "replay",

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from guardrail import BASELINES
 from guardrail.cli import main
 
 VOCAB = 50
@@ -235,7 +236,7 @@ def test_eval_says_why_every_split_was_refused(
     assert "every method" in note and "needs at least 59 answered" in note
     assert "only 4 of the 8 traces" in note
     rows = {line.split()[0]: line for line in out.splitlines()[2:]}
-    assert set(rows) == {"lift", "entropy", "mean_logprob", "min_logprob", "nll"}
+    assert set(rows) == {"lift", "lift_paper", *BASELINES}
     for row in rows.values():
         assert "refused" in row and "0.0%" not in row and "nan" not in row
 

@@ -22,6 +22,8 @@ def test_public_names_are_pinned() -> None:
         "CertificateMonitor",
         "ConfigError",
         "ContextMismatchWarning",
+        "FittedMonitor",
+        "FittedStatistic",
         "GenerationContext",
         "GuardedText",
         "GuardrailBlocked",
@@ -34,6 +36,7 @@ def test_public_names_are_pinned() -> None:
         "Skeleton",
         "SkeletonSpec",
         "State",
+        "StreamMonitor",
         "StreamPolicy",
         "StreamTruncated",
         "TemperatureSkeleton",
@@ -84,6 +87,7 @@ def test_adapter_public_names_are_pinned() -> None:
 
     assert adapters.__all__ == [
         "Abstention",
+        "ChunkParts",
         "GGUFIds",
         "LiftGuardCallbackHandler",
         "LocalTextScorer",
@@ -91,6 +95,7 @@ def test_adapter_public_names_are_pinned() -> None:
         "ProviderFormatError",
         "TiktokenIds",
         "anthropic_scorer_prompt",
+        "chat_chunk_parts",
         "events_from_chat_chunk",
         "events_from_responses_event",
         "guard_anthropic_stream",
@@ -121,6 +126,7 @@ def test_adapter_public_names_are_pinned() -> None:
 
 def test_public_submodules_are_pinned() -> None:
     import guardrail.evaluate
+    import guardrail.fitting
     import guardrail.stats
     import guardrail.topk
     import guardrail.traces
@@ -169,6 +175,7 @@ def test_public_submodules_are_pinned() -> None:
     assert guardrail.topk.__all__ == [
         "DEFAULT_R2_MIN",
         "TailModel",
+        "TailRule",
         "censored_logprob",
         "censored_logprob_batch",
         "estimate_entropy",
@@ -195,8 +202,10 @@ def test_public_submodules_are_pinned() -> None:
         "trace_skeleton_logprobs",
         "trace_to_dict",
         "type_token_ratio",
+        "vector_clipped_lifts",
     ]
     assert guardrail.vsd.__all__ == [
+        "Geometry",
         "VSDResult",
         "distributions_from_logits",
         "distributions_from_traces",
@@ -211,6 +220,7 @@ def test_public_submodules_are_pinned() -> None:
         "baseline_method",
         "critical_thresholds",
         "evaluate_methods",
+        "fitted_method",
         "lift_method",
         "ltt_threshold",
         "replay",
@@ -218,7 +228,29 @@ def test_public_submodules_are_pinned() -> None:
         "shown_at",
         "threshold_grid",
     ]
+    assert guardrail.fitting.__all__ == [
+        "DEFAULT_ALTERNATIVES",
+        "DEFAULT_L2",
+        "FEATURE_PRESETS",
+        "Feature",
+        "FittedMonitor",
+        "FittedPath",
+        "FittedState",
+        "FittedStatistic",
+        "RunningAggregates",
+        "TokenFeaturizer",
+        "aggregate_path",
+        "answer_features",
+        "base_features_batch",
+        "calibrate_fitted",
+        "critical_score",
+        "fit_statistic",
+        "preset_features",
+        "replay_fitted",
+        "stop_at",
+        "token_ranges",
+    ]
     for module in (guardrail.stats, guardrail.topk, guardrail.traces, guardrail.vsd,
-                   guardrail.evaluate):  # fmt: skip
+                   guardrail.evaluate, guardrail.fitting):  # fmt: skip
         for name in module.__all__:
             assert hasattr(module, name), (module.__name__, name)

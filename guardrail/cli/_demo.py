@@ -20,8 +20,10 @@ from typing import Any, TextIO
 from .._calibration import Calibration
 from .._certificate import Certificate
 from .._errors import ConfigError
+from .._fitted_monitor import FittedMonitor
 from .._labels import is_correct
 from .._monitor import CertificateMonitor, GuardedText, State, Verdict
+from .._stream_monitor import StreamMonitor
 
 __all__ = [
     "DemoResult",
@@ -89,7 +91,11 @@ class _Screen:
         self.out.flush()
 
 
-def _evidence(verdict: Verdict, monitor: CertificateMonitor) -> str:
+def _evidence(verdict: Verdict, monitor: StreamMonitor) -> str:
+    if isinstance(monitor, FittedMonitor):  # a fitted statistic: its score's bound
+        return f"score {monitor.score:5.2f} vs tau {verdict.tau:.2f}"
+    if not isinstance(monitor, CertificateMonitor):
+        return f"tau {verdict.tau:.2f}"
     if monitor.policy.aggregate == "min":
         return f"weakest-token lift {monitor.minimum:5.2f} vs tau {verdict.tau:.2f}"
     if monitor.policy.aggregate == "lowest":

@@ -16,13 +16,53 @@ from ._common import CommandError, no_traces, resolve_clip, stream_policy
 __all__ = ["cmd_eval"]
 
 
+def _read_certificate(path: str) -> Any:
+    from .._certificate import Certificate
+
+    cert = Certificate.load(path)
+    if cert.statistic is None:
+        raise CommandError(
+            f"{path}: has no fitted statistic (make one with 'liftguard fit'); a lift "
+            "certificate is evaluated by the options of 'eval' itself"
+        )
+    return cert
+
+
+def _check_certificate(args: argparse.Namespace, cert: Any, traces: list[Any]) -> None:
+    """Refuse traces of another vocabulary; warn (stderr) when the traces are from another
+    model or are the very traces the certificate was made on (not a held-out evaluation)."""
+    from ._certify import _sha256
+
+    model, vocab = traces[0].model, traces[0].vocab_size
+    if cert.statistic is not None and vocab != cert.statistic.vocab_size:
+        raise CommandError(
+            f"the certificate's statistic is for a vocabulary of {cert.statistic.vocab_size} "
+            f"tokens, the traces' model ({model!r}) has {vocab}: certificates are per model"
+        )
+    if model != cert.model.model_id:
+        print(
+            f"liftguard eval: warning: the certificate is for model {cert.model.model_id!r}, "
+            f"the traces are from {model!r} (certificates do not transfer across models)",
+            file=sys.stderr,
+        )
+    if cert.provenance.get("traces_sha256") == _sha256(args.traces):
+        print(
+            "liftguard eval: warning: these are the traces the certificate was fitted and "
+            "calibrated on: its results here are not held out",
+            file=sys.stderr,
+        )
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
-    from .._evaluate import baseline_method, evaluate_methods, lift_method
+    from .._evaluate import baseline_method, evaluate_methods, fitted_method, lift_method
+    from .._policy import StreamPolicy
     from .._scores import BASELINES
     from .._traces import read_traces
+    from ._progress import Progress
 
     if args.boundary == "paper":
         raise CommandError("eval supports --boundary betting only for now", status=2)
+    cert = _read_certificate(args.certificate) if args.certificate else None
     traces = read_traces(args.traces)
     if not traces:
         raise no_traces(args.traces)
@@ -31,12 +71,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
     resolve_clip(args, traces[0].vocab_size)
     policy = stream_policy(args)
     exact = args.top_k is None
+    progress = Progress("liftguard eval: scores")
     methods = [lift_method(traces, policy, args.skeleton, exact=exact)]
+    # the paper's configuration: temperature skeleton T=1.5, mean lift, betting boundary, B=12
+    paper = StreamPolicy(delta=args.stream_delta, on_length=policy.on_length)
+    methods.append(lift_method(traces, paper, "temperature", "lift_paper", exact=exact))
     methods += [baseline_method(traces, name, exact=exact) for name in BASELINES]
+    if cert is not None:
+        _check_certificate(args, cert, traces)
+        progress.step("liftguard eval: replaying the certificate")
+        methods.append(fitted_method(traces, cert, progress=progress))
     correct = np.array([bool(t.correct) for t in traces])
+    progress.step("liftguard eval: calibrating methods")
     results = evaluate_methods(
-        methods, correct, risk=args.risk, delta=args.delta, splits=args.splits, seed=args.seed
-    )
+        methods, correct, risk=args.risk, delta=args.delta, splits=args.splits, seed=args.seed,
+        progress=progress,
+    )  # fmt: skip
+    progress.close()
     note = _refusal_note(args, len(traces), results)
     report = {
         "n": len(traces),
@@ -46,6 +97,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "top_k": args.top_k if args.top_k is not None else traces[0].top_k,
         "methods": results,
     }
+    if cert is not None and cert.statistic is not None:
+        stat = cert.statistic
+        report["certificate"] = {
+            "path": args.certificate,
+            "group": stat.group,
+            "form": stat.form,
+            "features": [f.name for f in stat.features],
+            "alternatives": stat.alternatives,
+            "max_tokens": cert.context.max_tokens,
+            "model_id": cert.model.model_id,
+        }
     if args.plot:
         from ._plots import write_plots
 

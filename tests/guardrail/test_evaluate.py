@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from guardrail import StreamPolicy, read_traces
+from guardrail import BASELINES, StreamPolicy, read_traces
 from guardrail._evaluate import auroc, baseline_method, evaluate_methods, lift_method
 from guardrail._policy import shown_at
 from guardrail.cli import main
@@ -71,7 +71,7 @@ def test_eval_cli_prints_the_documented_json(capsys: pytest.CaptureFixture[str])
     report = json.loads(capsys.readouterr().out)
     assert set(report) == {"n", "risk", "delta", "splits", "top_k", "methods"}
     assert report["n"] == 40 and report["splits"] == 3 and report["top_k"] == 20
-    assert set(report["methods"]) == {"lift", "entropy", "mean_logprob", "min_logprob", "nll"}
+    assert set(report["methods"]) == {"lift", "lift_paper", *BASELINES}
     for r in report["methods"].values():
         assert {
             "coverage_mean",

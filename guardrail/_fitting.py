@@ -1,0 +1,246 @@
+"""Fitting a :class:`~guardrail._fitted.FittedStatistic` on labelled traces.
+
+:func:`answer_features` computes each trace's answer-level features with the batch
+twins (:mod:`guardrail._features_batch`, :func:`~guardrail._aggregates.aggregate_path`);
+:func:`token_ranges` picks clamp ranges for the base features from the training
+tokens; :func:`fit_statistic` fits an L2-regularised logistic regression on the
+standardised features by Newton's method (``form="monotone"``: sign-constrained,
+L-BFGS-B). Fitting never sees the answers that calibrate ``tau``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ._aggregates import Feature, aggregate_path
+from ._errors import ConfigError
+from ._features import BASES, DEFAULT_TEMPERATURE, TopKTables, base_range
+from ._features_batch import base_features_batch
+from ._fitted import DEFAULT_ALTERNATIVES, DEFAULT_L2, FittedStatistic, Form
+from ._traces import Trace
+
+__all__ = ["answer_features", "fit_statistic", "token_ranges", "trace_base_features"]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def trace_base_features(
+    trace: Trace,
+    bases: Sequence[str],
+    *,
+    skeleton: Any = None,
+    alternatives: int = DEFAULT_ALTERNATIVES,
+    temperature: float = DEFAULT_TEMPERATURE,
+    tables: TopKTables | None = None,
+) -> dict[str, FloatArray]:
+    """Each base feature of every token of a recorded answer (batch twin of the stream).
+
+    ``skeleton`` (for ``lift``): ``"prompt-free"`` reads the trace's recorded
+    prompt-free log-probabilities; a skeleton object is asked for each token's event.
+    """
+    skel = None
+    if "lift" in bases:
+        if skeleton == "prompt-free":
+            skel = trace.prompt_free_logprobs
+        elif skeleton is None or isinstance(skeleton, str):
+            raise ConfigError(
+                f"the lift feature needs 'prompt-free' or a skeleton, got {skeleton!r}"
+            )
+        else:
+            from ._fitted_state import trace_events
+
+            skel = np.array([skeleton.log_prob(e) for e in trace_events(trace)], dtype=np.float64)
+    return base_features_batch(
+        bases, trace.vocab_size, trace.logprobs, trace.top_logprobs[:, :alternatives],
+        skeleton_logprobs=skel, exact_entropy=trace.entropy, temperature=temperature,
+        tables=tables,
+    )  # fmt: skip
+
+
+def answer_features(
+    traces: Sequence[Trace],
+    features: Sequence[Feature],
+    *,
+    skeleton: Any = None,
+    ranges: Mapping[str, tuple[float, float]] | None = None,
+    alternatives: int = DEFAULT_ALTERNATIVES,
+    temperature: float = DEFAULT_TEMPERATURE,
+    tables: TopKTables | None = None,
+) -> FloatArray:
+    """Final answer-level features of each trace, shape ``(n, features)`` (NaN rows for
+    empty answers, which the deployed rule never shows); ``skeleton`` as in
+    :func:`trace_base_features`; ``ranges``: narrower clamps per base feature."""
+    used = {f.base for f in features}
+    bases = [b for b in BASES if b in used]
+    out = np.full((len(traces), len(features)), np.nan)
+    for i, trace in enumerate(traces):
+        if trace.n_tokens == 0:
+            continue
+        if tables is None or tables.vocab_size != trace.vocab_size:
+            tables = TopKTables(trace.vocab_size)
+        vals = trace_base_features(trace, bases, skeleton=skeleton, alternatives=alternatives,
+                                   temperature=temperature, tables=tables)  # fmt: skip
+        tops = {}
+        for base in bases:
+            lo, hi = (ranges or {}).get(base) or base_range(base, trace.vocab_size)
+            vals[base], tops[base] = np.clip(vals[base], lo, hi), hi
+        for j, f in enumerate(features):
+            x = vals.get(f.base, trace.logprobs)
+            out[i, j] = aggregate_path(x, f, tops.get(f.base, 0.0))[-1]
+    return out
+
+
+def token_ranges(
+    traces: Sequence[Trace],
+    bases: Sequence[str],
+    *,
+    skeleton: Any = None,
+    quantile: float = 0.01,
+    alternatives: int = DEFAULT_ALTERNATIVES,
+    temperature: float = DEFAULT_TEMPERATURE,
+) -> dict[str, tuple[float, float]]:
+    """Per base feature, the ``quantile`` and ``1 - quantile`` quantiles of its token values
+    over ``traces``: clamp ranges that keep almost every value and bound what a
+    continuation can do tightly (the early verdicts depend on them)."""
+    if not (0.0 <= quantile < 0.5):
+        raise ConfigError(f"quantile must lie in [0, 0.5), got {quantile!r}")
+    bases = [b for b in BASES if b in bases]
+    pooled: dict[str, list[FloatArray]] = {b: [] for b in bases}
+    tables = None
+    for trace in traces:
+        if trace.n_tokens == 0:
+            continue
+        if tables is None or tables.vocab_size != trace.vocab_size:
+            tables = TopKTables(trace.vocab_size)
+        vals = trace_base_features(trace, bases, skeleton=skeleton, alternatives=alternatives,
+                                   temperature=temperature, tables=tables)  # fmt: skip
+        for b in bases:
+            pooled[b].append(vals[b])
+    out: dict[str, tuple[float, float]] = {}
+    for b in bases:
+        if not pooled[b]:
+            continue
+        x = np.concatenate(pooled[b])
+        lo, hi = (float(v) for v in np.quantile(x, [quantile, 1.0 - quantile]))
+        if hi > lo:
+            out[b] = (lo, hi)
+    return out
+
+
+def _logistic_newton(z: FloatArray, y: FloatArray, l2: float) -> FloatArray:
+    n, d = z.shape
+    a = np.c_[np.ones(n), z]
+    pen = np.r_[0.0, np.full(d, l2)]
+    w = np.zeros(d + 1)
+    w[0] = math.log((y.mean() + 1e-9) / (1.0 - y.mean() + 1e-9))
+    for _ in range(100):
+        p = 1.0 / (1.0 + np.exp(-(a @ w)))
+        grad = a.T @ (p - y) + pen * w
+        hess = (a * (p * (1.0 - p))[:, None]).T @ a + np.diag(pen)
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.abs(step).max() < 1e-10:
+            break
+    return w
+
+
+def _logistic_signed(z: FloatArray, y: FloatArray, l2: float, signs: Sequence[int]) -> FloatArray:
+    from scipy.optimize import minimize
+
+    n, d = z.shape
+    a = np.c_[np.ones(n), z]
+    pen = np.r_[0.0, np.full(d, l2)]
+
+    def loss(w: FloatArray) -> tuple[float, FloatArray]:
+        s = a @ w
+        val = float(np.logaddexp(0.0, s).sum() - y @ s + 0.5 * (pen * w * w).sum())
+        p = 1.0 / (1.0 + np.exp(-s))
+        return val, a.T @ (p - y) + pen * w
+
+    bounds = [(None, None)] + [
+        (0.0, None) if sg > 0 else ((None, 0.0) if sg < 0 else (None, None)) for sg in signs
+    ]
+    res = minimize(loss, np.zeros(d + 1), jac=True, method="L-BFGS-B", bounds=bounds,
+                   options={"maxiter": 2000, "ftol": 1e-12, "gtol": 1e-9})  # fmt: skip
+    w = np.asarray(res.x, dtype=np.float64)
+    w[1:] = np.where(np.asarray(signs) > 0, np.maximum(w[1:], 0.0), w[1:])
+    w[1:] = np.where(np.asarray(signs) < 0, np.minimum(w[1:], 0.0), w[1:])
+    return w
+
+
+def fit_statistic(
+    x: npt.ArrayLike,
+    correct: npt.ArrayLike,
+    features: Sequence[Feature],
+    *,
+    vocab_size: int,
+    form: Form = "answer",
+    l2: float = DEFAULT_L2,
+    temperature: float = DEFAULT_TEMPERATURE,
+    ranges: Mapping[str, tuple[float, float]] | None = None,
+    alternatives: int = DEFAULT_ALTERNATIVES,
+    info: Mapping[str, Any] | None = None,
+) -> FittedStatistic:
+    """Fit the logistic statistic on answer-level features ``x`` (rows of
+    :func:`answer_features`; empty answers are left out) and labels ``correct``.
+
+    ``form="monotone"`` constrains each weight's sign so that its term can only fall
+    as tokens arrive (features that move either way get weight 0)."""
+    xs = np.asarray(x, dtype=np.float64)
+    ok = np.asarray(correct, dtype=bool)
+    feats = tuple(features)
+    if xs.ndim != 2 or xs.shape != (ok.size, len(feats)):
+        raise ConfigError("x must have one row per answer and one column per feature")
+    if not (math.isfinite(l2) and l2 > 0):
+        raise ConfigError(f"l2 must be a finite number > 0, got {l2!r}")
+    keep = np.isfinite(xs).all(axis=1)
+    xs, y = xs[keep], ok[keep].astype(np.float64)
+    if y.size < 10 or y.min() == y.max():
+        raise ConfigError(
+            f"fitting needs labelled answers of both kinds: got {int(y.sum())} correct and "
+            f"{int(y.size - y.sum())} wrong non-empty answers"
+        )
+    center = xs.mean(axis=0)
+    scale = xs.std(axis=0)
+    scale = np.where(scale > 1e-12, scale, 1.0)
+    z = (xs - center) / scale
+    if form == "monotone":
+        rng = dict(ranges or {})
+        dirs = [
+            1
+            if f.base == "length"
+            else f.direction(*(rng.get(f.base) or base_range(f.base, vocab_size)))
+            for f in feats
+        ]
+        signs = [0 if d == 0 else (-1 if d == 1 else 1) for d in dirs]
+        keep_cols = [d is not None for d in dirs]
+        w = _logistic_signed(
+            z[:, keep_cols], y, l2, [s for s, k in zip(signs, keep_cols, strict=True) if k]
+        )
+        full = np.zeros(len(feats) + 1)
+        full[0] = w[0]
+        full[1:][np.asarray(keep_cols)] = w[1:]
+        w = full
+    elif form == "answer":
+        w = _logistic_newton(z, y, l2)
+    else:
+        raise ConfigError(f"form must be 'answer' or 'monotone', got {form!r}")
+    meta = {"model": "logistic", "l2": l2, "n": int(y.size), "n_correct": int(y.sum())}
+    return FittedStatistic(
+        features=feats,
+        weights=tuple(float(v) for v in w[1:]),
+        intercept=float(w[0]),
+        center=tuple(float(v) for v in center),
+        scale=tuple(float(v) for v in scale),
+        vocab_size=vocab_size,
+        temperature=temperature,
+        form=form,
+        alternatives=alternatives,
+        ranges=dict(ranges or {}),
+        info={**meta, **dict(info or {})},
+    )

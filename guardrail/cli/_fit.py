@@ -1,0 +1,217 @@
+"""``liftguard fit``: fit a streaming statistic on part of a model's labelled traces,
+calibrate ``tau`` on the disjoint rest, and write the certificate."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._common import CommandError, fraction, integer, no_traces, output_file, positive, probability
+from ._progress import Progress
+
+__all__ = ["DEFAULT_FIT_RISK", "add_fit_parser", "cmd_fit"]
+
+DEFAULT_FIT_RISK = 0.8
+"""Risk target ``liftguard fit`` calibrates for unless told (that of the shipped
+certificate: at most 80% of the answers shown wrong, for models as weak as the
+bundled 135M one; pass ``--risk`` for a stronger model)."""
+
+
+def add_fit_parser(sub: Any) -> None:
+    """The ``fit`` subcommand."""
+    from .._fitted import DEFAULT_ALTERNATIVES, DEFAULT_L2
+    from .._scores import TRACE_SKELETONS
+
+    p = sub.add_parser(
+        "fit",
+        help="fit a streaming statistic on labelled traces and write a certificate",
+        description="Fit a logistic statistic over per-token features (logprob, alternatives' "
+        "margin and entropy, skeleton lifts) on one part of a model's labelled traces, "
+        "calibrate its threshold on the disjoint rest by the same risk control as "
+        "'calibrate', and write the certificate (statistic, tau, model, context, split).",
+    )
+    p.add_argument("--traces", required=True, help="JSONL trace file (labelled answers)")
+    p.add_argument("--out", required=True, type=output_file, help="certificate file to write")
+    p.add_argument(
+        "--risk",
+        type=probability,
+        default=DEFAULT_FIT_RISK,
+        help=f"target selective risk (default {DEFAULT_FIT_RISK})",
+    )
+    p.add_argument("--delta", type=probability, default=0.05)
+    p.add_argument(
+        "--group",
+        default="lift",
+        choices=("api", "local", "lift"),
+        help="features by what the stream supplies: api (logprobs + alternatives), local "
+        "(+ exact entropies), lift (+ the skeleton's log-probability; default)",
+    )
+    p.add_argument(
+        "--form",
+        default="answer",
+        choices=("answer", "monotone"),
+        help="answer: any features, exact early verdicts from bounds (default); monotone: "
+        "only features that move one way, blocks as soon as the score falls below tau",
+    )
+    p.add_argument("--skeleton", default="prompt-free", choices=TRACE_SKELETONS,
+                   help="skeleton of the lift features (default prompt-free)")  # fmt: skip
+    p.add_argument(
+        "--fit-fraction",
+        type=fraction,
+        default=0.5,
+        help="share of the traces the statistic is fitted on; tau is calibrated on the rest",
+    )
+    p.add_argument("--seed", type=integer(0), default=0, help="seed of the fit/calibration split")
+    p.add_argument("--l2", type=positive, default=DEFAULT_L2, help="L2 penalty of the fit")
+    p.add_argument(
+        "--alternatives",
+        type=integer(1),
+        default=DEFAULT_ALTERNATIVES,
+        help=f"alternatives per token the features read (default {DEFAULT_ALTERNATIVES})",
+    )
+    p.add_argument(
+        "--range-quantile",
+        type=float,
+        default=0.01,
+        help="clamp each per-token feature to these quantiles of the fitting tokens",
+    )
+    p.add_argument("--on-length", default="answer", choices=("answer", "block"))
+    p.add_argument("--context", metavar="FILE", default=None, help="generation context JSON")
+    p.add_argument("--max-tokens", type=integer(1), default=None,
+                   help="token limit of the answers (default: the context's, else the longest "
+                   "answer in the traces)")  # fmt: skip
+    p.add_argument("--model-id", default=None)
+    p.add_argument("--api-model", default=None)
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_fit)
+
+
+def _ids_sha256(ids: list[str]) -> str:
+    return hashlib.sha256("\n".join(sorted(ids)).encode("utf-8")).hexdigest()
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from .._certificate import Certificate, ModelIdentity
+    from .._errors import InsufficientDataError
+    from .._evaluate import auroc
+    from .._fitted_monitor import calibrate_fitted, replay_fitted, stop_at
+    from .._fitting import answer_features, fit_statistic, token_ranges
+    from .._policy import StreamPolicy
+    from .._traces import read_traces
+    from ._certify import _sha256, read_context, skeleton_spec
+
+    if not 0.0 <= args.range_quantile < 0.5:
+        raise CommandError("--range-quantile must lie in [0, 0.5)", status=2)
+    context = read_context(args.context)
+    traces = read_traces(args.traces)
+    if not traces:
+        raise no_traces(args.traces)
+    vocab = traces[0].vocab_size
+    if any(t.vocab_size != vocab or t.model != traces[0].model for t in traces):
+        raise CommandError(f"{args.traces}: a certificate is for one model; the traces mix models")
+    limit, limit_note = context.max_tokens or args.max_tokens, ""
+    if limit is None:
+        limit = max(t.n_tokens for t in traces)
+        limit_note = f"token limit {limit}: the longest answer in the traces (pass --max-tokens)"
+    context = replace(context, max_tokens=limit)
+    n = len(traces)
+    perm = np.random.default_rng(args.seed).permutation(n)
+    n_fit = round(n * args.fit_fraction)
+    if n_fit < 20 or n - n_fit < 20:
+        raise CommandError(f"{n} traces split {n_fit}/{n - n_fit}: both parts need >= 20")
+    fit_idx, cal_idx = np.sort(perm[:n_fit]), np.sort(perm[n_fit:])
+    fit_tr, cal_tr = [traces[i] for i in fit_idx], [traces[i] for i in cal_idx]
+    spec = skeleton_spec(args.skeleton, vocab)
+    skel: Any = "prompt-free" if args.skeleton == "prompt-free" else spec.build()
+    from .._fitted import preset_features
+
+    feats = preset_features(args.group, args.form)
+    bases = [f.base for f in feats if f.base != "length"]
+    progress = Progress("liftguard fit: features")
+    kw: dict[str, Any] = {"skeleton": skel, "alternatives": args.alternatives}
+    ranges = token_ranges(fit_tr, bases, quantile=args.range_quantile, **kw)
+    x = answer_features(fit_tr, feats, ranges=ranges, **kw)
+    info = {"traces": Path(args.traces).name, "skeleton": args.skeleton}
+    stat = fit_statistic(
+        x, [bool(t.correct) for t in fit_tr], feats, vocab_size=vocab, form=args.form,
+        l2=args.l2, ranges=ranges, alternatives=args.alternatives, info=info,
+    )  # fmt: skip
+    policy = StreamPolicy(on_length=args.on_length)
+    progress.step("liftguard fit: calibration")
+    progress(0, len(cal_tr))
+    try:
+        cal, crit = calibrate_fitted(
+            stat, cal_tr, policy=policy, risk=args.risk, delta=args.delta,
+            skeleton=skel, max_tokens=limit, seed=args.seed,
+        )  # fmt: skip
+    except InsufficientDataError as exc:
+        progress.close()
+        raise CommandError(
+            f"calibration on the {len(cal_tr)} held-out traces refused: {exc}"
+        ) from exc
+    progress.close()
+    correct = np.array([bool(t.correct) for t in cal_tr])
+    reads = [stop_at(replay_fitted(stat, t, skeleton=skel, max_tokens=limit), policy, cal.tau)
+             / t.n_tokens for t in cal_tr if t.n_tokens]  # fmt: skip
+    split = {
+        "method": "numpy default_rng(seed).permutation; the first round(n * fit_fraction) "
+        "traces fit the statistic, the rest calibrate tau",
+        "seed": args.seed, "fit_fraction": args.fit_fraction, "n_fit": len(fit_tr),
+        "n_calibration": len(cal_tr),
+        "fit_ids_sha256": _ids_sha256([t.id for t in fit_tr]),
+        "calibration_ids_sha256": _ids_sha256([t.id for t in cal_tr]),
+    }  # fmt: skip
+    extra = {"split": split, "calibration_auroc": auroc(crit, correct),
+             "tokens_read_fraction": float(np.mean(reads)) if reads else 1.0}  # fmt: skip
+    cal = replace(cal, extra=extra)
+    provenance: dict[str, Any] = {
+        "traces": Path(args.traces).name,
+        "traces_sha256": _sha256(args.traces),
+        "command": getattr(args, "command_line", ""),
+        "fit": split,
+    }
+    if limit_note:
+        provenance["note"] = limit_note
+    model = ModelIdentity(args.model_id or traces[0].model, api_model=args.api_model,
+                          vocab_size=vocab)  # fmt: skip
+    cert = Certificate(policy=policy, tau=cal.tau, skeleton=spec, model=model, context=context,
+                       calibration=cal, provenance=provenance, statistic=stat)  # fmt: skip
+    cert.save(args.out)
+    summary = {
+        "out": args.out, "group": stat.group, "form": stat.form, "features": len(feats),
+        "n_fit": len(fit_tr), "n_calibration": len(cal_tr), "risk": args.risk,
+        "delta": args.delta, "tau": cal.tau, "tau_probability": _sigmoid(cal.tau),
+        "coverage": cal.coverage, "empirical_risk": cal.empirical_risk,
+        "risk_upper": cal.risk_upper, **extra, "max_tokens": limit,
+    }  # fmt: skip
+    if args.json:
+        print(json.dumps(summary, indent=2, sort_keys=True))
+        return 0
+    print(
+        f"liftguard fit: {args.traces}  model {model.model_id}\n"
+        f"  statistic        logistic over {len(feats)} features (group {stat.group}, form "
+        f"{stat.form}, {stat.alternatives} alternatives), fitted on {len(fit_tr)} traces\n"
+        f"  calibration      {len(cal_tr)} other traces: target risk {args.risk:g}, delta "
+        f"{args.delta:g}, AUROC {extra['calibration_auroc']:.3f}\n"
+        f"  tau              {cal.tau:.4f} log-odds (fitted probability {_sigmoid(cal.tau):.3f})"
+        f"\n  coverage (cal)   {cal.coverage:.1%}   empirical risk {cal.empirical_risk:.3f}   "
+        f"Clopper-Pearson upper {cal.risk_upper:.3f}\n"
+        f"  tokens read      {extra['tokens_read_fraction']:.0%} before the verdict (mean, "
+        f"calibration answers; token limit {limit})\n"
+        f"  guarantee        {cal.guarantee}\n"
+        f"wrote the certificate {args.out}"
+    )
+    if limit_note:
+        print(f"liftguard fit: note: {limit_note}")
+    return 0
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x > -700 else 0.0

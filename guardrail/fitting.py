@@ -1,0 +1,53 @@
+"""Fitted certificates: per-token features a stream carries, their running aggregates
+(each beside its batch twin), the fitted statistic and its exact streaming replay.
+
+``liftguard fit`` is the command-line front end; a fitted statistic is stored in a
+:class:`~guardrail.Certificate` and deployed through ``certificate.monitor()`` like any
+other rule.
+"""
+
+from __future__ import annotations
+
+from ._aggregates import Feature, RunningAggregates, aggregate_path
+from ._features import TokenFeaturizer
+from ._features_batch import base_features_batch
+from ._fitted import (
+    DEFAULT_ALTERNATIVES,
+    DEFAULT_L2,
+    FEATURE_PRESETS,
+    FittedStatistic,
+    preset_features,
+)
+from ._fitted_monitor import (
+    FittedMonitor,
+    FittedPath,
+    calibrate_fitted,
+    critical_score,
+    replay_fitted,
+    stop_at,
+)
+from ._fitted_state import FittedState
+from ._fitting import answer_features, fit_statistic, token_ranges
+
+__all__ = [
+    "DEFAULT_ALTERNATIVES",
+    "DEFAULT_L2",
+    "FEATURE_PRESETS",
+    "Feature",
+    "FittedMonitor",
+    "FittedPath",
+    "FittedState",
+    "FittedStatistic",
+    "RunningAggregates",
+    "TokenFeaturizer",
+    "aggregate_path",
+    "answer_features",
+    "base_features_batch",
+    "calibrate_fitted",
+    "critical_score",
+    "fit_statistic",
+    "preset_features",
+    "replay_fitted",
+    "stop_at",
+    "token_ranges",
+]

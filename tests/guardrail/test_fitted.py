@@ -1,0 +1,380 @@
+"""The fitted statistic: fitting, its JSON form inside a Certificate, and the streaming
+monitor against the replay calibration uses, token by token at many thresholds."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from guardrail import (
+    Cause,
+    Certificate,
+    ConfigError,
+    GenerationContext,
+    GuardedText,
+    MissingLogprobsError,
+    ModelIdentity,
+    SkeletonSpec,
+    State,
+    StreamPolicy,
+    TokenEvent,
+    Trace,
+    UniformSkeleton,
+    read_traces,
+)
+from guardrail._aggregates import Feature
+from guardrail._fitted import FEATURE_PRESETS, FittedStatistic, preset_features
+from guardrail._fitted_monitor import (
+    FittedMonitor,
+    calibrate_fitted,
+    critical_score,
+    replay_fitted,
+    stop_at,
+)
+from guardrail._fitted_state import FittedState, RecordedSkeleton, trace_events
+from guardrail._fitting import answer_features, fit_statistic, token_ranges
+from guardrail._stream_monitor import StreamMonitor
+from guardrail.evaluate import ltt_threshold
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+SAMPLES = ("traces_smollm2_sample.jsonl", "traces_gemma3_sample.jsonl")
+
+
+@cache
+def _traces(sample: str) -> tuple[Trace, ...]:
+    return tuple(read_traces(FIXTURES / sample))
+
+
+@cache
+def _fitted(sample: str, group: str = "lift", form: str = "answer") -> FittedStatistic:
+    traces = _traces(sample)
+    feats = preset_features(group, form)  # type: ignore[arg-type]
+    bases = [f.base for f in feats if f.base != "length"]
+    ranges = token_ranges(traces, bases, skeleton="prompt-free")
+    x = answer_features(traces, feats, skeleton="prompt-free", ranges=ranges)
+    correct = [bool(t.correct) for t in traces]
+    return fit_statistic(x, correct, feats, vocab_size=traces[0].vocab_size, form=form,  # type: ignore[arg-type]
+                         ranges=ranges, l2=1.0)  # fmt: skip
+
+
+def _certificate(stat: FittedStatistic, tau: float = 0.0, **context: Any) -> Certificate:
+    return Certificate(
+        StreamPolicy(on_length="answer"), tau, SkeletonSpec("prompt_free"),
+        ModelIdentity("m", vocab_size=stat.vocab_size), GenerationContext(**context),
+        statistic=stat,
+    )  # fmt: skip
+
+
+# --- fitting and the JSON form ---------------------------------------------------------------
+
+
+def test_fit_recovers_the_direction_of_a_signal_and_standardises() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 3)) * [1.0, 5.0, 1.0] + [0.0, 3.0, 0.0]
+    x[:, 2] = 1.0  # constant: weight 0, scale 1
+    y = rng.random(400) < 1 / (1 + np.exp(-(2.0 * x[:, 0] - 0.5 * (x[:, 1] - 3.0) / 5.0)))
+    feats = [Feature("logprob", "mean"), Feature("entropy", "mean"), Feature("logprob", "first")]
+    stat = fit_statistic(x, y, feats, vocab_size=100, l2=1.0)
+    assert stat.weights[0] > 1.0 and stat.weights[1] < 0 and stat.weights[2] == 0.0
+    assert stat.scale[2] == 1.0 and stat.center[1] == pytest.approx(x[:, 1].mean())
+    b0, c = stat.coefficients()
+    np.testing.assert_allclose(stat.score(x), b0 + x @ np.asarray(c), atol=1e-9)
+    with pytest.raises(ConfigError, match="both kinds"):
+        fit_statistic(x, np.zeros(400, dtype=bool), feats, vocab_size=100)
+    with pytest.raises(ConfigError, match="one row per answer"):
+        fit_statistic(x[:, :2], y, feats, vocab_size=100)
+
+
+def test_the_monotone_form_signs_every_weight_so_the_score_only_falls() -> None:
+    stat = _fitted(SAMPLES[0], "lift", "monotone")
+    assert stat.form == "monotone"
+    for f, w in zip(stat.features, stat.weights, strict=True):
+        d = 1 if f.base == "length" else f.direction(*stat.range_of(f.base))
+        assert d is not None and d * w <= 0
+    bad = replace(stat, tables=None)  # re-validated
+    weights = list(bad.weights)
+    i = next(i for i, f in enumerate(stat.features) if f.aggregate == "min")
+    weights[i] = -1.0
+    with pytest.raises(ConfigError, match="can rise as tokens arrive"):
+        replace(stat, weights=tuple(weights))
+    for t in _traces(SAMPLES[0])[:15]:  # the upper bound is the score itself
+        state = FittedState(stat, 24)
+        reader_path = replay_fitted(stat, t, skeleton="prompt-free", max_tokens=24)
+        np.testing.assert_array_equal(reader_path.uppers, reader_path.scores)
+        assert (np.diff(reader_path.scores) <= 1e-12).all()
+        del state
+
+
+def test_statistic_json_round_trips_inside_a_certificate(tmp_path: Path) -> None:
+    stat = _fitted(SAMPLES[1], "lift")
+    cert = _certificate(stat, 0.25, max_tokens=24)
+    path = tmp_path / "cert.json"
+    cert.save(path)
+    again = Certificate.load(path)
+    assert again == cert and again.statistic == stat
+    data = json.loads(path.read_text())
+    assert data["statistic"]["group"] == "lift" and data["statistic"]["kind"] == "logistic"
+    assert data["statistic"]["features"] == list(FEATURE_PRESETS["lift"])
+    # a lift certificate's JSON has no statistic key at all
+    plain = Certificate(StreamPolicy(), 5.0, SkeletonSpec("uniform", {"vocab_size": 10}),
+                        ModelIdentity("m"))  # fmt: skip
+    assert "statistic" not in plain.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"weights": [1.0]}, "statistic.weights: expected"),
+        ({"features": ["logprob.median"]}, "unknown aggregate"),
+        ({"scale": None}, "statistic.scale"),
+        ({"kind": "tree"}, "statistic.kind"),
+        ({"group": "api"}, "statistic.group"),
+        ({"ranges": {"nope": [0, 1]}}, "statistic.ranges"),
+        ({"ranges": {"logprob": [-30.0, 0.0]}}, "statistic.ranges.logprob"),
+        ({"alternatives": 0}, "statistic.alternatives"),
+        ({"extra": 1}, "unknown field"),
+        ({"intercept": math.inf}, "statistic.intercept"),
+    ],
+)
+def test_invalid_statistics_are_config_errors_naming_the_field(
+    change: dict[str, Any], match: str
+) -> None:
+    data = {**_certificate(_fitted(SAMPLES[0])).to_dict()}
+    data["statistic"] = {**data["statistic"], **change}
+    with pytest.raises(ConfigError, match=match):
+        Certificate.from_dict(data)
+
+
+def test_certificate_checks_tau_and_vocabulary_for_a_statistic() -> None:
+    stat = _fitted(SAMPLES[0])
+    assert _certificate(stat, -7.5).tau == -7.5  # log-odds: any finite number
+    with pytest.raises(ConfigError, match="tau: must be a finite number"):
+        _certificate(stat, math.nan)
+    model = ModelIdentity("m", vocab_size=7)
+    with pytest.raises(ConfigError, match=r"statistic\.vocab_size"):
+        Certificate(StreamPolicy(), 0.0, SkeletonSpec("prompt_free"), model, statistic=stat)
+
+
+# --- the monitor against the replay ----------------------------------------------------------
+
+
+def _taus(crit: list[float], paths: list[Any]) -> list[float]:
+    finals = [float(p.scores[-1]) for p in paths if p.scores.size]
+    finite = sorted({c for c in [*crit, *finals] if math.isfinite(c)})
+    some = finite[::6]  # every answer's critical score; around it for a sixth
+    out = [-50.0, 50.0, *finite]
+    out += [math.nextafter(c, math.inf) for c in some] + [math.nextafter(c, -math.inf)
+                                                          for c in some]  # fmt: skip
+    out += np.linspace(min(finite) - 1, max(finite) + 1, 9).tolist()
+    return out
+
+
+def _expected(path: Any, policy: StreamPolicy, tau: float) -> tuple[State, int]:
+    """The verdict replay implies: (state after a clean finish, tokens read)."""
+    n = path.scores.size
+    start = policy.min_tokens - 1
+    if policy.early:
+        for t in range(start, n):
+            if path.uppers[t] < tau:
+                return State.BLOCKED, t + 1
+            if path.lowers[t] >= tau:
+                return State.CERTIFIED, t + 1
+    if n == 0 or policy.final_rule == "block":
+        return State.BLOCKED, n
+    return (State.CERTIFIED if path.scores[-1] >= tau else State.BLOCKED), n
+
+
+POLICIES = [
+    StreamPolicy(on_length="answer"),
+    StreamPolicy(on_length="answer", min_tokens=3),
+    StreamPolicy(on_length="answer", early=False),
+    StreamPolicy(on_length="answer", final_rule="block"),
+]
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+@pytest.mark.parametrize(("group", "form"), [("lift", "answer"), ("api", "answer"),
+                                             ("lift", "monotone")])  # fmt: skip
+@pytest.mark.parametrize("limit", [None, 24, 3])
+def test_monitor_equals_replay_token_by_token_at_many_thresholds(
+    sample: str, group: str, form: str, limit: int | None
+) -> None:
+    stat = _fitted(sample, group, form)
+    traces = _traces(sample)
+    paths = [replay_fitted(stat, t, skeleton="prompt-free", max_tokens=limit) for t in traces]
+    events = [trace_events(t) for t in traces]
+    early_seen = 0
+    for policy in POLICIES:
+        crit = [critical_score(p, policy) for p in paths]
+        for tau in _taus(crit, paths):
+            for t, evs, path, c in zip(traces, events, paths, crit, strict=True):
+                mon = FittedMonitor(stat, policy, tau, max_tokens=limit,
+                                    skeleton=RecordedSkeleton(t.prompt_free_logprobs))  # fmt: skip
+                state, read = _expected(path, policy, tau)
+                decided_at = None
+                for i, ev in enumerate(evs):
+                    v = mon.update(ev)
+                    if decided_at is None:
+                        assert v.mean == path.scores[i]  # the same arithmetic, bit for bit
+                        if v.final:
+                            decided_at = i + 1
+                final = mon.finish("stop")
+                assert final.state is state
+                assert (decided_at or t.n_tokens) == read
+                assert (final.state is State.CERTIFIED) == (c >= tau)
+                if policy.early:
+                    assert read == (stop_at(path, policy, tau) if t.n_tokens else 0)
+                early_seen += decided_at is not None and decided_at < t.n_tokens
+    if limit == 3 or form == "monotone":
+        assert early_seen > 0
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_within_the_limit_the_bounds_hold_and_early_verdicts_change_nothing(sample: str) -> None:
+    stat = _fitted(sample)
+    policy = StreamPolicy(on_length="answer")
+    for t in _traces(sample):
+        if not t.n_tokens:
+            continue
+        path = replay_fitted(stat, t, skeleton="prompt-free", max_tokens=t.n_tokens + 3)
+        final = path.scores[-1]
+        assert (path.lowers <= final + 1e-12).all() and (path.uppers >= final - 1e-12).all()
+        assert critical_score(path, policy) == final
+
+
+def test_answers_are_scored_as_the_batch_twins_score_them() -> None:
+    stat = _fitted(SAMPLES[0])
+    traces = _traces(SAMPLES[0])
+    x = answer_features(traces, stat.features, skeleton="prompt-free", ranges=stat.ranges)
+    batch = stat.score(x)
+    for t, want in zip(traces, batch, strict=True):
+        path = replay_fitted(stat, t, skeleton="prompt-free", max_tokens=24)
+        if t.n_tokens:
+            assert path.scores[-1] == pytest.approx(want, abs=1e-9)
+
+
+# --- the monitor as adapters use it ----------------------------------------------------------
+
+
+def test_certificate_monitor_gives_a_fitted_monitor_or_refuses_at_construction() -> None:
+    cert = _certificate(_fitted(SAMPLES[0]), max_tokens=24)
+    with pytest.raises(ConfigError, match="PromptFreeSkeleton"):
+        cert.monitor()
+    t = _traces(SAMPLES[0])[0]
+    mon = cert.monitor(skeleton=RecordedSkeleton(t.prompt_free_logprobs))
+    assert isinstance(mon, FittedMonitor) and isinstance(mon, StreamMonitor)
+    assert mon.policy == cert.policy and mon.tau == cert.tau and mon.t == 0
+    api = _certificate(_fitted(SAMPLES[0], "api"))
+    assert isinstance(api.monitor(), FittedMonitor)  # needs no skeleton
+    local = _certificate(_fitted(SAMPLES[0], "local"))
+    with pytest.raises(ConfigError, match="exact entropies"):
+        local.monitor()
+    mon = local.monitor(exact_entropy=True)
+    ev = trace_events(t)[0]
+    assert mon.update(ev).cause is Cause.MISSING_LOGPROBS  # no entropy given: blocked
+    mon = local.monitor(exact_entropy=True)
+    assert mon.update(ev, entropy=float(t.entropy[0])).cause is not Cause.MISSING_LOGPROBS
+
+
+def test_missing_inputs_follow_the_policy_and_streams_end_like_certificate_monitors() -> None:
+    stat = _fitted(SAMPLES[1], "api")
+    no_top = TokenEvent("x", -0.5)
+    good = trace_events(_traces(SAMPLES[1])[0])[0]
+    mon = FittedMonitor(stat, StreamPolicy(), 0.0)
+    v = mon.update(no_top)
+    assert v.state is State.BLOCKED and v.cause is Cause.MISSING_LOGPROBS
+    assert "top_logprobs" in v.reason
+    mon = FittedMonitor(stat, StreamPolicy(on_missing_logprobs="pass"), 0.0)
+    assert mon.update(no_top).state is State.CONTINUE and mon.t == 0
+    with pytest.raises(MissingLogprobsError):
+        FittedMonitor(stat, StreamPolicy(), 0.0, on_missing_logprobs="error").update(no_top)
+    mon = FittedMonitor(stat, StreamPolicy(), -50.0, max_tokens=None)
+    mon.update(replace(good, index=None))
+    assert mon.finish("length").cause is Cause.LENGTH  # on_length='block' by default
+    mon = FittedMonitor(stat, StreamPolicy(), -50.0, max_tokens=None)
+    mon.update(replace(good, index=None))
+    assert mon.finish(None).cause is Cause.TRUNCATED
+    empty = FittedMonitor(stat, StreamPolicy(), 0.0)
+    assert empty.finish().cause is Cause.EMPTY_ANSWER
+    mon = FittedMonitor(stat, StreamPolicy(), 0.0)
+    assert mon.abort(Cause.REFUSAL, "refused").cause is Cause.REFUSAL
+    with pytest.raises(ConfigError, match="blocking Cause"):
+        mon.abort(Cause.CERTIFIED, "x")
+    with pytest.raises(ConfigError, match="finite number"):
+        FittedMonitor(stat, StreamPolicy(), math.inf)
+    mon = FittedMonitor(stat, StreamPolicy(), 0.0)
+    with pytest.raises(Exception, match="out of order"):
+        mon.update(replace(good, index=3))
+
+
+def test_guarded_text_and_the_stream_step_accept_a_fitted_monitor() -> None:
+    from adapters._stream import GuardStep
+
+    t = next(t for t in _traces(SAMPLES[1]) if t.correct)
+    stat = _fitted(SAMPLES[1], "api")
+    events = trace_events(t)
+    text = GuardedText(FittedMonitor(stat, StreamPolicy(on_length="answer"), -50.0), "buffered")
+    assert text.mode == "buffered"
+
+    def parse(item: TokenEvent) -> tuple[list[TokenEvent], str, str | None, bool]:
+        return [item], item.text, ("stop" if item.index == t.n_tokens - 1 else None), False
+
+    step = GuardStep(FittedMonitor(stat, StreamPolicy(on_length="answer"), -50.0), "buffered",
+                     "raise", parse)  # type: ignore[arg-type]  # fmt: skip
+    shown = "".join(step.feed(e) for e in events) + step.end()
+    assert shown == "".join(t.token_texts) and step.blocked is None
+
+
+def test_calibrate_fitted_is_ltt_on_the_critical_scores() -> None:
+    stat = _fitted(SAMPLES[1])
+    traces = _traces(SAMPLES[1])
+    policy = StreamPolicy(on_length="answer")
+    cal, crit = calibrate_fitted(stat, traces, policy=policy, risk=0.9, delta=0.2,
+                                 skeleton="prompt-free", max_tokens=24)  # fmt: skip
+    errors = ~np.array([bool(t.correct) for t in traces])
+    assert cal.tau == ltt_threshold(crit, errors, 0.9, 0.2).tau
+    assert cal.score == "fitted[lift, answer]" and cal.policy == policy.to_dict()
+    assert "calibration draw" in cal.guarantee
+
+
+def test_other_skeletons_are_evaluated_on_the_events() -> None:
+    """A lift against a core skeleton (uniform) streams through the skeleton object."""
+    traces = _traces(SAMPLES[0])
+    skel = UniformSkeleton(traces[0].vocab_size)
+    feats = (Feature("lift", "mean"), Feature("lift", "min"), Feature("length", "count"))
+    x = answer_features(traces, feats, skeleton=skel)
+    stat = fit_statistic(x, [bool(t.correct) for t in traces], feats,
+                         vocab_size=traces[0].vocab_size)  # fmt: skip
+    for t in traces[:5]:
+        path = replay_fitted(stat, t, skeleton=skel, max_tokens=24)
+        if t.n_tokens:
+            assert path.scores[-1] == pytest.approx(stat.score(answer_features([t], feats,
+                                                    skeleton=skel))[0], abs=1e-9)  # fmt: skip
+    with pytest.raises(ConfigError, match="prompt-free"):
+        replay_fitted(stat, traces[0], skeleton="uniform")
+
+
+def test_adapters_see_a_skeleton_that_asks_for_the_alternatives() -> None:
+    """Adapters parse the alternatives by ``skeleton_needs(monitor.skeleton)``: a monitor
+    that reads them says so, whatever its prompt-free skeleton needs itself."""
+    from guardrail import skeleton_needs
+
+    class IdSkeleton(RecordedSkeleton):
+        needs_top_logprobs = False
+        needs_token_ids = True
+
+    t = _traces(SAMPLES[0])[0]
+    skel = IdSkeleton(t.prompt_free_logprobs)
+    mon = _certificate(_fitted(SAMPLES[0]), max_tokens=24).monitor(skeleton=skel)
+    assert skeleton_needs(mon.skeleton) == (True, True)
+    assert mon.skeleton is not None and mon.skeleton.log_prob(trace_events(t)[0]) == skel.log_prob(
+        trace_events(t)[0]
+    )
+    assert _certificate(_fitted(SAMPLES[0], "api")).monitor().skeleton is None

@@ -1,0 +1,136 @@
+"""``liftguard fit`` and ``liftguard eval --certificate``: the interface the acceptance
+check uses, on the committed fixture samples."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from guardrail import BASELINES, Certificate
+from guardrail._fitted_monitor import FittedMonitor
+from guardrail._fitted_state import RecordedSkeleton
+from guardrail.cli import main
+from guardrail.cli._progress import Progress
+
+FIXTURES = Path(__file__).parent / "fixtures"
+GEMMA = str(FIXTURES / "traces_gemma3_sample.jsonl")
+SMOLLM2 = str(FIXTURES / "traces_smollm2_sample.jsonl")
+KEYS = {"auroc", "coverage_mean", "risk_violation_rate", "refused", "tokens_read_fraction",
+        "tokens_read_median"}  # fmt: skip
+
+
+def _fit(tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> Path:
+    out = tmp_path / "cert.json"
+    args = ["fit", "--traces", GEMMA, "--out", str(out), "--risk", "0.95", "--delta", "0.2"]
+    assert main([*args, *extra]) == 0
+    capsys.readouterr()
+    return out
+
+
+def test_fit_writes_a_certificate_with_a_disjoint_split(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cert.json"
+    code = main(["fit", "--traces", GEMMA, "--out", str(out), "--risk", "0.95", "--delta",
+                 "0.2", "--max-tokens", "24"])  # fmt: skip
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "wrote the certificate" in printed and "log-odds" in printed
+    cert = Certificate.load(out)
+    assert cert.statistic is not None and cert.statistic.group == "lift"
+    assert cert.calibrated and cert.calibration is not None
+    assert cert.calibration.score == "fitted[lift, answer]"
+    assert cert.context.max_tokens == 24 and cert.skeleton.kind == "prompt_free"
+    fit = cert.provenance["fit"]
+    assert fit["n_fit"] == 20 and fit["n_calibration"] == 20 and fit["seed"] == 0
+    assert fit["fit_ids_sha256"] != fit["calibration_ids_sha256"]
+    assert cert.calibration.extra["split"] == fit
+    assert "liftguard fit" in cert.provenance["command"]
+    assert cert.provenance["traces_sha256"]
+    mon = cert.monitor(skeleton=RecordedSkeleton([-1.0] * 30))
+    assert isinstance(mon, FittedMonitor)
+
+
+def test_fit_json_summary_and_the_token_limit_from_the_traces(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "c.json"
+    args = ["fit", "--traces", SMOLLM2, "--out", str(out), "--risk", "0.95", "--delta", "0.2"]
+    assert main([*args, "--group", "api", "--form", "monotone", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["group"] == "api" and summary["form"] == "monotone"
+    assert summary["max_tokens"] == 24 and summary["n_fit"] == 20
+    cert = Certificate.load(out)
+    assert "longest answer" in cert.provenance["note"]
+
+
+def test_fit_refuses_with_one_line_when_calibration_cannot_pass(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "c.json"
+    code = main(["fit", "--traces", GEMMA, "--out", str(out), "--risk", "0.05"])
+    err = capsys.readouterr().err
+    assert code == 1 and not out.exists()
+    assert err.startswith("liftguard fit: error: calibration on the 20 held-out traces refused")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_eval_with_a_certificate_reports_every_baseline_and_the_certificate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cert = _fit(tmp_path, capsys)
+    args = ["eval", "--traces", GEMMA, "--certificate", str(cert), "--risk", "0.95",
+            "--delta", "0.2", "--splits", "5", "--seed", "7", "--json"]  # fmt: skip
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert set(report["methods"]) == {"lift", "lift_paper", *BASELINES, "certificate"}
+    for r in report["methods"].values():
+        assert r.keys() >= KEYS
+    assert report["certificate"]["group"] == "lift"
+    assert "not held out" in captured.err  # the traces the certificate was made on
+    assert "liftguard eval: replaying" not in captured.err  # no progress off a terminal
+    # --top-k 5: the certificate reads 5 alternatives, so it scores the same
+    assert main([*args, "--top-k", "5"]) == 0
+    top5 = json.loads(capsys.readouterr().out)
+    assert top5["top_k"] == 5
+    assert top5["methods"]["certificate"] == report["methods"]["certificate"]
+
+
+def test_eval_certificate_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lift = tmp_path / "lift.json"
+    args = ["calibrate", "--traces", GEMMA, "--risk", "0.95", "--delta", "0.2", "--out",
+            str(lift)]  # fmt: skip
+    assert main(args) == 0
+    capsys.readouterr()
+    code = main(["eval", "--traces", GEMMA, "--certificate", str(lift), "--risk", "0.9"])
+    assert code == 1 and "has no fitted statistic" in capsys.readouterr().err
+    cert = _fit(tmp_path, capsys, "--model-id", "my-gemma")
+    code = main(["eval", "--traces", SMOLLM2, "--certificate", str(cert), "--risk", "0.95",
+                 "--delta", "0.2", "--splits", "2"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1 and "certificates are per model" in err and len(err.splitlines()) == 1
+    code = main(["eval", "--traces", GEMMA, "--certificate", str(cert), "--risk", "0.95",
+                 "--delta", "0.2", "--splits", "2"])  # fmt: skip
+    assert code == 0
+    assert "the certificate is for model 'my-gemma'" in capsys.readouterr().err
+
+
+def test_progress_draws_only_on_a_terminal() -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    quiet = io.StringIO()
+    p = Progress("work", quiet)
+    p(1, 2)
+    p.close()
+    assert quiet.getvalue() == "" and not p.enabled
+    tty = Tty()
+    p = Progress("work", tty)
+    p(2, 2)
+    p.close()
+    assert "work 2/2" in tty.getvalue() and tty.getvalue().endswith("\r")
