@@ -19,7 +19,7 @@ import shlex
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ._common import (
     CommandError,
@@ -246,6 +246,12 @@ def _build_parser() -> argparse.ArgumentParser:
     from ._traces_cmd import add_traces_parser
 
     add_traces_parser(sub)
+
+    from ._label import add_label_parser
+    from ._serve import add_serve_parser
+
+    add_label_parser(_subcommands(sub.choices["traces"]))
+    add_serve_parser(sub)
     return parser
 
 
@@ -275,6 +281,14 @@ def _one_line(exc: BaseException) -> str:
     else:
         text = str(exc) or type(exc).__name__
     return " ".join(text.split())
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> Any:
+    """The subparsers action of ``parser`` (to add a subcommand to an existing group)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action
+    raise LookupError(f"{parser.prog} has no subcommands")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

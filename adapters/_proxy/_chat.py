@@ -1,0 +1,308 @@
+"""``POST /v1/chat/completions``: prepare the upstream request, guard the answer.
+
+The upstream is always asked for a stream (``stream=True``, ``logprobs=True``,
+the alternatives the certificate needs), with the certificate's generation
+context filled in where the client left a setting unset. A streamed request is
+answered as server-sent events (see :mod:`._guarded` for what is sent when); a
+non-streamed one is decided on the whole answer and answered with one
+``chat.completion`` object (HTTP 422 if blocked, 502/504 if the upstream failed).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+import warnings
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from starlette.responses import JSONResponse, Response
+
+from guardrail import ContextMismatchWarning
+
+from .._context import apply_context
+from .._openai import logprobs_refused, refuses_logprobs
+from ._guarded import RequestInfo, _index
+from ._recording import AnswerRecord
+from ._wire import (
+    BLOCKED_TYPE,
+    HEADER_CAUSE,
+    HEADER_CERTIFICATE,
+    HEADER_MODE,
+    HEADER_REQUEST_ID,
+    HEADER_TOKENS,
+    HEADER_VERDICT,
+    UPSTREAM_TYPE,
+    VERDICT_FIELD,
+    error_body,
+    header_value,
+)
+
+if TYPE_CHECKING:
+    from ._guarded import AnswerGuard
+
+__all__ = [
+    "Prepared",
+    "answer_record",
+    "assemble",
+    "blocked_response",
+    "error_event",
+    "error_response",
+    "prepare",
+    "refusal_chunk",
+    "upstream_status_response",
+    "verdict_headers",
+]
+
+_SETTINGS = ("model", "temperature", "top_p", "max_tokens", "max_completion_tokens", "stop",
+             "repeat_penalty", "seed")  # fmt: skip
+_FIELD = re.compile(r"^the request sets (.+?)=")
+
+
+def error_response(
+    status: int,
+    message: str,
+    type_: str = "invalid_request_error",
+    code: str | None = None,
+    *,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+    verdict: dict[str, Any] | None = None,
+) -> JSONResponse:
+    body = error_body(message, type_, code, param=param, verdict=verdict)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+@dataclass
+class Prepared:
+    info: RequestInfo
+    monitor: Any  # what ``Certificate.monitor()`` returns (a CertificateMonitor, or a fitted one)
+    body: dict[str, Any]
+
+
+def _bad(message: str, param: str | None = None) -> JSONResponse:
+    return error_response(400, message, code="invalid_request", param=param)
+
+
+def prepare(
+    body: Any,
+    *,
+    source_for: Any,
+    mode: str,
+    top_logprobs: int | None,
+) -> Prepared | JSONResponse:
+    """The guarded request for a client body, or the client's error (400/404)."""
+    if not isinstance(body, dict):
+        return _bad("the request body must be a JSON object")
+    model = body.get("model")
+    source = source_for(model)
+    if source is None:
+        return error_response(
+            404, f"no certificate for model {model!r} on this proxy", code="model_not_found",
+            param="model",
+        )  # fmt: skip
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return _bad("messages must be a non-empty list", "messages")
+    stream = body.get("stream", False)
+    want = body.get("logprobs", False)
+    for name, value in (("stream", stream), ("logprobs", want)):
+        if value is not None and not isinstance(value, bool):
+            return _bad(f"{name} must be a boolean", name)
+    if body.get("n") not in (None, 1):
+        return _bad("the guard proxy certifies one answer per request: n must be 1", "n")
+    top_k = body.get("top_logprobs")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)):
+        return _bad("top_logprobs must be an integer", "top_logprobs")
+    top_k = int(top_k or 0) if want else 0
+    certificate, label = source.current()
+    monitor = certificate.monitor()
+    needs_top = getattr(monitor.skeleton, "needs_top_logprobs", True)
+    upstream_top = top_logprobs if top_logprobs is not None else (20 if needs_top else 0)
+    upstream_top = max(upstream_top, top_k)
+    kwargs = {
+        k: v for k, v in body.items()
+        if k not in ("stream", "stream_options", "logprobs", "top_logprobs", "n")
+    }  # fmt: skip
+    if "repeat_penalty" in kwargs:  # llama.cpp's setting: apply_context reads it in extra_body
+        kwargs["extra_body"] = {"repeat_penalty": kwargs.pop("repeat_penalty")}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ContextMismatchWarning)
+        out = apply_context(certificate, kwargs)
+    mismatches = []
+    for w in caught:
+        if issubclass(w.category, ContextMismatchWarning):
+            found = _FIELD.match(str(w.message))
+            mismatches.append(found.group(1) if found else "unknown")
+    out.update(out.pop("extra_body", None) or {})
+    out.update(stream=True, logprobs=True, top_logprobs=upstream_top)
+    if stream and isinstance(body.get("stream_options"), dict):
+        out["stream_options"] = body["stream_options"]
+    info = RequestInfo(
+        request_id=f"lg-{uuid.uuid4().hex[:20]}",
+        certificate=certificate,
+        label=label,
+        mode=mode,
+        model=str(model),
+        want_logprobs=bool(want),
+        top_k=top_k,
+        upstream_top=upstream_top,
+        stream=bool(stream),
+        mismatches=mismatches,
+        messages=list(out.get("messages", messages)),
+        settings={k: out[k] for k in _SETTINGS if k in out},
+    )
+    return Prepared(info, monitor, out)
+
+
+def upstream_status_response(status: int, raw: bytes, media_type: str, model: Any) -> Response:
+    """The upstream's own error, passed through; a model that refuses logprobs gets the
+    adapters' explanation (liftguard cannot certify it), with the same status."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        data = None
+    error = data.get("error") if isinstance(data, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    exc = SimpleNamespace(status_code=status, body=error, message=str(message or ""))
+    if refuses_logprobs(exc):
+        text = str(logprobs_refused(exc, model))
+        return error_response(status, text, "liftguard_logprobs_refused", "logprobs_refused")
+    return Response(raw, status_code=status, media_type=media_type or "application/json")
+
+
+def verdict_headers(guard: AnswerGuard) -> dict[str, str]:
+    info, verdict = guard.info, guard.verdict
+    return {
+        HEADER_REQUEST_ID: info.request_id,
+        HEADER_CERTIFICATE: header_value(info.label),
+        HEADER_MODE: info.mode,
+        HEADER_VERDICT: verdict.state.value,
+        HEADER_CAUSE: verdict.cause.value,
+        HEADER_TOKENS: str(verdict.t),
+    }
+
+
+def blocked_response(guard: AnswerGuard, on_block: str, refusal: str) -> JSONResponse:
+    """A non-streamed answer that is not certified: 502/504 for an upstream failure,
+    else 422 (``on_block="error"``) or the refusal (``"refusal"``)."""
+    headers, verdict = verdict_headers(guard), guard.verdict_field()
+    if guard.error is not None and guard.error.startswith(("upstream_", "malformed")):
+        status = 504 if guard.error == "upstream_timeout" else 502
+        return error_response(
+            status, guard.verdict.reason, UPSTREAM_TYPE, guard.error, headers=headers,
+            verdict=verdict,
+        )  # fmt: skip
+    if on_block == "refusal":
+        chunk = refusal_chunk(guard, refusal)
+        return JSONResponse(assemble([chunk], guard), headers=headers)
+    cause = guard.verdict.cause.value
+    message = f"liftguard {guard.verdict.reason}"
+    return error_response(422, message, BLOCKED_TYPE, cause, headers=headers, verdict=verdict)
+
+
+def refusal_chunk(
+    guard: AnswerGuard, refusal: str, like: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The chunk that ends a blocked answer with ``refusal`` (finish ``content_filter``)."""
+    base = like or {}
+    choice = {
+        "index": 0,
+        "delta": {"role": "assistant", "content": refusal},
+        "logprobs": None,
+        "finish_reason": "content_filter",
+    }
+    return {
+        "id": base.get("id", f"chatcmpl-{guard.info.request_id}"),
+        "object": "chat.completion.chunk",
+        "created": base.get("created", int(time.time())),
+        "model": base.get("model", guard.info.model),
+        "choices": [choice],
+        VERDICT_FIELD: guard.verdict_field(),
+    }
+
+
+def assemble(chunks: list[dict[str, Any]], guard: AnswerGuard) -> dict[str, Any]:
+    """One ``chat.completion`` object from the chunks of a guarded answer."""
+    first = chunks[0] if chunks else {}
+    content: list[str] = []
+    refusal: list[str] = []
+    lp: dict[str, list[Any]] = {"content": [], "refusal": []}
+    finish, usage = None, None
+    for chunk in chunks:
+        if chunk.get("usage"):
+            usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if _index(choice) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            for key, parts in (("content", content), ("refusal", refusal)):
+                if isinstance(delta.get(key), str):
+                    parts.append(delta[key])
+            logprobs = choice.get("logprobs")
+            if isinstance(logprobs, dict):
+                for key in ("content", "refusal"):
+                    if isinstance(logprobs.get(key), list):
+                        lp[key] += logprobs[key]
+            if choice.get("finish_reason") is not None:
+                finish = choice["finish_reason"]
+    message = {
+        "role": "assistant",
+        "content": "".join(content),
+        "refusal": "".join(refusal) or None,
+    }
+    logprobs_out = None
+    if guard.info.want_logprobs:
+        logprobs_out = {"content": lp["content"], "refusal": lp["refusal"] or None}
+    out: dict[str, Any] = {
+        "id": first.get("id", f"chatcmpl-{guard.info.request_id}"),
+        "object": "chat.completion",
+        "created": first.get("created", int(time.time())),
+        "model": first.get("model", guard.info.model),
+        "choices": [
+            {"index": 0, "message": message, "logprobs": logprobs_out, "finish_reason": finish}
+        ],
+    }
+    if first.get("system_fingerprint") is not None:
+        out["system_fingerprint"] = first["system_fingerprint"]
+    if usage is not None:
+        out["usage"] = usage
+    out[VERDICT_FIELD] = guard.verdict_field()
+    return out
+
+
+def error_event(guard: AnswerGuard) -> dict[str, Any]:
+    """The in-stream error that ends an answer that is not certified."""
+    verdict = guard.verdict
+    if guard.error is not None and guard.error.startswith(("upstream_", "malformed")):
+        return error_body(verdict.reason, UPSTREAM_TYPE, guard.error, verdict=guard.verdict_field())
+    cause = verdict.cause.value
+    return error_body(
+        f"liftguard {verdict.reason}",
+        BLOCKED_TYPE,
+        cause,
+        verdict=guard.verdict_field(),
+    )
+
+
+def answer_record(guard: AnswerGuard, verdict: dict[str, Any]) -> AnswerRecord:
+    """What the recorder writes of a finished answer."""
+    info = guard.info
+    cert = info.certificate
+    vocab = cert.model.vocab_size or cert.skeleton.params.get("vocab_size")
+    return AnswerRecord(
+        request_id=info.request_id,
+        model_id=cert.model.model_id,
+        vocab_size=vocab if isinstance(vocab, int) else None,
+        top_k=info.upstream_top,
+        messages=info.messages,
+        settings=info.settings,
+        text=guard.text,
+        entries=guard.entries,
+        finish_reason=guard.finish_reason,
+        complete=guard.ended and guard.error is None and guard.finish_reason is not None,
+        verdict=verdict,
+    )

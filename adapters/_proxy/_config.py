@@ -1,0 +1,147 @@
+"""The proxy's configuration: one frozen value, validated on construction."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import urlsplit
+
+from guardrail import ConfigError
+
+from .._stream import DEFAULT_MAX_TOKEN_CHARS
+from ._certs import CertificateSource
+
+__all__ = ["DEFAULT_REFUSAL", "OnBlock", "OnMismatch", "ProxyConfig", "ProxyMode"]
+
+ProxyMode = Literal["buffered", "passthrough", "observe"]
+OnBlock = Literal["error", "refusal"]
+OnMismatch = Literal["log", "reject"]
+
+DEFAULT_REFUSAL = (
+    "I can't give a reliable answer to this question, so I won't answer it. "
+    "(The answer was withheld because it was not certified.)"
+)
+
+
+def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(f"{name} must be a finite number {bound}, got {value!r}")
+
+
+def _integer(name: str, value: int, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    """How one guard proxy runs (frozen; a bad value is a :class:`~guardrail.ConfigError`).
+
+    ``upstream``: the OpenAI-compatible base URL the proxy forwards to (as the
+    openai SDK's ``base_url``, e.g. ``http://127.0.0.1:8000/v1``).
+    ``certificate``: the rule for requests whose model has no entry in
+    ``model_certificates`` (a map from the requested ``model`` name to its rule);
+    with neither, a request is refused (HTTP 404, ``model_not_found``).
+
+    ``mode``: ``buffered`` (nothing is sent before the answer is certified),
+    ``passthrough`` (tokens flow at once; a block ends the stream) or ``observe``
+    (nothing is blocked: every verdict is logged, counted and recorded; for a
+    shadow deployment and for recording complete answers to calibrate on).
+    ``on_block``: ``error`` (the stream ends with an in-stream error event; a
+    non-streamed request gets HTTP 422) or ``refusal`` (``refusal_message`` as
+    the answer's text, with ``finish_reason`` ``"content_filter"``).
+    ``on_context_mismatch``: a request that changes a setting the certificate
+    was calibrated with is forwarded and counted (``log``) or refused with
+    HTTP 400 (``reject``).
+
+    ``upstream_timeout_s``: the longest wait for the upstream to connect or send
+    the next bytes; a stalled upstream ends the answer (never certified).
+    ``upstream_key``: sent to the upstream as ``Authorization: Bearer``; without
+    it the client's own ``Authorization`` is passed through, unless
+    ``client_key`` is set (then clients must send ``Bearer <client_key>``, and the
+    upstream gets ``upstream_key`` or no key at all).
+    ``top_logprobs``: alternatives asked of the upstream per token (``None``: 20
+    when the certificate's skeleton reads them, else 0; at least what the client
+    asks for).
+
+    ``record_dir``: write every guarded answer as a trace line there (files
+    rotated at ``record_max_bytes``; at most ``record_queue`` answers wait to be
+    written, more are dropped and counted). ``refresh_interval_s``: how often
+    store aliases are re-read (0: never; :meth:`Proxy.refresh_certificates` on
+    demand).
+    """
+
+    upstream: str
+    certificate: CertificateSource | None = None
+    model_certificates: Mapping[str, CertificateSource] = field(default_factory=dict)
+    mode: ProxyMode = "buffered"
+    on_block: OnBlock = "error"
+    refusal_message: str = DEFAULT_REFUSAL
+    on_context_mismatch: OnMismatch = "log"
+    upstream_timeout_s: float = 60.0
+    upstream_key: str | None = None
+    client_key: str | None = None
+    top_logprobs: int | None = None
+    max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS
+    max_upstream_connections: int = 1024
+    record_dir: str | None = None
+    record_max_bytes: int = 64 * 1024 * 1024
+    record_queue: int = 10_000
+    record_dataset: str = "proxy"
+    refresh_interval_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.upstream) if isinstance(self.upstream, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(f"upstream must be an http(s) URL, got {self.upstream!r}")
+        object.__setattr__(self, "upstream", self.upstream.rstrip("/"))
+        if not isinstance(self.model_certificates, Mapping):
+            raise ConfigError("model_certificates must map model names to certificate sources")
+        object.__setattr__(self, "model_certificates", dict(self.model_certificates))
+        sources = [self.certificate, *self.model_certificates.values()]
+        if all(s is None for s in sources):
+            raise ConfigError("give a certificate (or model_certificates)")
+        for name, source in self.model_certificates.items():
+            if not isinstance(name, str) or not name:
+                raise ConfigError(f"model names must be non-empty strings, got {name!r}")
+            if not isinstance(source, CertificateSource):
+                raise ConfigError(f"model_certificates[{name!r}] is not a CertificateSource")
+        if self.certificate is not None and not isinstance(self.certificate, CertificateSource):
+            raise ConfigError("certificate must be a CertificateSource (see certificate_source)")
+        for name, value, allowed in (
+            ("mode", self.mode, ("buffered", "passthrough", "observe")),
+            ("on_block", self.on_block, ("error", "refusal")),
+            ("on_context_mismatch", self.on_context_mismatch, ("log", "reject")),
+        ):
+            if value not in allowed:
+                raise ConfigError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+        if not isinstance(self.refusal_message, str) or not self.refusal_message:
+            raise ConfigError("refusal_message must be a non-empty string")
+        _positive("upstream_timeout_s", self.upstream_timeout_s)
+        _positive("refresh_interval_s", self.refresh_interval_s, allow_zero=True)
+        for key_name in ("upstream_key", "client_key"):
+            key = getattr(self, key_name)
+            if key is not None and (not isinstance(key, str) or not key.strip()):
+                raise ConfigError(f"{key_name} must be a non-empty string or None")
+        if self.top_logprobs is not None:
+            _integer("top_logprobs", self.top_logprobs, 0)
+            if self.top_logprobs > 20:
+                raise ConfigError(f"top_logprobs must be <= 20, got {self.top_logprobs}")
+        _integer("max_token_chars", self.max_token_chars, 1)
+        _integer("max_upstream_connections", self.max_upstream_connections, 1)
+        _integer("record_max_bytes", self.record_max_bytes, 1024)
+        _integer("record_queue", self.record_queue, 1)
+        if self.record_dir is not None and not isinstance(self.record_dir, str):
+            raise ConfigError(f"record_dir must be a path string, got {self.record_dir!r}")
+        if not isinstance(self.record_dataset, str) or not self.record_dataset:
+            raise ConfigError("record_dataset must be a non-empty string")
+
+    def source_for(self, model: object) -> CertificateSource | None:
+        """The certificate source of a requested model name (the default if unmapped)."""
+        if isinstance(model, str) and model in self.model_certificates:
+            return self.model_certificates[model]
+        return self.certificate

@@ -1,0 +1,237 @@
+"""One guarded answer, sans I/O: upstream chunks in, the chunks the client may see out.
+
+:class:`AnswerGuard` wraps the adapters' :class:`~adapters._stream.GuardStep`
+(every stream-ending rule lives there) and maps the text it releases back onto
+whole chunks, so that the client gets the upstream's own chunks (ids, roles,
+finish reasons) minus what it did not ask for:
+
+- ``buffered``: chunks are held until the answer is certified, then the held
+  ones and every later one flow; on a block nothing was sent.
+- ``passthrough``: chunks flow at once; the chunk whose token blocks is not sent.
+- ``observe``: every chunk flows and nothing is blocked; the verdict is only
+  reported (logs, metrics, the ``liftguard`` field, recording).
+
+The chunk that carries ``finish_reason`` (and any after it) is held until the
+upstream stream has ended, because only then is the final verdict known: it is
+sent with the verdict attached if the answer is certified, and replaced by the
+error event otherwise.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from guardrail import Cause, Certificate, State, Verdict
+
+from .._openai_events import ChunkParts, chat_chunk_parts
+from .._stream import GuardStep, Mode
+from ._wire import VERDICT_FIELD, strip_chunk, verdict_info
+
+__all__ = ["AnswerGuard", "RequestInfo"]
+
+
+@dataclass
+class RequestInfo:
+    """What one request asked for and which rule applies to it."""
+
+    request_id: str
+    certificate: Certificate
+    label: str
+    mode: str
+    model: str
+    want_logprobs: bool = False
+    top_k: int = 0
+    upstream_top: int = 0
+    stream: bool = True
+    mismatches: list[str] = field(default_factory=list)
+    messages: list[Any] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def covered(self) -> bool:
+        """The certificate's guarantee applies: calibrated, and the context kept."""
+        return self.certificate.calibrated and not self.mismatches
+
+
+class AnswerGuard:
+    """Feed upstream chunks (decoded JSON objects); get the chunks to send now.
+
+    ``monitor`` is the answer's fresh ``certificate.monitor()`` (any monitor the
+    adapters' :class:`GuardStep` takes).
+
+    :meth:`feed` and :meth:`end` raise what :class:`GuardStep` raises
+    (``ProviderFormatError`` for a malformed chunk, ``MissingLogprobsError``);
+    the caller then ends the answer with :meth:`fail`. ``blocked`` is True once
+    the answer must end with the block (never in ``observe`` mode).
+    """
+
+    def __init__(
+        self,
+        info: RequestInfo,
+        monitor: Any,
+        *,
+        max_token_chars: int,
+        record: bool = False,
+    ) -> None:
+        self.info = info
+        self.monitor = monitor
+        needs_top = getattr(self.monitor.skeleton, "needs_top_logprobs", True)
+        self._parse_chunk = partial(chat_chunk_parts, with_top=bool(needs_top))
+        step_mode: Mode = "buffered" if info.mode == "buffered" else "passthrough"
+        self.step = GuardStep(
+            self.monitor, step_mode, "stop", self._parse, max_token_chars=max_token_chars
+        )
+        self._observe = info.mode == "observe"
+        self._open = info.mode != "buffered"
+        self._pending: deque[tuple[dict[str, Any], int, bool]] = deque()
+        self._released = self._flushed = 0
+        self._last: ChunkParts | None = None
+        self._record = record
+        self.tokens_read = 0
+        self.text: list[str] = []  # (kept only when recording)
+        self.entries: list[Any] = []
+        self.error: str | None = None
+        self.ended = False
+        self.finalized = False
+        self.busy_s = 0.0
+
+    # -- feeding ---------------------------------------------------------------------------
+
+    def _parse(self, item: Any) -> ChunkParts:
+        parts = self._parse_chunk(item)
+        self._last = parts
+        return parts
+
+    @property
+    def blocked(self) -> bool:
+        return self.error is not None or (self.step.blocked is not None and not self._observe)
+
+    @property
+    def verdict(self) -> Verdict:
+        verdict: Verdict = self.monitor.verdict
+        return verdict
+
+    def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
+        """One upstream chunk: the chunks the client may see now."""
+        self._last = None
+        out = self.step.feed(chunk)
+        parts = self._last
+        n = 0
+        if parts is not None:
+            n = len(parts.text)
+            self.tokens_read += len(parts.events)
+            if self._record and parts.text:
+                self.text.append(parts.text)
+            if self._record and parts.events:
+                self._keep_entries(chunk, len(parts.events), parts.text)
+        self._pending.append((chunk, n, parts is not None and parts.finish is not None))
+        self._released += len(out)
+        return self._flush()
+
+    def _keep_entries(self, chunk: dict[str, Any], count: int, text: str) -> None:
+        """The raw ``logprobs`` entries of choice 0 (converted by the recorder, later)."""
+        choice = next((c for c in chunk.get("choices") or () if _index(c) == 0), None)
+        lp = choice.get("logprobs") if isinstance(choice, dict) else None
+        entries: list[Any] = []
+        if isinstance(lp, dict):
+            for key in ("content", "refusal"):
+                if isinstance(lp.get(key), list):
+                    entries += lp[key]
+        if len(entries) != count:  # text without logprobs: one token, no logprob
+            entries = [{"token": text, "logprob": None, "bytes": None, "top_logprobs": []}]
+        self.entries += entries
+
+    def _flush(self) -> list[dict[str, Any]]:
+        if self.blocked:
+            return []
+        if not self._open:
+            if self._released == 0:
+                return []
+            self._open = True
+        out = []
+        pending = self._pending
+        while pending:
+            chunk, n, finish = pending[0]
+            if finish or (not self._observe and self._flushed + n > self._released):
+                break
+            pending.popleft()
+            self._flushed += n
+            out.append(self._client(chunk))
+        return out
+
+    def _client(self, chunk: dict[str, Any]) -> dict[str, Any]:
+        info = self.info
+        return strip_chunk(chunk, info.want_logprobs, info.top_k)
+
+    # -- ending ----------------------------------------------------------------------------
+
+    def end(self) -> list[dict[str, Any]]:
+        """The upstream stream ended: the final verdict; the rest of the chunks if the
+        answer stands (the verdict attached to the last one), else nothing."""
+        self.ended = True
+        self.step.end()
+        if self.blocked:
+            self._pending.clear()
+            return []
+        out = [self._client(chunk) for chunk, _, _ in self._pending]
+        self._pending.clear()
+        if out:
+            last = next(
+                (i for i in range(len(out) - 1, -1, -1) if _has_finish(out[i])), len(out) - 1
+            )
+            out[last] = {**out[last], VERDICT_FIELD: self.verdict_field()}
+        return out
+
+    def fail(self, error: str, reason: str, cause: Cause = Cause.TRUNCATED) -> None:
+        """The answer ends without a finish (``error``: why, e.g. the upstream timed
+        out): blocked with ``cause``, never certified; nothing held is sent."""
+        if self.error is None:
+            self.error = error
+        self.monitor.abort(cause, reason)
+        self._pending.clear()
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.step.finish_reason
+
+    @property
+    def certified(self) -> bool:
+        return self.error is None and self.ended and self.verdict.state is State.CERTIFIED
+
+    def verdict_field(self) -> dict[str, Any]:
+        info = self.info
+        return verdict_info(
+            self.verdict,
+            request_id=info.request_id,
+            certificate=info.label,
+            mode=info.mode,
+            tokens_read=self.tokens_read,
+            statistic=_number(getattr(self.monitor, "statistic", None)),
+            covered=info.covered,
+            mismatches=list(info.mismatches),
+            error=self.error,
+        )
+
+
+def _number(value: object) -> float | None:
+    """A monitor's statistic when it is a number (a fitted monitor's is an object)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _index(choice: Any) -> int | None:
+    if not isinstance(choice, dict):
+        return None
+    index = choice.get("index", 0)
+    return index if isinstance(index, int) else None
+
+
+def _has_finish(chunk: dict[str, Any]) -> bool:
+    choices = chunk.get("choices")
+    return isinstance(choices, list) and any(
+        isinstance(c, dict) and c.get("finish_reason") is not None for c in choices
+    )

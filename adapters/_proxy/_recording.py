@@ -1,0 +1,241 @@
+"""Recording (``--record DIR``): every guarded answer as one trace line, written off the
+request path.
+
+A request hands its finished answer to :meth:`Recorder.submit`, which never
+blocks: the record goes into a bounded queue, or, when the queue is full, is
+dropped and counted (``liftguard_records_dropped_total{reason="queue_full"}``). One
+writer thread turns records into lines and appends them to
+``DIR/<dataset>-<start time>-<host>-<pid>-<n>.jsonl``, starting a new file when
+the current one would pass ``max_bytes``; a line that cannot be written (disk
+full, permissions) is dropped and counted (``reason="disk"``) and the writer
+tries a fresh file for the next one. Replicas can share a directory: the file
+names differ by host and process.
+
+The line is the project's trace format (``guardrail/_traces.py``) for what an
+API stream carries, without a label, plus what the request was:
+
+- ``id`` (the request id), ``dataset``, ``model`` (the certificate's model id),
+  ``question`` (the last user message), ``references`` (``[]``), ``prompt``
+  (``""``: the server applies its own template; see ``messages``), ``answer``,
+  ``vocab_size``, ``top_k``, ``tokens``;
+- each token: ``text``, ``logprob``, ``top`` (``[null, logprob]`` pairs, the same
+  number for every token, most likely first) with ``top_text`` (their texts),
+  ``bytes``; ``id``, ``entropy`` and ``prompt_free_logprob`` are ``null`` and
+  ``logz`` is ``{}`` (an API stream does not carry them);
+- ``messages`` and ``request`` (the settings sent upstream), ``finish_reason``,
+  ``complete`` (the upstream finished the answer and it was read to its end; a
+  blocked or cut-off answer is a prefix), ``verdict`` (the ``liftguard`` field),
+  ``created``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from ._metrics import ProxyMetrics
+
+__all__ = ["AnswerRecord", "Recorder", "record_line"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class AnswerRecord:
+    """What :func:`record_line` needs of one answer (built on the request path, cheaply)."""
+
+    request_id: str
+    model_id: str
+    vocab_size: int | None
+    top_k: int
+    messages: list[Any]
+    settings: dict[str, Any]
+    text: list[str]
+    entries: list[Any]
+    finish_reason: str | None
+    complete: bool
+    verdict: dict[str, Any]
+    created: float = field(default_factory=time.time)
+
+
+def _question(messages: list[Any]) -> str:
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):  # content parts: the text ones
+                return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
+def _alternatives(entry: dict[str, Any]) -> list[tuple[str, float]]:
+    out = []
+    for alt in entry.get("top_logprobs") or ():
+        if isinstance(alt, dict) and isinstance(alt.get("logprob"), int | float):
+            out.append((str(alt.get("token", "")), float(alt["logprob"])))
+    out.sort(key=lambda pair: -pair[1])
+    return out
+
+
+def record_line(record: AnswerRecord, dataset: str) -> str:
+    """One JSONL line (no newline) for ``record`` (see the module docstring)."""
+    entries = [e for e in record.entries if isinstance(e, dict)]
+    alts = [_alternatives(e) for e in entries]
+    k = min((len(a) for a in alts), default=0)
+    tokens: list[dict[str, Any]] = []
+    for entry, alt in zip(entries, alts, strict=True):
+        lp = entry.get("logprob")
+        raw = entry.get("bytes")
+        tokens.append(
+            {
+                "id": None,
+                "text": str(entry.get("token", "")),
+                "logprob": float(lp) if isinstance(lp, int | float) else None,
+                "top": [[None, v] for _, v in alt[:k]],
+                "top_text": [t for t, _ in alt[:k]],
+                "bytes": raw if isinstance(raw, list) else None,
+                "entropy": None,
+                "logz": {},
+                "prompt_free_logprob": None,
+            }
+        )
+    line = {
+        "id": record.request_id,
+        "dataset": dataset,
+        "model": record.model_id,
+        "question": _question(record.messages),
+        "references": [],
+        "prompt": "",
+        "answer": "".join(record.text).strip(),
+        "vocab_size": record.vocab_size,
+        "top_k": k,
+        "tokens": tokens,
+        "messages": record.messages,
+        "request": record.settings,
+        "finish_reason": record.finish_reason,
+        "complete": record.complete,
+        "verdict": record.verdict,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created)),
+    }
+    return json.dumps(line, ensure_ascii=False, allow_nan=False, default=str)
+
+
+_STOP = object()
+
+
+class Recorder:
+    """Bounded queue + one writer thread (see the module docstring)."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        metrics: ProxyMetrics,
+        dataset: str = "proxy",
+        max_bytes: int = 64 * 1024 * 1024,
+        queue_size: int = 10_000,
+    ) -> None:
+        self.directory = Path(directory)
+        self.dataset = dataset
+        self.max_bytes = max_bytes
+        self._metrics = metrics
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        self._thread: threading.Thread | None = None
+        self._file: IO[bytes] | None = None
+        self._size = 0
+        self._seq = 0
+        self._stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        self._host = socket.gethostname().replace(os.sep, "_") or "host"
+        self._done = threading.Condition()
+        self._submitted = self._handled = 0
+        self.written = 0
+        self.dropped = 0
+        self._errors = 0
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name="liftguard-recorder", daemon=True
+            )
+            self._thread.start()
+
+    def submit(self, record: AnswerRecord) -> bool:
+        """Queue ``record`` without blocking; False (dropped, counted) if the queue is full."""
+        try:
+            self._queue.put_nowait(record)
+        except queue.Full:
+            self._drop("queue_full")
+            return False
+        with self._done:
+            self._submitted += 1
+        return True
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every record submitted so far is written or dropped."""
+        with self._done:
+            target = self._submitted
+            return self._done.wait_for(lambda: self._handled >= target, timeout)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Write what is queued, then stop the thread and close the file."""
+        if self._thread is not None:
+            self._queue.put(_STOP)
+            self._thread.join(timeout)
+            self._thread = None
+        self._close_file()
+
+    # -- the writer thread -----------------------------------------------------------------
+
+    def _drop(self, reason: str) -> None:
+        with self._done:
+            self.dropped += 1
+        self._metrics.records_dropped.labels(reason=reason).inc()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            try:
+                self._write(record_line(item, self.dataset).encode("utf-8") + b"\n")
+                self.written += 1
+                self._metrics.records_written.inc()
+            except Exception as exc:  # the writer never dies: the record is dropped, counted
+                self._drop("disk" if isinstance(exc, OSError) else "error")
+                self._close_file()
+                self._errors += 1
+                if self._errors == 1 or self._errors % 1000 == 0:
+                    logger.warning("recording failed (%d so far): %s", self._errors, exc)
+            finally:
+                with self._done:
+                    self._handled += 1
+                    self._done.notify_all()
+
+    def _write(self, data: bytes) -> None:
+        if self._file is not None and self._size and self._size + len(data) > self.max_bytes:
+            self._close_file()
+        if self._file is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._seq += 1
+            name = f"{self.dataset}-{self._stamp}-{self._host}-{os.getpid()}-{self._seq:05d}.jsonl"
+            self._file = open(self.directory / name, "ab")  # noqa: SIM115 (kept open)
+            self._size = 0
+        self._file.write(data)
+        self._file.flush()
+        self._size += len(data)
+
+    def _close_file(self) -> None:
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self._file = None

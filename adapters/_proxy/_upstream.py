@@ -1,0 +1,193 @@
+"""The upstream side: one shared ``httpx.AsyncClient`` and a server-sent-events decoder.
+
+Every upstream failure the proxy must not certify through is an
+:class:`UpstreamFailure` with a ``kind``: ``upstream_timeout`` (no bytes for
+``timeout`` seconds: a stalled server), ``upstream_transport`` (the connection
+broke), ``upstream_error`` (an in-stream error event) or ``malformed_chunk``
+(data that is not a JSON object).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from typing import Any
+
+import anyio
+import httpx
+
+__all__ = [
+    "Upstream",
+    "UpstreamAnswer",
+    "UpstreamFailure",
+    "aclose_response",
+    "decode_chunk",
+    "events",
+]
+
+
+logger = logging.getLogger(__name__)
+
+_STALE = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+"""Connection failures before any response byte: safe to retry once."""
+
+
+class UpstreamFailure(Exception):
+    """The upstream stream failed; ``kind`` names how (see the module docstring)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class Upstream:
+    """The upstream API at ``base_url`` (``.../v1``); :meth:`start` in the server's loop."""
+
+    def __init__(self, base_url: str, *, timeout_s: float, max_connections: int) -> None:
+        self.base_url = base_url
+        self.timeout_s = timeout_s
+        self._limits = httpx.Limits(
+            max_connections=max_connections,
+            max_keepalive_connections=min(max_connections, 256),
+        )
+        self._client: httpx.AsyncClient | None = None
+
+    async def start(self) -> None:
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.timeout_s), limits=self._limits, trust_env=False
+            )
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            raise RuntimeError("the upstream client is not started (run the app's lifespan)")
+        return self._client
+
+    async def open_stream(
+        self, path: str, body: Mapping[str, Any], headers: Mapping[str, str]
+    ) -> httpx.Response:
+        """POST ``body`` and return the response with its body unread (the caller closes it).
+
+        A connection that fails before any response arrives (typically a kept-alive
+        connection the upstream closed a moment before it was reused) is retried
+        once on a fresh one."""
+        request = self.client.build_request(
+            "POST", f"{self.base_url}{path}", json=dict(body), headers=dict(headers)
+        )
+        try:
+            return await self.client.send(request, stream=True)
+        except _STALE as exc:
+            logger.info("upstream connection failed before a response (%r); retrying once", exc)
+            return await self.client.send(request, stream=True)
+
+    async def get(self, path: str, headers: Mapping[str, str]) -> httpx.Response:
+        return await self.client.get(f"{self.base_url}{path}", headers=dict(headers))
+
+
+async def aclose_response(response: httpx.Response) -> None:
+    """Close ``response`` (its connection, if unread) even inside a cancelled task."""
+    with anyio.CancelScope(shield=True):
+        await response.aclose()
+
+
+class UpstreamAnswer:
+    """One upstream response and its event iterator (created once, so that what is left
+    after ``[DONE]`` is read from the same iterator)."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+        self.events = events(response)
+        self.clean = False  # ``[DONE]`` or the end of the body was reached
+
+    async def close(self) -> None:
+        """Close now (a block, a failure): the upstream sees the connection close."""
+        with anyio.CancelScope(shield=True):
+            await self.events.aclose()
+            await self.response.aclose()
+
+    async def finish(self, limit_s: float = 1.0) -> None:
+        """After a clean end, read the rest of the body (at most 16 events, ``limit_s``
+        seconds) so that the connection returns to the pool; then close. Never raises."""
+        with anyio.CancelScope(shield=True):
+            if self.clean and not self.response.is_closed:
+                with anyio.move_on_after(limit_s):
+                    try:
+                        n = 0
+                        async for _ in self.events:
+                            n += 1
+                            if n > 16:
+                                break
+                    except UpstreamFailure:
+                        pass
+            await self.close()
+
+
+async def _events(response: httpx.Response) -> AsyncIterator[tuple[str | None, str]]:
+    """``(event name, data)`` of each server-sent event (comments and ids skipped)."""
+    data: list[str] = []
+    event: str | None = None
+    async for line in response.aiter_lines():
+        if not line:
+            if data:
+                yield event, "\n".join(data)
+            data, event = [], None
+        elif line.startswith("data:"):
+            data.append(line[6:] if line.startswith("data: ") else line[5:])
+        elif line.startswith("event:"):
+            event = line[6:].strip()
+    if data:  # the last event without its blank line: as the openai SDK, still read it
+        yield event, "\n".join(data)
+
+
+async def events(response: httpx.Response) -> AsyncGenerator[tuple[str | None, str], None]:
+    """The server-sent events of ``response``; a stall (``upstream_timeout``) or a broken
+    connection (``upstream_transport``) is an :class:`UpstreamFailure`."""
+    try:
+        async for event in _events(response):
+            yield event
+    except httpx.TimeoutException as exc:
+        raise UpstreamFailure(
+            "upstream_timeout", f"the upstream sent nothing for {_timeout(response)} s (stalled)"
+        ) from exc
+    except httpx.TransportError as exc:
+        raise UpstreamFailure(
+            "upstream_transport", f"the upstream connection failed mid-answer ({exc!r})"
+        ) from exc
+
+
+def decode_chunk(event: str | None, data: str) -> dict[str, Any] | None:
+    """The JSON chunk of one event; None for ``[DONE]``. An error event or data that is
+    not a JSON object is an :class:`UpstreamFailure`."""
+    if data.startswith("[DONE]"):
+        return None
+    try:
+        chunk = json.loads(data)
+    except ValueError as exc:
+        raise UpstreamFailure(
+            "malformed_chunk", f"the upstream sent a chunk that is not valid JSON ({exc})"
+        ) from exc
+    if not isinstance(chunk, dict):
+        raise UpstreamFailure(
+            "malformed_chunk", f"the upstream sent a {type(chunk).__name__}, not a chunk object"
+        )
+    if event == "error" or chunk.get("error"):
+        raise UpstreamFailure("upstream_error", _error_message(chunk))
+    return chunk
+
+
+def _timeout(response: httpx.Response) -> object:
+    timeouts = response.request.extensions.get("timeout", {})
+    return timeouts.get("read", "?") if isinstance(timeouts, dict) else "?"
+
+
+def _error_message(chunk: Mapping[str, Any]) -> str:
+    error = chunk.get("error")
+    message = error.get("message") if isinstance(error, Mapping) else error
+    return f"the upstream sent an error event: {message or 'no message'}"

@@ -1,0 +1,166 @@
+"""The shapes the proxy writes on the OpenAI wire (documented in the README).
+
+**Errors** use OpenAI's error body, ``{"error": {"message", "type", "param",
+"code"}}``, with the verdict under ``error.liftguard``:
+
+- ``type`` ``"liftguard_blocked"``: the certificate (or a stream-ending rule)
+  blocked the answer; ``code`` is the verdict's cause (``below_threshold``,
+  ``truncated``, ``refusal``, ...).
+- ``type`` ``"liftguard_upstream_error"``: the upstream failed mid-answer;
+  ``code`` is ``upstream_timeout``, ``upstream_error`` (an error event),
+  ``upstream_transport`` (the connection broke) or ``malformed_chunk``.
+- ``type`` ``"invalid_request_error"`` / ``"authentication_error"`` for the
+  client's own mistakes (HTTP 400 / 401 / 404), before any upstream request.
+
+In a stream, the error is one server-sent event ``data: {"error": ...}`` that
+ends the stream (no ``[DONE]`` follows): the openai SDK raises it as
+``openai.APIError`` (``.type``, ``.code``, ``.body["liftguard"]``), and
+langchain-openai lets that error through. A non-streamed request that is
+blocked gets HTTP 422 with the same body (``openai.UnprocessableEntityError``).
+
+**The verdict** travels in the field ``liftguard`` (:data:`VERDICT_FIELD`): on
+the last chunk of a stream (the one with ``finish_reason``), on a non-streamed
+completion, and in every error body; non-streamed responses also carry it in
+``x-liftguard-*`` headers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from guardrail import Verdict
+
+__all__ = [
+    "BLOCKED_TYPE",
+    "DONE",
+    "HEADER_CAUSE",
+    "HEADER_CERTIFICATE",
+    "HEADER_MODE",
+    "HEADER_REQUEST_ID",
+    "HEADER_TOKENS",
+    "HEADER_VERDICT",
+    "UPSTREAM_TYPE",
+    "VERDICT_FIELD",
+    "error_body",
+    "header_value",
+    "sse",
+    "strip_chunk",
+    "verdict_info",
+]
+
+VERDICT_FIELD = "liftguard"
+BLOCKED_TYPE = "liftguard_blocked"
+UPSTREAM_TYPE = "liftguard_upstream_error"
+HEADER_REQUEST_ID = "x-liftguard-request-id"
+HEADER_CERTIFICATE = "x-liftguard-certificate"
+HEADER_MODE = "x-liftguard-mode"
+HEADER_VERDICT = "x-liftguard-verdict"
+HEADER_CAUSE = "x-liftguard-cause"
+HEADER_TOKENS = "x-liftguard-tokens"
+DONE = b"data: [DONE]\n\n"
+
+
+def header_value(text: str) -> str:
+    """``text`` as an HTTP header value (ASCII; anything else escaped)."""
+    return text.encode("ascii", "backslashreplace").decode("ascii").replace("\n", " ")
+
+
+def _finite(x: float | None) -> float | None:
+    return round(x, 6) if x is not None and math.isfinite(x) else None
+
+
+def verdict_info(
+    verdict: Verdict,
+    *,
+    request_id: str,
+    certificate: str,
+    mode: str,
+    tokens_read: int,
+    statistic: float | None,
+    covered: bool,
+    mismatches: list[str],
+    error: str | None,
+) -> dict[str, Any]:
+    """The documented ``liftguard`` field: the verdict and what it applies to.
+
+    ``tokens``: tokens read before the verdict; ``tokens_read``: all tokens read
+    from the upstream; ``covered``: the certificate is calibrated and the request
+    kept its generation context (so its risk guarantee applies);
+    ``context_mismatches``: the settings the request changed; ``error``: the
+    upstream failure that ended the answer, if any.
+    """
+    return {
+        "request_id": request_id,
+        "state": verdict.state.value,
+        "cause": verdict.cause.value,
+        "reason": verdict.reason,
+        "tokens": verdict.t,
+        "tokens_read": tokens_read,
+        "statistic": _finite(statistic),
+        "tau": verdict.tau,
+        "certificate": certificate,
+        "mode": mode,
+        "covered": covered,
+        "context_mismatches": mismatches,
+        "error": error,
+    }
+
+
+def error_body(
+    message: str,
+    type_: str,
+    code: str | None,
+    *,
+    param: str | None = None,
+    verdict: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """OpenAI's error shape, with the verdict under ``liftguard`` when there is one."""
+    error: dict[str, Any] = {"message": message, "type": type_, "param": param, "code": code}
+    if verdict is not None:
+        error[VERDICT_FIELD] = dict(verdict)
+    return {"error": error}
+
+
+def sse(obj: Mapping[str, Any]) -> bytes:
+    """One server-sent event carrying ``obj`` as JSON."""
+    return b"data: " + json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n\n"
+
+
+def _trim_entries(entries: Any, k: int) -> Any:
+    if not isinstance(entries, list):
+        return entries
+    out = []
+    for entry in entries:
+        top = entry.get("top_logprobs") if isinstance(entry, dict) else None
+        if isinstance(top, list) and len(top) > k:
+            entry = {**entry, "top_logprobs": top[:k]}
+        out.append(entry)
+    return out
+
+
+def strip_chunk(chunk: dict[str, Any], want_logprobs: bool, top_k: int) -> dict[str, Any]:
+    """``chunk`` without what the client did not ask for: ``logprobs`` (null) unless
+    it asked for them, and at most ``top_k`` alternatives per token. The upstream
+    chunk is not modified (the recorder keeps it)."""
+    choices = chunk.get("choices")
+    if not isinstance(choices, list):
+        return chunk
+    changed = False
+    out = []
+    for choice in choices:
+        lp = choice.get("logprobs") if isinstance(choice, dict) else None
+        if lp is None:
+            out.append(choice)
+            continue
+        changed = True
+        if not want_logprobs:
+            out.append({**choice, "logprobs": None})
+        elif isinstance(lp, dict):
+            trimmed = {key: _trim_entries(value, top_k) for key, value in lp.items()}
+            out.append({**choice, "logprobs": trimmed})
+        else:
+            out.append(choice)
+    return {**chunk, "choices": out} if changed else chunk

@@ -1,0 +1,261 @@
+"""``liftguard traces label``: add correctness labels to recorded traces.
+
+Input: trace lines, e.g. those ``liftguard serve --record`` writes (one JSON
+object per line with ``question``, ``answer`` and ``tokens``). Output: the same
+lines with ``correct`` (inserted after ``answer``), only for the traces that
+got a label, so that the file feeds ``liftguard calibrate`` directly. Skipped,
+and counted in the summary on stderr:
+
+- an **incomplete** answer (``complete: false``: blocked early or cut off, so
+  the trace holds a prefix, not the answer; record in ``--mode observe`` to get
+  complete answers), unless ``--include-incomplete``;
+- an answer **without usable logprobs** (a token without a finite logprob <= 0,
+  e.g. OpenAI's censored -9999, or no ``vocab_size``): it cannot be replayed;
+- an answer **without a label**: no reference matches its id or question
+  (``--references``), or the judge failed (``--judge``, by reason).
+
+Labelling by references: ``FILE`` is JSONL with ``"question"`` (or ``"id"``) and
+the references as ``"answer"`` or ``"references"`` (a string or a list), as
+``liftguard traces generate`` reads; a trace matches by ``id`` first, then by
+its question text (surrounding whitespace ignored); ``correct`` comes from the
+project's normaliser (:func:`guardrail.is_correct`) and the trace's
+``references`` are filled in. By judge: see :mod:`adapters._judge` for the
+prompt and the strict parsing; the key comes from ``--judge-key-env``.
+``--unlabelled FILE`` writes the traces left without a label (to retry).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ._common import CommandError
+
+__all__ = ["add_label_parser", "cmd_label", "read_references", "usable"]
+
+Labeller = Callable[[dict[str, Any]], tuple[bool | None, str]]
+
+
+def _lines(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    with open(path, encoding="utf-8-sig") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise CommandError(
+                    f"{path}:{lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
+                ) from exc
+            if not isinstance(obj, dict):
+                raise CommandError(f"{path}:{lineno}: expected a JSON object")
+            for key, kind in (("question", str), ("answer", str), ("tokens", list)):
+                if not isinstance(obj.get(key), kind):
+                    raise CommandError(
+                        f"{path}:{lineno}: expected {key!r} ({kind.__name__}) in a trace line"
+                    )
+            yield lineno, obj
+
+
+def read_references(path: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """``(by id, by question)`` from a references JSONL file (see the module docstring)."""
+    by_id: dict[str, list[str]] = {}
+    by_question: dict[str, list[str]] = {}
+    with open(path, encoding="utf-8-sig") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise CommandError(f"{path}:{lineno}: invalid JSON: {exc.msg}") from exc
+            refs = row.get("references", row.get("answer")) if isinstance(row, dict) else None
+            if isinstance(refs, str):
+                refs = [refs]
+            if not (isinstance(refs, list) and refs and all(isinstance(r, str) for r in refs)):
+                raise CommandError(
+                    f'{path}:{lineno}: expected "answer" or "references" (a string or a '
+                    "non-empty list of strings)"
+                )
+            key_id, question = row.get("id"), row.get("question")
+            if not isinstance(key_id, str) and not isinstance(question, str):
+                raise CommandError(f'{path}:{lineno}: expected a "question" or an "id"')
+            if isinstance(key_id, str):
+                by_id.setdefault(key_id, []).extend(refs)
+            if isinstance(question, str):
+                by_question.setdefault(question.strip(), []).extend(refs)
+    return by_id, by_question
+
+
+def usable(obj: dict[str, Any]) -> bool:
+    """Every token has a finite logprob <= 0 (not OpenAI's -9999) and the vocabulary is known."""
+    if not isinstance(obj.get("vocab_size"), int):
+        return False
+    for token in obj["tokens"]:
+        lp = token.get("logprob") if isinstance(token, dict) else None
+        if isinstance(lp, bool) or not isinstance(lp, int | float):
+            return False
+        if not math.isfinite(lp) or lp > 1e-6 or lp <= -9999.0:
+            return False
+    return True
+
+
+def _by_references(path: str) -> Labeller:
+    from .._labels import is_correct
+
+    by_id, by_question = read_references(path)
+
+    def label(obj: dict[str, Any]) -> tuple[bool | None, str]:
+        refs = by_id.get(str(obj.get("id"))) or by_question.get(obj["question"].strip())
+        if not refs:
+            return None, "no_reference"
+        obj["references"] = list(dict.fromkeys(refs))
+        return is_correct(obj["answer"], refs, obj["question"]), ""
+
+    return label
+
+
+def _by_judge(judge: Any) -> Labeller:
+    from adapters._judge import JudgeFailure
+
+    def label(obj: dict[str, Any]) -> tuple[bool | None, str]:
+        refs = [r for r in obj.get("references") or () if isinstance(r, str)]
+        try:
+            return judge.judge(obj["question"], obj["answer"], refs), ""
+        except JudgeFailure as exc:
+            return None, f"judge_{exc.reason}"
+
+    return label
+
+
+def _with_label(obj: dict[str, Any], correct: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        if key == "correct":
+            continue
+        out[key] = value
+        if key == "answer":
+            out["correct"] = correct
+    return out
+
+
+def label_file(
+    traces: list[str],
+    out: str,
+    labeller: Labeller,
+    *,
+    include_incomplete: bool,
+    unlabelled: str | None,
+) -> Counter[str]:
+    """Label the trace files ``traces`` into ``out``; the counts of the summary."""
+    counts: Counter[str] = Counter()
+    with (
+        open(out, "w", encoding="utf-8") as fh,
+        open(unlabelled, "w", encoding="utf-8") if unlabelled else open(os.devnull, "w") as left,
+    ):
+        for _, obj in (item for path in traces for item in _lines(path)):
+            counts["read"] += 1
+            if obj.get("complete") is False and not include_incomplete:
+                counts["skipped: incomplete"] += 1
+                continue
+            if not usable(obj):
+                counts["skipped: no usable logprobs"] += 1
+                continue
+            correct, why = labeller(obj)
+            if correct is None:
+                counts[f"unlabelled: {why}"] += 1
+                left.write(json.dumps(obj, ensure_ascii=False) + "\n")
+                continue
+            counts["labelled"] += 1
+            counts["correct"] += bool(correct)
+            fh.write(json.dumps(_with_label(obj, correct), ensure_ascii=False) + "\n")
+    return counts
+
+
+def cmd_label(args: argparse.Namespace) -> int:
+    if args.references is None and args.judge is None:
+        raise CommandError("give --references FILE or --judge URL --judge-model NAME", status=2)
+    if args.judge is not None and not args.judge_model:
+        raise CommandError("--judge needs --judge-model NAME", status=2)
+    for path in args.traces:
+        if not os.path.isfile(path):
+            raise CommandError(f"{path}: no such file")
+    if args.references is not None:
+        counts = label_file(
+            args.traces, args.out, _by_references(args.references),
+            include_incomplete=args.include_incomplete, unlabelled=args.unlabelled,
+        )  # fmt: skip
+    else:
+        from adapters._judge import Judge
+
+        key = os.environ.get(args.judge_key_env) or None
+        with Judge(args.judge, args.judge_model, api_key=key, timeout=args.judge_timeout) as j:
+            counts = label_file(
+                args.traces, args.out, _by_judge(j),
+                include_incomplete=args.include_incomplete, unlabelled=args.unlabelled,
+            )  # fmt: skip
+    skipped = {k: v for k, v in sorted(counts.items()) if k.startswith(("skipped", "unlabelled"))}
+    rest = "; ".join(f"{k} {v}" for k, v in skipped.items())
+    print(
+        f"labelled {counts['labelled']} of {counts['read']} traces into {args.out} "
+        f"({counts['correct']} correct){'; ' + rest if rest else ''}",
+        file=sys.stderr,
+    )
+    return 0 if counts["labelled"] or not counts["read"] else 1
+
+
+def add_label_parser(cmds: Any) -> None:
+    """Register ``label`` on the subparsers of ``liftguard traces``."""
+    from ._common import output_file, positive
+
+    lb = cmds.add_parser(
+        "label",
+        help="add correctness labels to recorded traces (by references or an LLM judge)",
+        description="Label the traces that 'liftguard serve --record' writes, by reference "
+        "answers (the project's normaliser) or by an LLM judge behind any OpenAI-compatible "
+        "endpoint; the output feeds 'liftguard calibrate'. Incomplete answers, answers "
+        "without usable logprobs and answers the labeller could not label are left out "
+        "and counted.",
+    )
+    lb.add_argument(
+        "--traces",
+        required=True,
+        nargs="+",
+        metavar="FILE",
+        help="recorded trace files (JSONL; e.g. every file under --record DIR)",
+    )
+    lb.add_argument("--out", type=output_file, required=True, help="labelled traces (JSONL)")
+    how = lb.add_mutually_exclusive_group(required=True)
+    how.add_argument(
+        "--references",
+        metavar="FILE",
+        help='JSONL with "question" (or "id") and "answer"/"references"',
+    )
+    how.add_argument("--judge", metavar="URL", help="OpenAI-compatible base URL of the judge")
+    lb.add_argument("--judge-model", metavar="NAME", help="the judge's model name")
+    lb.add_argument(
+        "--judge-key-env",
+        default="OPENAI_API_KEY",
+        metavar="VAR",
+        help="environment variable holding the judge's API key",
+    )
+    lb.add_argument("--judge-timeout", type=positive, default=60.0, metavar="SECONDS")
+    lb.add_argument(
+        "--include-incomplete",
+        action="store_true",
+        help="also label answers that were blocked early or cut off (prefixes)",
+    )
+    lb.add_argument(
+        "--unlabelled",
+        type=output_file,
+        default=None,
+        metavar="FILE",
+        help="write the traces left without a label here",
+    )
+    lb.set_defaults(func=cmd_label)

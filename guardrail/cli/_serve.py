@@ -1,0 +1,170 @@
+"""``liftguard serve``: the guard proxy (an OpenAI-compatible server in front of a model).
+
+The command imports the proxy (``adapters.proxy``: starlette, uvicorn, httpx,
+prometheus-client; ``pip install "liftguard[serve]"``) only when it runs. Keys
+come from the environment, never from the command line (which other users of
+the machine can read): ``LIFTGUARD_UPSTREAM_KEY`` (sent to the upstream) and
+``LIFTGUARD_CLIENT_KEY`` (required of clients).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Any
+
+__all__ = ["add_serve_parser", "cmd_serve"]
+
+UPSTREAM_KEY_ENV = "LIFTGUARD_UPSTREAM_KEY"
+CLIENT_KEY_ENV = "LIFTGUARD_CLIENT_KEY"
+
+
+def _verdict_lines_to_stderr() -> None:
+    """Print the proxy's JSON verdict lines on stderr, one per answer."""
+    logger = logging.getLogger("adapters.proxy.verdicts")
+    if not any(getattr(h, "_liftguard_serve", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler._liftguard_serve = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from adapters.proxy import DEFAULT_REFUSAL, ProxyConfig, certificate_source, serve
+
+    options = args.storage_options
+    default = None
+    if args.certificate is not None:
+        default = certificate_source(args.certificate, storage_options=options)
+    routes = {
+        name: certificate_source(spec, storage_options=options)
+        for name, spec in args.model_certificate or ()
+    }
+    if default is None and not routes:
+        from ._common import CommandError
+
+        raise CommandError("give --certificate and/or --model-certificate NAME SPEC", status=2)
+    config = ProxyConfig(
+        upstream=args.upstream,
+        certificate=default,
+        model_certificates=routes,
+        mode=args.mode,
+        on_block=args.on_block,
+        refusal_message=args.refusal_message or DEFAULT_REFUSAL,
+        on_context_mismatch=args.on_context_mismatch,
+        upstream_timeout_s=args.upstream_timeout,
+        upstream_key=os.environ.get(UPSTREAM_KEY_ENV) or None,
+        client_key=os.environ.get(CLIENT_KEY_ENV) or None,
+        top_logprobs=args.top_logprobs,
+        max_token_chars=args.max_token_chars,
+        record_dir=args.record,
+        record_max_bytes=int(args.record_max_mb * 1024 * 1024),
+        record_queue=args.record_queue,
+        record_dataset=args.record_dataset,
+        refresh_interval_s=args.refresh_interval,
+    )
+    if not args.no_verdict_log:
+        _verdict_lines_to_stderr()
+    shown = {n: s.current()[1] for n, s in {**routes, "*": default}.items() if s is not None}
+
+    def listening(url: str) -> None:
+        certs = ", ".join(f"{name}: {label}" for name, label in shown.items())
+        print(
+            f"liftguard serve: {url} -> {config.upstream} ({config.mode}; {certs})",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    serve(config, host=args.host, port=args.port, log_level=args.log_level, on_listen=listening)
+    return 0
+
+
+def add_serve_parser(sub: Any) -> None:
+    """Register ``liftguard serve`` on the top-level subparsers ``sub``."""
+    from ._common import integer, non_negative, positive
+    from ._skeleton import _StorageOptionAction
+
+    p = sub.add_parser(
+        "serve",
+        help="run the guard proxy: an OpenAI-compatible server that certifies answers",
+        description="An OpenAI-compatible /v1/chat/completions (streamed and not) and "
+        "/v1/models in front of UPSTREAM. Every answer is guarded by the certificate: "
+        "the upstream is asked for logprobs, the certificate's generation context fills "
+        "unset settings, and an answer that is not certified ends with an in-stream error "
+        "event (or a refusal). Also /metrics (Prometheus), /healthz and one JSON line per "
+        f"verdict on stderr. Keys: ${UPSTREAM_KEY_ENV} (sent upstream; without it the "
+        f"client's Authorization is passed through), ${CLIENT_KEY_ENV} (required of clients).",
+    )
+    p.add_argument(
+        "--upstream",
+        required=True,
+        metavar="URL",
+        help="the model server's OpenAI base URL, e.g. http://127.0.0.1:8000/v1",
+    )
+    p.add_argument("--certificate", metavar="CERT.json|STORE_URL#NAME@ALIAS", default=None,
+                   help="the certificate of every model without its own (a file, or a store "
+                   "alias re-read every --refresh-interval seconds)")  # fmt: skip
+    p.add_argument("--model-certificate", nargs=2, action="append", metavar=("MODEL", "SPEC"),
+                   help="the certificate for requests naming MODEL (repeatable)")  # fmt: skip
+    p.add_argument("--storage-option", dest="storage_options", action=_StorageOptionAction,
+                   default=None, metavar="KEY=VALUE",
+                   help="fsspec option of a store URL (repeatable, as for 'skeleton')")  # fmt: skip
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=integer(0), default=8080, help="0: a free port")
+    p.add_argument("--mode", default="buffered", choices=("buffered", "passthrough", "observe"),
+                   help="buffered: send nothing before certification (default); passthrough: "
+                   "tokens flow, a block ends the stream; observe: block nothing, report "
+                   "verdicts (shadow runs, recording complete answers)")  # fmt: skip
+    p.add_argument("--on-block", default="error", choices=("error", "refusal"),
+                   help="end a blocked answer with an error event (HTTP 422 when not "
+                   "streamed) or a refusal message (finish_reason content_filter)")  # fmt: skip
+    p.add_argument("--refusal-message", default=None, help="the text of --on-block refusal")
+    p.add_argument("--on-context-mismatch", default="log", choices=("log", "reject"),
+                   help="a request that changes a calibrated setting: forward it and count "
+                   "it (log), or refuse it with HTTP 400 (reject)")  # fmt: skip
+    p.add_argument("--upstream-timeout", type=positive, default=60.0, metavar="SECONDS",
+                   help="longest wait for the upstream's next bytes; a stalled answer is "
+                   "never certified")  # fmt: skip
+    p.add_argument("--top-logprobs", type=integer(0), default=None,
+                   help="alternatives to ask for per token (default: 20 if the skeleton "
+                   "reads them, else 0)")  # fmt: skip
+    p.add_argument("--max-token-chars", type=integer(1), default=4096)
+    p.add_argument(
+        "--record",
+        metavar="DIR",
+        default=None,
+        help="write every guarded answer as a trace line under DIR",
+    )
+    p.add_argument(
+        "--record-max-mb", type=positive, default=64.0, help="start a new trace file past this size"
+    )
+    p.add_argument(
+        "--record-queue",
+        type=integer(1),
+        default=10_000,
+        help="answers that may wait to be written; more are dropped and counted",
+    )
+    p.add_argument("--record-dataset", default="proxy", help="the traces' dataset name")
+    p.add_argument(
+        "--refresh-interval",
+        type=non_negative,
+        default=10.0,
+        metavar="SECONDS",
+        help="re-read store aliases this often (0: never)",
+    )
+    p.add_argument(
+        "--log-level",
+        default="warning",
+        choices=("critical", "error", "warning", "info", "debug"),
+        help="uvicorn's log level",
+    )
+    p.add_argument(
+        "--no-verdict-log",
+        action="store_true",
+        help="do not print the JSON verdict lines on stderr",
+    )
+    p.set_defaults(func=cmd_serve)
