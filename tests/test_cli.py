@@ -79,6 +79,25 @@ def test_shipped_certificate_is_reproduced_by_its_documented_command(tmp_path: P
     assert replace(made, provenance={}) == replace(shipped, provenance={})
 
 
+@pytest.mark.skipif(not SHARED.is_dir(), reason="shared traces not available")
+def test_shipped_fitted_certificate_is_reproduced_by_its_documented_command(
+    tmp_path: Path,
+) -> None:
+    """guardrail/data/README.md names the command that made the shipped fitted certificate."""
+    data = Path(__file__).parents[1] / "guardrail" / "data"
+    shipped = Certificate.load(data / "smollm2_fitted_certificate.json")
+    out = tmp_path / "cert.json"
+    args = ["fit", "--traces", str(SHARED / "triviaqa_smollm2.jsonl")]
+    args += ["--context", str(data / "smollm2_context.json")]
+    args += ["--model-id", "smollm2-135m-instruct-q4_1", "--out", str(out)]
+    assert main(args) == 0
+    made = Certificate.load(out)
+    assert made.statistic is not None and made.statistic == shipped.statistic
+    assert made.provenance["traces_sha256"] == shipped.provenance["traces_sha256"]
+    assert made.provenance["fit"] == shipped.provenance["fit"]
+    assert replace(made, provenance={}) == replace(shipped, provenance={})
+
+
 def test_calibrate_rejects_bad_trace_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

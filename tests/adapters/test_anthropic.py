@@ -40,6 +40,7 @@ from adapters._anthropic import (
 )
 from adapters._local import SMOLLM2_SYSTEM, LocalModel, smollm2_chat_prompt
 from adapters._scorer import LocalTextScorer, stable_prefix_length
+from adapters.local import smollm2_certificate
 from guardrail import (
     Cause,
     CertificateMonitor,
@@ -50,7 +51,6 @@ from guardrail import (
     StreamTruncated,
     UniformSkeleton,
 )
-from guardrail.cli._demo import load_demo_calibration, load_demo_certificate
 
 pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
 
@@ -242,8 +242,8 @@ def greedy(model: LocalModel, prompt: str) -> str:
 
 
 def new_monitor(model: LocalModel) -> CertificateMonitor:
-    cal = load_demo_calibration()
-    assert cal.policy is not None
+    cal = smollm2_certificate().calibration
+    assert cal is not None and cal.policy is not None
     policy = StreamPolicy.from_dict(cal.policy)
     return CertificateMonitor(policy, cal.tau, skeleton=UniformSkeleton(model.vocab_size))
 
@@ -451,7 +451,7 @@ async def test_a_stream_cut_off_before_its_stop_reason_is_never_certified(
     ]
     mon, out = new_monitor(model), list[str]()
     gen = guarded_message(
-        client, certificate=load_demo_certificate(), monitor=mon, scorer_model=model,
+        client, certificate=smollm2_certificate(), monitor=mon, scorer_model=model,
         model="claude-test", max_tokens=64, messages=MESSAGES,
     )  # fmt: skip
     with pytest.raises(StreamTruncated) as info:
@@ -475,8 +475,8 @@ def test_the_stop_reason_decides_whether_the_answer_can_be_certified(
     for data in events:
         if data["type"] == "message_delta":
             data["delta"] = {**data["delta"], "stop_reason": stop_reason}
-    cal = load_demo_calibration()
-    assert cal.policy is not None
+    cal = smollm2_certificate().calibration
+    assert cal is not None and cal.policy is not None
     policy = StreamPolicy.from_dict({**cal.policy, "on_length": on_length})
     mon = CertificateMonitor(policy, cal.tau, skeleton=UniformSkeleton(model.vocab_size))
     out = list(

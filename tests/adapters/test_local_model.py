@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from adapters import PromptFreeSkeleton
 from adapters._local import LocalModel, bundled_smollm2_path
 from guardrail import State, read_traces
 from guardrail.cli import main
@@ -47,20 +48,21 @@ def test_greedy_answers_reproduce_the_recorded_traces(model: LocalModel) -> None
         np.testing.assert_allclose(pf, trace.prompt_free_logprobs, atol=0.45)
 
 
-def test_one_answer_certified_and_one_blocked(model: LocalModel) -> None:
-    cal = load_demo_certificate()
+@pytest.mark.parametrize("fitted", [True, False], ids=["fitted", "single-score"])
+def test_one_answer_certified_and_one_blocked(model: LocalModel, fitted: bool) -> None:
+    """Both shipped certificates: the fitted one (with its prompt-free skeleton, a second
+    copy of the model) and the single-score one."""
+    cal = load_demo_certificate() if fitted else load_demo_certificate("smollm2_certificate.json")
+    skeleton = PromptFreeSkeleton() if fitted else None
     screen = _Screen(io.StringIO(), live=False)
     gold = run_question(
-        model, cal, "What is the chemical symbol for gold?", ["Au"], mode="buffered", screen=screen
-    )
+        model, cal, "What is the chemical symbol for gold?", ["Au"],
+        mode="buffered", screen=screen, skeleton=skeleton,
+    )  # fmt: skip
     iron = run_question(
-        model,
-        cal,
-        "Which element has the atomic number 26?",
-        ["Iron", "Fe"],
-        mode="buffered",
-        screen=screen,
-    )
+        model, cal, "Which element has the atomic number 26?", ["Iron", "Fe"],
+        mode="buffered", screen=screen, skeleton=skeleton,
+    )  # fmt: skip
     assert gold.verdict.state is State.CERTIFIED and gold.shown == gold.answer
     assert gold.correct is True
     assert iron.verdict.state is State.BLOCKED and iron.shown == ""

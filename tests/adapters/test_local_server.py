@@ -10,8 +10,8 @@ import pytest
 from adapters import guarded_chat_completion
 from adapters._local import LocalModel
 from adapters._local_server import LocalChatServer
+from adapters.local import smollm2_certificate
 from guardrail import CertificateMonitor, GuardrailBlocked, State, StreamPolicy, UniformSkeleton
-from guardrail.cli._demo import load_demo_calibration
 
 pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
 
@@ -23,8 +23,8 @@ def server() -> Iterator[LocalChatServer]:
 
 
 def _monitor(vocab: int) -> CertificateMonitor:
-    cal = load_demo_calibration()
-    assert cal.policy is not None
+    cal = smollm2_certificate().calibration
+    assert cal is not None and cal.policy is not None
     return CertificateMonitor(
         StreamPolicy.from_dict(cal.policy), cal.tau, skeleton=UniformSkeleton(vocab)
     )
