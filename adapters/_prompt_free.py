@@ -38,6 +38,12 @@ State, streams and models:
   local model's (e.g. the same model served by vLLM or llama.cpp, or SmolLM2
   scoring its own answers).
 
+Spec: :meth:`~PromptFreeSkeleton.to_spec` gives the certificate's ``prompt_free``
+spec (the model by packaged name or path, its sha256 and vocabulary size, the prefix,
+``n_ctx``); :meth:`~PromptFreeSkeleton.from_spec` loads it back, and
+:meth:`~PromptFreeSkeleton.resolve` is the resolver for
+``Certificate.load(path, resolver=...)`` (see :mod:`adapters._prompt_free_spec`).
+
 Cost: one single-token llama.cpp evaluation plus a float64 log-softmax over the
 vocabulary per token: about 13 ms with SmolLM2-135M on 2 CPU cores (0.5 ms of it
 the log-softmax), about as much as generating a token with the same model.
@@ -52,9 +58,10 @@ from typing import Any
 
 import numpy as np
 
-from guardrail import ConfigError, GuardrailError, TokenEvent
+from guardrail import ConfigError, GuardrailError, SkeletonSpec, TokenEvent
 
 from ._local import SMOLLM2_SYSTEM, LocalModel, bundled_smollm2_path, smollm2_chat_prompt
+from ._prompt_free_spec import file_sha256, model_name, spec_settings
 
 __all__ = ["PromptFreeSkeleton", "smollm2_prompt_free_prefix"]
 
@@ -84,6 +91,7 @@ class _Backend:
         "llm",
         "lock",
         "model",
+        "model_sha256",
         "n_ctx",
         "prefix",
         "prefix_ids",
@@ -105,6 +113,7 @@ class _Backend:
         self.lock = threading.Lock()
         self.evaluated: list[int] = []  # the token ids in the model's KV cache (all evaluated)
         self.last_stream: object = None  # the stream whose context the cache holds
+        self.model_sha256: str | None = None  # of the model file, once to_spec needs it
         if self.llm.n_tokens != 0:
             raise ConfigError(
                 "this LocalModel has already evaluated text (it may be generating an answer); "
@@ -234,6 +243,44 @@ class PromptFreeSkeleton:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def to_spec(self) -> SkeletonSpec:
+        """The ``prompt_free`` spec: the model (``"smollm2"`` for the bundled one, else the
+        GGUF's absolute path), its sha256 (hashed once per model) and vocabulary size,
+        the prefix and ``n_ctx``."""
+        backend = self._backend
+        if backend.model_sha256 is None:
+            backend.model_sha256 = file_sha256(backend.model.path)
+        return SkeletonSpec("prompt_free", {
+            "model": model_name(backend.model.path), "model_sha256": backend.model_sha256,
+            "vocab_size": backend.model.vocab_size, "prefix": backend.prefix,
+            "n_ctx": backend.n_ctx,
+        })  # fmt: skip
+
+    @classmethod
+    def from_spec(cls, spec: SkeletonSpec, *, n_threads: int | None = None) -> PromptFreeSkeleton:
+        """Load the skeleton a ``prompt_free`` spec names (its model file checked against
+        ``model_sha256`` first, its vocabulary against ``vocab_size`` after); a spec with
+        no parameters is the bundled SmolLM2 with its default prefix. ConfigErrors name
+        the field."""
+        path, prefix, n_ctx, vocab = spec_settings(spec)
+        try:
+            out = cls(path, prefix=prefix, n_ctx=n_ctx, n_threads=n_threads)
+        except ConfigError as exc:
+            raise ConfigError(f"skeleton.params: {exc}") from exc
+        if vocab is not None and out.vocab_size != vocab:
+            raise ConfigError(
+                f"skeleton.params.vocab_size: the model {path} has {out.vocab_size} tokens, "
+                f"the spec records {vocab}"
+            )
+        sha = spec.params.get("model_sha256")  # checked against the file by spec_settings
+        out._backend.model_sha256 = sha if isinstance(sha, str) else None
+        return out
+
+    @classmethod
+    def resolve(cls, spec: SkeletonSpec) -> PromptFreeSkeleton | None:
+        """The resolver of ``prompt_free`` specs (:meth:`from_spec`); None for other kinds."""
+        return cls.from_spec(spec) if spec.kind == "prompt_free" else None
 
     def for_stream(self) -> PromptFreeSkeleton:
         """A fresh skeleton for a new answer, sharing this one's model and prefix."""

@@ -2,7 +2,7 @@
 
 Fits the default statistic (feature group ``lift``, or ``--group``) on one half of a
 trace file, then streams the token events of the other half's answers, repeated
-to ``--tokens`` tokens, through fresh :class:`~guardrail._fitted_monitor.FittedMonitor`
+to ``--tokens`` tokens, through fresh :class:`~guardrail.FittedMonitor`
 objects (the prompt-free skeleton reads the recorded log-probabilities). The token
 limit is set far beyond the answers (``max_tokens=10_000``) and ``tau`` to the
 median final score, so that early verdicts are rare and almost every token takes
@@ -12,8 +12,8 @@ of 5 runs, ``time.perf_counter``; building the events is the adapter's cost and
 is done beforehand; the per-answer cost (a fresh monitor and its ``finish()``) is
 also shown alone, and the per-token time without it. The component rows time the
 base features
-(:class:`~guardrail._features.TokenFeaturizer`) and the state update with both
-bounds (:class:`~guardrail._fitted_monitor.FittedState`) alone.
+(:class:`~guardrail.fitting.EventReader`) and the state update with both
+bounds (:class:`~guardrail.fitting.FittedState`) alone.
 
 Default input: the committed fixture sample (for a quick check); pass
 ``--traces`` with the shared trace files for the numbers in the README.
@@ -30,17 +30,39 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 if not __package__:  # run as a script: measure the checkout this file belongs to
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from guardrail import StreamPolicy, TokenEvent, read_traces
-from guardrail._fitted import preset_features
-from guardrail._fitted_monitor import FittedMonitor
-from guardrail._fitted_state import EventReader, FittedState, RecordedSkeleton, trace_events
-from guardrail._fitting import answer_features, fit_statistic, token_ranges
+from guardrail.fitting import (
+    EventReader,
+    FittedMonitor,
+    FittedState,
+    answer_features,
+    fit_statistic,
+    preset_features,
+    token_ranges,
+    trace_events,
+)
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "traces_smollm2_sample.jsonl"
+
+
+class RecordedSkeleton:
+    """The prompt-free skeleton of one recorded answer: its values read by token index."""
+
+    __slots__ = ("_values",)
+    needs_top_logprobs = False
+
+    def __init__(self, values: npt.ArrayLike) -> None:
+        self._values = np.asarray(values, dtype=np.float64).tolist()
+
+    def log_prob(self, event: TokenEvent) -> float:
+        if event.index is None:
+            raise ValueError("a recorded skeleton reads events with an index")
+        return float(self._values[event.index])
 
 
 def _best(fn: Callable[[], int], repeat: int, n_tokens: int) -> tuple[float, int]:

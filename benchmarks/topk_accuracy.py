@@ -12,7 +12,7 @@ and ``triviaqa_smollm2.jsonl`` from ``TRACES_DIR`` (default
   that the exact value is rounding noise). Estimators: ``naive`` uses the
   top-k only (the tail ignored; for the censored token ``log p_k``, the only
   bound the API gives), ``paper`` and ``anchored`` are the two tail rules of
-  :func:`guardrail._topk.fit_tail`.
+  :func:`guardrail.topk.fit_tail`.
 * per answer: the temperature-skeleton budget ``mean_t clip(logp - (logp/T -
   log Z_T), 0, 12)`` with estimated vs exact ``log Z_T``: mean absolute error
   over answers (answers with no tokens left out) and the share of answers whose

@@ -69,7 +69,7 @@ from ._lift import budget as budget
 from ._lift import clipped_lift as clipped_lift
 from ._lift import clipped_lifts as clipped_lifts
 from ._lift import support_clip as support_clip
-from ._monitor import CertificateMonitor, GuardedText, Skeleton, UniformSkeleton
+from ._monitor import CertificateMonitor, GuardedText, Skeleton
 from ._policy import ReplayResult as ReplayResult
 from ._policy import StreamPolicy
 from ._policy import critical_thresholds as critical_thresholds
@@ -82,7 +82,15 @@ from ._scores import TRACE_SKELETONS as TRACE_SKELETONS
 from ._scores import baseline_score as baseline_score
 from ._scores import trace_clipped_lifts as trace_clipped_lifts
 from ._scores import trace_skeleton_logprobs as trace_skeleton_logprobs
-from ._skeletons import NGramSkeleton, TemperatureSkeleton, TokenIds, WithTokenIds, skeleton_needs
+from ._skeleton_spec import SkeletonResolver
+from ._skeletons import (
+    NGramSkeleton,
+    TemperatureSkeleton,
+    TokenIds,
+    UniformSkeleton,
+    WithTokenIds,
+    skeleton_needs,
+)
 from ._skeletons import select_skeleton_kind as select_skeleton_kind
 from ._skeletons import type_token_ratio as type_token_ratio
 from ._statistics import BettingConfidenceSequence as BettingConfidenceSequence
@@ -120,6 +128,7 @@ from ._traces import parse_trace as parse_trace
 from ._traces import parse_trace_lines as parse_trace_lines
 from ._traces import read_traces as read_traces
 from ._traces import trace_to_dict as trace_to_dict
+from ._vector import VectorSkeleton
 from ._verdict import Cause, State, TokenEvent, Verdict, end_cause
 from ._vsd import VSDResult as VSDResult
 from ._vsd import distributions_from_logits as distributions_from_logits
@@ -148,6 +157,7 @@ __all__ = [
     "ModelIdentity",
     "NGramSkeleton",
     "Skeleton",
+    "SkeletonResolver",
     "SkeletonSpec",
     "State",
     "StreamMonitor",
@@ -158,6 +168,7 @@ __all__ = [
     "TokenIds",
     "TraceFormatError",
     "UniformSkeleton",
+    "VectorSkeleton",
     "Verdict",
     "WithTokenIds",
     "__version__",

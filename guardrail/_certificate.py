@@ -20,6 +20,13 @@ weights, feature names and normalisation) a
 is on the statistic's scale (log-odds of a correct answer), and its token limit
 ``context.max_tokens`` bounds the continuations its early verdicts consider.
 
+The skeleton is stored as a :class:`~guardrail.SkeletonSpec`. Parametric kinds
+(``uniform``, ``temperature``) are built from it for every answer; the others
+(a stored vector or n-gram, the prompt-free model) are built once by a resolver,
+``Certificate.load(path, resolver=...)`` or :meth:`Certificate.resolve`, which
+binds the object (:attr:`Certificate.bound_skeleton`); a skeleton passed to
+:meth:`Certificate.monitor` overrides both.
+
 The JSON form (``to_dict`` / ``from_dict`` / ``save`` / ``load``) round-trips
 exactly; unknown or invalid fields are a :class:`~guardrail.ConfigError` naming
 the field.
@@ -47,6 +54,7 @@ from ._fitted import FittedStatistic
 from ._fitted_monitor import FittedMonitor
 from ._monitor import CertificateMonitor, Skeleton
 from ._policy import OnMissing, StreamPolicy
+from ._skeleton_spec import Resolvers
 
 __all__ = [
     "FORMAT",
@@ -79,7 +87,7 @@ class Certificate:
     model: ModelIdentity
     context: GenerationContext = field(default_factory=GenerationContext)
     calibration: Calibration | None = None
-    provenance: Mapping[str, Any] = field(default_factory=dict)
+    provenance: Mapping[str, object] = field(default_factory=dict)
     statistic: FittedStatistic | None = None
     bound_skeleton: Skeleton | None = field(default=None, compare=False, repr=False)
     """A skeleton object that comes with the certificate (e.g. the vector of the store
@@ -132,9 +140,10 @@ class Certificate:
         on_missing_logprobs: OnMissing | None = None,
         exact_entropy: bool = False,
     ) -> CertificateMonitor | FittedMonitor:
-        """A fresh monitor for one answer. ``skeleton`` overrides the spec (needed for
-        kinds that are not built from it, unless a skeleton is bound); a skeleton with
-        per-answer state gets a stream of its own (``for_stream()``).
+        """A fresh monitor for one answer. The skeleton: ``skeleton``, else the bound one
+        (:meth:`resolve`), else the spec's parametric kind; a ConfigError saying what to
+        pass for any other kind. A skeleton with per-answer state gets a stream of its
+        own (``for_stream()``).
         ``on_missing_logprobs`` overrides the policy's.
 
         With a fitted :attr:`statistic`: a
@@ -163,17 +172,32 @@ class Certificate:
         )  # fmt: skip
 
     def _skeleton(self, skeleton: Skeleton | None) -> Skeleton:
-        skel: Any = skeleton if skeleton is not None else self.bound_skeleton
+        skel = skeleton if skeleton is not None else self.bound_skeleton
         if skel is None:
             skel = self.skeleton.build()
         for_stream = getattr(skel, "for_stream", None)
         if callable(for_stream):
-            skel = for_stream()
-        return skel  # type: ignore[no-any-return]
+            fresh = for_stream()
+            if not isinstance(fresh, Skeleton):
+                raise ConfigError(f"{type(skel).__name__}.for_stream() gave no skeleton")
+            skel = fresh
+        return skel
 
     def with_skeleton(self, skeleton: Skeleton | None) -> Certificate:
         """The same certificate with ``skeleton`` bound to it (see :attr:`bound_skeleton`)."""
         return replace(self, bound_skeleton=skeleton)
+
+    def resolve(self, resolver: Resolvers = None) -> Certificate:
+        """The certificate with its skeleton built from the spec and bound, so that
+        :meth:`monitor` needs nothing more: ``resolver`` (one or several, see
+        :class:`~guardrail.SkeletonResolver`) builds data and model kinds, e.g.
+        ``skeleton_store.resolve_skeleton`` or ``adapters.PromptFreeSkeleton.resolve``.
+        Unchanged when a skeleton is bound already or the kind is parametric (built for
+        every answer). A ConfigError naming the field when the spec cannot be built
+        (a tampered hash, missing data, no resolver for the kind)."""
+        if self.bound_skeleton is not None or self.skeleton.builds_alone:
+            return self
+        return self.with_skeleton(self.skeleton.build(resolver))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``format``, then every field but :attr:`bound_skeleton`;
@@ -182,7 +206,7 @@ class Certificate:
             "format": FORMAT,
             "policy": self.policy.to_dict(),
             "tau": self.tau,
-            "skeleton": {"kind": self.skeleton.kind, "params": dict(self.skeleton.params)},
+            "skeleton": self.skeleton.to_dict(),
             "model": _as_dict(self.model),
             "context": {**_as_dict(self.context), "stop": list(self.context.stop)},
             "calibration": None if self.calibration is None else self.calibration.to_dict(),
@@ -246,11 +270,13 @@ class Certificate:
         tmp.replace(target)
 
     @classmethod
-    def load(cls, path: str | Path) -> Certificate:
-        """Read a certificate file; errors name the file."""
+    def load(cls, path: str | Path, *, resolver: Resolvers = None) -> Certificate:
+        """Read a certificate file; errors name the file. With ``resolver``, a skeleton
+        that is not built from its spec alone is built now and bound (:meth:`resolve`)."""
         text = Path(path).read_text(encoding="utf-8-sig")
         try:
-            return cls.from_json(text)
+            cert = cls.from_json(text)
+            return cert if resolver is None else cert.resolve(resolver)
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc}") from exc
 

@@ -1,26 +1,36 @@
 """The parts of a :class:`~guardrail.Certificate` besides the rule: the model identity,
 the generation context and the skeleton spec (frozen, validated on construction, each
-error naming the field), and the field-checking helpers the certificate shares."""
+error naming the field; the spec lives in :mod:`guardrail._skeleton_spec`), and the
+field-checking functions the certificate shares."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from dataclasses import dataclass, fields
+from typing import Any, Literal, TypedDict
 
 from ._errors import ConfigError
-from ._monitor import Skeleton, UniformSkeleton
+from ._skeleton_spec import SkeletonSpec
 
 __all__ = [
     "ContextMismatchWarning",
     "GenerationContext",
     "ModelIdentity",
+    "RequestSettings",
     "SkeletonSpec",
 ]
 
 LogprobMode = Literal["processed", "raw"]
-_CORE_KINDS = ("uniform", "temperature")
+
+
+class RequestSettings(TypedDict, total=False):
+    """The Chat Completions settings a :class:`GenerationContext` fixes."""
+
+    temperature: float
+    top_p: float
+    max_tokens: int
+    stop: list[str]
 
 
 class ContextMismatchWarning(UserWarning):
@@ -133,71 +143,15 @@ class GenerationContext:
         out["stop"] = tuple(stop)
         return cls(**out)
 
-    def request_settings(self) -> dict[str, Any]:
+    def request_settings(self) -> RequestSettings:
         """The Chat Completions settings this context fixes (unrecorded ones left out)."""
-        out: dict[str, Any] = {}
-        for key in ("temperature", "top_p", "max_tokens"):
-            value = getattr(self, key)
-            if value is not None:
-                out[key] = value
+        out = RequestSettings()
+        if self.temperature is not None:
+            out["temperature"] = self.temperature
+        if self.top_p is not None:
+            out["top_p"] = self.top_p
+        if self.max_tokens is not None:
+            out["max_tokens"] = self.max_tokens
         if self.stop:
             out["stop"] = list(self.stop)
         return out
-
-
-@dataclass(frozen=True)
-class SkeletonSpec:
-    """A skeleton by name and parameters. ``uniform`` (``vocab_size``) and
-    ``temperature`` (``vocab_size``, ``temperature``, ``rule``) are built by
-    :meth:`build`; other kinds (``ngram``, ``unigram``, a stored ``vector``,
-    ``prompt_free``) name a skeleton the caller supplies (``monitor(skeleton=...)``:
-    ``skeleton_store.open_skeleton(...)``, ``adapters.PromptFreeSkeleton()``)."""
-
-    kind: str
-    params: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.kind, str) or not self.kind:
-            raise ConfigError(f"skeleton.kind: expected a non-empty string, got {self.kind!r}")
-        if not isinstance(self.params, Mapping):
-            raise ConfigError(f"skeleton.params: expected an object, got {self.params!r}")
-        object.__setattr__(self, "params", dict(self.params))
-        if self.kind in _CORE_KINDS:
-            self.build()  # validates the parameters now
-
-    @classmethod
-    def from_dict(cls, data: Any) -> SkeletonSpec:
-        out = _check_fields(cls, data, "skeleton")
-        if "kind" not in out:
-            raise ConfigError("skeleton.kind: missing")
-        return cls(**out)
-
-    @classmethod
-    def of(cls, skeleton: object) -> SkeletonSpec:
-        """The spec of a skeleton object (``kind`` from its class for the others)."""
-        from ._skeletons import TemperatureSkeleton
-
-        if isinstance(skeleton, UniformSkeleton):
-            return cls("uniform", {"vocab_size": skeleton.vocab_size})
-        if isinstance(skeleton, TemperatureSkeleton):
-            params = {"vocab_size": skeleton.vocab_size, "temperature": skeleton.temperature}
-            return cls("temperature", {**params, "rule": skeleton.rule})
-        return cls(type(skeleton).__name__)
-
-    def build(self) -> Skeleton:
-        """The skeleton object for a core kind; a ConfigError naming what to pass otherwise."""
-        params = dict(self.params)
-        try:
-            if self.kind == "uniform":
-                return UniformSkeleton(**params)
-            if self.kind == "temperature":
-                from ._skeletons import TemperatureSkeleton
-
-                return TemperatureSkeleton(**params)
-        except TypeError as exc:
-            raise ConfigError(f"skeleton.params for {self.kind!r}: {exc}") from exc
-        raise ConfigError(
-            f"skeleton kind {self.kind!r} is not built from its spec: pass skeleton=... "
-            "(e.g. skeleton_store.open_skeleton(url, name) for a stored vector, "
-            "adapters.PromptFreeSkeleton() for the prompt-free skeleton)"
-        )

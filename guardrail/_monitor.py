@@ -32,8 +32,7 @@ from ._traces import CENSORED_LOGPROB
 from ._verdict import Cause, State, TokenEvent, Verdict, end_cause
 from ._verdict import make_verdict as _verdict
 
-__all__ = ["CertificateMonitor", "GuardedText", "Skeleton", "State", "TokenEvent",
-           "UniformSkeleton", "Verdict"]  # fmt: skip
+__all__ = ["CertificateMonitor", "GuardedText", "Skeleton", "State", "TokenEvent", "Verdict"]
 
 StreamMode = Literal["passthrough", "buffered", "final"]
 
@@ -43,23 +42,6 @@ class Skeleton(Protocol):
     """A skeleton baseline ``S``: the log-probability it gives the emitted token."""
 
     def log_prob(self, event: TokenEvent) -> float: ...
-
-
-class UniformSkeleton:
-    """``S = 1/|V|`` for every token: the lift is ``log P + log |V|``."""
-
-    __slots__ = ("_log_prob", "vocab_size")
-
-    needs_top_logprobs = False
-    """Scores need only the emitted token: stream adapters skip the alternatives."""
-
-    def __init__(self, vocab_size: int) -> None:
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
-            raise ConfigError(f"vocab_size must be an integer >= 1, got {vocab_size!r}")
-        self.vocab_size, self._log_prob = vocab_size, -math.log(vocab_size)
-
-    def log_prob(self, event: TokenEvent) -> float:
-        return self._log_prob
 
 
 _BETTING, _PAPER, _ORDER = "betting", "paper", "order"  # which statistic decides
@@ -398,3 +380,12 @@ class GuardedText:
         out = "".join(self._buffer)
         self._buffer.clear()
         return out
+
+
+def __getattr__(name: str) -> object:
+    """``UniformSkeleton`` moved to :mod:`guardrail._skeletons`; still importable from here."""
+    if name == "UniformSkeleton":
+        from ._skeletons import UniformSkeleton
+
+        return UniformSkeleton
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

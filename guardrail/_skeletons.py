@@ -2,15 +2,24 @@
 
 Every skeleton exposes ``log_prob(event) -> float``: the natural-log
 probability of the emitted token under the baseline (see
-:class:`guardrail.Skeleton`). :class:`~guardrail.UniformSkeleton` lives with
-the monitor; the store's ``VectorSkeleton`` holds a stored (e.g. VSD) vector.
+:class:`guardrail.Skeleton`), and ``to_spec()``: its
+:class:`~guardrail.SkeletonSpec` (the way back is ``spec.build(...)``; see
+:mod:`guardrail._skeleton_spec`).
 
+- :class:`UniformSkeleton`: ``S = 1/|V|``.
 - :class:`TemperatureSkeleton`: ``S = P^(1/T)/Z_T``; ``log Z_T`` is estimated
   from the event's top-k alternatives by top-k compensation.
+- :class:`~guardrail.VectorSkeleton` (:mod:`guardrail._vector`): a fixed vector
+  ``log S`` over the vocabulary (a VSD skeleton, a unigram LM), indexed by token id.
 - :class:`NGramSkeleton`: a token n-gram model with interpolated absolute
   discounting (backing off to lower orders, then to a floored unigram), for
   low-diversity domains; stateful per stream (``for_stream()``).
 - :func:`select_skeleton_kind`: the paper's rule from the type-token ratio.
+
+The data of a vector or n-gram skeleton (``to_arrays()``, ``from_arrays()``) never
+goes into its spec: the spec holds the data's content hash and, once the data was
+saved (``skeleton_store.save_skeleton``, ``SkeletonStore.put_skeleton``), its
+``source``.
 
 What a skeleton needs from a stream, as class attributes every skeleton may set:
 ``needs_top_logprobs`` (the event's alternatives; adapters skip parsing them
@@ -28,18 +37,23 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
 
 from ._errors import ConfigError, MissingLogprobsError
 from ._monitor import Skeleton, TokenEvent
+from ._skeleton_spec import SkeletonSpec, arrays_sha256
 from ._topk import TailRule, estimate_logz
 
 __all__ = [
     "NGramSkeleton",
     "TemperatureSkeleton",
     "TokenIds",
+    "UniformSkeleton",
     "WithTokenIds",
     "select_skeleton_kind",
     "skeleton_needs",
@@ -82,6 +96,10 @@ class WithTokenIds:
         for_stream = getattr(self.skeleton, "for_stream", None)
         return WithTokenIds(for_stream(), self.ids) if callable(for_stream) else self
 
+    def to_spec(self) -> SkeletonSpec:
+        """The wrapped skeleton's spec (the resolver comes from the model's tokenizer)."""
+        return SkeletonSpec.of(self.skeleton)
+
     def log_prob(self, event: TokenEvent) -> float:
         if event.token_id is None:
             token_id = self.ids.token_id(event)
@@ -92,6 +110,26 @@ class WithTokenIds:
                 )
             event = replace(event, token_id=token_id)
         return self.skeleton.log_prob(event)
+
+
+class UniformSkeleton:
+    """``S = 1/|V|`` for every token: the lift is ``log P + log |V|``."""
+
+    __slots__ = ("_log_prob", "vocab_size")
+
+    needs_top_logprobs = False
+    """Scores need only the emitted token: stream adapters skip the alternatives."""
+
+    def __init__(self, vocab_size: int) -> None:
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
+            raise ConfigError(f"vocab_size must be an integer >= 1, got {vocab_size!r}")
+        self.vocab_size, self._log_prob = vocab_size, -math.log(vocab_size)
+
+    def log_prob(self, event: TokenEvent) -> float:
+        return self._log_prob
+
+    def to_spec(self) -> SkeletonSpec:
+        return SkeletonSpec("uniform", {"vocab_size": self.vocab_size})
 
 
 class TemperatureSkeleton:
@@ -121,6 +159,10 @@ class TemperatureSkeleton:
         logz = estimate_logz(top, self.vocab_size, self.temperature, rule=self.rule)
         return lp / self.temperature - logz
 
+    def to_spec(self) -> SkeletonSpec:
+        params = {"vocab_size": self.vocab_size, "temperature": self.temperature}
+        return SkeletonSpec("temperature", {**params, "rule": self.rule})
+
 
 class NGramSkeleton:
     """Token n-gram model (order ``n``) with interpolated absolute discounting.
@@ -140,6 +182,8 @@ class NGramSkeleton:
             defaultdict(Counter) for _ in range(n)
         ]
         self._total = 0
+        self.source: str | None = None
+        """Where the counts are saved (see :meth:`to_spec`); :meth:`fit` clears it."""
 
     def fit(self, sequences: Iterable[Sequence[int]]) -> NGramSkeleton:
         """Add counts from token-id sequences (each a separate text)."""
@@ -153,7 +197,57 @@ class NGramSkeleton:
                         break
                     self._counts[order][tuple(ids[i - order : i])][tok] += 1
             self._total += len(ids)
+        self.source = None  # the saved counts are no longer these
         return self
+
+    def to_arrays(self) -> dict[str, npt.NDArray[np.int64]]:
+        """The counts: ``order{k}`` (k = 0 .. n-1) has one row per seen (context, token),
+        ``k`` context ids, the token id and the count, in sorted order."""
+        out = {}
+        for k, table in enumerate(self._counts):
+            rows = sorted(
+                (*ctx, tok, c) for ctx, counter in table.items() for tok, c in counter.items() if c
+            )
+            out[f"order{k}"] = np.array(rows, dtype=np.int64).reshape(-1, k + 2)
+        return out
+
+    @classmethod
+    def from_arrays(
+        cls, arrays: Mapping[str, npt.NDArray[Any]], *, vocab_size: int, n: int = 3,
+        discount: float = 0.75, floor: float = 0.01, source: str | None = None,
+    ) -> NGramSkeleton:  # fmt: skip
+        """The model whose :meth:`to_arrays` are ``arrays`` (other arrays are ignored)."""
+        model = cls(vocab_size, n, discount, floor)
+        for k in range(n):
+            a = arrays.get(f"order{k}")
+            if a is None:
+                raise ConfigError(f"n-gram counts: array 'order{k}' is missing (n={n})")
+            a = np.asarray(a)
+            if a.dtype.kind not in "iu" or a.ndim != 2 or a.shape[1] != k + 2:
+                raise ConfigError(
+                    f"n-gram counts: 'order{k}' must be an integer array of shape (rows, {k + 2})"
+                )
+            if a.size and (a[:, : k + 1].min() < 0 or a[:, : k + 1].max() >= vocab_size
+                           or a[:, k + 1].min() < 1):  # fmt: skip
+                raise ConfigError(f"n-gram counts: 'order{k}' has ids outside [0, {vocab_size}) "
+                                  "or counts < 1")  # fmt: skip
+            table = model._counts[k]
+            for row in a.tolist():
+                table[tuple(row[:k])][row[k]] = row[k + 1]
+        model._total = sum(model._counts[0][()].values())
+        model.source = source
+        return model
+
+    def to_spec(self) -> SkeletonSpec:
+        """Vocabulary size, ``n``, ``discount``, ``floor``, the content hash of
+        :meth:`to_arrays` and, if the counts were saved, their ``source``."""
+        params: dict[str, object] = {
+            "vocab_size": self.vocab_size, "n": self.n, "discount": self.discount,
+            "floor": self.floor, "sha256": arrays_sha256(self.to_arrays()),
+        }  # fmt: skip
+        if self.source is not None:
+            params["source"] = self.source
+        return SkeletonSpec("ngram", params)
 
     def prob(self, context: Sequence[int], token: int) -> float:
         """``P(token | last n-1 tokens of context)``."""
@@ -182,12 +276,25 @@ class NGramSkeleton:
 
 
 class _NGramStream:
+    """One answer's n-gram skeleton (a :class:`~guardrail.Skeleton`); :meth:`for_stream`
+    gives the next answer's, :attr:`model` the shared counts."""
+
     needs_top_logprobs = False
     needs_token_ids = True
 
     def __init__(self, model: NGramSkeleton) -> None:
         self._model = model
         self._history: list[int] | None = [] if model.n > 1 else None
+
+    @property
+    def model(self) -> NGramSkeleton:
+        return self._model
+
+    def for_stream(self) -> _NGramStream:
+        return _NGramStream(self._model)
+
+    def to_spec(self) -> SkeletonSpec:
+        return self._model.to_spec()
 
     def log_prob(self, event: TokenEvent) -> float:
         if event.token_id is None:

@@ -26,13 +26,14 @@ from ._fitted_monitor import (
     replay_fitted,
     stop_at,
 )
-from ._fitted_state import FittedState
+from ._fitted_state import EventReader, FittedState, trace_events
 from ._fitting import answer_features, fit_statistic, token_ranges
 
 __all__ = [
     "DEFAULT_ALTERNATIVES",
     "DEFAULT_L2",
     "FEATURE_PRESETS",
+    "EventReader",
     "Feature",
     "FittedMonitor",
     "FittedPath",
@@ -50,4 +51,5 @@ __all__ = [
     "replay_fitted",
     "stop_at",
     "token_ranges",
+    "trace_events",
 ]

@@ -14,6 +14,12 @@ array and alias event; :meth:`SkeletonStore.repair` fixes damaged alias heads.
 >>> store.promote("chat", v.version)                              # doctest: +SKIP
 >>> handle = open_skeleton("/tmp/skeletons", "chat")              # doctest: +SKIP
 >>> handle.refresh()  # picks up a later promotion                # doctest: +SKIP
+
+Certificates reference data-backed skeletons (a vector, n-gram counts) by content
+hash and source, ``STORE_URL#NAME@vN`` or a safetensors file:
+:meth:`SkeletonStore.put_skeleton` and :func:`save_skeleton` save one,
+:func:`resolve_skeleton` builds it back (``Certificate.load(path,
+resolver=resolve_skeleton)``).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from ._errors import (
 )
 from ._handle import SkeletonHandle, open_certificate, open_skeleton
 from ._names import check_alias, check_name, format_version, parse_version
+from ._resolve import SavableSkeleton, resolve_skeleton, save_skeleton
 from ._store import SkeletonStore
 from ._version import SkeletonVersion, VectorSkeleton, VersionInfo
 from ._warmstart import DEFAULT_MAX_CONTEXTS, CalibrationTarget, build_vsd_version, warm_start
@@ -44,6 +51,7 @@ __all__ = [
     "IntegrityError",
     "InvalidName",
     "InvalidRequest",
+    "SavableSkeleton",
     "SkeletonHandle",
     "SkeletonStore",
     "SkeletonVersion",
@@ -61,5 +69,7 @@ __all__ = [
     "open_certificate",
     "open_skeleton",
     "parse_version",
+    "resolve_skeleton",
+    "save_skeleton",
     "warm_start",
 ]

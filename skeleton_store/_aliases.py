@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import TypedDict
 
 from ._backends import Backend
 from ._errors import ConcurrentWriteError, IntegrityError
@@ -59,6 +59,18 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+class AliasEventDict(TypedDict):
+    """The JSON form of an :class:`AliasEvent`."""
+
+    name: str
+    alias: str
+    seq: int
+    version: int
+    action: str
+    at: str
+    previous: list[int]
+
+
 @dataclass(frozen=True)
 class AliasEvent:
     """One move of an alias: it points at ``version`` since ``at``.
@@ -76,7 +88,7 @@ class AliasEvent:
     at: str
     previous: tuple[int, ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> AliasEventDict:
         return {
             "name": self.name,
             "alias": self.alias,

@@ -40,7 +40,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from ._errors import InvalidRequest, StoreUnavailable
 from ._fsspec import FsspecBackend
@@ -220,7 +220,7 @@ def default_store_url() -> str:
 
 
 def open_backend(
-    url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+    url: str | os.PathLike[str], storage_options: Mapping[str, object] | None = None
 ) -> LocalBackend | FsspecBackend:
     """A local path or ``file://`` URL -> :class:`LocalBackend`; other URLs -> fsspec."""
     if isinstance(url, os.PathLike):

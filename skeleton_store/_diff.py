@@ -11,7 +11,7 @@ it is not a distribution and the distance is not reported.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
@@ -19,7 +19,34 @@ from guardrail import DEFAULT_CLIP, eta_budget_shift_bound, tv_distance
 
 from ._version import FloatArray, SkeletonVersion
 
-__all__ = ["diff_versions"]
+__all__ = ["ArrayChange", "VersionDiff", "diff_versions"]
+
+
+class ArrayChange(TypedDict, total=False):
+    """How one array changed: ``status`` (``same``, ``changed``, ``added``, ``removed``);
+    for arrays in both, their dtypes and shapes (``[a, b]``), and for a changed numeric
+    array of one shape the largest absolute difference."""
+
+    status: str
+    dtype: list[str]
+    shape: list[list[int]]
+    max_abs_diff: float
+
+
+class VersionDiff(TypedDict):
+    """What :meth:`SkeletonStore.diff` reports (JSON data)."""
+
+    name: str
+    a: int
+    b: int
+    arrays: dict[str, ArrayChange]
+    fields: dict[str, list[object]]
+    tv_distance: float | None
+    alpha: float | None
+    clip: float
+    budget_shift_bound: float | None
+    note: str
+
 
 _RENORM_TOL = 1e-4
 _SKIP = frozenset({"version", "created_at", "parent", "blob", "arrays", "manifest_sha256"})
@@ -37,8 +64,8 @@ def _distribution(v: SkeletonVersion) -> tuple[FloatArray | None, str]:
     return (p / total if abs(total - 1.0) > 1e-6 else p), ""
 
 
-def _array_changes(a: SkeletonVersion, b: SkeletonVersion) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+def _array_changes(a: SkeletonVersion, b: SkeletonVersion) -> dict[str, ArrayChange]:
+    out: dict[str, ArrayChange] = {}
     for key in sorted(set(a.arrays) | set(b.arrays)):
         if key not in b.arrays:
             out[key] = {"status": "removed"}
@@ -47,7 +74,7 @@ def _array_changes(a: SkeletonVersion, b: SkeletonVersion) -> dict[str, dict[str
             out[key] = {"status": "added"}
             continue
         xa, xb = a.arrays[key], b.arrays[key]
-        rec: dict[str, Any] = {
+        rec: ArrayChange = {
             "status": "same" if a.array_sha256[key] == b.array_sha256[key] else "changed",
             "dtype": [xa.dtype.name, xb.dtype.name],
             "shape": [list(xa.shape), list(xb.shape)],
@@ -61,7 +88,7 @@ def _array_changes(a: SkeletonVersion, b: SkeletonVersion) -> dict[str, dict[str
 
 def diff_versions(
     a: SkeletonVersion, b: SkeletonVersion, *, clip: float = DEFAULT_CLIP
-) -> dict[str, Any]:
+) -> VersionDiff:
     """What changed from ``a`` to ``b``: arrays, manifest fields, TV distance and bound."""
     fields = sorted((set(a.manifest) | set(b.manifest)) - _SKIP)
     changed = {
@@ -69,7 +96,7 @@ def diff_versions(
         for k in fields
         if a.manifest.get(k) != b.manifest.get(k)
     }
-    out: dict[str, Any] = {
+    out: VersionDiff = {
         "name": a.name,
         "a": a.version,
         "b": b.version,

@@ -16,7 +16,6 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from ._errors import InvalidRequest, StoreError
 from ._transport import first_line, unavailable
@@ -33,7 +32,7 @@ _ANY: tuple[type[Exception], ...] = (Exception,)
 class FsspecBackend:
     """Any fsspec filesystem; create-only writes are atomic on S3 (``If-None-Match``)."""
 
-    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, url: str, storage_options: Mapping[str, object] | None = None) -> None:
         try:
             url_to_fs = importlib.import_module("fsspec.core").url_to_fs
         except ImportError as exc:  # pragma: no cover - depends on the environment

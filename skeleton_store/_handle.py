@@ -6,14 +6,13 @@ import logging
 import os
 import threading
 from collections.abc import Mapping
-from typing import Any
 
-from guardrail import Certificate, CertificateMonitor, StreamPolicy, TokenEvent
+from guardrail import Certificate, CertificateMonitor, SkeletonSpec, StreamPolicy, TokenEvent
 
 from ._errors import StoreError
 from ._names import check_name, format_version
 from ._store import SkeletonStore
-from ._version import SkeletonVersion, VectorSkeleton
+from ._version import OnMissing, SkeletonVersion, VectorSkeleton
 
 __all__ = ["SkeletonHandle", "open_certificate", "open_skeleton"]
 
@@ -87,11 +86,24 @@ class SkeletonHandle:
             raise StoreError(f"{self.name} {version.tag} has no 'probs' or 'log_probs' array")
         return skeleton.log_prob(event)
 
+    def to_spec(self) -> SkeletonSpec:
+        """The spec of the current version's skeleton (it pins that version:
+        ``STORE_URL#NAME@vN``)."""
+        version, vector, _ = self._state
+        return SkeletonSpec.of(vector if vector is not None else version.skeleton())
+
     def monitor(
-        self, policy: StreamPolicy | None = None, tau: float | None = None, **kwargs: Any
+        self,
+        policy: StreamPolicy | None = None,
+        tau: float | None = None,
+        *,
+        on_missing_logprobs: OnMissing | None = None,
+        track_bounds: bool = False,
     ) -> CertificateMonitor:
         """A monitor pinned to the current version (see :meth:`SkeletonVersion.monitor`)."""
-        return self.current.monitor(policy, tau, **kwargs)
+        return self.current.monitor(
+            policy, tau, on_missing_logprobs=on_missing_logprobs, track_bounds=track_bounds
+        )
 
 
 def _certificate_or_none(version: SkeletonVersion) -> Certificate | None:
@@ -112,7 +124,7 @@ def open_skeleton(
     name: str,
     alias: int | str = "production",
     *,
-    storage_options: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, object] | None = None,
 ) -> SkeletonHandle:
     """``SkeletonHandle(SkeletonStore(url, storage_options=...), name, alias)``."""
     return SkeletonHandle(SkeletonStore(url, storage_options=storage_options), name, alias)
@@ -123,7 +135,7 @@ def open_certificate(
     name: str,
     alias: int | str = "production",
     *,
-    storage_options: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, object] | None = None,
 ) -> SkeletonHandle:
     """The certificate an alias pins, with hot refresh: ``handle.certificate`` is the
     current rule (take it once per answer), ``handle.refresh()`` picks up a promotion

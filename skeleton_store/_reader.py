@@ -23,7 +23,7 @@ from guardrail import DEFAULT_CLIP, Certificate
 from . import _aliases
 from ._aliases import AliasEvent
 from ._backends import FsspecBackend, LocalBackend, default_store_url, open_backend
-from ._diff import diff_versions
+from ._diff import VersionDiff, diff_versions
 from ._errors import IntegrityError, InvalidRequest, StoreNotFound, VersionNotFound
 from ._fields import check_manifest, version_path
 from ._manifest import decode_arrays, unseal
@@ -44,7 +44,7 @@ class StoreReader:
         self,
         url: str | os.PathLike[str] | None = None,
         *,
-        storage_options: Mapping[str, Any] | None = None,
+        storage_options: Mapping[str, object] | None = None,
     ) -> None:
         self._backend: LocalBackend | FsspecBackend = open_backend(
             default_store_url() if url is None else url, storage_options
@@ -174,7 +174,7 @@ class StoreReader:
                 f"{full}: arrays of {name} {format_version(version)} are missing", path=full
             ) from None
         arrays = decode_arrays(blob, manifest, full)
-        return SkeletonVersion.from_manifest(manifest, arrays)
+        return SkeletonVersion.from_manifest(manifest, arrays, self.url)
 
     def certificate(self, name: str, ref: int | str = "production") -> Certificate:
         """The deployed rule that version ``ref`` (an alias, ``latest`` or a number) holds,
@@ -256,6 +256,6 @@ class StoreReader:
 
     def diff(
         self, name: str, a: int | str, b: int | str = LATEST, *, clip: float = DEFAULT_CLIP
-    ) -> dict[str, Any]:
+    ) -> VersionDiff:
         """Changes from ``a`` to ``b``: arrays, fields, TV distance and budget shift bound."""
         return diff_versions(self.get(name, a), self.get(name, b), clip=clip)

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy.typing as npt
 
-from guardrail import Calibration, Certificate
+from guardrail import Calibration, Certificate, SkeletonSpec
 
 from . import _aliases
 from ._aliases import AliasEvent, utc_now
@@ -39,6 +39,7 @@ from ._maintenance import collect_garbage, repair_store, verify_store
 from ._manifest import FORMAT, encode_arrays, json_value, seal, sha256_hex
 from ._names import check_alias, check_name, format_version
 from ._reader import StoreReader
+from ._resolve import SavableSkeleton
 from ._version import SkeletonVersion
 
 __all__ = ["SkeletonStore"]
@@ -73,10 +74,10 @@ class SkeletonStore(StoreReader):
         tokenizer: str | None = None,
         vocab_size: int | None = None,
         logprob_mode: str | None = None,
-        params: Mapping[str, Any] | None = None,
-        vsd_trace: Any = None,
-        calibration: Calibration | Mapping[str, Any] | None = None,
-        extra: Mapping[str, Any] | None = None,
+        params: Mapping[str, object] | None = None,
+        vsd_trace: object = None,
+        calibration: Calibration | Mapping[str, object] | None = None,
+        extra: Mapping[str, object] | None = None,
         certificate: Certificate | None = None,
     ) -> SkeletonVersion:
         """Publish a new version of ``name`` (create-only; never overwrites) and return it.
@@ -85,7 +86,8 @@ class SkeletonStore(StoreReader):
         ``certificate``: the whole deployed rule this version holds (an alias then
         pins and rolls back the rule, not only a vector); its calibration and model
         identity fill ``calibration``, ``model_id``, ``tokenizer``, ``vocab_size`` and
-        ``logprob_mode`` where those are not given.
+        ``logprob_mode`` where those are not given. ``params``, ``vsd_trace``,
+        ``calibration`` and ``extra`` are JSON data (numpy scalars and arrays converted).
         """
         check_name(name)
         if certificate is not None:
@@ -129,10 +131,44 @@ class SkeletonStore(StoreReader):
             manifest = {**fields, "version": version, "created_at": utc_now()}
             if self._backend.create(version_path(name, version), seal(manifest)):
                 logger.info("published %s %s in %s", name, format_version(version), self.url)
-                return SkeletonVersion.from_manifest(manifest, loaded)
+                return SkeletonVersion.from_manifest(manifest, loaded, self.url)
             logger.debug("%s %s taken by a concurrent writer", name, format_version(version))
             version += 1
         raise ConcurrentWriteError(f"could not publish {name!r}: lost {MAX_ATTEMPTS} races")
+
+    def put_skeleton(
+        self,
+        name: str,
+        skeleton: SavableSkeleton,
+        *,
+        parent: int | str | None = None,
+        model_id: str | None = None,
+        model_revision: str | None = None,
+        tokenizer: str | None = None,
+        logprob_mode: str | None = None,
+        extra: Mapping[str, object] | None = None,
+        certificate: Certificate | None = None,
+    ) -> SkeletonVersion:
+        """Publish a skeleton's data (a :class:`guardrail.VectorSkeleton` or
+        :class:`guardrail.NGramSkeleton`: its ``to_arrays()``) as a new version of
+        ``name``, kind and parameters from its spec. ``version.skeleton().to_spec()`` is
+        then the spec that references it (``STORE_URL#NAME@vN`` and the data's hash),
+        for a certificate; :func:`skeleton_store.resolve_skeleton` builds it back."""
+        spec = SkeletonSpec.of(skeleton)
+        if not spec.data_backed:
+            raise InvalidRequest(
+                f"put_skeleton stores the data of a vector or n-gram skeleton; "
+                f"{type(skeleton).__name__} has kind {spec.kind!r}"
+            )
+        arrays = skeleton.to_arrays()
+        params = {k: v for k, v in spec.params.items() if k not in ("sha256", "source")}
+        vocab = params.get("vocab_size")
+        return self.put(
+            name, arrays, kind=spec.kind, parent=parent, model_id=model_id,
+            model_revision=model_revision, tokenizer=tokenizer,
+            vocab_size=vocab if isinstance(vocab, int) else None, logprob_mode=logprob_mode,
+            params=params, extra=extra, certificate=certificate,
+        )  # fmt: skip
 
     def set_alias(self, name: str, alias: str, ref: int | str) -> AliasEvent:
         """Point ``alias`` at the version ``ref``; atomic, recorded in the alias history.

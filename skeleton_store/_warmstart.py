@@ -108,13 +108,13 @@ def build_vsd_version(
     max_iter: int = 200,
     geometry: Geometry = "scaled",
     floor: float = DEFAULT_FLOOR,
-    device: Any = "cpu",
+    device: object = "cpu",
     dtype: npt.DTypeLike = np.float32,
     model_id: str | None = None,
     model_revision: str | None = None,
     tokenizer: str | None = None,
     logprob_mode: str | None = None,
-    extra: Mapping[str, Any] | None = None,
+    extra: Mapping[str, object] | None = None,
 ) -> SkeletonVersion:
     """Fit a VSD skeleton on ``traces``, calibrate it, and publish it as a new version of ``name``.
 
@@ -225,13 +225,13 @@ def warm_start(
     tol: float | None = None,
     max_iter: int | None = None,
     geometry: Geometry | None = None,
-    device: Any = "cpu",
+    device: object = "cpu",
     dtype: npt.DTypeLike = np.float32,
     model_id: str | None = None,
     model_revision: str | None = None,
     tokenizer: str | None = None,
     logprob_mode: str | None = None,
-    extra: Mapping[str, Any] | None = None,
+    extra: Mapping[str, object] | None = None,
 ) -> SkeletonVersion:
     """Re-fit ``name`` on a changed model's traces, starting from a stored version.
 

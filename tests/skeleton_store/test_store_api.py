@@ -23,6 +23,7 @@ def test_all_is_sorted_importable_and_pinned() -> None:
         "IntegrityError",
         "InvalidName",
         "InvalidRequest",
+        "SavableSkeleton",
         "SkeletonHandle",
         "SkeletonStore",
         "SkeletonVersion",
@@ -40,6 +41,8 @@ def test_all_is_sorted_importable_and_pinned() -> None:
         "open_certificate",
         "open_skeleton",
         "parse_version",
+        "resolve_skeleton",
+        "save_skeleton",
         "warm_start",
     ]
 
