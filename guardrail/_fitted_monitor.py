@@ -284,6 +284,7 @@ def replay_fitted(
     trace's recorded prompt-free log-probabilities."""
     skel: Skeleton | None
     if skeleton == "prompt-free":
+        trace.require("prompt_free_logprobs", purpose="the recorded prompt-free skeleton")
         skel = RecordedSkeleton(trace.prompt_free_logprobs)
     elif isinstance(skeleton, str):
         raise ConfigError(f"replay reads the recorded 'prompt-free' skeleton, not {skeleton!r}")

@@ -283,9 +283,15 @@ class EventReader:
 
 
 def trace_events(trace: Trace) -> list[TokenEvent]:
-    """The token events a stream of ``trace``'s answer would carry (ids, logprobs, alternatives)."""
-    ids, lps = trace.top_ids.tolist(), trace.top_logprobs.tolist()
-    lp, tok = trace.logprobs.tolist(), trace.token_ids.tolist()
+    """The token events a stream of ``trace``'s answer would carry (ids, logprobs, alternatives;
+    no token id, and alternatives keyed by ``""``, where the trace lacks the ids)."""
+    ids: list[list[Any]] = trace.top_ids.tolist()
+    lps, lp = trace.top_logprobs.tolist(), trace.logprobs.tolist()
+    tok: list[Any] = trace.token_ids.tolist()
+    if "token_ids" in trace.missing:
+        tok = [None] * len(tok)
+    if "top_ids" in trace.missing:
+        ids = [[""] * len(row) for row in ids]
     rows = zip(trace.token_texts, lp, tok, ids, lps, strict=True)
     return [
         TokenEvent(text, lp, token_id=tid, top_logprobs=tuple(zip(ti, tl, strict=True)), index=i)

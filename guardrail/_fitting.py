@@ -44,8 +44,12 @@ def trace_base_features(
     prompt-free log-probabilities; a skeleton object is asked for each token's event.
     """
     skel = None
+    trace.require("vocab_size", purpose="the fitted statistic's features")
+    if "exact_entropy" in bases:
+        trace.require("entropy", purpose="the exact-entropy features (group 'local')")
     if "lift" in bases:
         if skeleton == "prompt-free":
+            trace.require("prompt_free_logprobs", purpose="the prompt-free lift features")
             skel = trace.prompt_free_logprobs
         elif skeleton is None or isinstance(skeleton, str):
             raise ConfigError(

@@ -81,14 +81,17 @@ def trace_skeleton_logprobs(
     if skeleton in ("temperature", "temperature-1.5", "temperature-2.0"):
         temp = 2.0 if skeleton.endswith("2.0") else 1.5
         if not exact:
+            trace.require("vocab_size", purpose=f"the top-k estimate of log Z_{temp:g}")
             logz = estimate_logz_batch(trace.top_logprobs, trace.vocab_size, temp, rule=rule)
             return np.asarray(trace.logprobs / temp - logz, dtype=np.float64)
         if temp not in trace.logz:
             raise ConfigError(f"trace {trace.id} has no log Z for T={temp}")
         return np.asarray(trace.logprobs / temp - trace.logz[temp], dtype=np.float64)
     if skeleton == "prompt-free":
+        trace.require("prompt_free_logprobs", purpose="the prompt-free skeleton")
         return np.asarray(trace.prompt_free_logprobs, dtype=np.float64)
     if skeleton == "uniform":
+        trace.require("vocab_size", purpose="the uniform skeleton")
         return np.full(trace.n_tokens, -math.log(trace.vocab_size))
     raise ConfigError(f"unknown skeleton {skeleton!r}; choose one of {', '.join(TRACE_SKELETONS)}")
 
@@ -105,9 +108,11 @@ def token_entropies(trace: Trace, *, exact: bool = True) -> FloatArray:
     """Each answer token's next-token entropy (nats): the trace's exact value, or with
     ``exact=False`` the top-k compensated estimate from its alternatives."""
     if exact:
+        trace.require("entropy", purpose="an exact-entropy score")
         return np.asarray(trace.entropy, dtype=np.float64)
     if trace.n_tokens == 0:
         return np.zeros(0, dtype=np.float64)
+    trace.require("vocab_size", purpose="the top-k estimate of the entropy")
     return estimate_entropy_batch(trace.top_logprobs, trace.vocab_size)
 
 
@@ -127,6 +132,7 @@ def token_margins(trace: Trace) -> FloatArray:
         return np.asarray(np.exp(top[:, 0]) - np.exp(top[:, 1]), dtype=np.float64)
     p1 = np.exp(top[:, 0] if k else trace.logprobs)
     p2 = np.empty(n)
+    trace.require("vocab_size", purpose="the margin with fewer than two alternatives")
     for i in range(n):
         tail = fit_tail(top[i], trace.vocab_size)
         p2[i] = math.exp(tail.a + tail.b * math.log(k + 1))
@@ -148,6 +154,7 @@ def baseline_score(trace: Trace, name: str, *, exact: bool = True) -> float:
     if name == "nll":
         return float(trace.logprobs.sum())
     if name == "pmi":
+        trace.require("prompt_free_logprobs", purpose="the pmi score")
         return float((trace.logprobs - trace.prompt_free_logprobs).mean())
     if name in ("mean_margin", "min_margin"):
         margin = token_margins(trace)
@@ -161,6 +168,7 @@ def vector_clipped_lifts(
 ) -> FloatArray:
     """Clipped lifts against a fixed skeleton vector ``log S`` indexed by token id."""
     log_s = np.asarray(log_probs, dtype=np.float64)
+    trace.require("token_ids", "vocab_size", purpose="a skeleton vector indexed by token id")
     if log_s.shape != (trace.vocab_size,):
         raise ConfigError(
             f"skeleton vector has shape {log_s.shape}, the trace's vocabulary is {trace.vocab_size}"

@@ -2,6 +2,14 @@
 
 The JSONL format itself is documented in :mod:`guardrail._traces`, which
 re-exports everything public here.
+
+A trace recorded from an API stream (``liftguard serve --record``) lacks what
+only a local model gives: token ids, exact entropies and ``log Z_T``,
+prompt-free log-probabilities, often the vocabulary size. Such a trace names
+the absent fields in :attr:`Trace.missing`; their arrays hold placeholders
+that no computation can mistake for data (NaN, an id outside every
+vocabulary, vocabulary size 0), and :meth:`Trace.require` refuses, with a
+message naming the field and the purpose, whatever needs one of them.
 """
 
 from __future__ import annotations
@@ -13,9 +21,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ._errors import TraceFormatError
+from ._errors import ConfigError, TraceFormatError
 
-__all__ = ["CENSORED_LOGPROB", "DEFAULT_LOGZ_TEMPERATURES", "Trace"]
+__all__ = [
+    "CENSORED_LOGPROB",
+    "DEFAULT_LOGZ_TEMPERATURES",
+    "MISSING_ID",
+    "OPTIONAL_FIELDS",
+    "Trace",
+]
 
 #: Sentinel that the OpenAI API puts in place of a log-probability it does not
 #: report. It is a finite number, so it must be rejected explicitly.
@@ -39,6 +53,27 @@ _TOP_LEVEL_KEYS = (
     "tokens",
 )
 _TOKEN_KEYS = ("id", "text", "logprob", "top", "entropy", "logz", "prompt_free_logprob")
+
+#: Keys that an API recording may give as ``null`` or leave out: the top-level
+#: ``vocab_size`` and, per token, ``id``, ``entropy``, ``logz`` (also ``{}``),
+#: ``prompt_free_logprob`` and the ids of the ``top`` pairs.
+_NULLABLE_TOP_LEVEL_KEYS = frozenset({"vocab_size"})
+_NULLABLE_TOKEN_KEYS = frozenset({"id", "entropy", "logz", "prompt_free_logprob"})
+
+#: Fields of a :class:`Trace` that may be absent (named in :attr:`Trace.missing`),
+#: with the words that error messages use for them.
+OPTIONAL_FIELDS: dict[str, str] = {
+    "vocab_size": "vocabulary size",
+    "token_ids": "token ids",
+    "top_ids": "token ids of the alternatives",
+    "entropy": "exact entropies",
+    "logz": "exact log Z_T",
+    "prompt_free_logprobs": "prompt-free log-probabilities",
+}
+
+#: The placeholder of an absent token id: outside every vocabulary, so that
+#: indexing with it fails instead of reading some other token's value.
+MISSING_ID = int(np.iinfo(np.int64).min)
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -105,9 +140,23 @@ class Trace:
     entropy: FloatArray
     logz: dict[float, FloatArray]
     prompt_free_logprobs: FloatArray
+    missing: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         put = object.__setattr__
+        put(self, "missing", frozenset(self.missing))
+        unknown = sorted(self.missing - OPTIONAL_FIELDS.keys())
+        if unknown:
+            raise TraceFormatError(
+                f"missing: {unknown} are not optional fields ({', '.join(OPTIONAL_FIELDS)})",
+                source="Trace",
+            )
+        if ("vocab_size" in self.missing) != (self.vocab_size == 0):
+            raise TraceFormatError(
+                "vocab_size: 0 exactly when 'vocab_size' is missing, got "
+                f"{self.vocab_size} (use with_vocab_size to supply it)",
+                source="Trace",
+            )
         put(self, "references", tuple(self.references))
         put(self, "token_texts", tuple(self.token_texts))
         put(self, "token_ids", _frozen(self.token_ids, np.int64, 1, "token_ids"))
@@ -155,6 +204,44 @@ class Trace:
         """Number of answer tokens ``T``."""
         return int(self.token_ids.shape[0])
 
+    def require(self, *fields: str, purpose: str) -> None:
+        """Raise :class:`~guardrail.ConfigError` if the trace lacks one of ``fields``.
+
+        The message names the trace, what it lacks and ``purpose`` (what needs
+        it, e.g. ``"the prompt-free skeleton"``).
+        """
+        lacking = [OPTIONAL_FIELDS[f] for f in fields if f in self.missing]
+        if lacking:
+            raise ConfigError(
+                f"trace {self.id!r} carries no {' and no '.join(lacking)} (as a trace "
+                f"recorded from an API stream), which {purpose} needs"
+            )
+
+    def with_vocab_size(self, vocab_size: int) -> Trace:
+        """A copy with the vocabulary size given (for a trace that lacks it).
+
+        Raises :class:`~guardrail.ConfigError` if the trace carries a different
+        size, or a token id outside the new vocabulary.
+        """
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
+            raise ConfigError(f"vocab_size must be an integer >= 1, got {vocab_size!r}")
+        if "vocab_size" not in self.missing:
+            if self.vocab_size != vocab_size:
+                raise ConfigError(
+                    f"trace {self.id!r} has vocabulary size {self.vocab_size}, not {vocab_size}"
+                )
+            return self
+        for name in ("token_ids", "top_ids"):
+            ids = getattr(self, name)
+            if name not in self.missing and ids.size and int(ids.max()) >= vocab_size:
+                raise ConfigError(
+                    f"trace {self.id!r} has token id {int(ids.max())} outside a "
+                    f"vocabulary of {vocab_size}"
+                )
+        return dataclasses.replace(
+            self, vocab_size=vocab_size, missing=self.missing - {"vocab_size"}
+        )
+
     def truncate_top(self, k: int) -> Trace:
         """A copy keeping only the ``k`` most likely alternatives of each step.
 
@@ -171,8 +258,9 @@ class Trace:
         )
 
     def __repr__(self) -> str:
+        lacks = f", missing={sorted(self.missing)}" if self.missing else ""
         return (
             f"Trace(id={self.id!r}, model={self.model!r}, answer={self.answer!r}, "
             f"correct={self.correct!r}, n_tokens={self.n_tokens}, "
-            f"top={self.top_ids.shape[1]})"
+            f"top={self.top_ids.shape[1]}{lacks})"
         )

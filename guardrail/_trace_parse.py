@@ -5,6 +5,13 @@ per-token data are read-only numpy arrays; :func:`parse_trace_lines` parses
 in-memory text line by line. Anything that does not follow the format raises
 :class:`~guardrail._errors.TraceFormatError` naming the source, the 1-based
 line and the field path (e.g. ``tokens[3].logprob``).
+
+What an API stream does not carry may be ``null`` or left out (a trace that
+``liftguard serve --record`` wrote): ``vocab_size``, and per token ``id``,
+``entropy``, ``logz`` (also ``{}``), ``prompt_free_logprob`` and the ids of
+the ``top`` pairs. Each is given for every token of a trace or for none; the
+trace names the absent ones in :attr:`~guardrail.Trace.missing`. Everything
+else is as strict as for the documented files.
 """
 
 from __future__ import annotations
@@ -32,9 +39,12 @@ from ._trace_checks import (
     _require_str,
 )
 from ._trace_format import (
+    _NULLABLE_TOKEN_KEYS,
+    _NULLABLE_TOP_LEVEL_KEYS,
     _TOKEN_KEYS,
     _TOP_LEVEL_KEYS,
     DEFAULT_LOGZ_TEMPERATURES,
+    MISSING_ID,
     FloatArray,
     IntArray,
     Trace,
@@ -45,14 +55,57 @@ __all__ = ["parse_trace", "parse_trace_lines"]
 # A byte-order mark some editors put at the start of a UTF-8 file; it is skipped.
 _BOM = "\ufeff"
 
+# The keys every token must have (the others may be null or absent: an API recording).
+_REQUIRED_TOKEN_KEYS = tuple(k for k in _TOKEN_KEYS if k not in _NULLABLE_TOKEN_KEYS)
+
 
 # --------------------------------------------------------------------------- #
 # Parsing one object
 # --------------------------------------------------------------------------- #
 
 
+def _optional_column(
+    tokens: list[dict[str, Any]], key: str, allowed: frozenset[type], ctx: _Ctx
+) -> list[Any] | None:
+    """``[tok[key] for tok in tokens]``, or None when no token gives ``key`` (null or left
+    out, as in an API recording): a trace gives it for every token or for none."""
+    col = [tok.get(key) for tok in tokens]
+    if not col:
+        return col
+    given = [v is not None for v in col]
+    if not any(given):
+        return None
+    if not all(given):
+        i, j = given.index(False), given.index(True)
+        raise ctx.error(
+            f"tokens[{i}].{key}",
+            f"null or absent, but tokens[{j}].{key} is given; "
+            "a trace gives it for every token or for none",
+        )
+    _check_types(col, allowed, lambda i: f"tokens[{i}].{key}", ctx)
+    return col
+
+
+def _check_ids(ids: IntArray, vocab_size: int | None, path: Any, ctx: _Ctx) -> None:
+    """Raise for the first id outside ``[0, vocab_size)`` (``>= 0`` if the size is unknown)."""
+    bad = (ids < 0) if vocab_size is None else (ids < 0) | (ids >= vocab_size)
+    if bad.any():
+        idx = tuple(int(x) for x in np.argwhere(bad)[0])
+        where = "is negative" if vocab_size is None else f"outside [0, vocab_size={vocab_size})"
+        raise ctx.error(path(idx), f"token id {int(ids[idx])} {where}")
+
+
+def _id_array(values: list[Any], vocab_size: int | None, path: Any, ctx: _Ctx) -> IntArray:
+    try:
+        return np.array(values, dtype=np.int64)
+    except OverflowError:
+        f = next(f for f, v in enumerate(values) if not -(2**63) <= v < 2**63)
+        where = "is out of range" if vocab_size is None else f"outside [0, {vocab_size=})"
+        raise ctx.error(path((f,)), f"token id {values[f]} {where}") from None
+
+
 def _parse_tokens(
-    tokens: list[Any], vocab_size: int, top_k: int, ctx: _Ctx
+    tokens: list[Any], vocab_size: int | None, top_k: int, ctx: _Ctx
 ) -> tuple[
     IntArray,
     tuple[str, ...],
@@ -62,53 +115,51 @@ def _parse_tokens(
     FloatArray,
     dict[float, FloatArray],
     FloatArray,
+    set[str],
 ]:
     n = len(tokens)
+    missing: set[str] = set()
 
-    # Structure: every token an object with every key.
+    # Structure: every token an object with every key that an API stream gives.
     for i, tok in enumerate(tokens):
         if type(tok) is not dict:
             raise ctx.error(f"tokens[{i}]", f"expected an object, got {_json_type(tok)}")
-        if len(tok) < len(_TOKEN_KEYS) or not all(k in tok for k in _TOKEN_KEYS):
-            missing = next(k for k in _TOKEN_KEYS if k not in tok)
-            raise ctx.error(f"tokens[{i}]", f"missing required key {missing!r}")
+        if len(tok) < len(_REQUIRED_TOKEN_KEYS) or not all(k in tok for k in _REQUIRED_TOKEN_KEYS):
+            missing_key = next(k for k in _REQUIRED_TOKEN_KEYS if k not in tok)
+            raise ctx.error(f"tokens[{i}]", f"missing required key {missing_key!r}")
 
-    ids = _column(tokens, "id", _INTEGER, ctx)
+    ids = _optional_column(tokens, "id", _INTEGER, ctx)
     texts = _column(tokens, "text", _STRING, ctx)
     lps = _column(tokens, "logprob", _NUMBER, ctx)
-    ents = _column(tokens, "entropy", _NUMBER, ctx)
-    pfls = _column(tokens, "prompt_free_logprob", _NUMBER, ctx)
+    ents = _optional_column(tokens, "entropy", _NUMBER, ctx)
+    pfls = _optional_column(tokens, "prompt_free_logprob", _NUMBER, ctx)
 
-    try:
-        token_ids = np.array(ids, dtype=np.int64)
-    except OverflowError:
-        token_ids = np.full(n, -1, dtype=np.int64)  # reported as out of range below
-        for i, v in enumerate(ids):
-            if not -(2**63) <= v < 2**63:
-                raise ctx.error(
-                    f"tokens[{i}].id", f"token id {v} outside [0, vocab_size={vocab_size})"
-                ) from None
-    bad = (token_ids < 0) | (token_ids >= vocab_size)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise ctx.error(
-            f"tokens[{i}].id",
-            f"token id {int(token_ids[i])} outside [0, vocab_size={vocab_size})",
-        )
+    if ids is None:
+        token_ids = np.full(n, MISSING_ID, dtype=np.int64)
+        missing.add("token_ids")
+    else:
+        token_ids = _id_array(ids, vocab_size, lambda ix: f"tokens[{ix[0]}].id", ctx)
+        _check_ids(token_ids, vocab_size, lambda ix: f"tokens[{ix[0]}].id", ctx)
     logprobs = np.array(lps, dtype=np.float64)
     _check_logprobs(logprobs, lambda ix: f"tokens[{ix[0]}].logprob", ctx)
-    entropy = np.array(ents, dtype=np.float64)
-    bad = ~(np.isfinite(entropy) & (entropy >= -_ENTROPY_TOL))
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise ctx.error(
-            f"tokens[{i}].entropy",
-            f"expected a finite entropy >= 0, got {_fmt_number(entropy[i])}",
-        )
-    pf_logprobs = np.array(pfls, dtype=np.float64)
-    _check_logprobs(pf_logprobs, lambda ix: f"tokens[{ix[0]}].prompt_free_logprob", ctx)
+    entropy = np.full(n, np.nan) if ents is None else np.array(ents, dtype=np.float64)
+    if ents is None:
+        missing.add("entropy")
+    else:
+        bad = ~(np.isfinite(entropy) & (entropy >= -_ENTROPY_TOL))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ctx.error(
+                f"tokens[{i}].entropy",
+                f"expected a finite entropy >= 0, got {_fmt_number(entropy[i])}",
+            )
+    pf_logprobs = np.full(n, np.nan) if pfls is None else np.array(pfls, dtype=np.float64)
+    if pfls is None:
+        missing.add("prompt_free_logprobs")
+    else:
+        _check_logprobs(pf_logprobs, lambda ix: f"tokens[{ix[0]}].prompt_free_logprob", ctx)
 
-    # Top alternatives: a (T, k) block of [id, logprob] pairs.
+    # Top alternatives: a (T, k) block of [id, logprob] pairs (ids null in an API recording).
     tops = [tok["top"] for tok in tokens]
     for i, top in enumerate(tops):
         if type(top) is not list:
@@ -134,23 +185,25 @@ def _parse_tokens(
                     )
     flat_ids = [p[0] for p in pairs]
     flat_lps = [p[1] for p in pairs]
-    _check_types(flat_ids, _INTEGER, lambda f: f"tokens[{f // k}].top[{f % k}][0]", ctx)
+
+    def top_path(ix: tuple[int, ...]) -> str:
+        return f"tokens[{ix[0] // k}].top[{ix[0] % k}][0]"
+
+    if pairs and all(v is None for v in flat_ids):
+        top_ids = np.full((n, k), MISSING_ID, dtype=np.int64)
+        missing.add("top_ids")
+    else:
+        if None in flat_ids and any(v is not None for v in flat_ids):
+            f, g = flat_ids.index(None), next(g for g, v in enumerate(flat_ids) if v is not None)
+            raise ctx.error(
+                top_path((f,)),
+                f"null, but {top_path((g,))} is an id; a trace gives the ids of every "
+                "alternative or of none",
+            )
+        _check_types(flat_ids, _INTEGER, lambda f: top_path((f,)), ctx)
+        top_ids = _id_array(flat_ids, vocab_size, top_path, ctx).reshape(n, k)
+        _check_ids(top_ids, vocab_size, lambda ix: f"tokens[{ix[0]}].top[{ix[1]}][0]", ctx)
     _check_types(flat_lps, _NUMBER, lambda f: f"tokens[{f // k}].top[{f % k}][1]", ctx)
-    try:
-        top_ids = np.array(flat_ids, dtype=np.int64).reshape(n, k)
-    except OverflowError:
-        f = next(f for f, v in enumerate(flat_ids) if not -(2**63) <= v < 2**63)
-        raise ctx.error(
-            f"tokens[{f // k}].top[{f % k}][0]",
-            f"token id {flat_ids[f]} outside [0, vocab_size={vocab_size})",
-        ) from None
-    bad = (top_ids < 0) | (top_ids >= vocab_size)
-    if bad.any():
-        i, j = (int(x) for x in np.argwhere(bad)[0])
-        raise ctx.error(
-            f"tokens[{i}].top[{j}][0]",
-            f"token id {int(top_ids[i, j])} outside [0, vocab_size={vocab_size})",
-        )
     top_logprobs = np.array(flat_lps, dtype=np.float64).reshape(n, k)
     _check_logprobs(top_logprobs, lambda ix: f"tokens[{ix[0]}].top[{ix[1]}][1]", ctx)
     if k > 1:
@@ -164,13 +217,13 @@ def _parse_tokens(
                 f"top[{j}] with {_fmt_number(top_logprobs[i, j])}",
             )
 
-    # logz: the same temperatures at every token.
+    # logz: the same temperatures at every token; none at all ({} or null) in an API recording.
     logz: dict[float, FloatArray] = {}
     if n == 0:
         for t in DEFAULT_LOGZ_TEMPERATURES:
             logz[t] = np.zeros(0, dtype=np.float64)
     else:
-        lzs = [tok["logz"] for tok in tokens]
+        lzs = [{} if tok.get("logz") is None else tok["logz"] for tok in tokens]
         for i, lz in enumerate(lzs):
             if type(lz) is not dict:
                 raise ctx.error(f"tokens[{i}].logz", f"expected an object, got {_json_type(lz)}")
@@ -185,6 +238,8 @@ def _parse_tokens(
                     f"tokens[{i}].logz",
                     f"temperature keys {list(lz)} differ from those of tokens[0] {keys}",
                 )
+        if not keys:
+            missing.add("logz")
         for key, t in zip(keys, temps, strict=True):
             col = [lz[key] for lz in lzs]
             _check_types(col, _NUMBER, lambda i, key=key: f"tokens[{i}].logz.{key}", ctx)
@@ -200,7 +255,10 @@ def _parse_tokens(
 
     for a in (token_ids, logprobs, top_ids, top_logprobs, entropy, pf_logprobs, *logz.values()):
         a.flags.writeable = False
-    return token_ids, tuple(texts), logprobs, top_ids, top_logprobs, entropy, logz, pf_logprobs
+    return (
+        token_ids, tuple(texts), logprobs, top_ids, top_logprobs, entropy, logz, pf_logprobs,
+        missing,
+    )  # fmt: skip
 
 
 def parse_trace(
@@ -225,7 +283,8 @@ def parse_trace(
             f"expected a JSON object, got {_json_type(obj)}", source=source, line=line
         )
     for key in _TOP_LEVEL_KEYS:
-        if key not in obj and not (key == "correct" and not require_label):
+        optional = key in _NULLABLE_TOP_LEVEL_KEYS or (key == "correct" and not require_label)
+        if key not in obj and not optional:
             raise TraceFormatError(f"missing required key {key!r}", source=source, line=line)
 
     trace_id = _require_str(obj, "id", ctx)
@@ -243,15 +302,19 @@ def parse_trace(
     correct: bool | None = obj.get("correct")
     if "correct" in obj and type(correct) is not bool:
         raise ctx.error("correct", f"expected a boolean, got {_json_type(correct)}")
-    vocab_size = _require_int(obj, "vocab_size", ctx, minimum=1)
+    vocab_size = (
+        None if obj.get("vocab_size") is None else _require_int(obj, "vocab_size", ctx, minimum=1)
+    )
     top_k = _require_int(obj, "top_k", ctx, minimum=0)
     tokens = obj["tokens"]
     if type(tokens) is not list:
         raise ctx.error("tokens", f"expected an array, got {_json_type(tokens)}")
 
-    token_ids, texts, logprobs, top_ids, top_logprobs, entropy, logz, pf_logprobs = _parse_tokens(
-        tokens, vocab_size, top_k, ctx
+    token_ids, texts, logprobs, top_ids, top_logprobs, entropy, logz, pf_logprobs, missing = (
+        _parse_tokens(tokens, vocab_size, top_k, ctx)
     )
+    if vocab_size is None:
+        missing.add("vocab_size")
     return Trace(
         id=trace_id,
         dataset=dataset,
@@ -261,7 +324,7 @@ def parse_trace(
         prompt=prompt,
         answer=answer,
         correct=correct,
-        vocab_size=vocab_size,
+        vocab_size=0 if vocab_size is None else vocab_size,
         top_k=top_k,
         token_ids=token_ids,
         token_texts=texts,
@@ -271,6 +334,7 @@ def parse_trace(
         entropy=entropy,
         logz=logz,
         prompt_free_logprobs=pf_logprobs,
+        missing=frozenset(missing),
     )
 
 

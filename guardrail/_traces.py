@@ -12,6 +12,12 @@ token. The format (documented with the shared trace data) is::
                  "logz": {"1.5": float, "2.0": float},
                  "prompt_free_logprob": float}, ...]}
 
+A trace recorded from an API stream (``liftguard serve --record``) gives
+``null`` (or nothing) where the stream carries nothing: ``vocab_size``, and
+per token ``id``, ``entropy``, ``logz`` (also ``{}``), ``prompt_free_logprob``
+and the ids of the ``top`` pairs; :attr:`Trace.missing` names what is absent
+and the writer puts ``null`` back (``{}`` for ``logz``).
+
 :func:`parse_trace` turns one decoded object into a :class:`Trace`, whose
 per-token data are read-only numpy arrays; :func:`iter_traces`,
 :func:`read_traces` and :func:`parse_trace_lines` read whole files or
@@ -114,14 +120,18 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
 
     Temperature keys of ``logz`` are written as ``repr(float)`` (``"1.5"``,
     ``"2.0"``). A trace with ``correct=None`` is written without the
-    ``correct`` key.
+    ``correct`` key. Fields the trace lacks (:attr:`Trace.missing`) are written as
+    ``null`` (``logz`` as ``{}``).
     """
-    token_ids = trace.token_ids.tolist()
+    n, lacks = trace.n_tokens, trace.missing
+    token_ids = [None] * n if "token_ids" in lacks else trace.token_ids.tolist()
     logprobs = trace.logprobs.tolist()
     top_ids = trace.top_ids.tolist()
+    if "top_ids" in lacks:
+        top_ids = [[None] * len(row) for row in top_ids]
     top_lps = trace.top_logprobs.tolist()
-    entropy = trace.entropy.tolist()
-    pfl = trace.prompt_free_logprobs.tolist()
+    entropy = [None] * n if "entropy" in lacks else trace.entropy.tolist()
+    pfl = [None] * n if "prompt_free_logprobs" in lacks else trace.prompt_free_logprobs.tolist()
     logz_cols = [(_temperature_key(t), v.tolist()) for t, v in trace.logz.items()]
     tokens = [
         {
@@ -146,7 +156,7 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
     }
     if trace.correct is not None:
         out["correct"] = trace.correct
-    out["vocab_size"] = trace.vocab_size
+    out["vocab_size"] = None if "vocab_size" in lacks else trace.vocab_size
     out["top_k"] = trace.top_k
     out["tokens"] = tokens
     return out

@@ -38,6 +38,8 @@ def distributions_from_traces(
     (``N * V`` values).
     """
     items = [t for t in traces if t.n_tokens > 0]
+    for t in items:
+        t.require("vocab_size", "token_ids", "top_ids", purpose="VSD's next-token distributions")
     if not items:
         raise ConfigError("no trace with at least one token")
     vocab = {t.vocab_size for t in items}

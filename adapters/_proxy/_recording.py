@@ -26,6 +26,11 @@ API stream carries, without a label, plus what the request was:
   ``complete`` (the upstream finished the answer and it was read to its end; a
   blocked or cut-off answer is a prefix), ``verdict`` (the ``liftguard`` field),
   ``created``.
+
+``guardrail.read_traces(path, require_label=False)`` reads these lines (the extra
+keys are ignored; ``Trace.missing`` names what the stream did not carry), and
+``liftguard traces label`` adds the label that ``calibrate``, ``fit`` and ``eval``
+need (with ``--vocab-size N`` when ``vocab_size`` is null).
 """
 
 from __future__ import annotations

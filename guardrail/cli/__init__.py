@@ -95,6 +95,14 @@ def _add_certificate_options(parser: argparse.ArgumentParser) -> None:
         help="evidence level of the in-stream boundary",
     )
     parser.add_argument(
+        "--vocab-size",
+        type=integer(2),
+        default=None,
+        metavar="N",
+        help="the model's vocabulary size, for traces that do not carry it (recorded from "
+        "an API stream); the uniform skeleton and top-k estimates need it",
+    )
+    parser.add_argument(
         "--on-length",
         default="answer",
         choices=("answer", "block"),

@@ -1,9 +1,16 @@
-"""``liftguard calibrate``."""
+"""``liftguard calibrate``.
+
+On traces recorded from an API stream, a score that needs a field they lack is
+refused in one line, exact ``log Z_T`` and entropies are estimated from the
+top-k alternatives (with a note), and ``--vocab-size N`` supplies the
+vocabulary size: see :mod:`guardrail.cli._recorded`.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +25,30 @@ from ._common import (
     split_indices,
     stream_policy,
 )
+from ._recorded import (
+    VOCAB_HINT,
+    carries,
+    estimate_note,
+    lacking_message,
+    score_needs,
+    supply_vocab_size,
+)
 
 __all__ = ["cmd_calibrate"]
 
 log = logging.getLogger(__name__)
 
 
+# --------------------------------------------------------------------------- #
+# The command
+# --------------------------------------------------------------------------- #
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from .._errors import GuardrailError
+    from .._lift import DEFAULT_CLIP
     from .._policy import critical_thresholds
-    from .._scores import baseline_score, trace_clipped_lifts
+    from .._scores import baseline_score
     from .._traces import read_traces
 
     if args.score != "lift" and args.method == "paper":
@@ -39,17 +60,33 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     traces = read_traces(args.traces)
     if not traces:
         raise no_traces(args.traces)
+    traces = supply_vocab_size(traces, args.vocab_size, args.traces)
+    fields, what, hint = score_needs(args.score, args.skeleton, traces)
+    if args.out and args.score == "lift" and args.skeleton != "prompt-free":
+        fields, what = (*fields, "vocab_size"), f"{what} (and its certificate's skeleton)"
+        hint = hint or VOCAB_HINT
+    refusal = lacking_message(args.traces, traces, fields, what, hint)
+    if refusal:
+        raise CommandError(refusal)
+    exact_logz = carries(traces, "logz")
+    note = estimate_note([(args.score, args.skeleton)], traces)
+    if note:
+        print(f"liftguard calibrate: note: {note}", file=sys.stderr)
     correct = np.array([bool(t.correct) for t in traces])
     run = _Run(args, correct)
-    resolve_clip(args, traces[0].vocab_size)
+    if carries(traces, "vocab_size"):
+        resolve_clip(args, traces[0].vocab_size)
+    elif args.clip is None:  # a score that does not read the vocabulary size (checked above)
+        args.clip = DEFAULT_CLIP
     if args.score == "lift":
-        run.lifts = [trace_clipped_lifts(t, args.skeleton, args.clip) for t in traces]
+        run.lifts = [_lifts(t, args.skeleton, args.clip, exact_logz) for t in traces]
         if args.boundary == "betting":
             run.policy = stream_policy(args)
             run.scores = critical_thresholds(run.policy, run.lifts)
         score_name = f"lift[{args.skeleton}, {args.aggregate}, {args.boundary}]"
     else:
-        run.scores = np.array([baseline_score(t, args.score) for t in traces])
+        exact = carries(traces, "entropy")
+        run.scores = np.array([baseline_score(t, args.score, exact=exact) for t in traces])
         score_name = args.score
     reports: list[tuple[Any, dict[str, Any]]] = []
     for r in range(args.repeats):
@@ -76,6 +113,18 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         Path(args.out).write_text(result.to_json() + "\n", encoding="utf-8")
         print(f"wrote the calibration record {args.out} (a baseline is not a certificate)")
     return 0
+
+
+def _lifts(trace: Any, skeleton: str, clip: float, exact_logz: bool) -> npt.NDArray[np.float64]:
+    """Clipped lifts of one trace; without exact log Z_T (an API recording) the temperature
+    skeleton's log Z_T is estimated from the top-k alternatives by the deployed rule."""
+    from .._lift import clipped_lifts
+    from .._scores import trace_clipped_lifts, trace_skeleton_logprobs
+
+    if exact_logz or not skeleton.startswith("temperature"):
+        return trace_clipped_lifts(trace, skeleton, clip)
+    log_s = trace_skeleton_logprobs(trace, skeleton, exact=False, rule="anchored")
+    return clipped_lifts(trace.logprobs, log_s, clip)
 
 
 class _Run:

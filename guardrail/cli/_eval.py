@@ -1,4 +1,11 @@
-"""``liftguard eval``."""
+"""``liftguard eval``.
+
+On traces that lack fields (recorded from an API stream; see
+:mod:`guardrail.cli._recorded`) a method that needs one is not evaluated: it is
+reported as refused on every split, with ``refusal_reason`` naming what is
+missing and ``missing_fields``; exact entropies and ``log Z_T`` are estimated
+from the top-k alternatives, as with ``--top-k``.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,14 @@ from typing import Any
 import numpy as np
 
 from ._common import CommandError, no_traces, resolve_clip, stream_policy
+from ._recorded import (
+    absent,
+    carries,
+    estimate_note,
+    lacking_message,
+    score_needs,
+    supply_vocab_size,
+)
 
 __all__ = ["cmd_eval"]
 
@@ -53,8 +68,30 @@ def _check_certificate(args: argparse.Namespace, cert: Any, traces: list[Any]) -
         )
 
 
+def _certificate_needs(cert: Any) -> tuple[tuple[str, ...], str]:
+    """The optional trace fields that replaying ``cert``'s fitted statistic reads."""
+    req = cert.statistic.requires
+    fields: tuple[str, ...] = ("entropy",) if "exact_entropy" in req else ()
+    if "skeleton" in req:
+        kind = cert.skeleton.kind
+        fields += ("prompt_free_logprobs",) if kind == "prompt_free" else ()
+        fields += ("token_ids",) if kind in ("vector", "unigram", "ngram") else ()
+    return fields, f"the certificate's statistic (group {cert.statistic.group!r})"
+
+
+def _unavailable(reason: str, fields: tuple[str, ...], splits: int) -> dict[str, Any]:
+    """The result of a method that the traces cannot evaluate (refused on every split)."""
+    nan = float("nan")
+    return {
+        "coverage_mean": 0.0, "risk_mean": nan, "risk_violation_rate": 0.0, "auroc": nan,
+        "tokens_read_fraction": nan, "tokens_read_median": nan, "refused": splits,
+        "all_refused": True, "refusal_reason": reason, "missing_fields": sorted(fields),
+    }  # fmt: skip
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from .._evaluate import baseline_method, evaluate_methods, fitted_method, lift_method
+    from .._lift import DEFAULT_CLIP
     from .._policy import StreamPolicy
     from .._scores import BASELINES
     from .._traces import read_traces
@@ -68,27 +105,68 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise no_traces(args.traces)
     if args.top_k is not None:
         traces = [t.truncate_top(args.top_k) for t in traces]
-    resolve_clip(args, traces[0].vocab_size)
+    vocab = args.vocab_size
+    if vocab is None and cert is not None and not carries(traces, "vocab_size"):
+        vocab = cert.statistic.vocab_size  # the certificate's model is the traces' model
+    traces = supply_vocab_size(traces, vocab, args.traces)
+    if carries(traces, "vocab_size"):
+        resolve_clip(args, traces[0].vocab_size)
+    elif args.clip is None:  # the uniform skeleton is refused below
+        args.clip = DEFAULT_CLIP
     policy = stream_policy(args)
-    exact = args.top_k is None
-    progress = Progress("liftguard eval: scores")
-    methods = [lift_method(traces, policy, args.skeleton, exact=exact)]
+    exact_logz = args.top_k is None and carries(traces, "logz")
+    exact_entropy = args.top_k is None and carries(traces, "entropy")
     # the paper's configuration: temperature skeleton T=1.5, mean lift, betting boundary, B=12
     paper = StreamPolicy(delta=args.stream_delta, on_length=policy.on_length)
-    methods.append(lift_method(traces, paper, "temperature", "lift_paper", exact=exact))
-    methods += [baseline_method(traces, name, exact=exact) for name in BASELINES]
+    plan: list[tuple[str, str, str, Any]] = [
+        ("lift", "lift", args.skeleton, lambda: lift_method(
+            traces, policy, args.skeleton, exact=exact_logz)),
+        ("lift_paper", "lift", "temperature", lambda: lift_method(
+            traces, paper, "temperature", "lift_paper", exact=exact_logz)),
+        *((name, name, "", lambda name=name: baseline_method(traces, name, exact=exact_entropy))
+          for name in BASELINES),
+    ]  # fmt: skip
+    progress = Progress("liftguard eval: scores")
+    methods, unavailable, used = [], {}, []
+    why: dict[str, list[str]] = {}  # reason -> the methods it refuses
+    for name, score, skeleton, make in plan:
+        fields, what, hint = score_needs(score, skeleton, traces)
+        reason = lacking_message(args.traces, traces, fields, what, hint)
+        if reason:
+            unavailable[name] = _unavailable(reason, fields, args.splits)
+            lacks = " and no ".join(absent(traces, fields))
+            why.setdefault(f"no {lacks}{'; ' + hint if hint else ''}", []).append(name)
+        else:
+            methods.append(make())
+            used.append((score, skeleton))
     if cert is not None:
         _check_certificate(args, cert, traces)
-        progress.step("liftguard eval: replaying the certificate")
-        methods.append(fitted_method(traces, cert, progress=progress))
+        fields, what = _certificate_needs(cert)
+        reason = lacking_message(args.traces, traces, fields, what)
+        if reason:
+            unavailable["certificate"] = _unavailable(reason, fields, args.splits)
+            why.setdefault(f"no {' and no '.join(absent(traces, fields))}", []).append(
+                "certificate"
+            )
+        else:
+            progress.step("liftguard eval: replaying the certificate")
+            methods.append(fitted_method(traces, cert, progress=progress))
     correct = np.array([bool(t.correct) for t in traces])
     progress.step("liftguard eval: calibrating methods")
-    results = evaluate_methods(
+    evaluated = evaluate_methods(
         methods, correct, risk=args.risk, delta=args.delta, splits=args.splits, seed=args.seed,
         progress=progress,
     )  # fmt: skip
     progress.close()
-    note = _refusal_note(args, len(traces), results)
+    note = _refusal_note(args, len(traces), evaluated)
+    order = [name for name, *_ in plan] + (["certificate"] if cert is not None else [])
+    results = {n: evaluated[n] if n in evaluated else unavailable[n] for n in order}
+    if why:
+        lacking = "; ".join(f"{', '.join(names)} ({reason})" for reason, names in why.items())
+        note = f"{note} Not evaluated, the traces carry too little: {lacking}.".strip()
+    estimated = estimate_note(used, traces)
+    if estimated and args.top_k is None:
+        print(f"liftguard eval: note: {estimated}", file=sys.stderr)
     report = {
         "n": len(traces),
         "risk": args.risk,
@@ -112,7 +190,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         from ._plots import write_plots
 
         title = f"{Path(args.traces).stem} (n={len(traces)})"
-        path = write_plots(args.plot, methods, correct, results, title=title, risk=args.risk)
+        path = write_plots(args.plot, methods, correct, evaluated, title=title, risk=args.risk)
         print(f"wrote {path} and its figures", file=sys.stderr)
     if note:
         print(f"liftguard eval: note: {note}", file=sys.stderr)
@@ -129,7 +207,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     )
     for name, r in results.items():
         if r["all_refused"]:  # nothing was ever calibrated: no coverage, risk or reading
-            print(f"  {name:<14}{'refused':>9}{'-':>8}{'-':>12}{r['auroc']:>8.3f}{'-':>7}{'-':>8}")
+            auc = f"{r['auroc']:>8.3f}" if math.isfinite(r["auroc"]) else f"{'-':>8}"
+            print(f"  {name:<14}{'refused':>9}{'-':>8}{'-':>12}{auc}{'-':>7}{'-':>8}")
             continue
         print(
             f"  {name:<14}{r['coverage_mean']:>9.1%}{r['risk_mean']:>8.3f}"

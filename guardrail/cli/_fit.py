@@ -1,5 +1,11 @@
 """``liftguard fit``: fit a streaming statistic on part of a model's labelled traces,
-calibrate ``tau`` on the disjoint rest, and write the certificate."""
+calibrate ``tau`` on the disjoint rest, and write the certificate.
+
+Traces recorded from an API stream (see :mod:`guardrail.cli._recorded`) fit the
+``api`` group, and the ``lift`` group with a skeleton that reads the top-k
+alternatives (``--skeleton temperature``); ``--vocab-size N`` supplies the
+vocabulary size they may lack. A group that reads a field they lack (``local``:
+exact entropies; ``lift`` with ``prompt-free``) is refused in one line."""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import numpy as np
 
 from ._common import CommandError, fraction, integer, no_traces, output_file, positive, probability
 from ._progress import Progress
+from ._recorded import lacking_message, supply_vocab_size
 
 __all__ = ["DEFAULT_FIT_RISK", "add_fit_parser", "cmd_fit"]
 
@@ -89,8 +96,27 @@ def add_fit_parser(sub: Any) -> None:
                    "answer in the traces)")  # fmt: skip
     p.add_argument("--model-id", default=None)
     p.add_argument("--api-model", default=None)
+    p.add_argument("--vocab-size", type=integer(2), default=None, metavar="N",
+                   help="the model's vocabulary size, for traces that do not carry it "
+                   "(recorded from an API stream)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_fit)
+
+
+def _group_needs(args: argparse.Namespace) -> list[tuple[tuple[str, ...], str, str]]:
+    """``(fields, what, hint)`` of each optional trace field the features of ``--group`` read."""
+    from ._recorded import VOCAB_HINT
+
+    what = f"--group {args.group} (the alternatives' tail compensation)"
+    needs: list[tuple[tuple[str, ...], str, str]] = [(("vocab_size",), what, VOCAB_HINT)]
+    if args.group == "local":
+        what = "--group local (its exact-entropy features)"
+        needs.append((("entropy",), what, "use --group api"))
+    if args.group == "lift" and args.skeleton == "prompt-free":
+        what = "--group lift with --skeleton prompt-free"
+        hint = "use --group api, or --group lift --skeleton temperature"
+        needs.append((("prompt_free_logprobs",), what, hint))
+    return needs
 
 
 def _ids_sha256(ids: list[str]) -> str:
@@ -113,6 +139,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
     traces = read_traces(args.traces)
     if not traces:
         raise no_traces(args.traces)
+    traces = supply_vocab_size(traces, args.vocab_size, args.traces)
+    for needs in _group_needs(args):
+        refusal = lacking_message(args.traces, traces, *needs)
+        if refusal:
+            raise CommandError(refusal)
     vocab = traces[0].vocab_size
     if any(t.vocab_size != vocab or t.model != traces[0].model for t in traces):
         raise CommandError(f"{args.traces}: a certificate is for one model; the traces mix models")

@@ -10,7 +10,7 @@ and counted in the summary on stderr:
   the trace holds a prefix, not the answer; record in ``--mode observe`` to get
   complete answers), unless ``--include-incomplete``;
 - an answer **without usable logprobs** (a token without a finite logprob <= 0,
-  e.g. OpenAI's censored -9999, or no ``vocab_size``): it cannot be replayed;
+  e.g. OpenAI's censored -9999): it cannot be replayed;
 - an answer **without a label**: no reference matches its id or question
   (``--references``), or the judge failed (``--judge``, by reason).
 
@@ -22,6 +22,12 @@ project's normaliser (:func:`guardrail.is_correct`) and the trace's
 ``references`` are filled in. By judge: see :mod:`adapters._judge` for the
 prompt and the strict parsing; the key comes from ``--judge-key-env``.
 ``--unlabelled FILE`` writes the traces left without a label (to retry).
+
+Every other line must be a trace (:func:`guardrail.parse_trace`, without a
+label; what an API stream lacks may be null): a malformed one stops the command
+with one line naming the file, the line and the field. A trace without
+``vocab_size`` (the serving certificate did not know it) is labelled:
+``calibrate``, ``fit`` and ``eval`` take ``--vocab-size N`` for it.
 """
 
 from __future__ import annotations
@@ -94,9 +100,7 @@ def read_references(path: str) -> tuple[dict[str, list[str]], dict[str, list[str
 
 
 def usable(obj: dict[str, Any]) -> bool:
-    """Every token has a finite logprob <= 0 (not OpenAI's -9999) and the vocabulary is known."""
-    if not isinstance(obj.get("vocab_size"), int):
-        return False
+    """Every token has a finite logprob <= 0 (not OpenAI's -9999)."""
     for token in obj["tokens"]:
         lp = token.get("logprob") if isinstance(token, dict) else None
         if isinstance(lp, bool) or not isinstance(lp, int | float):
@@ -154,12 +158,14 @@ def label_file(
     unlabelled: str | None,
 ) -> Counter[str]:
     """Label the trace files ``traces`` into ``out``; the counts of the summary."""
+    from .._trace_parse import parse_trace
+
     counts: Counter[str] = Counter()
     with (
         open(out, "w", encoding="utf-8") as fh,
         open(unlabelled, "w", encoding="utf-8") if unlabelled else open(os.devnull, "w") as left,
     ):
-        for _, obj in (item for path in traces for item in _lines(path)):
+        for path, lineno, obj in ((p, *item) for p in traces for item in _lines(p)):
             counts["read"] += 1
             if obj.get("complete") is False and not include_incomplete:
                 counts["skipped: incomplete"] += 1
@@ -167,6 +173,7 @@ def label_file(
             if not usable(obj):
                 counts["skipped: no usable logprobs"] += 1
                 continue
+            parse_trace(obj, source=path, line=lineno, require_label=False)  # strict, or fail
             correct, why = labeller(obj)
             if correct is None:
                 counts[f"unlabelled: {why}"] += 1

@@ -1,4 +1,4 @@
-"""``liftguard skeleton ...``: build, inspect, move and verify skeleton versions in a store.
+"""``liftguard skeleton ...``: build or put (a certificate), inspect, move and verify versions.
 
 Store errors (:class:`skeleton_store.StoreError`: a missing store or version, a
 damaged file, an unreachable backend; each one line naming the file or URL)
@@ -194,6 +194,31 @@ def _cmd_warm_start(args: argparse.Namespace) -> int:
     return _report_vsd(args, version)
 
 
+def _cmd_put(args: argparse.Namespace) -> int:
+    """Store a certificate file (``calibrate``/``fit --out``) as a new version; print its number."""
+    from pathlib import Path
+
+    from skeleton_store._names import check_alias
+
+    from .._certificate import Certificate
+
+    if args.promote is not None:
+        check_alias(args.promote, settable=True)  # before anything is written
+    cert = Certificate.load(args.certificate)  # a missing or invalid file: one line naming it
+    store = _store(args)
+    extra = {"certificate_file": Path(args.certificate).name}
+    version = store.put(args.name, {}, kind="certificate", certificate=cert, parent=args.parent,
+                        extra=extra)  # fmt: skip
+    moved = ""
+    if args.promote is not None:
+        store.promote(args.name, version.version, alias=args.promote)
+        moved = f"; {args.promote} -> {version.tag}"
+    print(version.version)
+    print(f"liftguard skeleton put: wrote {args.name} {version.tag} to {store.url} from "
+          f"{args.certificate} (tau {cert.tau:.4g}){moved}", file=sys.stderr)  # fmt: skip
+    return 0
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     _print([info.to_dict() for info in _store(args).list(args.name)])
     return 0
@@ -318,6 +343,19 @@ def add_skeleton_parser(sub: Any) -> None:
     ws.add_argument("--lowest-k", type=int, default=2)
     ws.add_argument("--clip", type=float, default=12.0)
     ws.set_defaults(func=_run(_cmd_warm_start))
+
+    pu = cmds.add_parser(
+        "put",
+        help="store a certificate file as a new version (prints its number)",
+        description="Publish CERT.json (from 'calibrate --out' or 'fit --out') as a new "
+        "version of NAME holding the whole deployed rule; with --promote, point ALIAS at "
+        "it, which 'liftguard serve --certificate STORE#NAME@ALIAS' picks up.",
+    )
+    pu.add_argument("name")
+    pu.add_argument("--certificate", required=True, metavar="CERT.json")
+    pu.add_argument("--promote", metavar="ALIAS", default=None, help="e.g. production")
+    pu.add_argument("--parent", default=None, help="version this one derives from")
+    pu.set_defaults(func=_run(_cmd_put))
 
     ls = cmds.add_parser("list", help="list versions")
     ls.add_argument("name", nargs="?", default=None)
