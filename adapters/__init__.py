@@ -3,13 +3,21 @@
 Adapters depend on the :mod:`guardrail` core, never the reverse. Vendor SDKs are
 optional extras, imported inside the adapter that needs them.
 
+Each adapter states what its stream carries per token (logprobs, how many
+alternatives, exact entropies) and checks it against what the certificate reads
+when the guard is built, or before the request it makes is sent: a fitted
+statistic that reads ``statistic.alternatives`` alternatives, or exact entropies
+(group ``local``, which only a local model's stream carries), is refused then with
+a :class:`~guardrail.ConfigError` naming the fix, not blocked mid-stream.
+
 Note: the PyPI package of AdapterHub is also imported as ``adapters``; install
 liftguard in an environment without it.
 
 OpenAI (Chat Completions; also vLLM, llama.cpp, Ollama), ``pip install "liftguard[openai]"``:
 
 - :func:`guarded_chat_completion`: request + guard in one async generator.
-- :func:`guard_chat_stream` / :func:`guard_chat_stream_sync`: guard a stream you created.
+- :func:`guard_chat_stream` / :func:`guard_chat_stream_sync`: guard a stream you created
+  (``top_logprobs=`` declares what it asked for; else its first token is checked).
 - :func:`events_from_chat_chunk`, :func:`events_from_responses_event`: parse chunks/events
   into :class:`guardrail.TokenEvent` objects.
 - :class:`ProviderFormatError`: a chunk or event does not have the documented shape.
@@ -25,6 +33,8 @@ model), ``pip install "liftguard[anthropic,local]"``:
 Local models, ``pip install "liftguard[local]"`` (llama-cpp-python is imported only when
 a model is loaded):
 
+- ``LocalModel.guarded_generate`` (:mod:`adapters.local`): a guarded greedy answer whose
+  stream carries everything a fitted statistic reads, exact entropies included.
 - :class:`PromptFreeSkeleton`: the prompt-free skeleton, a local model (by default the
   bundled SmolLM2-135M-Instruct) scoring the answer without the question, token by
   token; :func:`smollm2_prompt_free_prefix` is its default question-free prefix.

@@ -20,8 +20,13 @@ come); thinking, signature, citation and tool-input deltas are neither scored
 nor yielded. The scorer runs llama.cpp inside the event loop (tens of ms per
 word for SmolLM2-135M).
 
-``pip install "liftguard[anthropic,local]"``. The SDK is not imported here:
-streams and clients are duck-typed.
+What the scorer supplies (:data:`SCORER_SUPPLIES`): each token's teacher-forced
+logprob, nothing else -- no alternatives and no exact entropy (it reads only the
+emitted token's score). A certificate whose fitted statistic reads either is
+refused with a :class:`~guardrail.ConfigError` when the guard is built.
+
+``pip install "liftguard[anthropic,local]"``. The SDK is imported only for type
+checking: streams and clients are duck-typed.
 """
 
 from __future__ import annotations
@@ -33,19 +38,23 @@ from typing import TYPE_CHECKING, Any, cast
 
 from guardrail import Certificate, ConfigError, StreamMonitor, TokenEvent
 
+from ._context import Supplies, monitor_for
 from ._errors import ProviderFormatError
 from ._local import SMOLLM2_SYSTEM, smollm2_chat_prompt
-from ._openai import _monitor_of
 from ._openai_events import ChunkParts
 from ._scorer import LocalTextScorer
 from ._stream import GuardStep, Mode, OnBlock, aguard, guard
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
+    from anthropic.types import MessageParam, RawMessageStreamEvent, TextBlockParam
 
     from ._local import LocalModel
 
+    StreamEvent = RawMessageStreamEvent | Mapping[str, Any]
+
 __all__ = [
+    "SCORER_SUPPLIES",
     "anthropic_scorer_prompt",
     "guard_anthropic_stream",
     "guard_anthropic_stream_sync",
@@ -58,6 +67,14 @@ NO_LOGPROBS = (
     "Anthropic's API returns no token log-probabilities; pass scorer_model=LocalModel(...) "
     'to score the streamed text locally (pip install "liftguard[local]")'
 )
+SCORER_SUPPLIES = Supplies(
+    "a local scorer's stream (the teacher-forced logprob of each token of Claude's text; "
+    "Anthropic's API sends no logprobs)",
+    alternatives=0,
+    fix="use a certificate calibrated for the scorer model that reads only the logprob and "
+    "lifts (a lift rule from 'liftguard calibrate')",
+)
+"""What the Anthropic path feeds the monitor: the scorer's logprob of each token only."""
 _FLUSH = object()  # end of stream: score the held tail
 _STOP_REASONS = {
     "end_turn": "stop",
@@ -147,7 +164,7 @@ def _with_text(events: list[TokenEvent], unscored: str) -> ChunkParts:
 
 
 def guard_anthropic_stream(
-    stream: AsyncIterable[Any],
+    stream: AsyncIterable[StreamEvent],
     monitor: StreamMonitor | None,
     scorer: LocalTextScorer,
     *,
@@ -170,12 +187,12 @@ def guard_anthropic_stream(
     An ``error`` event arrives as the SDK's ``APIStatusError``; it and transport
     errors propagate after the stream is closed, and held text is never released.
     """
-    step = _ScoredStep(_monitor_of(monitor, certificate), mode, on_block, scorer)
+    step = _ScoredStep(monitor_for(monitor, certificate, SCORER_SUPPLIES), mode, on_block, scorer)
     return aguard(stream, step)
 
 
 def guard_anthropic_stream_sync(
-    stream: Iterable[Any],
+    stream: Iterable[StreamEvent],
     monitor: StreamMonitor | None,
     scorer: LocalTextScorer,
     *,
@@ -184,7 +201,7 @@ def guard_anthropic_stream_sync(
     on_block: OnBlock = "raise",
 ) -> Generator[str, None, None]:
     """Sync twin of :func:`guard_anthropic_stream` for ``anthropic.Anthropic`` streams."""
-    step = _ScoredStep(_monitor_of(monitor, certificate), mode, on_block, scorer)
+    step = _ScoredStep(monitor_for(monitor, certificate, SCORER_SUPPLIES), mode, on_block, scorer)
     return guard(stream, step)
 
 
@@ -200,7 +217,10 @@ def _text_of(content: Any, where: str) -> str:
 
 
 def anthropic_scorer_prompt(
-    messages: Iterable[Any], system: Any = None, *, default_system: str | None = None
+    messages: Iterable[MessageParam | Mapping[str, Any]],
+    system: str | Iterable[TextBlockParam | Mapping[str, Any]] | None = None,
+    *,
+    default_system: str | None = None,
 ) -> str:
     """The scorer prompt for a Messages request: SmolLM2's chat template
     (:func:`smollm2_chat_prompt`) with the request's ``system`` (its text blocks
@@ -260,7 +280,7 @@ def guarded_message(
         scorer_prompt = anthropic_scorer_prompt(
             messages, create_kwargs.get("system"), default_system=default
         )
-    monitor = _monitor_of(monitor, certificate)
+    monitor = monitor_for(monitor, certificate, SCORER_SUPPLIES)
     step = _ScoredStep(monitor, mode, on_block, LocalTextScorer(scorer_model, scorer_prompt))
     return _stream_message(client, step, dict(create_kwargs, stream=True))
 

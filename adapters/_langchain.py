@@ -7,8 +7,8 @@ ImportError with that hint; :mod:`adapters` exposes the names lazily (PEP 562
 
 Usage::
 
-    handler = LiftGuardCallbackHandler(certificate=Certificate.load("cert.json"))
     llm = ChatOpenAI(model=..., logprobs=True, top_logprobs=5)
+    handler = LiftGuardCallbackHandler(certificate=Certificate.load("cert.json"), model=llm)
     async for chunk in (prompt | llm).astream(question, config={"callbacks": [handler]}):
         ...  # GuardrailBlocked(verdict) stops the stream on a BLOCK
 
@@ -50,7 +50,6 @@ from guardrail import (
     Cause,
     Certificate,
     ConfigError,
-    GuardrailBlocked,
     GuardrailError,
     MissingDependencyError,
     Skeleton,
@@ -63,6 +62,9 @@ from guardrail import (
 from ._context import Guard, resolve_guard, warn_mismatch
 from ._errors import ProviderFormatError
 from ._langchain_parts import (
+    LANGCHAIN_STREAM,
+    IgnoresOtherEvents,
+    check_model,
     content_text,
     context_checks,
     finish_of,
@@ -72,6 +74,7 @@ from ._langchain_parts import (
     token_events,
     token_parts,
 )
+from ._langchain_parts import blocked as _blocked
 from ._openai import logprobs_refused, refuses_logprobs
 from ._stream import (
     DEFAULT_MAX_TOKEN_CHARS,
@@ -92,6 +95,7 @@ except ImportError as exc:  # pragma: no cover - exercised with the extra missin
 if TYPE_CHECKING:
     from langchain_core.callbacks import Callbacks
     from langchain_core.outputs import ChatGenerationChunk, GenerationChunk, LLMResult
+    from langchain_core.runnables import Runnable
 
 __all__ = [
     "INSTALL_HINT",
@@ -107,10 +111,6 @@ MissingPolicy = Literal["block", "pass", "error"]
 HandlerMode = Literal["passthrough", "final"]
 _NO_CHUNKS = ("No generation chunks were returned", "No generations found in stream")
 """langchain-core's errors for a stream without a chunk (``stream`` / ``invoke`` paths)."""
-_MISSING_HINT = (
-    " (LangChain passed no token logprobs: create the chat model with logprobs=True "
-    "and use the Chat Completions API; the Responses API path drops streamed logprobs)"
-)
 
 
 def add_handler(callbacks: Callbacks, handler: BaseCallbackHandler) -> Callbacks:
@@ -132,7 +132,7 @@ class _Run:
         self.finish: str | None = None
 
 
-class LiftGuardCallbackHandler(BaseCallbackHandler):
+class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
     """Certify or block every chat-model / LLM run it sees, one monitor per ``run_id``.
 
     The rule: ``certificate=`` (a :class:`~guardrail.Certificate`; ``skeleton=``
@@ -164,6 +164,14 @@ class LiftGuardCallbackHandler(BaseCallbackHandler):
     :class:`~guardrail.MissingLogprobsError`). ``verdicts`` keeps ``(run_id,
     final verdict)`` of the last ``keep`` judged runs (None: all) for logging.
 
+    What the runs must carry is checked now: ``model=`` (the chat model, bound or in
+    a chain) is read for ``logprobs`` / ``top_logprobs`` and a model that will not
+    stream what the certificate reads (every token's logprob; its fitted statistic's
+    ``alternatives``) is a :class:`~guardrail.ConfigError` naming the fix; a
+    certificate that reads exact entropies is refused with or without it (a chat
+    model's stream never carries them). Without ``model=``, a run that lacks them is
+    blocked by the missing-logprobs policy.
+
     Errors propagate on the sync and async paths alike (see the module docstring).
     """
 
@@ -181,6 +189,7 @@ class LiftGuardCallbackHandler(BaseCallbackHandler):
         mode: HandlerMode = "passthrough",
         keep: int | None = 100,
         max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
+        model: Runnable[Any, Any] | None = None,
     ) -> None:
         name: str = mode
         if name == "buffered":
@@ -189,7 +198,10 @@ class LiftGuardCallbackHandler(BaseCallbackHandler):
             )
         if mode not in ("passthrough", "final"):
             raise ConfigError(f"mode must be 'passthrough' or 'final', got {mode!r}")
-        self._guard = resolve_guard(certificate, policy, tau, skeleton, on_missing_logprobs)
+        self._guard = resolve_guard(
+            certificate, policy, tau, skeleton, on_missing_logprobs, supplies=LANGCHAIN_STREAM
+        )
+        check_model(self._guard.certificate, model)
         if mode == "final" and self._guard.certificate.policy.early:
             raise ConfigError(
                 "mode 'final' decides only at the end: use StreamPolicy(early=False) "
@@ -237,27 +249,6 @@ class LiftGuardCallbackHandler(BaseCallbackHandler):
             if name not in self._warned:
                 self._warned.add(name)
                 warn_mismatch(name, given, calibrated)
-
-    # LangChain skips the hooks of event families a handler ignores
-    @property
-    def ignore_chain(self) -> bool:
-        return True
-
-    @property
-    def ignore_agent(self) -> bool:
-        return True
-
-    @property
-    def ignore_retriever(self) -> bool:
-        return True
-
-    @property
-    def ignore_retry(self) -> bool:
-        return True
-
-    @property
-    def ignore_custom_event(self) -> bool:
-        return True
 
     @property
     def active_runs(self) -> int:
@@ -392,9 +383,3 @@ class LiftGuardCallbackHandler(BaseCallbackHandler):
             State.BLOCKED, 0, 0.0, 0.0, policy.clip, tau, policy.boundary, why, True,
             Cause.NOT_OBSERVED,
         )  # fmt: skip
-
-
-def _blocked(verdict: Verdict) -> GuardrailBlocked:
-    if verdict.cause is Cause.MISSING_LOGPROBS:
-        return GuardrailBlocked(verdict, f"{verdict.reason}{_MISSING_HINT}")
-    return blocked_error(verdict)

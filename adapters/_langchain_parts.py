@@ -1,20 +1,28 @@
 """What the LangChain handler reads from chunks, generations and runs (pure; no LangChain
-import at run time): text, token events, finish reasons, refusals and the settings of a run
-compared with a certificate's generation context."""
+import at run time): text, token events, finish reasons, refusals, the settings of a run
+compared with a certificate's generation context, and what a chat model's stream will
+carry (read from its settings, checked against the certificate when a guard is built)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from guardrail import Certificate, TokenEvent
+from guardrail import Cause, Certificate, GuardrailBlocked, TokenEvent, Verdict
 
+from ._context import Supplies, check_supplies
 from ._openai_events import _bad, _list_or_none, _segment
+from ._stream import blocked_error
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
 
 __all__ = [
+    "LANGCHAIN_STREAM",
+    "IgnoresOtherEvents",
+    "blocked",
+    "chat_model_supplies",
+    "check_model",
     "content_text",
     "context_checks",
     "finish_of",
@@ -24,6 +32,114 @@ __all__ = [
     "token_events",
     "token_parts",
 ]
+
+
+LANGCHAIN_STREAM = Supplies(
+    "a LangChain chat model's stream (OpenAI-format token logprobs)", logprobs=None
+)
+"""What any chat-model run carries, as far as the handler can tell without the model."""
+_MISSING_HINT = (
+    " (LangChain passed no token logprobs: create the chat model with logprobs=True "
+    "and use the Chat Completions API; the Responses API path drops streamed logprobs)"
+)
+_SETTINGS = ("logprobs", "top_logprobs")
+
+
+class IgnoresOtherEvents:
+    """Mixed into the handler: LangChain skips the hooks of the event families a handler
+    ignores (chains, agents, retrievers, retries, custom events): only model runs."""
+
+    @property
+    def ignore_chain(self) -> bool:
+        return True
+
+    @property
+    def ignore_agent(self) -> bool:
+        return True
+
+    @property
+    def ignore_retriever(self) -> bool:
+        return True
+
+    @property
+    def ignore_retry(self) -> bool:
+        return True
+
+    @property
+    def ignore_custom_event(self) -> bool:
+        return True
+
+
+def blocked(verdict: Verdict) -> GuardrailBlocked:
+    """The handler's error for a blocked run (a hint where logprobs were missing)."""
+    if verdict.cause is Cause.MISSING_LOGPROBS:
+        return GuardrailBlocked(verdict, f"{verdict.reason}{_MISSING_HINT}")
+    return blocked_error(verdict)
+
+
+def chat_model_supplies(runnable: object) -> list[Supplies]:
+    """What each OpenAI-style chat model inside ``runnable`` will stream, read from its
+    settings: ``logprobs`` and ``top_logprobs`` (langchain-openai's ``ChatOpenAI`` fields,
+    where it also moves them from ``model_kwargs``), overridden by kwargs bound with
+    ``.bind(...)``; its
+    ``use_responses_api`` path streams none. Found through bound models, sequences
+    (``prompt | llm | parser``), parallel maps and fallbacks; a model of another kind
+    is not known (nothing is said of it)."""
+    out: list[Supplies] = []
+    _walk(runnable, {}, out, set())
+    return out
+
+
+def check_model(certificate: Certificate, model: object) -> None:
+    """A :class:`~guardrail.ConfigError` now if a chat model inside ``model`` will not
+    stream what ``certificate`` reads (see :func:`chat_model_supplies`)."""
+    for supplies in chat_model_supplies(model):
+        check_supplies(certificate, supplies)
+
+
+def _walk(node: object, bound: Mapping[str, Any], out: list[Supplies], seen: set[int]) -> None:
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    fields = getattr(type(node), "model_fields", None)
+    if isinstance(fields, Mapping) and all(name in fields for name in _SETTINGS):
+        out.append(_model_supplies(node, bound))
+        return
+    inner = getattr(node, "bound", None)
+    if inner is not None:  # RunnableBinding: outer kwargs win, as at call time
+        kwargs = getattr(node, "kwargs", None)
+        _walk(inner, {**(kwargs if isinstance(kwargs, Mapping) else {}), **bound}, out, seen)
+        return
+    children: list[object] = []
+    for name in ("steps", "fallbacks"):  # RunnableSequence; RunnableWithFallbacks
+        value = getattr(node, name, None)
+        children += value if isinstance(value, list) else []
+    parallel = getattr(node, "steps__", None)  # RunnableParallel
+    children += list(parallel.values()) if isinstance(parallel, Mapping) else []
+    first = getattr(node, "runnable", None)  # RunnableWithFallbacks
+    children += [first] if first is not None else []
+    for child in children:
+        _walk(child, {}, out, seen)
+
+
+def _model_supplies(model: object, bound: Mapping[str, Any]) -> Supplies:
+    name = type(model).__name__
+    settings = {key: bound.get(key, getattr(model, key, None)) for key in _SETTINGS}
+    if getattr(model, "use_responses_api", None) is True:
+        return Supplies(
+            f"{name}(use_responses_api=True) (langchain-openai's Responses API path drops "
+            "streamed logprobs)",
+            logprobs=False,
+            fix=f"create it with {name}(..., use_responses_api=False, logprobs=True, "
+            "top_logprobs={k})",
+        )
+    logprobs, top = settings["logprobs"], settings["top_logprobs"]
+    source = f"the chat model {name}(logprobs={logprobs!r}, top_logprobs={top!r})"
+    fix = f"create it with {name}(..., logprobs=True, top_logprobs={{k}})"
+    if logprobs is not True:
+        return Supplies(source, logprobs=False, alternatives=0, fix=fix)
+    count = top if isinstance(top, int) and not isinstance(top, bool) else 0
+    return Supplies(source, alternatives=count, fix=fix)
 
 
 def content_text(content: Any) -> str:

@@ -45,6 +45,7 @@ from ._langchain import (
     add_handler,
     content_text,
 )
+from ._langchain_parts import LANGCHAIN_STREAM, check_model
 from ._stream import aclose_upstream, close_upstream
 
 try:
@@ -83,13 +84,18 @@ def _chunk_text(chunk: Any) -> str:
 
 
 class _Gate:
-    """What of the runnable's output may be shown now (pure; the loops do the I/O)."""
+    """What of the runnable's output may be shown now, and how the call ends (pure; the
+    sync and async loops only iterate, yield and close)."""
 
-    __slots__ = ("_handler", "_held", "_open")
+    __slots__ = ("_handler", "_held", "_open", "_tail", "on_block", "refusal")
 
-    def __init__(self, handler: LiftGuardCallbackHandler, mode: GuardMode) -> None:
+    def __init__(
+        self, handler: LiftGuardCallbackHandler, mode: GuardMode, on_block: OnBlock, refusal: str
+    ) -> None:
         self._handler, self._open = handler, mode == "passthrough"
+        self.on_block, self.refusal = on_block, refusal
         self._held: list[str] = []
+        self._tail: str | Abstention | None = None
 
     def push(self, chunk: Any) -> str:
         blocked = self._handler._blocked_run()
@@ -104,11 +110,23 @@ class _Gate:
             return self._drain()
         return ""
 
-    def end(self) -> str:
-        verdict = self._handler._blocking_verdict()
-        if verdict is not None:
-            raise GuardrailBlocked(verdict, verdict.reason)
-        return self._drain()
+    def blocked(self, exc: GuardrailBlocked) -> None:
+        """The call was blocked: re-raise (``on_block="raise"``) or end with the
+        replacement."""
+        if self.on_block == "raise":
+            raise exc
+        self._tail = Abstention(exc.verdict) if self.on_block == "abstain" else self.refusal
+
+    def end(self) -> str | Abstention:
+        """What the call ends with: the replacement after a block, else the held text if
+        every model run is certified (else blocked: :meth:`blocked`)."""
+        if self._tail is None:
+            verdict = self._handler._blocking_verdict()
+            if verdict is None:
+                return self._drain()
+            self.blocked(GuardrailBlocked(verdict, verdict.reason))
+        tail, self._tail = self._tail, None
+        return tail if tail is not None else ""
 
     def _drain(self) -> str:
         out = "".join(self._held)
@@ -140,58 +158,43 @@ class GuardedRunnable(Runnable[Any, str | Abstention]):
         return self.runnable.get_input_schema(config)
 
     def _start(
-        self, config: RunnableConfig | None
-    ) -> tuple[LiftGuardCallbackHandler, RunnableConfig]:
+        self, config: RunnableConfig | None, mode: GuardMode
+    ) -> tuple[_Gate, RunnableConfig]:
         handler = _handler(self._guard)
         cfg = ensure_config(config)  # a fresh dict
         cfg["callbacks"] = add_handler(cfg.get("callbacks"), handler)
-        return handler, cfg
-
-    def _replacement(self, verdict: Verdict) -> str | Abstention:
-        return Abstention(verdict) if self.on_block == "abstain" else self.refusal
+        return _Gate(handler, mode, self.on_block, self.refusal), cfg
 
     async def _aguarded(
         self, input: Any, config: RunnableConfig | None, kwargs: dict[str, Any], mode: GuardMode
     ) -> AsyncIterator[str | Abstention]:
-        handler, cfg = self._start(config)
-        gate = _Gate(handler, mode)
+        gate, cfg = self._start(config, mode)
         stream = self.runnable.astream(input, cfg, **kwargs)
-        tail: str | Abstention
         try:
             async for chunk in stream:
-                out = gate.push(chunk)
-                if out:
+                if out := gate.push(chunk):
                     yield out
-            tail = gate.end()
         except GuardrailBlocked as exc:
-            if self.on_block == "raise":
-                raise
-            tail = self._replacement(exc.verdict)
+            gate.blocked(exc)
         finally:
             await aclose_upstream(stream)
-        if tail:
+        if tail := gate.end():
             yield tail
 
     def _guarded(
         self, input: Any, config: RunnableConfig | None, kwargs: dict[str, Any], mode: GuardMode
     ) -> Iterator[str | Abstention]:
-        handler, cfg = self._start(config)
-        gate = _Gate(handler, mode)
+        gate, cfg = self._start(config, mode)
         stream = self.runnable.stream(input, cfg, **kwargs)
-        tail: str | Abstention
         try:
             for chunk in stream:
-                out = gate.push(chunk)
-                if out:
+                if out := gate.push(chunk):
                     yield out
-            tail = gate.end()
         except GuardrailBlocked as exc:
-            if self.on_block == "raise":
-                raise
-            tail = self._replacement(exc.verdict)
+            gate.blocked(exc)
         finally:
             close_upstream(stream)
-        if tail:
+        if tail := gate.end():
             yield tail
 
     def astream(
@@ -243,7 +246,7 @@ def guard_runnable(
     refusal: str = DEFAULT_REFUSAL,
     mode: GuardMode = "buffered",
     on_missing_logprobs: MissingPolicy | None = None,
-) -> Runnable[Any, str | Abstention]:
+) -> GuardedRunnable:
     """Wrap ``runnable`` (streaming text or messages) so that only certified text gets out.
 
     ``astream``/``stream`` yield text chunks: ``mode="buffered"`` holds them
@@ -260,7 +263,11 @@ def guard_runnable(
 
     The rule is ``certificate=`` (or a hand-made ``policy``, ``tau`` and
     ``skeleton``). Use the model with token logprobs (``ChatOpenAI(logprobs=True,
-    top_logprobs=k)``).
+    top_logprobs=k)``): the chat models inside ``runnable`` (bound, or in a chain) are
+    read now, and one that will not stream the logprobs and the alternatives the
+    certificate reads (its fitted statistic's ``alternatives``) is a
+    :class:`~guardrail.ConfigError` naming the fix, as is a certificate that reads
+    exact entropies (a chat model's stream never carries them).
     In a chain, put the guard last (``guard_runnable(prompt | llm | parser, ...)``):
     an Abstention is not text for a later parser.
     """
@@ -272,7 +279,10 @@ def guard_runnable(
         raise ConfigError(f"mode must be 'buffered' or 'passthrough', got {mode!r}")
     if not isinstance(refusal, str):
         raise ConfigError(f"refusal must be a string, got {type(refusal).__name__}")
-    guard = resolve_guard(certificate, policy, tau, skeleton, on_missing_logprobs)
+    guard = resolve_guard(
+        certificate, policy, tau, skeleton, on_missing_logprobs, supplies=LANGCHAIN_STREAM
+    )
+    check_model(guard.certificate, runnable)
     return GuardedRunnable(runnable, guard, on_block=on_block, refusal=refusal, mode=mode)
 
 
@@ -283,7 +293,7 @@ class _GuardedTool(BaseTool):
     """A tool that runs ``inner`` under a fresh handler and turns a BLOCK into a ToolException."""
 
     inner: BaseTool
-    guard: Any  # a Guard (a frozen dataclass; not a pydantic field type)
+    guard: Guard
 
     def _handler(self) -> LiftGuardCallbackHandler:
         return _handler(self.guard)
@@ -333,6 +343,7 @@ def guard_tool(
     skeleton: Skeleton | None = None,
     on_missing_logprobs: MissingPolicy | None = None,
     handle_tool_error: ToolErrorHandling = None,
+    model: Runnable[Any, Any] | None = None,
 ) -> BaseTool:
     """A tool with ``tool``'s name, description and arguments whose answer must be certified.
 
@@ -348,10 +359,17 @@ def guard_tool(
     defines it: ``True`` gives the agent the message as the tool's output. Other
     errors propagate unchanged. ``response_format="content_and_artifact"`` is
     not supported (only the content is returned).
+
+    ``model``: the chat model ``tool`` calls, checked now as :func:`guard_runnable`
+    checks its runnable (a tool's code cannot be read); a certificate that reads
+    exact entropies is refused either way.
     """
     if not isinstance(tool, BaseTool):
         raise ConfigError(f"tool must be a LangChain BaseTool, got {type(tool).__name__}")
-    guard = resolve_guard(certificate, policy, tau, skeleton, on_missing_logprobs)
+    guard = resolve_guard(
+        certificate, policy, tau, skeleton, on_missing_logprobs, supplies=LANGCHAIN_STREAM
+    )
+    check_model(guard.certificate, model)
     if handle_tool_error is None:
         handle_tool_error = tool.handle_tool_error
     return _GuardedTool(

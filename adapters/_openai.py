@@ -19,20 +19,23 @@ response, so a consumer that stops early also stops the upstream request.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from guardrail import Certificate, ConfigError, MissingDependencyError, StreamMonitor
 
-from ._context import apply_context, resolve_guard
-from ._openai_events import chat_chunk_parts
-from ._stream import DEFAULT_MAX_TOKEN_CHARS, GuardStep, Mode, OnBlock, aguard, guard
+from ._context import Supplies, apply_context, check_supplies, monitor_for, needs_of
+from ._openai_events import ChunkParts, chat_chunk_parts
+from ._stream import DEFAULT_MAX_TOKEN_CHARS, GuardStep, Mode, OnBlock, Parser, aguard, guard
 
 if TYPE_CHECKING:
     from types import ModuleType
 
     from openai import AsyncOpenAI
+    from openai.types.chat import ChatCompletionChunk
+
+    Chunk = ChatCompletionChunk | Mapping[str, Any]
 
 __all__ = ["guard_chat_stream", "guard_chat_stream_sync", "guarded_chat_completion"]
 
@@ -48,7 +51,7 @@ def _import_openai() -> ModuleType:
     return openai
 
 
-def _chunk_parser(monitor: StreamMonitor) -> Any:
+def _chunk_parser(monitor: StreamMonitor) -> Parser:
     """The chunk parser for ``monitor``: alternatives are parsed only when its
     skeleton reads them (``needs_top_logprobs``, True for unknown skeletons)."""
     skeleton = getattr(monitor, "skeleton", None)  # GuardStep validates the monitor
@@ -57,25 +60,69 @@ def _chunk_parser(monitor: StreamMonitor) -> Any:
     return chat_chunk_parts
 
 
-def _monitor_of(monitor: StreamMonitor | None, certificate: Certificate | None) -> StreamMonitor:
-    """``monitor`` (which must apply ``certificate``'s rule if both are given), or a fresh
-    monitor of ``certificate``."""
-    if monitor is None and certificate is None:
-        raise ConfigError("pass certificate=... (or a monitor=...)")
-    if monitor is None:
-        return resolve_guard(certificate, None, None, None).monitor()
-    if certificate is not None and (
-        monitor.policy != certificate.policy or monitor.tau != certificate.tau
-    ):
-        raise ConfigError("monitor= does not apply certificate='s policy and tau")
-    return monitor
+_CREATE_FIX = "create it with client.chat.completions.create(..., logprobs=True, top_logprobs={k})"
+
+
+def _stream_supplies(top_logprobs: int | None) -> Supplies:
+    """What a stream the caller created carries: what ``top_logprobs`` declares, or not
+    known (then the first token tells, see :class:`_FirstToken`)."""
+    if top_logprobs is None:
+        return Supplies("a Chat Completions stream", logprobs=None, fix=_CREATE_FIX)
+    if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or top_logprobs < 0:
+        raise ConfigError(f"top_logprobs must be an integer >= 0 or None, got {top_logprobs!r}")
+    source = f"a Chat Completions stream created with top_logprobs={top_logprobs}"
+    return Supplies(source, alternatives=top_logprobs, fix=_CREATE_FIX)
+
+
+_JUDGED = "this stream (judged by its first token)"
+_FIRST_FIX = f"{_CREATE_FIX} (if it was, declare it: guard_chat_stream(..., top_logprobs={{k}}))"
+
+
+class _FirstToken:
+    """A chunk parser that checks, on the stream's first token, that the stream carries
+    the logprob and the alternatives ``monitor`` reads (for a stream whose request is not
+    known): a request without them is a :class:`~guardrail.ConfigError` there, before any
+    text is shown, not a block."""
+
+    __slots__ = ("_monitor", "_parse")
+
+    def __init__(self, parse: Parser, monitor: StreamMonitor | None) -> None:
+        self._parse, self._monitor = parse, monitor
+
+    def __call__(self, item: Any) -> ChunkParts:
+        parts = self._parse(item)
+        monitor = self._monitor
+        if monitor is not None and parts.events:
+            self._monitor = None
+            first = parts.events[0]
+            has_lp = first.logprob is not None
+            alternatives = len(first.top_logprobs) if has_lp else 0
+            check_supplies(monitor, Supplies(_JUDGED, has_lp, alternatives, fix=_FIRST_FIX))
+        return parts
+
+
+def _stream_step(
+    monitor: StreamMonitor | None,
+    certificate: Certificate | None,
+    top_logprobs: int | None,
+    mode: Mode,
+    on_block: OnBlock,
+    max_token_chars: int,
+) -> GuardStep:
+    """The step of :func:`guard_chat_stream` and its sync twin (checked now)."""
+    monitor = monitor_for(monitor, certificate, _stream_supplies(top_logprobs))
+    parse = _chunk_parser(monitor)
+    if top_logprobs is None and needs_of(monitor).alternatives:
+        parse = _FirstToken(parse, monitor)
+    return GuardStep(monitor, mode, on_block, parse, max_token_chars=max_token_chars)
 
 
 def guard_chat_stream(
-    stream: AsyncIterable[Any],
+    stream: AsyncIterable[Chunk],
     monitor: StreamMonitor | None = None,
     *,
     certificate: Certificate | None = None,
+    top_logprobs: int | None = None,
     mode: Mode = "buffered",
     on_block: OnBlock = "raise",
     max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
@@ -109,28 +156,35 @@ def guard_chat_stream(
     :class:`~guardrail.MissingLogprobsError` propagate unchanged after the
     stream is closed; text held back is never released.
     ``mode``/``on_block``/``monitor`` are checked here, before anything is read.
+
+    What the stream must carry: every rule reads each token's logprob; a fitted
+    statistic may read ``statistic.alternatives`` alternatives per token and
+    exact entropies (group ``local``). The request is the caller's, so this
+    function cannot see it: ``top_logprobs=`` declares what it asked for, and is
+    checked now (fewer than the statistic reads: a
+    :class:`~guardrail.ConfigError` naming the fix). Undeclared, the stream's
+    first token tells: without a logprob, or with fewer alternatives than the
+    statistic reads, it is a ConfigError there, before any text is shown (a
+    provider that sends fewer alternatives than asked, as llama.cpp's server
+    may, needs the declaration). A certificate that reads exact entropies is
+    refused now: a Chat Completions stream never carries them.
     """
-    monitor = _monitor_of(monitor, certificate)
-    step = GuardStep(
-        monitor, mode, on_block, _chunk_parser(monitor), max_token_chars=max_token_chars
-    )
+    step = _stream_step(monitor, certificate, top_logprobs, mode, on_block, max_token_chars)
     return aguard(stream, step)
 
 
 def guard_chat_stream_sync(
-    stream: Iterable[Any],
+    stream: Iterable[Chunk],
     monitor: StreamMonitor | None = None,
     *,
     certificate: Certificate | None = None,
+    top_logprobs: int | None = None,
     mode: Mode = "buffered",
     on_block: OnBlock = "raise",
     max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
 ) -> Generator[str, None, None]:
     """Sync twin of :func:`guard_chat_stream` for ``openai.OpenAI`` streams (same rules)."""
-    monitor = _monitor_of(monitor, certificate)
-    step = GuardStep(
-        monitor, mode, on_block, _chunk_parser(monitor), max_token_chars=max_token_chars
-    )
+    step = _stream_step(monitor, certificate, top_logprobs, mode, on_block, max_token_chars)
     return guard(stream, step)
 
 
@@ -173,7 +227,9 @@ def logprobs_refused(exc: Any, model: object) -> ConfigError:
     )
 
 
-def _create_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+def _create_kwargs(kwargs: dict[str, Any], alternatives: int) -> dict[str, Any]:
+    """The request: ``stream``, ``logprobs`` forced; ``top_logprobs`` as given, else 20
+    (or the ``alternatives`` the rule reads, if more)."""
     for key in ("stream", "logprobs"):
         if kwargs.get(key, True) is not True:
             raise ConfigError(f"guarded_chat_completion needs {key}=True, got {kwargs[key]!r}")
@@ -181,8 +237,16 @@ def _create_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     if n is not None and n != 1:
         raise ConfigError(f"guarded_chat_completion guards one answer: n must be 1, got {n!r}")
     out = dict(kwargs, stream=True, logprobs=True)
-    out.setdefault("top_logprobs", DEFAULT_TOP_LOGPROBS)
+    if out.get("top_logprobs") is None:
+        out["top_logprobs"] = max(DEFAULT_TOP_LOGPROBS, alternatives)
     return out
+
+
+def _request_supplies(top_logprobs: Any) -> Supplies:
+    source = f"a Chat Completions stream asked for top_logprobs={top_logprobs!r}"
+    alternatives = top_logprobs if isinstance(top_logprobs, int) else None
+    fix = "ask for top_logprobs={k} or more (or leave it unset)"
+    return Supplies(source, alternatives=alternatives, fix=fix)
 
 
 async def guarded_chat_completion(
@@ -211,19 +275,26 @@ async def guarded_chat_completion(
     sends the request as given, still warning on nothing).
 
     An async generator: arguments are checked and the request is sent on the
-    first iteration. A model that refuses logprobs (a 403 mentioning logprobs,
+    first iteration. The request asks for the alternatives the rule reads (a
+    fitted statistic's ``alternatives``); a ``top_logprobs`` below that, or a
+    certificate that reads exact entropies (which a Chat Completions stream
+    never carries), is a :class:`~guardrail.ConfigError` before the request is
+    sent. A model that refuses logprobs (a 403 mentioning logprobs,
     or a 400 saying they are not supported, as reasoning models answer) raises
     :class:`~guardrail.ConfigError`: liftguard cannot certify it. Other API
     errors propagate unchanged. Otherwise as :func:`guard_chat_stream`.
     """
     openai = _import_openai()
-    monitor = _monitor_of(monitor, certificate)
+    rule = monitor if monitor is not None else certificate
+    if rule is None:
+        raise ConfigError("pass certificate=... (or a monitor=...)")
+    kwargs = _create_kwargs(create_kwargs, needs_of(rule).alternatives)
+    monitor = monitor_for(monitor, certificate, _request_supplies(kwargs["top_logprobs"]))
     if certificate is not None and apply_certificate_context:
-        create_kwargs = apply_context(certificate, create_kwargs)
+        kwargs = apply_context(certificate, kwargs)
     step = GuardStep(
         monitor, mode, on_block, _chunk_parser(monitor), max_token_chars=max_token_chars
     )
-    kwargs = _create_kwargs(create_kwargs)
     try:
         stream = await cast(Any, client).chat.completions.create(**kwargs)
     except openai.APIStatusError as exc:

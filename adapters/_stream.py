@@ -72,12 +72,14 @@ class GuardStep:
     text (cause ``refusal``) or a token whose text cannot be reconstructed
     (empty text and no bytes, as llama.cpp streams partial UTF-8 characters:
     cause ``unreadable_text``); a token longer than ``max_token_chars``
-    characters is a :class:`ProviderFormatError`.
+    characters is a :class:`ProviderFormatError`. ``update`` feeds one event to the
+    monitor (default ``monitor.update``; a local model's stream also passes the
+    token's exact entropy).
     """
 
     __slots__ = (
-        "_items", "_max_chars", "_monitor", "_parse", "_text", "blocked", "finish_reason",
-        "on_block",
+        "_items", "_max_chars", "_monitor", "_parse", "_text", "_update", "blocked",
+        "finish_reason", "on_block",
     )  # fmt: skip
 
     def __init__(
@@ -88,6 +90,7 @@ class GuardStep:
         parse: Parser,
         *,
         max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
+        update: Callable[[TokenEvent], Verdict] | None = None,
     ) -> None:
         if not isinstance(monitor, StreamMonitor):
             raise ConfigError(
@@ -98,6 +101,7 @@ class GuardStep:
             raise ConfigError(f"on_block must be 'raise' or 'stop', got {on_block!r}")
         self._max_chars = check_max_token_chars(max_token_chars)
         self._monitor, self._parse, self.on_block = monitor, parse, on_block
+        self._update = update if update is not None else monitor.update
         self._text = GuardedText(monitor, mode)  # validates mode (and early=False for "final")
         self.blocked: Verdict | None = None
         self.finish_reason: str | None = None
@@ -122,7 +126,7 @@ class GuardStep:
         if refusal:
             verdict = monitor.abort(Cause.REFUSAL, "the model refused to answer (refusal text)")
         else:
-            verdict = feed_events(monitor, events, shown, self._max_chars)
+            verdict = feed_events(monitor, events, shown, self._max_chars, self._update)
         out = self._text.push(shown, verdict)
         if verdict.state is State.BLOCKED:
             self._block(verdict)
@@ -165,9 +169,14 @@ def check_max_token_chars(value: int) -> int:
 
 
 def feed_events(
-    monitor: StreamMonitor, events: list[TokenEvent], shown: str, max_chars: int
+    monitor: StreamMonitor,
+    events: list[TokenEvent],
+    shown: str,
+    max_chars: int,
+    update: Callable[[TokenEvent], Verdict] | None = None,
 ) -> Verdict:
-    """Each event to ``monitor`` after the checks every path shares; the last verdict.
+    """Each event to ``monitor`` (through ``update``, default ``monitor.update``) after the
+    checks every path shares; the last verdict.
 
     A token longer than ``max_chars`` (or shown text longer than ``max_chars``
     per token) is a :class:`ProviderFormatError`; a token with no text and no
@@ -178,7 +187,8 @@ def feed_events(
             f"max_token_chars={max_chars} per token",
             field="delta.content",
         )
-    update = monitor.update
+    if update is None:
+        update = monitor.update
     verdict = monitor.verdict
     for event in events:
         text = event.text

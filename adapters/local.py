@@ -10,43 +10,80 @@ imported only when a model is loaded.
 - :class:`LocalChatServer`: ``/v1/chat/completions`` (streamed, with logprobs and
   ``top_logprobs``) for a :class:`LocalModel` on 127.0.0.1, for the real
   ``openai`` and ``langchain-openai`` clients.
-- :func:`smollm2_certificate`: the certificate shipped for the bundled model
-  (calibrated on 2,000 labelled TriviaQA answers; its generation context is the
-  one :func:`smollm2_chat_prompt` and :data:`SMOLLM2_SYSTEM` give, greedy, 24
-  tokens).
+- :func:`smollm2_fitted_certificate`: the fitted certificate shipped for the
+  bundled model (logprob, top-5 alternatives and the prompt-free lift; fitted on
+  1,000 labelled TriviaQA answers and calibrated on 1,000 others), with its
+  prompt-free skeleton bound; the demo runs it.
+- :func:`smollm2_certificate`: the single-score certificate shipped for the
+  bundled model (calibrated on 2,000 labelled TriviaQA answers; it needs only
+  each token's logprob). Both certificates' generation context is the one
+  :func:`smollm2_chat_prompt` and :data:`SMOLLM2_SYSTEM` give, greedy, 24 tokens.
+- Gemma 3 270M (base, ``pip install "liftguard[gemma]"``): :func:`gemma3_path`
+  and :func:`gemma3_fewshot_prompt`, the model and the 5-shot prompt of the
+  shared Gemma traces; :func:`gguf_architecture` reads a GGUF's architecture.
 """
 
 from __future__ import annotations
 
 from importlib import resources
 
-from guardrail import Certificate
+from guardrail import Certificate, Skeleton
 
+from ._gemma import GEMMA3_MODEL_NAME, GEMMA3_PROMPT_FREE, gemma3_fewshot_prompt, gemma3_path
 from ._local import (
     SMOLLM2_SYSTEM,
     LocalModel,
     LocalToken,
     bundled_smollm2_path,
+    gguf_architecture,
     smollm2_chat_prompt,
 )
 from ._local_server import LocalChatServer
 
 __all__ = [
+    "GEMMA3_MODEL_NAME",
+    "GEMMA3_PROMPT_FREE",
     "SMOLLM2_CERTIFICATE",
+    "SMOLLM2_FITTED_CERTIFICATE",
     "SMOLLM2_SYSTEM",
     "LocalChatServer",
     "LocalModel",
     "LocalToken",
     "bundled_smollm2_path",
+    "gemma3_fewshot_prompt",
+    "gemma3_path",
+    "gguf_architecture",
     "smollm2_certificate",
     "smollm2_chat_prompt",
+    "smollm2_fitted_certificate",
 ]
 
 SMOLLM2_CERTIFICATE = "smollm2_certificate.json"
-"""File name of the shipped certificate in ``guardrail/data`` (see its README)."""
+"""File name of the shipped single-score certificate in ``guardrail/data`` (see its
+README)."""
+SMOLLM2_FITTED_CERTIFICATE = "smollm2_fitted_certificate.json"
+"""File name of the shipped fitted certificate in ``guardrail/data``."""
+
+
+def _shipped(name: str) -> Certificate:
+    source = resources.files("guardrail") / "data" / name
+    return Certificate.from_json(source.read_text(encoding="utf-8"))
 
 
 def smollm2_certificate() -> Certificate:
-    """The certificate shipped for the bundled SmolLM2-135M-Instruct (Q4_1)."""
-    source = resources.files("guardrail") / "data" / SMOLLM2_CERTIFICATE
-    return Certificate.from_json(source.read_text(encoding="utf-8"))
+    """The single-score certificate shipped for the bundled SmolLM2-135M-Instruct (Q4_1):
+    the weakest token's lift against the uniform skeleton; needs only logprobs."""
+    return _shipped(SMOLLM2_CERTIFICATE)
+
+
+def smollm2_fitted_certificate(*, skeleton: Skeleton | None = None) -> Certificate:
+    """The fitted certificate shipped for the bundled SmolLM2-135M-Instruct (Q4_1),
+    with its prompt-free skeleton bound: ``skeleton``, else a new
+    :class:`~adapters.PromptFreeSkeleton` (a second copy of the bundled model, loaded
+    now; it must not be the model that generates). Streams must carry each token's
+    logprob and at least 5 alternatives (``top_logprobs=5``)."""
+    if skeleton is None:
+        from ._prompt_free import PromptFreeSkeleton
+
+        skeleton = PromptFreeSkeleton()
+    return _shipped(SMOLLM2_FITTED_CERTIFICATE).with_skeleton(skeleton)

@@ -34,6 +34,7 @@ def test_public_names_are_pinned() -> None:
         "ModelIdentity",
         "NGramSkeleton",
         "Skeleton",
+        "SkeletonResolver",
         "SkeletonSpec",
         "State",
         "StreamMonitor",
@@ -44,6 +45,7 @@ def test_public_names_are_pinned() -> None:
         "TokenIds",
         "TraceFormatError",
         "UniformSkeleton",
+        "VectorSkeleton",
         "Verdict",
         "WithTokenIds",
         "__version__",
@@ -110,14 +112,21 @@ def test_adapter_public_names_are_pinned() -> None:
         "token_ids_for",
     ]
     assert adapters.local.__all__ == [
+        "GEMMA3_MODEL_NAME",
+        "GEMMA3_PROMPT_FREE",
         "SMOLLM2_CERTIFICATE",
+        "SMOLLM2_FITTED_CERTIFICATE",
         "SMOLLM2_SYSTEM",
         "LocalChatServer",
         "LocalModel",
         "LocalToken",
         "bundled_smollm2_path",
+        "gemma3_fewshot_prompt",
+        "gemma3_path",
+        "gguf_architecture",
         "smollm2_certificate",
         "smollm2_chat_prompt",
+        "smollm2_fitted_certificate",
     ]
     for module in (adapters, adapters.local):
         for name in module.__all__:
@@ -232,6 +241,7 @@ def test_public_submodules_are_pinned() -> None:
         "DEFAULT_ALTERNATIVES",
         "DEFAULT_L2",
         "FEATURE_PRESETS",
+        "EventReader",
         "Feature",
         "FittedMonitor",
         "FittedPath",
@@ -249,6 +259,7 @@ def test_public_submodules_are_pinned() -> None:
         "replay_fitted",
         "stop_at",
         "token_ranges",
+        "trace_events",
     ]
     for module in (guardrail.stats, guardrail.topk, guardrail.traces, guardrail.vsd,
                    guardrail.evaluate, guardrail.fitting):  # fmt: skip

@@ -34,6 +34,7 @@ from ._chat import (
     answer_record,
     assemble,
     blocked_response,
+    check_upstream,
     error_event,
     error_response,
     prepare,
@@ -87,6 +88,8 @@ class Proxy:
         entries: dict[str, CertificateSource] = dict(config.model_certificates)
         if config.certificate is not None:
             entries["*"] = config.certificate
+        for source in entries.values():  # a rule the upstream cannot feed: refused now
+            check_upstream(source.current()[0], config.top_logprobs)
         self.sources = entries
         self._shown: dict[str, str] = {}
 

@@ -2,7 +2,11 @@
 
 The upstream is always asked for a stream (``stream=True``, ``logprobs=True``,
 the alternatives the certificate needs), with the certificate's generation
-context filled in where the client left a setting unset. A streamed request is
+context filled in where the client left a setting unset. A certificate the
+upstream cannot feed (a fitted statistic that reads more alternatives than the
+proxy's ``top_logprobs``, or exact entropies, which no Chat Completions stream
+carries) is refused before anything is sent (:func:`check_upstream`; HTTP 500,
+``liftguard_config_error``: the proxy is misconfigured, not the request). A streamed request is
 answered as server-sent events (see :mod:`._guarded` for what is sent when); a
 non-streamed one is decided on the whole answer and answered with one
 ``chat.completion`` object (HTTP 422 if blocked, 502/504 if the upstream failed).
@@ -21,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.responses import JSONResponse, Response
 
-from guardrail import ContextMismatchWarning
+from guardrail import Certificate, ConfigError, ContextMismatchWarning
 
-from .._context import apply_context
+from .._context import Needs, Supplies, apply_context, check_supplies, needs_of
 from .._openai import logprobs_refused, refuses_logprobs
 from ._guarded import RequestInfo, _index
 from ._recording import AnswerRecord
@@ -45,10 +49,12 @@ if TYPE_CHECKING:
     from ._guarded import AnswerGuard
 
 __all__ = [
+    "DEFAULT_UPSTREAM_TOP",
     "Prepared",
     "answer_record",
     "assemble",
     "blocked_response",
+    "check_upstream",
     "error_event",
     "error_response",
     "prepare",
@@ -60,6 +66,22 @@ __all__ = [
 _SETTINGS = ("model", "temperature", "top_p", "max_tokens", "max_completion_tokens", "stop",
              "repeat_penalty", "seed")  # fmt: skip
 _FIELD = re.compile(r"^the request sets (.+?)=")
+DEFAULT_UPSTREAM_TOP = 20
+"""Alternatives asked of the upstream per token when the proxy's ``top_logprobs`` is unset
+(and the rule reads them)."""
+
+
+def check_upstream(certificate: Certificate, top_logprobs: int | None) -> Needs:
+    """What ``certificate`` reads per token, after checking that an OpenAI-compatible
+    upstream asked for ``top_logprobs`` alternatives (the proxy's setting; ``None``: 20,
+    or more if the rule reads more) can feed it: a :class:`~guardrail.ConfigError`
+    naming the fix otherwise. For the proxy's start and every request."""
+    asked = top_logprobs
+    if asked is None:
+        asked = max(DEFAULT_UPSTREAM_TOP, needs_of(certificate).alternatives)
+    source = f"the upstream's Chat Completions stream (the proxy asks for top_logprobs={asked})"
+    fix = "start the proxy with top_logprobs={k} or more (or leave it unset)"
+    return check_supplies(certificate, Supplies(source, alternatives=asked, fix=fix))
 
 
 def error_response(
@@ -119,10 +141,15 @@ def prepare(
         return _bad("top_logprobs must be an integer", "top_logprobs")
     top_k = int(top_k or 0) if want else 0
     certificate, label = source.current()
-    monitor = certificate.monitor()
+    try:
+        needs = check_upstream(certificate, top_logprobs)
+        monitor = certificate.monitor()
+    except ConfigError as exc:
+        message = f"the proxy's certificate {label} cannot guard this upstream: {exc}"
+        return error_response(500, message, "liftguard_config_error", "certificate_unsupported")
     needs_top = getattr(monitor.skeleton, "needs_top_logprobs", True)
-    upstream_top = top_logprobs if top_logprobs is not None else (20 if needs_top else 0)
-    upstream_top = max(upstream_top, top_k)
+    default = max(DEFAULT_UPSTREAM_TOP, needs.alternatives) if needs_top else 0
+    upstream_top = max(top_logprobs if top_logprobs is not None else default, top_k)
     kwargs = {
         k: v for k, v in body.items()
         if k not in ("stream", "stream_options", "logprobs", "top_logprobs", "n")

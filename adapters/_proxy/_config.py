@@ -64,9 +64,11 @@ class ProxyConfig:
     it the client's own ``Authorization`` is passed through, unless
     ``client_key`` is set (then clients must send ``Bearer <client_key>``, and the
     upstream gets ``upstream_key`` or no key at all).
-    ``top_logprobs``: alternatives asked of the upstream per token (``None``: 20
-    when the certificate's skeleton reads them, else 0; at least what the client
-    asks for).
+    ``top_logprobs``: alternatives asked of the upstream per token (``None``: 20,
+    or the certificate's ``statistic.alternatives`` if larger, when the certificate
+    reads them, else 0; at least what the client asks for). A certificate that
+    reads more alternatives than this, or exact entropies, is refused when the
+    proxy starts (and per request, should a store alias move to one).
 
     ``record_dir``: write every guarded answer as a trace line there (files
     rotated at ``record_max_bytes``; at most ``record_queue`` answers wait to be

@@ -63,7 +63,7 @@ class PromptTemplate:
 
 
 def _smollm2_chat() -> PromptTemplate:
-    from adapters._local import SMOLLM2_SYSTEM, smollm2_chat_prompt
+    from adapters.local import SMOLLM2_SYSTEM, smollm2_chat_prompt
 
     return PromptTemplate(
         name="smollm2-chat",
@@ -74,7 +74,7 @@ def _smollm2_chat() -> PromptTemplate:
 
 
 def _gemma3_5shot() -> PromptTemplate:
-    from adapters._gemma import GEMMA3_PROMPT_FREE, gemma3_fewshot_prompt
+    from adapters.local import GEMMA3_PROMPT_FREE, gemma3_fewshot_prompt
 
     return PromptTemplate(
         name="gemma3-5shot",
@@ -119,11 +119,11 @@ def resolve_model(model: str | None) -> tuple[Path, str]:
     from ._common import CommandError
 
     if model is None or model == "smollm2":
-        from adapters._local import bundled_smollm2_path
+        from adapters.local import bundled_smollm2_path
 
         return bundled_smollm2_path(), SMOLLM2_MODEL_NAME
     if model == "gemma3":
-        from adapters._gemma import GEMMA3_MODEL_NAME, gemma3_path
+        from adapters.local import GEMMA3_MODEL_NAME, gemma3_path
 
         return gemma3_path(), GEMMA3_MODEL_NAME
     path = Path(model)
@@ -148,7 +148,7 @@ def generate_trace(
     """One trace in the shared format: greedy answer, exact per-token quantities,
     the prompt-free pass and the correctness label.
 
-    ``model``: a :class:`~adapters._local.LocalModel`. ``template``: a
+    ``model``: a :class:`~adapters.local.LocalModel`. ``template``: a
     :class:`PromptTemplate` or its name; ``None`` chooses it from the model's
     architecture (:func:`default_template`). The prompt and the prompt-free
     pass are each evaluated from an empty KV cache.
@@ -222,7 +222,7 @@ class _Progress:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from adapters._local import LocalModel, gguf_architecture
+    from adapters.local import LocalModel, gguf_architecture
 
     from .._traces import dump_trace_line
 
