@@ -260,10 +260,12 @@ def _build_parser() -> argparse.ArgumentParser:
     add_traces_parser(sub)
 
     from ._label import add_label_parser
+    from ._local_server import add_local_server_parser
     from ._serve import add_serve_parser
 
     add_label_parser(_subcommands(sub.choices["traces"]))
     add_serve_parser(sub)
+    add_local_server_parser(sub)
     return parser
 
 
