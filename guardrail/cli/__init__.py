@@ -36,6 +36,10 @@ __all__ = ["main", "oracle_coverage"]
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
+    if args.certificate is not None:
+        from ._recalibrate import cmd_recalibrate
+
+        return cmd_recalibrate(args, args.rule_defaults)
     from ._calibrate import cmd_calibrate
 
     return cmd_calibrate(args)
@@ -174,7 +178,12 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--api-model", default=None, help="the model name requests use (recorded; optional)"
     )
-    p.set_defaults(func=_cmd_calibrate)
+    p.add_argument(
+        "--certificate", metavar="CERT", default=None,
+        help="calibrate this fitted certificate's tau on --traces (answers it was not "
+        "fitted on), its statistic, policy, model and context held fixed; needs --out",
+    )  # fmt: skip
+    p.set_defaults(func=_cmd_calibrate, rule_defaults={a.dest: a.default for a in p._actions})
 
     e = sub.add_parser(
         "eval",

@@ -1,0 +1,142 @@
+"""``liftguard calibrate --certificate CERT``: calibrate a fitted certificate's threshold
+on labelled answers of another dataset (or fresh traffic), its statistic held fixed.
+
+The statistic was fitted on the answers named in the certificate's provenance; tau is
+chosen here, by the same fixed-sequence procedure as everywhere
+(:func:`guardrail.fitting.calibrate_fitted`), on the answers given. The guarantee's
+argument (``calibrate_fitted``'s docstring) needs those answers to be independent of
+the fitting ones: the command refuses the very file the statistic was fitted on, and
+the calibration record names both files' sha256.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._common import CommandError, no_traces
+from ._recorded import lacking_message, supply_vocab_size
+
+__all__ = ["cmd_recalibrate"]
+
+_FLAGS = ("score", "skeleton", "aggregate", "lowest_k", "boundary", "clip", "min_tokens",
+          "stream_delta", "on_length", "method", "cal_fraction", "n_cal", "repeats",
+          "model_id", "api_model", "context")  # fmt: skip
+
+
+def _refuse_rule_flags(args: argparse.Namespace, defaults: dict[str, Any]) -> None:
+    """The rule comes from the certificate: flags that would change it are usage errors."""
+    given = [f for f in _FLAGS if getattr(args, f, None) != defaults.get(f)]
+    if given:
+        flags = ", ".join("--" + f.replace("_", "-") for f in given)
+        raise CommandError(
+            f"--certificate keeps the certificate's rule, model and context: drop {flags}",
+            status=2,
+        )
+
+
+def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
+    """Calibrate ``args.certificate``'s tau on ``args.traces``; write ``args.out``."""
+    from .._certificate import Certificate
+    from .._errors import InsufficientDataError
+    from .._evaluate import auroc
+    from .._fitted_monitor import calibrate_fitted
+    from .._traces import read_traces
+    from ._certify import _sha256
+    from ._eval import _certificate_needs
+
+    _refuse_rule_flags(args, defaults)
+    if args.out is None:
+        raise CommandError("--certificate needs --out (the recalibrated certificate)", status=2)
+    cert = Certificate.load(args.certificate)
+    stat = cert.statistic
+    if stat is None:
+        raise CommandError(
+            f"{args.certificate}: has no fitted statistic; a single-score certificate is "
+            "calibrated by the options of 'calibrate' itself"
+        )
+    fitted_on = cert.provenance.get("traces_sha256")
+    traces_sha = _sha256(args.traces)
+    if fitted_on == traces_sha:
+        raise CommandError(
+            f"{args.traces}: these are the traces the certificate's statistic was fitted on; "
+            "calibrate on other labelled answers (the guarantee needs answers independent "
+            "of the fit)"
+        )
+    traces = read_traces(args.traces)
+    if not traces:
+        raise no_traces(args.traces)
+    traces = supply_vocab_size(traces, args.vocab_size, args.traces)
+    fields, what = _certificate_needs(cert)
+    refusal = lacking_message(args.traces, traces, ("vocab_size", *fields), what, "")
+    if refusal:
+        raise CommandError(refusal)
+    if any(t.vocab_size != stat.vocab_size for t in traces):
+        raise CommandError(
+            f"the certificate's statistic is for a vocabulary of {stat.vocab_size} tokens; "
+            f"{args.traces} has traces of another vocabulary: certificates are per model"
+        )
+    models = {t.model for t in traces}
+    if models != {cert.model.model_id}:
+        print(
+            f"liftguard calibrate: warning: the certificate is for model "
+            f"{cert.model.model_id!r}, the traces are from {', '.join(sorted(models))} "
+            "(certificates do not transfer across models)",
+            file=sys.stderr,
+        )
+    skeleton: Any = None
+    if "skeleton" in stat.requires:
+        kind = cert.skeleton.kind
+        skeleton = "prompt-free" if kind == "prompt_free" else cert.skeleton.build()
+    try:
+        cal, crit = calibrate_fitted(
+            stat, traces, policy=cert.policy, risk=args.risk, delta=args.delta,
+            skeleton=skeleton, max_tokens=cert.context.max_tokens, seed=args.seed,
+        )  # fmt: skip
+    except InsufficientDataError as exc:
+        raise CommandError(f"calibration on {len(traces)} traces refused: {exc}") from exc
+    correct = np.array([bool(t.correct) for t in traces])
+    split = {
+        "method": "the statistic was fitted on other answers (provenance.fit); all of "
+        "these calibrate tau",
+        "fitted_on": cert.provenance.get("traces"), "fitted_on_sha256": fitted_on,
+        "n_calibration": len(traces),
+    }  # fmt: skip
+    cal = replace(cal, extra={"split": split, "calibration_auroc": auroc(crit, correct)})
+    provenance = {
+        **{k: v for k, v in cert.provenance.items() if k in ("fit", "note")},
+        "fitted_on": cert.provenance.get("traces"),
+        "fitted_on_sha256": fitted_on,
+        "fit_command": cert.provenance.get("command", ""),
+        "traces": Path(args.traces).name,
+        "traces_sha256": traces_sha,
+        "command": getattr(args, "command_line", ""),
+    }
+    out = replace(cert, tau=cal.tau, calibration=cal, provenance=provenance)
+    out.save(args.out)
+    summary = {
+        "out": args.out, "n_calibration": len(traces), "risk": args.risk, "delta": args.delta,
+        "tau": cal.tau, "coverage": cal.coverage, "empirical_risk": cal.empirical_risk,
+        "risk_upper": cal.risk_upper, "calibration_auroc": cal.extra["calibration_auroc"],
+    }  # fmt: skip
+    if getattr(args, "json", False):
+        print(json.dumps(summary, indent=2, sort_keys=True))
+        return 0
+    print(
+        f"liftguard calibrate: {args.traces}  certificate {args.certificate} (statistic held "
+        f"fixed, fitted on {cert.provenance.get('traces', '?')})\n"
+        f"  calibration      {len(traces)} traces: target risk {args.risk:g}, delta "
+        f"{args.delta:g}, AUROC {summary['calibration_auroc']:.3f}\n"
+        f"  tau              {cal.tau:.4f} log-odds\n"
+        f"  coverage (cal)   {cal.coverage:.1%}   empirical risk {cal.empirical_risk:.3f}   "
+        f"Clopper-Pearson upper {cal.risk_upper:.3f}\n"
+        f"  guarantee        {cal.guarantee}\n"
+        f"wrote the certificate {args.out}"
+    )
+    return 0
