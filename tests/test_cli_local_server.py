@@ -14,7 +14,8 @@ import pytest
 pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
 
 
-def test_local_server_answers_with_logprobs_and_stops_on_an_interrupt() -> None:
+@pytest.mark.parametrize(("stop", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 0)])
+def test_local_server_answers_with_logprobs_and_stops_on_a_signal(stop: int, status: int) -> None:
     main = "import sys; from guardrail.cli import main; sys.exit(main(sys.argv[1:]))"
     cmd = [sys.executable, "-c", main, "local-server", "--port", "0"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -37,7 +38,8 @@ def test_local_server_answers_with_logprobs_and_stops_on_an_interrupt() -> None:
         assert all(t.logprob <= 0.0 for t in tokens)
         assert finish[-1] in ("stop", "length")
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop)
         _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130
-    assert err.strip().splitlines()[-1] == "liftguard local-server: error: interrupted"
+    assert proc.returncode == status
+    if stop == signal.SIGINT:
+        assert err.strip().splitlines()[-1] == "liftguard local-server: error: interrupted"

@@ -4,13 +4,15 @@ For trying the proxy, the adapters and the production recipe offline: the bundle
 SmolLM2-135M-Instruct (or another chat GGUF) answers ``/v1/chat/completions``
 (streamed, with ``logprobs`` and ``top_logprobs``) through llama.cpp, greedily, one
 request at a time, in the chat template and with the system line of the shipped
-certificates. A loopback tool, not a production model server (use vLLM, llama.cpp's
-own server or Ollama there). Needs ``pip install "liftguard[local]"``.
+certificates, until interrupted (exit status 130) or terminated (SIGTERM: 0). A
+loopback tool, not a production model server (use vLLM, llama.cpp's own server or
+Ollama there). Needs ``pip install "liftguard[local]"``.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import threading
 from typing import Any
 
@@ -49,7 +51,13 @@ def cmd_local_server(args: argparse.Namespace) -> int:
     from adapters.local import LocalChatServer, LocalModel
 
     model = LocalModel(args.model)
-    with LocalChatServer(model, host=args.host, port=args.port) as server:
-        print(f"liftguard local-server: {server.base_url} (Ctrl-C stops)", flush=True)
-        threading.Event().wait()
-    return 0  # pragma: no cover - only an interrupt ends the wait
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    try:
+        with LocalChatServer(model, host=args.host, port=args.port) as server:
+            print(f"liftguard local-server: {server.base_url} (Ctrl-C stops)", flush=True)
+            while not stop.wait(0.5):  # a timed wait: Ctrl-C interrupts it at once
+                pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 0  # stopped by SIGTERM (an interrupt exits with 130)
