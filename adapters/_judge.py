@@ -55,7 +55,12 @@ def parse_verdict(text: object) -> bool:
 
 
 class Judge:
-    """``judge(question, answer, references)`` through ``base_url`` with ``model``."""
+    """``judge(question, answer, references)`` through ``base_url`` with ``model``.
+
+    Sends :data:`JUDGE_SYSTEM` and :data:`JUDGE_PROMPT` (the question, the reference
+    answers and the answer) at temperature 0, at most 8 tokens; the reply must be
+    ``CORRECT`` or ``INCORRECT`` (:func:`parse_verdict`), anything else is a
+    :class:`JudgeFailure`. Public as :class:`adapters.proxy.Judge`."""
 
     def __init__(
         self, base_url: str, model: str, *, api_key: str | None = None, timeout: float = 60.0

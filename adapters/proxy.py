@@ -22,6 +22,11 @@ upstream's documented finish). The wire shapes (the error event, the
 ``liftguard`` verdict field and headers) are documented in
 :mod:`adapters._proxy._wire`; the metrics in :mod:`adapters._proxy._metrics`;
 the recorded trace lines in :mod:`adapters._proxy._recording`.
+
+Recorded answers are labelled with ``liftguard traces label`` (by reference answers,
+or by an LLM judge): :class:`Judge` asks any OpenAI-compatible endpoint whether an
+answer is correct, parsing its one-word reply strictly; :class:`JudgeFailure` is a
+judge that gave no usable verdict (the trace then stays unlabelled).
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ import signal
 import socket
 import threading
 from collections.abc import Callable, Iterator
+
+from ._judge import Judge, JudgeFailure
 
 INSTALL_HINT = 'the guard proxy needs its server stack: pip install "liftguard[serve]"'
 
@@ -58,6 +65,8 @@ __all__ = [
     "VERDICT_FIELD",
     "CertificateSource",
     "FileCertificate",
+    "Judge",
+    "JudgeFailure",
     "Proxy",
     "ProxyConfig",
     "StaticCertificate",

@@ -30,7 +30,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
 
 if not __package__:  # run as a script: measure the checkout this file belongs to
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -40,6 +39,7 @@ from guardrail.fitting import (
     EventReader,
     FittedMonitor,
     FittedState,
+    RecordedSkeleton,
     answer_features,
     fit_statistic,
     preset_features,
@@ -48,21 +48,6 @@ from guardrail.fitting import (
 )
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "traces_smollm2_sample.jsonl"
-
-
-class RecordedSkeleton:
-    """The prompt-free skeleton of one recorded answer: its values read by token index."""
-
-    __slots__ = ("_values",)
-    needs_top_logprobs = False
-
-    def __init__(self, values: npt.ArrayLike) -> None:
-        self._values = np.asarray(values, dtype=np.float64).tolist()
-
-    def log_prob(self, event: TokenEvent) -> float:
-        if event.index is None:
-            raise ValueError("a recorded skeleton reads events with an index")
-        return float(self._values[event.index])
 
 
 def _best(fn: Callable[[], int], repeat: int, n_tokens: int) -> tuple[float, int]:

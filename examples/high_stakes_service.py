@@ -4,9 +4,18 @@ every verdict is logged as one structured JSON line.
     python examples/high_stakes_service.py
 
 Uses the OpenAI client directly (any OpenAI-compatible server works the same
-way). The calibration's version and guarantee are logged with each verdict so
-an auditor can tie every answer to the threshold that let it through. Runs
-offline against the local model.
+way). The rule is the fitted certificate shipped for the bundled SmolLM2
+(``smollm2_fitted_certificate()``): a logistic score over the token logprobs,
+their top-5 alternatives and the prompt-free lift, for which a second copy of
+SmolLM2 scores each answer token without the question (identified by the bytes
+the server streams). guarded_chat_completion asks for the logprobs and the
+alternatives it reads (``top_logprobs`` 20 unless given; fewer than 5 is
+refused before the request is sent). Buffered mode holds the text until the
+verdict (mid-answer once no continuation within the token limit can reach the
+threshold, else at the answer's end): a blocked answer is never shown. The
+calibration's version and guarantee are logged with each verdict so an auditor
+can tie every answer to the threshold that let it through. Runs offline
+against the local model.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import time
 import openai
 
 from adapters import guarded_chat_completion
-from adapters.local import LocalChatServer, LocalModel, smollm2_certificate
+from adapters.local import LocalChatServer, LocalModel, smollm2_fitted_certificate
 from guardrail import Certificate, GuardrailBlocked
 
 log = logging.getLogger("service.verdicts")
@@ -69,11 +78,11 @@ async def answer(client: openai.AsyncOpenAI, question: str, certificate: Certifi
 async def main() -> None:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(message)s")
     log.setLevel(logging.INFO)
-    certificate = smollm2_certificate()
+    certificate = smollm2_fitted_certificate()  # loads its own SmolLM2 for the prompt-free lift
     with LocalChatServer(LocalModel()) as server:
         client = openai.AsyncOpenAI(base_url=server.base_url, api_key="local", max_retries=0)
         for question in ["What is the chemical symbol for gold?",
-                         "Which element has the atomic number 26?"]:  # fmt: skip
+                         "Which element has the atomic number 8?"]:  # fmt: skip
             print(f"Q: {question}\nA: {await answer(client, question, certificate)}\n")
         await client.close()
 

@@ -26,7 +26,7 @@ from ._fitted_monitor import (
     replay_fitted,
     stop_at,
 )
-from ._fitted_state import EventReader, FittedState, trace_events
+from ._fitted_state import EventReader, FittedState, RecordedSkeleton, trace_events
 from ._fitting import answer_features, fit_statistic, token_ranges
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "FittedPath",
     "FittedState",
     "FittedStatistic",
+    "RecordedSkeleton",
     "RunningAggregates",
     "TokenFeaturizer",
     "aggregate_path",

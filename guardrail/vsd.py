@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from ._vsd import (
+    DEFAULT_FLOOR,
     Geometry,
     VSDResult,
     distributions_from_logits,
@@ -13,6 +14,7 @@ from ._vsd import (
 )
 
 __all__ = [
+    "DEFAULT_FLOOR",
     "Geometry",
     "VSDResult",
     "distributions_from_logits",

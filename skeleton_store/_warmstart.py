@@ -1,6 +1,6 @@
 """VSD skeletons in the store: build one, and warm-start it when the model changes.
 
-:func:`build_vsd_version` fits a skeleton with :func:`guardrail._vsd.vsd` on the
+:func:`build_vsd_version` fits a skeleton with :func:`guardrail.vsd.vsd` on the
 next-token distributions of a set of traces, optionally calibrates the
 certification threshold against it (:func:`guardrail.calibrate_policy` on
 ``lift = logprob - log S[token id]``, clipped at the policy's bound), and
@@ -40,8 +40,8 @@ from guardrail import (
     calibrate_policy,
     clipped_lifts,
 )
-from guardrail._topk import TailRule
-from guardrail._vsd import DEFAULT_FLOOR, Geometry, distributions_from_traces, vsd
+from guardrail.topk import TailRule
+from guardrail.vsd import DEFAULT_FLOOR, Geometry, distributions_from_traces, vsd
 
 from ._errors import InvalidRequest
 from ._names import LATEST
@@ -120,9 +120,9 @@ def build_vsd_version(
 
     ``traces``: the model's answer traces; their steps (at most
     ``max_contexts``, evenly spaced) become the rows of ``P``
-    (:func:`guardrail._vsd.distributions_from_traces` with tail ``rule``, in
+    (:func:`guardrail.vsd.distributions_from_traces` with tail ``rule``, in
     ``dtype``). ``lam``, ``clip``, ``tol``, ``max_iter``, ``geometry``,
-    ``floor``, ``device``: as in :func:`guardrail._vsd.vsd`; ``init`` a warm
+    ``floor``, ``device``: as in :func:`guardrail.vsd.vsd`; ``init`` a warm
     start vector (``None``: uniform). ``calibrate_with=(policy, risk, delta)``
     calibrates ``tau`` with ``calibration_method`` on ``calibration_traces``
     (default: ``traces``; see the module docstring). ``parent``: the version

@@ -1,7 +1,15 @@
-"""The examples run end to end against the local model (offline)."""
+"""The examples run end to end against the local model (offline), with the shipped
+fitted certificate (its prompt-free skeleton loads a second copy of SmolLM2).
+
+They load llama.cpp: run under ``flock /tmp/llama.lock``. Greedy decoding gives the same
+answers every run: "Au" for gold, certified with the fitted score well above tau
+(0.75 vs -2.01), and a wrong answer to "atomic number 8" ("iron"), which the fitted
+score rules out after 21 of its 24 tokens.
+"""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +19,14 @@ import pytest
 pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
 
 EXAMPLES = Path(__file__).parents[1] / "examples"
+CERTIFIED = "certified: final fitted score"
+BLOCKED = "blocked: no continuation within the token limit reaches tau"
+WRONG = 'referred to as "iron"'  # in the blocked answer, by token 20
+
+
+def _shipped_tau() -> float:
+    path = Path(__file__).parents[1] / "guardrail" / "data" / "smollm2_fitted_certificate.json"
+    return float(json.loads(path.read_text(encoding="utf-8"))["tau"])
 
 
 def _run(name: str) -> subprocess.CompletedProcess[str]:
@@ -23,22 +39,31 @@ def _run(name: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_chat_app_certifies_one_answer_and_stops_another() -> None:
+def test_chat_app_certifies_one_answer_and_stops_another_mid_stream() -> None:
     out = _run("chat_app.py").stdout
-    assert "The chemical symbol for gold is Au." in out and "[certified:" in out
-    assert "[stopped: blocked:" in out
+    assert f"The chemical symbol for gold is Au.\n      [certified: {CERTIFIED}" in out
+    # passthrough: the text up to the blocking token was shown, then the stop and its reason
+    shown, stop = out.split("user: Which element has the atomic number 8?\nbot:  ")[1].split(
+        " ...\n      [stopped: "
+    )
+    assert WRONG in shown and shown.endswith("is actually a")
+    assert stop.startswith(BLOCKED) and "after 21 tokens)]" in stop
 
 
 def test_agent_gets_a_tool_error_for_the_blocked_answer() -> None:
     out = _run("agent_tool.py").stdout
     assert "-> The chemical symbol for gold is Au." in out
-    assert "I could not verify an answer" in out and "blocked by liftguard" in out
+    assert "I could not verify an answer to 'Which element has the atomic number 8?'" in out
+    assert f"blocked by liftguard: {BLOCKED}" in out
+    assert WRONG not in out  # the agent never sees the blocked answer
 
 
-def test_service_logs_one_json_line_per_verdict() -> None:
-    import json
-
+def test_service_shows_nothing_uncertified_and_logs_one_json_line_per_verdict() -> None:
     proc = _run("high_stakes_service.py")
     lines = [json.loads(x) for x in proc.stderr.splitlines() if x.startswith("{")]
-    assert [x["state"] for x in lines] == ["certified", "blocked"]
-    assert "I can't give a reliable answer" in proc.stdout
+    assert [(x["state"], x["tokens"]) for x in lines] == [("certified", 8), ("blocked", 21)]
+    assert lines[0]["reason"].startswith(CERTIFIED) and lines[1]["reason"].startswith(BLOCKED)
+    assert [x["tau"] for x in lines] == [_shipped_tau()] * 2
+    assert "A: The chemical symbol for gold is Au." in proc.stdout
+    assert "A: I can't give a reliable answer to that." in proc.stdout
+    assert WRONG not in proc.stdout  # buffered: none of the blocked answer was shown

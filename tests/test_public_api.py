@@ -3,6 +3,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import guardrail
 
 
@@ -133,6 +135,32 @@ def test_adapter_public_names_are_pinned() -> None:
             assert hasattr(module, name), name
 
 
+def test_proxy_public_names_are_pinned() -> None:
+    pytest.importorskip("starlette")
+    import adapters.proxy
+
+    assert adapters.proxy.__all__ == [
+        "BLOCKED_TYPE",
+        "DEFAULT_REFUSAL",
+        "INSTALL_HINT",
+        "UPSTREAM_TYPE",
+        "VERDICT_FIELD",
+        "CertificateSource",
+        "FileCertificate",
+        "Judge",
+        "JudgeFailure",
+        "Proxy",
+        "ProxyConfig",
+        "StaticCertificate",
+        "StoreCertificate",
+        "certificate_source",
+        "create_app",
+        "serve",
+    ]
+    for name in adapters.proxy.__all__:
+        assert hasattr(adapters.proxy, name), name
+
+
 def test_public_submodules_are_pinned() -> None:
     import guardrail.evaluate
     import guardrail.fitting
@@ -214,6 +242,7 @@ def test_public_submodules_are_pinned() -> None:
         "vector_clipped_lifts",
     ]
     assert guardrail.vsd.__all__ == [
+        "DEFAULT_FLOOR",
         "Geometry",
         "VSDResult",
         "distributions_from_logits",
@@ -247,6 +276,7 @@ def test_public_submodules_are_pinned() -> None:
         "FittedPath",
         "FittedState",
         "FittedStatistic",
+        "RecordedSkeleton",
         "RunningAggregates",
         "TokenFeaturizer",
         "aggregate_path",

@@ -5,6 +5,17 @@ label naming its version (:meth:`~CertificateSource.current`, one atomic read:
 a request takes it once and keeps it to its end, so a refresh never changes a
 rule mid-answer). :meth:`~CertificateSource.refresh` re-reads the origin; only
 a store alias can change (``promote`` / ``rollback``).
+
+A file or a store version gives the certificate ready to deploy
+(:func:`deployable`): a skeleton its spec references but does not hold is built
+when the certificate is read -- a stored vector or n-gram (``vector``, ``vsd``,
+``unigram``, ``ngram``: :func:`skeleton_store.resolve_skeleton`, from a store
+version or a safetensors file, checked against the spec's hash) or the prompt-free
+model (``prompt_free``: :meth:`adapters.PromptFreeSkeleton.resolve`). A skeleton
+that scores tokens by id gets the resolver the certificate's ``model.tokenizer``
+names (upstream streams carry token text and bytes, never ids). What cannot be
+built is a :class:`~guardrail.ConfigError` when the source is read (at start, or
+at a refresh, which then keeps the certificate in force), never in an answer.
 """
 
 from __future__ import annotations
@@ -13,10 +24,11 @@ import hashlib
 import os
 import threading
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from guardrail import Certificate, ConfigError
+from guardrail import Certificate, ConfigError, SkeletonResolver, WithTokenIds, skeleton_needs
 
 __all__ = [
     "CertificateSource",
@@ -24,8 +36,52 @@ __all__ = [
     "StaticCertificate",
     "StoreCertificate",
     "certificate_source",
+    "deployable",
     "parse_store_spec",
+    "skeleton_resolvers",
 ]
+
+
+def skeleton_resolvers(
+    storage_options: Mapping[str, Any] | None = None,
+) -> list[SkeletonResolver]:
+    """The resolvers of the skeletons a certificate may reference: stored data (a store
+    version or a safetensors file; ``storage_options`` for an fsspec store) and the
+    prompt-free model."""
+    from skeleton_store import resolve_skeleton
+
+    from .._prompt_free import PromptFreeSkeleton
+
+    data: SkeletonResolver = (
+        resolve_skeleton
+        if storage_options is None
+        else partial(resolve_skeleton, storage_options=dict(storage_options))
+    )
+    return [data, PromptFreeSkeleton.resolve]
+
+
+def deployable(
+    certificate: Certificate, storage_options: Mapping[str, Any] | None = None
+) -> Certificate:
+    """``certificate`` with its skeleton bound (:meth:`~guardrail.Certificate.resolve`
+    with :func:`skeleton_resolvers`, unless one is bound already or the kind builds from
+    its spec), and a skeleton that scores tokens by id given the token-id resolver of
+    ``model.tokenizer``. A ConfigError says what is missing."""
+    cert = certificate.resolve(skeleton_resolvers(storage_options))
+    skeleton = cert.bound_skeleton
+    if skeleton is None or not skeleton_needs(skeleton)[1]:
+        return cert
+    from .._token_ids import token_ids_for
+
+    tokenizer = cert.model.tokenizer
+    ids = token_ids_for(tokenizer) if tokenizer else None
+    if ids is None:
+        raise ConfigError(
+            f"the certificate's {cert.skeleton.kind!r} skeleton scores tokens by id, and "
+            "upstream streams carry no token ids: record the model's tokenizer in the "
+            "certificate (model.tokenizer = 'tiktoken:cl100k_base' or 'gguf:...')"
+        )
+    return cert.with_skeleton(WithTokenIds(skeleton, ids))
 
 
 class CertificateSource:
@@ -64,12 +120,23 @@ class StaticCertificate(CertificateSource):
 
 
 class FileCertificate(CertificateSource):
-    """A certificate file (``liftguard calibrate --out``), read once; label
+    """A certificate file (``liftguard calibrate --out``), read once, with its skeleton
+    built (:func:`deployable`; a relative safetensors ``source`` is read from the
+    current directory, a store source with ``storage_options``); label
     ``<file name>#<sha256 prefix of its content>``."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
         self.path = Path(path)
         cert = Certificate.load(self.path)  # errors name the file
+        try:
+            cert = deployable(cert, storage_options)
+        except ConfigError as exc:
+            raise ConfigError(f"{self.path}: {exc}") from exc
         self._pair = (cert, f"{self.path.name}#{_digest(cert)}")
 
     def current(self) -> tuple[Certificate, str]:
@@ -82,9 +149,13 @@ class FileCertificate(CertificateSource):
 class StoreCertificate(CertificateSource):
     """The certificate an alias of a skeleton store pins (``skeleton_store.open_certificate``).
 
-    Label ``<name>@<alias>=<version>`` (e.g. ``chat@production=v3``). :meth:`refresh`
-    re-reads the alias and swaps in a promoted version; a version that fails to
-    load leaves the current one in force and the error propagates.
+    Label ``<name>@<alias>=<version>`` (e.g. ``chat@production=v3``). The version's
+    certificate is made :func:`deployable`: a skeleton it references but does not bind
+    (another version's vector, a safetensors file, the prompt-free model) is built
+    when the version is read, with ``storage_options`` for the store's sources.
+    :meth:`refresh` re-reads the alias and swaps in a promoted version; a version that
+    fails to load (or whose skeleton cannot be built) leaves the current one in force,
+    the error propagates, and the next refresh tries it again.
     """
 
     def __init__(
@@ -98,22 +169,29 @@ class StoreCertificate(CertificateSource):
         from skeleton_store import open_certificate
 
         self.url, self.name, self.alias = url, name, alias
+        self._options = None if storage_options is None else dict(storage_options)
         self._handle = open_certificate(url, name, alias, storage_options=storage_options)
         self._lock = threading.Lock()
-        self._pair = self._read()
+        self._pair, self._version = self._read()
 
-    def _read(self) -> tuple[Certificate, str]:
+    def _read(self) -> tuple[tuple[Certificate, str], int]:
         version = self._handle.current
-        return self._handle.certificate, f"{self.name}@{self.alias}={version.tag}"
+        label = f"{self.name}@{self.alias}={version.tag}"
+        try:
+            cert = deployable(self._handle.certificate, self._options)
+        except ConfigError as exc:
+            raise ConfigError(f"{label}: {exc}") from exc
+        return (cert, label), version.version
 
     def current(self) -> tuple[Certificate, str]:
         return self._pair
 
     def refresh(self) -> bool:
         with self._lock:  # one refresh at a time, so that the pair is read consistently
-            if not self._handle.refresh():
+            self._handle.refresh()
+            if self._handle.current.version == self._version:
                 return False
-            self._pair = self._read()
+            self._pair, self._version = self._read()  # only once the version is deployable
             return True
 
     def describe(self) -> str:
@@ -138,7 +216,9 @@ def certificate_source(
     storage_options: Mapping[str, Any] | None = None,
 ) -> CertificateSource:
     """A source from a certificate file path, ``STORE_URL#NAME[@ALIAS]``, a
-    :class:`~guardrail.Certificate` or a source (returned as is). Loads it now."""
+    :class:`~guardrail.Certificate` or a source (returned as is). Loads it now, with
+    the skeleton of a file or a store version built (:func:`deployable`;
+    ``storage_options`` also reach the skeleton data's store)."""
     if isinstance(spec, CertificateSource):
         return spec
     if isinstance(spec, Certificate):
@@ -148,4 +228,4 @@ def certificate_source(
     if store is not None:
         url, name, alias = store
         return StoreCertificate(url, name, alias, storage_options=storage_options)
-    return FileCertificate(text)
+    return FileCertificate(text, storage_options=storage_options)

@@ -19,7 +19,7 @@ the references as ``"answer"`` or ``"references"`` (a string or a list), as
 ``liftguard traces generate`` reads; a trace matches by ``id`` first, then by
 its question text (surrounding whitespace ignored); ``correct`` comes from the
 project's normaliser (:func:`guardrail.is_correct`) and the trace's
-``references`` are filled in. By judge: see :mod:`adapters._judge` for the
+``references`` are filled in. By judge: see :class:`adapters.proxy.Judge` for the
 prompt and the strict parsing; the key comes from ``--judge-key-env``.
 ``--unlabelled FILE`` writes the traces left without a label (to retry).
 
@@ -126,7 +126,7 @@ def _by_references(path: str) -> Labeller:
 
 
 def _by_judge(judge: Any) -> Labeller:
-    from adapters._judge import JudgeFailure
+    from adapters.proxy import JudgeFailure
 
     def label(obj: dict[str, Any]) -> tuple[bool | None, str]:
         refs = [r for r in obj.get("references") or () if isinstance(r, str)]
@@ -199,7 +199,7 @@ def cmd_label(args: argparse.Namespace) -> int:
             include_incomplete=args.include_incomplete, unlabelled=args.unlabelled,
         )  # fmt: skip
     else:
-        from adapters._judge import Judge
+        from adapters.proxy import Judge
 
         key = os.environ.get(args.judge_key_env) or None
         with Judge(args.judge, args.judge_model, api_key=key, timeout=args.judge_timeout) as j:

@@ -198,7 +198,7 @@ def _cmd_put(args: argparse.Namespace) -> int:
     """Store a certificate file (``calibrate``/``fit --out``) as a new version; print its number."""
     from pathlib import Path
 
-    from skeleton_store._names import check_alias
+    from skeleton_store import check_alias
 
     from .._certificate import Certificate
 
