@@ -17,7 +17,9 @@ State, streams and models:
   tokens it has seen. :meth:`~PromptFreeSkeleton.for_stream` returns a fresh
   per-answer object that shares the model (loaded once) and the prefix, as
   :meth:`guardrail.NGramSkeleton.for_stream` does. Streams may interleave; the KV
-  cache is then rebuilt from the shared prefix, which costs time, not accuracy.
+  cache is then rebuilt from the shared prefix, which costs time; the scores may
+  differ by about 1e-3 nats from an uninterrupted stream's (llama.cpp's results
+  depend slightly on what its cache held before).
   Events that carry ``index`` are checked: a skipped or repeated token, or an
   object reused for a second answer, raises :class:`~guardrail.GuardrailError`.
   :meth:`~PromptFreeSkeleton.close` ends a stream; ``log_prob`` after it raises.
