@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -30,6 +31,16 @@ def _prompt_from_messages(messages: list[dict[str, Any]]) -> str:
     if not user:
         raise ValueError("no user message")
     return smollm2_chat_prompt(user[-1], system) if system else smollm2_chat_prompt(user[-1])
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A client that stops reading a stream early (a block closes it) is not an error."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            log.debug("client %s closed the connection", client_address)
+            return
+        super().handle_error(request, client_address)
 
 
 class LocalChatServer:
@@ -66,7 +77,7 @@ class LocalChatServer:
                 self.end_headers()
                 self.wfile.write(data.encode())
 
-        self._httpd = ThreadingHTTPServer((host, port), Handler)
+        self._httpd = _QuietServer((host, port), Handler)
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
