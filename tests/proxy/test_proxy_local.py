@@ -1,27 +1,41 @@
 """End to end with a real model: the bundled SmolLM2 behind its OpenAI-compatible server,
-the proxy with the shipped certificate in front, the real openai client.
+the proxy with a shipped certificate in front, the real openai client.
 
 The proxy must reach the same verdict, and show the same text, as the adapters'
 ``guarded_chat_completion`` on the same server and question (same certificate,
 same generation context). Two questions keep it short (llama.cpp on 2 cores).
+
+A certificate file whose skeleton is the prompt-free model (the fitted certificate
+shipped for SmolLM2, ``guardrail/data/smollm2_fitted_certificate.json``): the proxy
+loads the model the spec names when it reads the file; without it the proxy could
+not score a token (the request would be refused with HTTP 500).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 from proxy_harness import running_proxy
 
-from adapters import guarded_chat_completion
-from adapters.proxy import StaticCertificate
-from guardrail import GuardrailBlocked
+from adapters import PromptFreeSkeleton, guarded_chat_completion
+from adapters.proxy import FileCertificate, StaticCertificate, certificate_source
+from guardrail import Certificate, GuardrailBlocked, Verdict
 
 pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
 
-from adapters.local import LocalChatServer, LocalModel, smollm2_certificate
+from adapters.local import (
+    SMOLLM2_FITTED_CERTIFICATE,
+    LocalChatServer,
+    LocalModel,
+    smollm2_certificate,
+    smollm2_fitted_certificate,
+)
 
 QUESTIONS = ["What is the chemical symbol for gold?", "Which element has the atomic number 26?"]
 
@@ -32,9 +46,9 @@ def model_server() -> Iterator[LocalChatServer]:
         yield srv
 
 
-async def _direct(base_url: str, question: str) -> tuple[str, str]:
+async def _direct(base_url: str, question: str, cert: Certificate) -> tuple[str, Verdict]:
+    """Text and final verdict of the adapters' guarded_chat_completion."""
     client = openai.AsyncOpenAI(base_url=base_url, api_key="local", max_retries=0)
-    cert = smollm2_certificate()
     monitor = cert.monitor()
     parts: list[str] = []
     try:
@@ -47,7 +61,7 @@ async def _direct(base_url: str, question: str) -> tuple[str, str]:
         pass
     finally:
         await client.close()
-    return "".join(parts), monitor.verdict.state.value
+    return "".join(parts), monitor.verdict
 
 
 async def _proxied(base_url: str, question: str) -> tuple[str, str, dict[str, Any]]:
@@ -76,9 +90,9 @@ async def test_the_proxy_decides_as_the_adapter_does(model_server: LocalChatServ
     states = []
     with running_proxy(model_server.base_url, certificate=cert) as proxy:
         for question in QUESTIONS:
-            direct_text, direct_state = await _direct(model_server.base_url, question)
+            direct_text, direct = await _direct(model_server.base_url, question, cert.current()[0])
             text, state, verdict = await _proxied(proxy.base_url, question)
-            assert (text, state) == (direct_text, direct_state), question
+            assert (text, state) == (direct_text, direct.state.value), question
             assert verdict["covered"] is True and verdict["context_mismatches"] == []
             assert verdict["certificate"] == "smollm2"
             if state == "blocked":
@@ -86,3 +100,35 @@ async def test_the_proxy_decides_as_the_adapter_does(model_server: LocalChatServ
             states.append(state)
             print(question, "->", state, repr(text))
     assert states == ["certified", "blocked"]  # greedy decoding: the same every run
+
+
+@pytest.mark.slow
+async def test_a_prompt_free_certificate_file_is_served_with_its_model(
+    model_server: LocalChatServer,
+) -> None:
+    path = Path(str(resources.files("guardrail") / "data" / SMOLLM2_FITTED_CERTIFICATE))
+    source = certificate_source(path)
+    assert isinstance(source, FileCertificate)
+    cert, label = source.current()
+    assert cert.skeleton.kind == "prompt_free"
+    assert isinstance(cert.bound_skeleton, PromptFreeSkeleton)  # loaded from the spec
+    with running_proxy(model_server.base_url, certificate=source) as proxy:
+        text, state, verdict = await _proxied(proxy.base_url, QUESTIONS[0])
+    direct_text, direct = await _direct(
+        model_server.base_url, QUESTIONS[0], smollm2_fitted_certificate()
+    )
+    direct_reason = direct.reason
+    assert (text, state, verdict["certificate"]) == (
+        "The chemical symbol for gold is Au.", "certified", label,
+    )  # fmt: skip
+    # the same answer and verdict as the adapters give; the scores agree to about 1e-3:
+    # llama.cpp's logits (the server's and the skeleton's) vary in their last digits
+    # with what the model's KV cache held before, and here the second run reuses both
+    assert direct_text == text and direct_reason.startswith("certified: final fitted score")
+    assert _score(verdict["reason"]) == pytest.approx(_score(direct_reason), abs=0.01)
+
+
+def _score(reason: str) -> float:
+    found = re.search(r"fitted score (-?[0-9.]+) ", reason)
+    assert found is not None, reason
+    return float(found.group(1))
