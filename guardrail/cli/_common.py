@@ -5,9 +5,10 @@ splits."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,6 +44,23 @@ class CommandError(Exception):
     def __init__(self, message: str, *, status: int = 1) -> None:
         super().__init__(message)
         self.status = status
+
+
+def json_lines(path: str) -> Iterator[tuple[int, object]]:
+    """``(line number, value)`` of each non-blank line of a JSONL file (a BOM is
+    skipped); a line that is not JSON is a :class:`CommandError` naming
+    ``path:line`` and the column."""
+    with open(path, encoding="utf-8-sig") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise CommandError(
+                    f"{path}:{lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
+                ) from exc
+            yield lineno, value
 
 
 def no_traces(path: str) -> CommandError:

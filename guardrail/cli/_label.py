@@ -41,7 +41,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ._common import CommandError
+from ._common import CommandError, json_lines
 
 __all__ = ["add_label_parser", "cmd_label", "read_references", "usable"]
 
@@ -49,53 +49,38 @@ Labeller = Callable[[dict[str, Any]], tuple[bool | None, str]]
 
 
 def _lines(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    with open(path, encoding="utf-8-sig") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
+    for lineno, obj in json_lines(path):
+        if not isinstance(obj, dict):
+            raise CommandError(f"{path}:{lineno}: expected a JSON object")
+        for key, kind in (("question", str), ("answer", str), ("tokens", list)):
+            if not isinstance(obj.get(key), kind):
                 raise CommandError(
-                    f"{path}:{lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
-                ) from exc
-            if not isinstance(obj, dict):
-                raise CommandError(f"{path}:{lineno}: expected a JSON object")
-            for key, kind in (("question", str), ("answer", str), ("tokens", list)):
-                if not isinstance(obj.get(key), kind):
-                    raise CommandError(
-                        f"{path}:{lineno}: expected {key!r} ({kind.__name__}) in a trace line"
-                    )
-            yield lineno, obj
+                    f"{path}:{lineno}: expected {key!r} ({kind.__name__}) in a trace line"
+                )
+        yield lineno, obj
 
 
 def read_references(path: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """``(by id, by question)`` from a references JSONL file (see the module docstring)."""
     by_id: dict[str, list[str]] = {}
     by_question: dict[str, list[str]] = {}
-    with open(path, encoding="utf-8-sig") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise CommandError(f"{path}:{lineno}: invalid JSON: {exc.msg}") from exc
-            refs = row.get("references", row.get("answer")) if isinstance(row, dict) else None
-            if isinstance(refs, str):
-                refs = [refs]
-            if not (isinstance(refs, list) and refs and all(isinstance(r, str) for r in refs)):
-                raise CommandError(
-                    f'{path}:{lineno}: expected "answer" or "references" (a string or a '
-                    "non-empty list of strings)"
-                )
-            key_id, question = row.get("id"), row.get("question")
-            if not isinstance(key_id, str) and not isinstance(question, str):
-                raise CommandError(f'{path}:{lineno}: expected a "question" or an "id"')
-            if isinstance(key_id, str):
-                by_id.setdefault(key_id, []).extend(refs)
-            if isinstance(question, str):
-                by_question.setdefault(question.strip(), []).extend(refs)
+    for lineno, value in json_lines(path):
+        row: dict[str, Any] = value if isinstance(value, dict) else {}
+        refs = row.get("references", row.get("answer"))
+        if isinstance(refs, str):
+            refs = [refs]
+        if not (isinstance(refs, list) and refs and all(isinstance(r, str) for r in refs)):
+            raise CommandError(
+                f'{path}:{lineno}: expected "answer" or "references" (a string or a '
+                "non-empty list of strings)"
+            )
+        key_id, question = row.get("id"), row.get("question")
+        if not isinstance(key_id, str) and not isinstance(question, str):
+            raise CommandError(f'{path}:{lineno}: expected a "question" or an "id"')
+        if isinstance(key_id, str):
+            by_id.setdefault(key_id, []).extend(refs)
+        if isinstance(question, str):
+            by_question.setdefault(question.strip(), []).extend(refs)
     return by_id, by_question
 
 

@@ -17,7 +17,6 @@ batch, so every line can be reproduced on its own.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -277,31 +276,20 @@ def _read_questions(path: str) -> list[tuple[str, list[str]]]:
     ``"answer"`` or ``"references"`` (a string or a list of strings). Errors
     raise :class:`~guardrail.cli._common.CommandError` naming ``path:line``.
     """
-    from ._common import CommandError
+    from ._common import CommandError, json_lines
 
     rows = []
-    with open(path, encoding="utf-8-sig") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise CommandError(
-                    f"{path}:{lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
-                ) from exc
-            question = row.get("question") if isinstance(row, dict) else None
-            if not isinstance(question, str):
-                raise CommandError(f'{path}:{lineno}: expected an object with a string "question"')
-            refs = row.get("answer") or row.get("references") or []
-            if isinstance(refs, str):
-                refs = [refs]
-            if not (isinstance(refs, list) and all(isinstance(r, str) for r in refs)):
-                raise CommandError(
-                    f'{path}:{lineno}: "answer" / "references" must be a string or a list '
-                    "of strings"
-                )
-            rows.append((question, refs))
+    for lineno, row in json_lines(path):
+        if not (isinstance(row, dict) and isinstance(row.get("question"), str)):
+            raise CommandError(f'{path}:{lineno}: expected an object with a string "question"')
+        refs = row.get("answer") or row.get("references") or []
+        if isinstance(refs, str):
+            refs = [refs]
+        if not (isinstance(refs, list) and all(isinstance(r, str) for r in refs)):
+            raise CommandError(
+                f'{path}:{lineno}: "answer" / "references" must be a string or a list of strings'
+            )
+        rows.append((row["question"], refs))
     return rows
 
 
