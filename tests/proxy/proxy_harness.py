@@ -106,10 +106,12 @@ class ProxyServer:
         self.server = uvicorn.Server(uv)
         self.thread = threading.Thread(target=self._run, name="proxy", daemon=True)
         self.loop: asyncio.AbstractEventLoop | None = None
+        self._has_loop = threading.Event()
 
     def _run(self) -> None:
         async def main() -> None:
             self.loop = asyncio.get_running_loop()
+            self._has_loop.set()
             await self.server.serve(sockets=[self.sock])
 
         asyncio.run(main())
@@ -126,7 +128,7 @@ class ProxyServer:
 
     def call(self, coro: Any, timeout: float = 30.0) -> Any:
         """Run ``coro`` on the proxy's event loop (e.g. ``proxy.refresh_certificates()``)."""
-        assert self.loop is not None
+        assert self._has_loop.wait(timeout) and self.loop is not None
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
 
@@ -210,7 +212,12 @@ def echo_upstream() -> Iterator[str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(2048)
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning", backlog=2048))
+    # connections stay open between batches (uvicorn closes idle ones after 5 s by default,
+    # which would make the proxy's pool, and what it holds, depend on timing)
+    config = uvicorn.Config(
+        app, lifespan="off", log_level="warning", backlog=2048, timeout_keep_alive=600
+    )
+    server = uvicorn.Server(config)
     thread = threading.Thread(
         target=lambda: asyncio.run(server.serve(sockets=[sock])), name="echo", daemon=True
     )

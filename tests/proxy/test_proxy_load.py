@@ -19,7 +19,7 @@ from pathlib import Path
 
 import openai
 import pytest
-from proxy_harness import echo_answer, echo_upstream, running_proxy
+from proxy_harness import ProxyServer, echo_answer, echo_upstream, running_proxy
 
 STREAMS = 500
 BATCHES = 3
@@ -47,6 +47,26 @@ async def _batch(client: openai.AsyncOpenAI, batch: int) -> None:
         assert state == "certified", question
 
 
+async def _idle_tasks(proxy: ProxyServer) -> int:
+    """The proxy's own tasks once it has started, before any request."""
+    while not proxy.server.started:
+        await asyncio.sleep(0.01)
+    return len(asyncio.all_tasks())
+
+
+async def _settle(proxy: ProxyServer, idle: int, deadline_s: float = 60.0) -> None:
+    """On the proxy's loop: wait until every request cycle has ended and every client
+    connection is closed. The client reads the last chunk before the proxy has closed
+    its side, and idle keep-alive connections hold buffers whose number varies from
+    batch to batch; measured before this, both count as noise, not as growth."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    state = proxy.server.server_state
+    while len(asyncio.all_tasks()) > idle or state.connections:
+        assert loop.time() < end, "the proxy did not settle after the batch"
+        await asyncio.sleep(0.01)
+
+
 def _traced() -> int:
     gc.collect()
     return tracemalloc.get_traced_memory()[0]
@@ -55,20 +75,20 @@ def _traced() -> int:
 @pytest.mark.slow
 async def test_500_concurrent_streams(tmp_path: Path) -> None:
     with echo_upstream() as upstream, running_proxy(upstream, record_dir=str(tmp_path)) as proxy:
-        client = openai.AsyncOpenAI(
-            base_url=proxy.base_url, api_key="k", max_retries=0, timeout=120
-        )
-        await _batch(client, 0)  # warm-up: pools, caches, lazily built objects
-        tracemalloc.start()
-        try:
-            sizes = []
-            for batch in range(1, BATCHES):
+        idle = proxy.call(_idle_tasks(proxy))
+        sizes = []
+        for batch in range(BATCHES):  # batch 0 warms pools, caches, lazily built objects
+            async with openai.AsyncOpenAI(
+                base_url=proxy.base_url, api_key="k", max_retries=0, timeout=120
+            ) as client:
                 await _batch(client, batch)
-                assert proxy.proxy.recorder.flush(60)
+            assert proxy.proxy.recorder.flush(60)
+            proxy.call(_settle(proxy, idle), timeout=90)
+            if batch == 0:
+                tracemalloc.start()
+            else:
                 sizes.append(_traced())
-        finally:
-            tracemalloc.stop()
-        await client.close()
+        tracemalloc.stop()
         recorder = proxy.proxy.recorder
     growth = sizes[-1] - sizes[0]
     print("traced after each batch:", sizes)
