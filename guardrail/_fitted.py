@@ -242,6 +242,31 @@ class FittedStatistic:
         b0 = self.intercept - math.fsum(ci * m for ci, m in zip(c, self.center, strict=True))
         return b0, c
 
+    def score_bounds(self, max_tokens: int) -> tuple[float, float]:
+        """The smallest and largest score any answer of 1 to ``max_tokens`` tokens can have
+        (each aggregate over its reachable interval, term by term). A ``tau`` above the
+        upper end certifies nothing."""
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ConfigError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
+        b0, coefs = self.coefficients()
+        lo_s = hi_s = b0
+        n = float(max_tokens)
+        for f, c in zip(self.features, coefs, strict=True):
+            if f.base == "length":
+                a, b = (1.0, n) if f.aggregate == "count" else (math.log(2.0), math.log1p(n))
+            elif f.aggregate == "sum":
+                lo, hi = self.range_of(f.base)
+                a, b = min(lo, n * lo), max(hi, n * hi)
+            elif f.aggregate == "count_below":
+                a, b = 0.0, n
+            elif f.aggregate == "frac_below":
+                a, b = 0.0, 1.0
+            else:
+                a, b = self.range_of(f.base)
+            lo_s += min(c * a, c * b)
+            hi_s += max(c * a, c * b)
+        return lo_s, hi_s
+
     def score(self, features: npt.ArrayLike) -> FloatArray:
         """The log-odds of answer-level feature rows ``(n, features)`` (batch; for fitting
         and AUROC; the streaming path is :class:`~guardrail._fitted_monitor.FittedState`)."""

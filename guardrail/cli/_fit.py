@@ -13,6 +13,7 @@ import argparse
 import hashlib
 import json
 import math
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -127,7 +128,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from .._certificate import Certificate, ModelIdentity
     from .._errors import InsufficientDataError
     from .._evaluate import auroc
-    from .._fitted_monitor import calibrate_fitted, replay_fitted, stop_at
+    from .._fitted_monitor import calibrate_fitted, critical_score, replay_fitted, stop_at
     from .._fitting import answer_features, fit_statistic, token_ranges
     from .._policy import StreamPolicy
     from .._traces import read_traces
@@ -175,6 +176,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         l2=args.l2, ranges=ranges, alternatives=args.alternatives, info=info,
     )  # fmt: skip
     policy = StreamPolicy(on_length=args.on_length)
+    refusal = ""
     progress.step("liftguard fit: calibration")
     progress(0, len(cal_tr))
     try:
@@ -183,12 +185,19 @@ def cmd_fit(args: argparse.Namespace) -> int:
             skeleton=skel, max_tokens=limit, seed=args.seed,
         )  # fmt: skip
     except InsufficientDataError as exc:
-        progress.close()
-        raise CommandError(
-            f"calibration on the {len(cal_tr)} held-out traces refused: {exc}"
-        ) from exc
+        cal, crit = _certifies_nothing(stat, cal_tr, policy, args, limit, skel), None
+        refusal = (
+            f"calibration at risk {args.risk:g} on the {len(cal_tr)} held-out traces "
+            f"({sum(bool(t.correct) for t in cal_tr)} correct) passed no threshold, so the "
+            f"certificate certifies nothing (tau {cal.tau:.4g} is above every score the "
+            f"statistic can reach). Recalibrate it with 'liftguard calibrate --certificate "
+            f"{args.out} --traces MORE.jsonl --risk R' or refit with a laxer --risk. ({exc})"
+        )
     progress.close()
     correct = np.array([bool(t.correct) for t in cal_tr])
+    if crit is None:
+        crit = np.array([critical_score(replay_fitted(stat, t, skeleton=skel, max_tokens=limit),
+                                        policy) for t in cal_tr])  # fmt: skip
     reads = [stop_at(replay_fitted(stat, t, skeleton=skel, max_tokens=limit), policy, cal.tau)
              / t.n_tokens for t in cal_tr if t.n_tokens]  # fmt: skip
     split = {
@@ -200,7 +209,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         "calibration_ids_sha256": _ids_sha256([t.id for t in cal_tr]),
     }  # fmt: skip
     extra = {"split": split, "calibration_auroc": auroc(crit, correct),
-             "tokens_read_fraction": float(np.mean(reads)) if reads else 1.0}  # fmt: skip
+             "tokens_read_fraction": float(np.mean(reads)) if reads else 1.0,
+             "certifies_nothing": bool(refusal)}  # fmt: skip
     cal = replace(cal, extra=extra)
     provenance: dict[str, Any] = {
         "traces": Path(args.traces).name,
@@ -215,6 +225,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     cert = Certificate(policy=policy, tau=cal.tau, skeleton=spec, model=model, context=context,
                        calibration=cal, provenance=provenance, statistic=stat)  # fmt: skip
     cert.save(args.out)
+    if refusal:
+        print(f"liftguard fit: warning: {refusal}", file=sys.stderr)
     summary = {
         "out": args.out, "group": stat.group, "form": stat.form, "features": len(feats),
         "n_fit": len(fit_tr), "n_calibration": len(cal_tr), "risk": args.risk,
@@ -242,6 +254,23 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if limit_note:
         print(f"liftguard fit: note: {limit_note}")
     return 0
+
+
+def _certifies_nothing(stat: Any, cal_tr: list[Any], policy: Any, args: argparse.Namespace,
+                       limit: int, skel: Any) -> Any:  # fmt: skip
+    """The calibration record of a threshold that shows no answer: the refusal's honest
+    outcome (a rule that never answers has no selective risk to exceed)."""
+    from .._calibration import Calibration
+
+    tau = stat.score_bounds(limit)[1] + 1.0
+    return Calibration(
+        method="ltt", tau=tau, risk=args.risk, delta=args.delta,
+        score=f"fitted[{stat.group}, {stat.form}]", n=len(cal_tr), n_answered=0, n_errors=0,
+        coverage=0.0, empirical_risk=0.0, risk_upper=0.0, seed=args.seed,
+        policy=policy.to_dict(),
+        guarantee=f"Certifies nothing: no threshold passed the risk test at risk {args.risk:g}, "
+        f"delta {args.delta:g} on the calibration traces, so every answer is withheld.",
+    )  # fmt: skip
 
 
 def _sigmoid(x: float) -> float:

@@ -249,6 +249,46 @@ def test_within_the_limit_the_bounds_hold_and_early_verdicts_change_nothing(samp
         assert critical_score(path, policy) == final
 
 
+def test_score_bounds_hold_every_score_any_answer_within_the_limit_reaches() -> None:
+    """Random answers whose token values sit at the clamp ends or anywhere between, for a
+    statistic of every aggregate kind with weights of both signs: every running score lies
+    within ``score_bounds``, and the extremes come close to them."""
+    names = ["logprob.mean", "logprob.sum", "logprob.min", "logprob.max", "logprob.first",
+             "logprob.lowest2", "logprob.count_below@-0.7", "logprob.frac_below@-0.1",
+             "lift.sum", "lift.mean", "length.count", "length.log"]  # fmt: skip
+    feats = tuple(Feature.parse(n) for n in names)
+    rng = np.random.default_rng(3)
+    ranges = {"logprob": (-6.0, 0.0), "lift": (-2.0, 3.0)}
+    limit = 7
+    for _ in range(20):
+        w = rng.normal(size=len(feats))
+        stat = FittedStatistic(feats, tuple(w), 0.3, tuple(rng.normal(size=len(feats))),
+                               tuple(rng.uniform(0.5, 2.0, size=len(feats))), vocab_size=100,
+                               ranges=ranges)  # fmt: skip
+        lo, hi = stat.score_bounds(limit)
+        for _ in range(200):
+            state = FittedState(stat, limit)
+            for _ in range(int(rng.integers(1, limit + 1))):
+                ends = rng.random() < 0.7
+                vals = [float(rng.choice(r) if ends else rng.uniform(*r))
+                        for r in (ranges["logprob"], ranges["lift"])]  # fmt: skip
+                assert lo - 1e-9 <= state.update(vals) <= hi + 1e-9
+    # tight: one feature alone reaches both ends with every token at one clamp end
+    for f in feats:
+        for sign in (1.0, -1.0):
+            own = {k: v for k, v in ranges.items() if k == f.base}
+            one = FittedStatistic((f,), (sign,), 0.0, (0.0,), (1.0,), 100, ranges=own)
+            scores = []
+            for end in (0, 1):
+                state = FittedState(one, limit)
+                for _ in range(limit):
+                    vals = [ranges[b][end] for b in one.bases]
+                    scores.append(state.update(vals))
+            assert (min(scores), max(scores)) == pytest.approx(one.score_bounds(limit)), f.name
+    with pytest.raises(ConfigError, match="max_tokens"):
+        stat.score_bounds(0)
+
+
 def test_answers_are_scored_as_the_batch_twins_score_them() -> None:
     stat = _fitted(SAMPLES[0])
     traces = _traces(SAMPLES[0])
