@@ -98,6 +98,62 @@ def test_fit_writes_a_certificate_that_certifies_nothing_when_no_threshold_passe
     assert Certificate.load(ok).calibration.n_answered > 0  # type: ignore[union-attr]
 
 
+def test_fit_takes_an_explicit_feature_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    names = "logprob.min, lift.sum,length.count,entropy.count_below@1.5"
+    out = _fit(tmp_path, capsys, "--features", names)
+    stat = Certificate.load(out).statistic
+    assert stat is not None
+    assert [f.name for f in stat.features] == [
+        "logprob.min", "lift.sum", "length.count", "entropy.count_below@1.5",
+    ]  # fmt: skip
+    assert stat.group == "lift"
+    api = _fit(tmp_path, capsys, "--features", "logprob.lowest2,margin.first")
+    assert Certificate.load(api).statistic.group == "api"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("features", "extra", "message"),
+    [
+        ("logprob.bogus", (), "--features: feature 'logprob.bogus': unknown aggregate"),
+        ("logprob.min,logprob.min", (), "--features: a feature is named twice"),
+        (" , ", (), "--features: expected comma-separated feature names"),
+        ("logprob.mean", ("--form", "monotone"), "logprob.mean can move either way"),
+    ],
+)
+def test_fit_refuses_a_bad_feature_list_in_one_line(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    features: str,
+    extra: tuple[str, ...],
+    message: str,
+) -> None:
+    out = tmp_path / "c.json"
+    code = main(["fit", "--traces", GEMMA, "--out", str(out), "--features", features, *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and not out.exists()
+    assert err.startswith("liftguard fit: error: ") and message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_fit_refuses_features_the_traces_cannot_feed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recorded = tmp_path / "recorded.jsonl"
+    lines = []
+    for line in Path(GEMMA).read_text().splitlines():
+        row = json.loads(line)
+        for tok in row["tokens"]:
+            tok["entropy"] = None
+        lines.append(json.dumps(row))
+    recorded.write_text("\n".join(lines) + "\n")
+    code = main(["fit", "--traces", str(recorded), "--out", str(tmp_path / "c.json"),
+                 "--features", "logprob.min,exact_entropy.max"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1 and "--features (its exact-entropy features)" in err
+
+
 def test_eval_with_a_certificate_reports_every_baseline_and_the_certificate(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -62,6 +62,14 @@ def add_fit_parser(sub: Any) -> None:
         "(+ exact entropies), lift (+ the skeleton's log-probability; default)",
     )
     p.add_argument(
+        "--features",
+        default=None,
+        metavar="NAME,...",
+        help="the features, comma-separated 'base.aggregate[@level]' names (e.g. "
+        "logprob.min,lift.sum,length.count), instead of --group's preset; bases: "
+        "logprob, margin, entropy, rank, temperature_lift, exact_entropy, lift, length",
+    )
+    p.add_argument(
         "--form",
         default="answer",
         choices=("answer", "monotone"),
@@ -104,17 +112,46 @@ def add_fit_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_fit)
 
 
-def _group_needs(args: argparse.Namespace) -> list[tuple[tuple[str, ...], str, str]]:
-    """``(fields, what, hint)`` of each optional trace field the features of ``--group`` read."""
+def _features(args: argparse.Namespace) -> tuple[Any, ...]:
+    """The features of ``--features`` (checked; one way only for ``--form monotone``), else
+    ``--group``'s preset."""
+    from .._aggregates import Feature
+    from .._errors import ConfigError
+    from .._fitted import _one_way, preset_features
+
+    if args.features is None:
+        return preset_features(args.group, args.form)
+    names = [n.strip() for n in args.features.split(",") if n.strip()]
+    if not names:
+        raise CommandError("--features: expected comma-separated feature names", status=2)
+    try:
+        feats = tuple(Feature.parse(n) for n in names)
+    except ConfigError as exc:
+        raise CommandError(f"--features: {exc}", status=2) from None
+    if len(set(feats)) != len(feats):
+        raise CommandError("--features: a feature is named twice", status=2)
+    if args.form == "monotone":
+        both = [f.name for f in feats if not _one_way(f)]
+        if both:
+            raise CommandError(f"--features with --form monotone: {', '.join(both)} can "
+                               "move either way as tokens arrive", status=2)  # fmt: skip
+    return feats
+
+
+def _group_needs(
+    args: argparse.Namespace, bases: set[str]
+) -> list[tuple[tuple[str, ...], str, str]]:
+    """``(fields, what, hint)`` of each optional trace field the features read."""
     from ._recorded import VOCAB_HINT
 
-    what = f"--group {args.group} (the alternatives' tail compensation)"
+    src = "--features" if args.features is not None else f"--group {args.group}"
+    what = f"{src} (the alternatives' tail compensation)"
     needs: list[tuple[tuple[str, ...], str, str]] = [(("vocab_size",), what, VOCAB_HINT)]
-    if args.group == "local":
-        what = "--group local (its exact-entropy features)"
+    if "exact_entropy" in bases:
+        what = f"{src} (its exact-entropy features)"
         needs.append((("entropy",), what, "use --group api"))
-    if args.group == "lift" and args.skeleton == "prompt-free":
-        what = "--group lift with --skeleton prompt-free"
+    if "lift" in bases and args.skeleton == "prompt-free":
+        what = f"{src} with --skeleton prompt-free"
         hint = "use --group api, or --group lift --skeleton temperature"
         needs.append((("prompt_free_logprobs",), what, hint))
     return needs
@@ -141,7 +178,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if not traces:
         raise no_traces(args.traces)
     traces = supply_vocab_size(traces, args.vocab_size, args.traces)
-    for needs in _group_needs(args):
+    feats = _features(args)
+    for needs in _group_needs(args, {f.base for f in feats}):
         refusal = lacking_message(args.traces, traces, *needs)
         if refusal:
             raise CommandError(refusal)
@@ -162,9 +200,6 @@ def cmd_fit(args: argparse.Namespace) -> int:
     fit_tr, cal_tr = [traces[i] for i in fit_idx], [traces[i] for i in cal_idx]
     spec = skeleton_spec(args.skeleton, vocab)
     skel: Any = "prompt-free" if args.skeleton == "prompt-free" else spec.build()
-    from .._fitted import preset_features
-
-    feats = preset_features(args.group, args.form)
     bases = [f.base for f in feats if f.base != "length"]
     progress = Progress("liftguard fit: features")
     kw: dict[str, Any] = {"skeleton": skel, "alternatives": args.alternatives}
