@@ -13,7 +13,11 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
 MODELS = ("smollm2", "gemma3")
-DIRECTIONS = (("nq2tq", "NQ-Open -> TriviaQA", "0.8"), ("tq2nq", "TriviaQA -> NQ-Open", "0.95"))
+DIRECTIONS = (
+    ("nq2tq", "NQ-Open -> TriviaQA", "0.8"),
+    ("nq2tq_clean", "NQ-Open -> TriviaQA (features chosen on NQ-Open)", "0.8"),
+    ("tq2nq", "TriviaQA -> NQ-Open", "0.95"),
+)
 
 
 def _cell(m: dict[str, float | int | None]) -> str:
