@@ -154,6 +154,57 @@ def test_fit_refuses_features_the_traces_cannot_feed(
     assert code == 1 and "--features (its exact-entropy features)" in err
 
 
+def _top3(tmp_path: Path) -> Path:
+    out = tmp_path / "top3.jsonl"
+    rows = []
+    for line in Path(GEMMA).read_text().splitlines():
+        row = json.loads(line)
+        row["top_k"] = 3
+        for tok in row["tokens"]:
+            tok["top"] = tok["top"][:3]
+        rows.append(json.dumps(row))
+    out.write_text("\n".join(rows) + "\n")
+    return out
+
+
+def test_fit_reads_no_more_alternatives_than_the_traces_carry(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    top3 = str(_top3(tmp_path))
+    out = tmp_path / "c.json"
+    base = ["fit", "--traces", top3, "--out", str(out), "--risk", "0.95", "--delta", "0.2"]
+    assert main(base) == 0
+    printed = capsys.readouterr().out
+    assert "note: the traces carry 3 alternatives per token: the statistic reads 3" in printed
+    cert = Certificate.load(out)
+    assert cert.statistic is not None and cert.statistic.alternatives == 3
+    assert "3 alternatives" in cert.provenance["note"]
+    assert main([*base, "--alternatives", "5"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == "liftguard fit: error: --alternatives 5: the traces carry 3 per token"
+    # features that read no alternatives need none
+    assert main([*base, "--features", "logprob.min,lift.sum,length.count", "--json"]) == 0
+    assert Certificate.load(out).statistic.alternatives == 5  # type: ignore[union-attr]
+
+
+def test_eval_refuses_a_certificate_that_reads_more_alternatives_than_it_is_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cert = _fit(tmp_path, capsys)  # reads 5
+    args = ["eval", "--traces", GEMMA, "--certificate", str(cert), "--risk", "0.95",
+            "--delta", "0.2", "--splits", "3", "--json"]  # fmt: skip
+    for extra, source in ((["--top-k", "3"], "--top-k 3 keeps 3"),
+                          ([], "the traces carry 3")):  # fmt: skip
+        traces = args if extra else [*args[:2], str(_top3(tmp_path)), *args[3:]]
+        assert main([*traces, *extra]) == 0
+        captured = capsys.readouterr()
+        got = json.loads(captured.out)["methods"]["certificate"]
+        assert got["all_refused"] and got["refusal_reason"] == (
+            f"the certificate's statistic reads 5 alternatives per token; {source}"
+        )
+        assert "Not evaluated" in captured.err and "certificate (the certificate" in captured.err
+
+
 def test_eval_with_a_certificate_reports_every_baseline_and_the_certificate(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

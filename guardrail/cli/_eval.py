@@ -79,6 +79,18 @@ def _certificate_needs(cert: Any) -> tuple[tuple[str, ...], str]:
     return fields, f"the certificate's statistic (group {cert.statistic.group!r})"
 
 
+def _too_few_alternatives(args: argparse.Namespace, cert: Any, traces: list[Any]) -> str:
+    """Why the traces cannot feed the statistic the alternatives it reads ('' if they can):
+    a deployed stream with fewer would be scored differently from its calibration."""
+    stat = cert.statistic
+    have = min(t.top_k for t in traces)
+    if "alternatives" not in stat.requires or have >= stat.alternatives:
+        return ""
+    source = f"--top-k {args.top_k} keeps" if args.top_k is not None else "the traces carry"
+    return (f"the certificate's statistic reads {stat.alternatives} alternatives per token; "
+            f"{source} {have}")  # fmt: skip
+
+
 def _unavailable(reason: str, fields: tuple[str, ...], splits: int) -> dict[str, Any]:
     """The result of a method that the traces cannot evaluate (refused on every split)."""
     nan = float("nan")
@@ -143,11 +155,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
         _check_certificate(args, cert, traces)
         fields, what = _certificate_needs(cert)
         reason = lacking_message(args.traces, traces, fields, what)
+        few = _too_few_alternatives(args, cert, traces)
         if reason:
             unavailable["certificate"] = _unavailable(reason, fields, args.splits)
             why.setdefault(f"no {' and no '.join(absent(traces, fields))}", []).append(
                 "certificate"
             )
+        elif few:
+            unavailable["certificate"] = _unavailable(few, (), args.splits)
+            why.setdefault(few, []).append("certificate")
         else:
             progress.step("liftguard eval: replaying the certificate")
             methods.append(fitted_method(traces, cert, progress=progress))

@@ -89,8 +89,9 @@ def add_fit_parser(sub: Any) -> None:
     p.add_argument(
         "--alternatives",
         type=integer(1),
-        default=DEFAULT_ALTERNATIVES,
-        help=f"alternatives per token the features read (default {DEFAULT_ALTERNATIVES})",
+        default=None,
+        help=f"alternatives per token the features read (default {DEFAULT_ALTERNATIVES}, or "
+        "all the traces carry when fewer)",
     )
     p.add_argument(
         "--range-quantile",
@@ -136,6 +137,35 @@ def _features(args: argparse.Namespace) -> tuple[Any, ...]:
             raise CommandError(f"--features with --form monotone: {', '.join(both)} can "
                                "move either way as tokens arrive", status=2)  # fmt: skip
     return feats
+
+
+def _alternatives(
+    args: argparse.Namespace, feats: tuple[Any, ...], traces: list[Any]
+) -> tuple[int, str]:
+    """The alternatives per token the statistic reads, and a note when the traces carry
+    fewer than the default: it must read what the calibration and the streams see."""
+    from .._features import SOURCES
+    from .._fitted import DEFAULT_ALTERNATIVES
+
+    reads = sorted({f.name for f in feats if SOURCES.get(f.base) == "alternatives"})
+    have = min(t.top_k for t in traces)
+    if not reads:
+        return args.alternatives or DEFAULT_ALTERNATIVES, ""
+    if have < 1:
+        raise CommandError(
+            f"{args.traces}: the traces carry no alternatives, and {', '.join(reads)} read "
+            "them; record with top_logprobs, or fit --features over logprob, lift and length"
+        )
+    if args.alternatives is not None:
+        if args.alternatives > have:
+            raise CommandError(
+                f"--alternatives {args.alternatives}: the traces carry {have} per token"
+            )
+        return args.alternatives, ""
+    if have >= DEFAULT_ALTERNATIVES:
+        return DEFAULT_ALTERNATIVES, ""
+    return have, (f"the traces carry {have} alternatives per token: the statistic reads "
+                  f"{have}, and a stream must send at least as many")  # fmt: skip
 
 
 def _group_needs(
@@ -186,6 +216,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     vocab = traces[0].vocab_size
     if any(t.vocab_size != vocab or t.model != traces[0].model for t in traces):
         raise CommandError(f"{args.traces}: a certificate is for one model; the traces mix models")
+    alternatives, alt_note = _alternatives(args, feats, traces)
     limit, limit_note = context.max_tokens or args.max_tokens, ""
     if limit is None:
         limit = max(t.n_tokens for t in traces)
@@ -202,13 +233,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
     skel: Any = "prompt-free" if args.skeleton == "prompt-free" else spec.build()
     bases = [f.base for f in feats if f.base != "length"]
     progress = Progress("liftguard fit: features")
-    kw: dict[str, Any] = {"skeleton": skel, "alternatives": args.alternatives}
+    kw: dict[str, Any] = {"skeleton": skel, "alternatives": alternatives}
     ranges = token_ranges(fit_tr, bases, quantile=args.range_quantile, **kw)
     x = answer_features(fit_tr, feats, ranges=ranges, **kw)
     info = {"traces": Path(args.traces).name, "skeleton": args.skeleton}
     stat = fit_statistic(
         x, [bool(t.correct) for t in fit_tr], feats, vocab_size=vocab, form=args.form,
-        l2=args.l2, ranges=ranges, alternatives=args.alternatives, info=info,
+        l2=args.l2, ranges=ranges, alternatives=alternatives, info=info,
     )  # fmt: skip
     policy = StreamPolicy(on_length=args.on_length)
     refusal = ""
@@ -244,8 +275,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
         "calibration_ids_sha256": _ids_sha256([t.id for t in cal_tr]),
     }  # fmt: skip
     extra = {"split": split, "calibration_auroc": auroc(crit, correct),
-             "tokens_read_fraction": float(np.mean(reads)) if reads else 1.0,
-             "certifies_nothing": bool(refusal)}  # fmt: skip
+             "tokens_read_fraction": float(np.mean(reads)) if reads else 1.0}  # fmt: skip
+    if refusal:
+        extra["certifies_nothing"] = True
     cal = replace(cal, extra=extra)
     provenance: dict[str, Any] = {
         "traces": Path(args.traces).name,
@@ -253,8 +285,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
         "command": getattr(args, "command_line", ""),
         "fit": split,
     }
-    if limit_note:
-        provenance["note"] = limit_note
+    notes = [n for n in (limit_note, alt_note) if n]
+    if notes:
+        provenance["note"] = "; ".join(notes)
     model = ModelIdentity(args.model_id or traces[0].model, api_model=args.api_model,
                           vocab_size=vocab)  # fmt: skip
     cert = Certificate(policy=policy, tau=cal.tau, skeleton=spec, model=model, context=context,
@@ -267,7 +300,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         "n_fit": len(fit_tr), "n_calibration": len(cal_tr), "risk": args.risk,
         "delta": args.delta, "tau": cal.tau, "tau_probability": _sigmoid(cal.tau),
         "coverage": cal.coverage, "empirical_risk": cal.empirical_risk,
-        "risk_upper": cal.risk_upper, **extra, "max_tokens": limit,
+        "risk_upper": cal.risk_upper, **extra, "certifies_nothing": bool(refusal),
+        "max_tokens": limit,
     }  # fmt: skip
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
@@ -286,8 +320,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         f"  guarantee        {cal.guarantee}\n"
         f"wrote the certificate {args.out}"
     )
-    if limit_note:
-        print(f"liftguard fit: note: {limit_note}")
+    for note in notes:
+        print(f"liftguard fit: note: {note}")
     return 0
 
 
