@@ -15,10 +15,10 @@ with its default prefix, unchecked. Errors are ConfigErrors naming the field.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from guardrail import ConfigError, SkeletonSpec
+from guardrail.traces import file_sha256
 
 from ._local import bundled_smollm2_path
 
@@ -26,14 +26,6 @@ __all__ = ["BUNDLED_MODELS", "file_sha256", "model_name", "model_path", "spec_se
 
 BUNDLED_MODELS = ("smollm2", "gemma3")
 """Names of the packaged models a spec may give as its ``model``."""
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def model_name(path: Path) -> str:

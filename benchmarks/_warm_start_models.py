@@ -16,15 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from guardrail import Trace
-from guardrail.traces import dump_trace_line, parse_trace_lines
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+from guardrail.traces import dump_trace_line, file_sha256, parse_trace_lines
 
 
 def requantise(src: Path, dst: Path, qtype: str, threads: int) -> dict[str, Any]:
@@ -49,7 +41,7 @@ def requantise(src: Path, dst: Path, qtype: str, threads: int) -> dict[str, Any]
         tmp.replace(dst)
         info["seconds"] = time.perf_counter() - t0
     info["bytes"] = dst.stat().st_size
-    info["sha256"] = sha256_file(dst)
+    info["sha256"] = file_sha256(dst)
     return info
 
 
@@ -173,7 +165,7 @@ def measure_change(
     seconds: dict[str, float | None] = {}
     for key, path in (("b", b_path), ("a", a_path)):
         answers = hashlib.sha256("".join(t.answer for t in items).encode()).hexdigest()
-        cache = work_dir / f"scores_{sha256_file(path)[:12]}_{len(items)}_{answers[:8]}.json"
+        cache = work_dir / f"scores_{file_sha256(path)[:12]}_{len(items)}_{answers[:8]}.json"
         scored[key], seconds[key] = teacher_forced(path, items, cache, threads)
     recorded = [t.logprobs for t in items]
     return {

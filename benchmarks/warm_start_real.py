@@ -75,14 +75,13 @@ from _warm_start_models import (
     generate_traces,
     measure_change,
     requantise,
-    sha256_file,
 )
 from _warm_start_report import json_safe, markdown
 from _warm_start_vsd import coverage_experiment, resample_control, vsd_experiment
 
 from adapters.local import bundled_smollm2_path
 from guardrail import DEFAULT_CLIP, StreamPolicy, read_traces
-from guardrail.traces import is_correct
+from guardrail.traces import file_sha256, is_correct
 from skeleton_store import DEFAULT_MAX_CONTEXTS
 
 DEFAULT_TRACES = Path(__file__).resolve().parents[2] / "shared/data/traces/triviaqa_smollm2.jsonl"
@@ -150,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # Model A and its traces.
     a_path = bundled_smollm2_path()
-    a_sha = sha256_file(a_path)
+    a_sha = file_sha256(a_path)
     n_read = max(args.n, args.n_change, args.n_check)
     shared = read_traces(args.traces, limit=n_read)
     models = {t.model for t in shared}

@@ -35,6 +35,7 @@ in :mod:`guardrail._trace_parse`; the file reader and the writer are here.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -49,6 +50,7 @@ __all__ = [
     "DEFAULT_LOGZ_TEMPERATURES",
     "Trace",
     "dump_trace_line",
+    "file_sha256",
     "iter_traces",
     "parse_trace",
     "parse_trace_lines",
@@ -104,6 +106,16 @@ def read_traces(
 ) -> list[Trace]:
     """Read the traces of a UTF-8 JSONL file into a list (see :func:`iter_traces`)."""
     return list(iter_traces(path, limit=limit, require_label=require_label))
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The sha256 of a file's bytes, read in 1 MiB blocks (a trace file's or a model's, as
+    certificates record them)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 # --------------------------------------------------------------------------- #

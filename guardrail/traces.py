@@ -17,6 +17,7 @@ from ._skeletons import select_skeleton_kind, type_token_ratio
 from ._traces import (
     Trace,
     dump_trace_line,
+    file_sha256,
     iter_traces,
     parse_trace,
     parse_trace_lines,
@@ -30,6 +31,7 @@ __all__ = [
     "Trace",
     "baseline_score",
     "dump_trace_line",
+    "file_sha256",
     "is_correct",
     "iter_traces",
     "normalize_answer",

@@ -228,6 +228,7 @@ def test_public_submodules_are_pinned() -> None:
         "Trace",
         "baseline_score",
         "dump_trace_line",
+        "file_sha256",
         "is_correct",
         "iter_traces",
         "normalize_answer",

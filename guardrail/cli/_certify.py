@@ -4,7 +4,6 @@ the generation context and the provenance of the traces it was calibrated on."""
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from .._calibration import Calibration
 from .._certificate import Certificate, GenerationContext, ModelIdentity, SkeletonSpec
 from .._errors import ConfigError
 from .._policy import StreamPolicy
+from .._traces import file_sha256
 from ._common import CommandError
 
 __all__ = ["build_certificate", "read_context", "skeleton_spec"]
@@ -44,14 +44,6 @@ def read_context(path: str | None) -> GenerationContext:
         raise CommandError(f"{path}: {exc}") from exc
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def build_certificate(
     args: argparse.Namespace, model_id: str, vocab_size: int, result: Calibration
 ) -> Certificate:
@@ -60,7 +52,7 @@ def build_certificate(
         raise CommandError("the calibration records no streaming policy")
     provenance: dict[str, Any] = {
         "traces": Path(args.traces).name,
-        "traces_sha256": _sha256(args.traces),
+        "traces_sha256": file_sha256(args.traces),
         "command": getattr(args, "command_line", ""),
     }
     return Certificate(

@@ -198,8 +198,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from .._fitted_monitor import calibrate_fitted, critical_score, replay_fitted, stop_at
     from .._fitting import answer_features, fit_statistic, token_ranges
     from .._policy import StreamPolicy
-    from .._traces import read_traces
-    from ._certify import _sha256, read_context, skeleton_spec
+    from .._traces import file_sha256, read_traces
+    from ._certify import read_context, skeleton_spec
 
     if not 0.0 <= args.range_quantile < 0.5:
         raise CommandError("--range-quantile must lie in [0, 0.5)", status=2)
@@ -281,7 +281,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     cal = replace(cal, extra=extra)
     provenance: dict[str, Any] = {
         "traces": Path(args.traces).name,
-        "traces_sha256": _sha256(args.traces),
+        "traces_sha256": file_sha256(args.traces),
         "command": getattr(args, "command_line", ""),
         "fit": split,
     }

@@ -47,8 +47,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     from .._errors import InsufficientDataError
     from .._evaluate import auroc
     from .._fitted_monitor import calibrate_fitted
-    from .._traces import read_traces
-    from ._certify import _sha256
+    from .._traces import file_sha256, read_traces
     from ._eval import _certificate_needs
 
     _refuse_rule_flags(args, defaults)
@@ -62,7 +61,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
             "calibrated by the options of 'calibrate' itself"
         )
     fitted_on = cert.provenance.get("traces_sha256")
-    traces_sha = _sha256(args.traces)
+    traces_sha = file_sha256(args.traces)
     if fitted_on == traces_sha:
         raise CommandError(
             f"{args.traces}: these are the traces the certificate's statistic was fitted on; "
