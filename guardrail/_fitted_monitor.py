@@ -342,9 +342,11 @@ def calibrate_fitted(
     skeleton: Skeleton | str | None = None,
     max_tokens: int | None = None,
     seed: int = 0,
+    paths: Sequence[FittedPath] | None = None,
 ) -> tuple[Calibration, FloatArray]:
     """Calibrate ``tau`` for a fitted statistic on labelled answers it was **not** fitted
-    on; returns the calibration record and each answer's critical score.
+    on; returns the calibration record and each answer's critical score. ``paths``: the
+    answers' replays, when the caller has them already (one per trace, in order).
 
     Every answer is replayed through the deployed monitor (:func:`replay_fitted`,
     early verdicts included), and ``tau`` is chosen by the fixed-sequence
@@ -362,7 +364,11 @@ def calibrate_fitted(
     independence (the fit has seen its label); ``liftguard fit`` keeps the two
     disjoint and records both in the certificate.
     """
-    paths = [replay_fitted(statistic, t, skeleton=skeleton, max_tokens=max_tokens) for t in traces]
+    if paths is None:
+        paths = [replay_fitted(statistic, t, skeleton=skeleton, max_tokens=max_tokens)
+                 for t in traces]  # fmt: skip
+    elif len(paths) != len(traces):
+        raise ConfigError(f"paths: expected one per trace ({len(traces)}), got {len(paths)}")
     crit = np.array([critical_score(p, policy) for p in paths])
     correct = np.array([bool(t.correct) for t in traces])
     name = f"fitted[{statistic.group}, {statistic.form}]"

@@ -245,13 +245,15 @@ def cmd_fit(args: argparse.Namespace) -> int:
     refusal = ""
     progress.step("liftguard fit: calibration")
     progress(0, len(cal_tr))
+    paths = [replay_fitted(stat, t, skeleton=skel, max_tokens=limit) for t in cal_tr]
+    crit = np.array([critical_score(p, policy) for p in paths])
     try:
-        cal, crit = calibrate_fitted(
+        cal, _ = calibrate_fitted(
             stat, cal_tr, policy=policy, risk=args.risk, delta=args.delta,
-            skeleton=skel, max_tokens=limit, seed=args.seed,
+            skeleton=skel, max_tokens=limit, seed=args.seed, paths=paths,
         )  # fmt: skip
     except InsufficientDataError as exc:
-        cal, crit = _certifies_nothing(stat, cal_tr, policy, args, limit, skel), None
+        cal = _certifies_nothing(stat, len(cal_tr), policy, args, limit)
         refusal = (
             f"calibration at risk {args.risk:g} on the {len(cal_tr)} held-out traces "
             f"({sum(bool(t.correct) for t in cal_tr)} correct) passed no threshold, so the "
@@ -261,11 +263,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         )
     progress.close()
     correct = np.array([bool(t.correct) for t in cal_tr])
-    if crit is None:
-        crit = np.array([critical_score(replay_fitted(stat, t, skeleton=skel, max_tokens=limit),
-                                        policy) for t in cal_tr])  # fmt: skip
-    reads = [stop_at(replay_fitted(stat, t, skeleton=skel, max_tokens=limit), policy, cal.tau)
-             / t.n_tokens for t in cal_tr if t.n_tokens]  # fmt: skip
+    reads = [stop_at(p, policy, cal.tau) / t.n_tokens
+             for p, t in zip(paths, cal_tr, strict=True) if t.n_tokens]  # fmt: skip
     split = {
         "method": "numpy default_rng(seed).permutation; the first round(n * fit_fraction) "
         "traces fit the statistic, the rest calibrate tau",
@@ -325,8 +324,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _certifies_nothing(stat: Any, cal_tr: list[Any], policy: Any, args: argparse.Namespace,
-                       limit: int, skel: Any) -> Any:  # fmt: skip
+def _certifies_nothing(stat: Any, n: int, policy: Any, args: argparse.Namespace, limit: int) -> Any:
     """The calibration record of a threshold that shows no answer: the refusal's honest
     outcome (a rule that never answers has no selective risk to exceed)."""
     from .._calibration import Calibration
@@ -334,7 +332,7 @@ def _certifies_nothing(stat: Any, cal_tr: list[Any], policy: Any, args: argparse
     tau = stat.score_bounds(limit)[1] + 1.0
     return Calibration(
         method="ltt", tau=tau, risk=args.risk, delta=args.delta,
-        score=f"fitted[{stat.group}, {stat.form}]", n=len(cal_tr), n_answered=0, n_errors=0,
+        score=f"fitted[{stat.group}, {stat.form}]", n=n, n_answered=0, n_errors=0,
         coverage=0.0, empirical_risk=0.0, risk_upper=0.0, seed=args.seed,
         policy=policy.to_dict(),
         guarantee=f"Certifies nothing: no threshold passed the risk test at risk {args.risk:g}, "

@@ -382,6 +382,13 @@ def test_calibrate_fitted_is_ltt_on_the_critical_scores() -> None:
     assert cal.tau == ltt_threshold(crit, errors, 0.9, 0.2).tau
     assert cal.score == "fitted[lift, answer]" and cal.policy == policy.to_dict()
     assert "calibration draw" in cal.guarantee
+    # the caller's own replays give the same calibration; a count that does not match is refused
+    paths = [replay_fitted(stat, t, skeleton="prompt-free", max_tokens=24) for t in traces]
+    again, crit2 = calibrate_fitted(stat, traces, policy=policy, risk=0.9, delta=0.2,
+                                    skeleton="prompt-free", max_tokens=24, paths=paths)  # fmt: skip
+    assert again == cal and (crit2 == crit).all()
+    with pytest.raises(ConfigError, match="paths: expected one per trace"):
+        calibrate_fitted(stat, traces, policy=policy, risk=0.9, delta=0.2, paths=paths[:-1])
 
 
 def test_other_skeletons_are_evaluated_on_the_events() -> None:
