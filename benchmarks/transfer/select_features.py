@@ -2,6 +2,7 @@
 cross-validated on the given labelled traces only.
 
     python benchmarks/transfer/select_features.py TRACES.jsonl [TRACES.jsonl ...]
+    python benchmarks/transfer/select_features.py --cv NAME,... TRACES.jsonl [...]
 
 Each file is one model's traces of the *selection* dataset. Starting from the 23
 candidates of the ``lift`` group (below), each round drops the feature whose removal
@@ -15,6 +16,12 @@ Prints the chosen names, comma-separated, on the last line of stdout (ready for
 The transfer study uses it to fit NQ-Open -> TriviaQA certificates with features
 chosen on NQ-Open alone, so that no choice there has seen TriviaQA (the shipped
 presets were chosen on TriviaQA).
+
+``--cv NAME,...`` selects nothing: it prints, per file, the same cross-validated
+AUROC of the named features (e.g. a group's preset) fitted on that file itself. On a
+test set this is an in-domain reference, not a result: what a statistic over these
+features reaches when it is fitted on the test distribution, which a statistic fitted
+on another dataset is not expected to beat.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from guardrail import read_traces
+from guardrail import ConfigError, read_traces
 from guardrail.evaluate import auroc
 from guardrail.fitting import DEFAULT_L2, Feature, answer_features, fit_statistic, token_ranges
 
@@ -47,9 +54,10 @@ Matrix = npt.NDArray[np.float64]
 class _Data:
     """One file's candidate features, labels and fold assignments."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, names: Sequence[str] = CANDIDATES) -> None:
         traces = [t for t in read_traces(path) if t.n_tokens]
-        feats = [Feature.parse(n) for n in CANDIDATES]
+        self.names = tuple(names)
+        feats = [Feature.parse(n) for n in self.names]
         bases = sorted({f.base for f in feats if f.base != "length"})
         self.ranges = token_ranges(traces, bases, skeleton="prompt-free")
         self.x: Matrix = answer_features(traces, feats, ranges=self.ranges, skeleton="prompt-free")
@@ -65,8 +73,9 @@ class _Data:
                 f[idx] = np.arange(idx.size) % FOLDS
             self.folds.append(f)
 
-    def cv_auroc(self, cols: Sequence[int]) -> float:
-        feats = [Feature.parse(CANDIDATES[c]) for c in cols]
+    def cv_aurocs(self, cols: Sequence[int]) -> list[float]:
+        """Out-of-fold AUROC of the features ``cols``, one per repeat."""
+        feats = [Feature.parse(self.names[c]) for c in cols]
         ranges = {b: r for b, r in self.ranges.items() if any(f.base == b for f in feats)}
         x = self.x[:, list(cols)]
         out = []
@@ -78,7 +87,10 @@ class _Data:
                                      l2=DEFAULT_L2, ranges=ranges)  # fmt: skip
                 pred[test] = stat.score(x[test])
             out.append(auroc(pred, self.y))
-        return float(np.mean(out))
+        return out
+
+    def cv_auroc(self, cols: Sequence[int]) -> float:
+        return float(np.mean(self.cv_aurocs(cols)))
 
 
 def _criterion(data: list[_Data], cols: Sequence[int]) -> float:
@@ -108,9 +120,36 @@ def select(paths: Sequence[str]) -> tuple[list[str], float]:
     return [CANDIDATES[c] for c in cols], best
 
 
+def cross_validate(names: Sequence[str], path: str) -> tuple[float, float]:
+    """Mean and standard deviation over the repeats of the out-of-fold AUROC of
+    ``names`` fitted on ``path`` itself."""
+    data = _Data(path, names)
+    scores = data.cv_aurocs(range(len(data.names)))
+    return float(np.mean(scores)), float(np.std(scores))
+
+
+_USAGE = "usage: select_features.py [--cv NAME,...] TRACES.jsonl [TRACES.jsonl ...]"
+
+
 def main(argv: Sequence[str]) -> int:
-    if not argv:
-        print("usage: select_features.py TRACES.jsonl [TRACES.jsonl ...]", file=sys.stderr)
+    if argv and argv[0] == "--cv":
+        names = [n for n in argv[1].split(",") if n] if len(argv) > 1 else []
+        if not names or len(argv) < 3:
+            print(_USAGE, file=sys.stderr)
+            return 2
+        try:
+            for n in names:
+                Feature.parse(n)
+        except ConfigError as exc:
+            print(f"select_features.py: {exc}", file=sys.stderr)
+            return 2
+        for path in argv[2:]:
+            mean, sd = cross_validate(names, path)
+            print(f"{path}: cross-validated AUROC {mean:.4f} (sd {sd:.4f} over {REPEATS} "
+                  f"repeats of {FOLDS}-fold), {len(names)} features")  # fmt: skip
+        return 0
+    if not argv or argv[0].startswith("-"):
+        print(_USAGE, file=sys.stderr)
         return 2
     names, score = select(argv)
     print(f"cross-validated AUROC {score:.4f} (mean over {len(argv)} files), "
