@@ -10,11 +10,15 @@ Methods: the streaming lift certificate (:func:`lift_method`), the single-pass
 baselines of :data:`guardrail.BASELINES` (:func:`baseline_method`), and a
 certificate's fitted statistic held fixed (:func:`fitted_method`: only ``tau`` is
 recalibrated on each split, like every other method).
+
+:func:`bootstrap_intervals` says how much of a difference between methods is
+the particular answers drawn: it resamples the answers with replacement and
+reruns the whole evaluation on each resample, paired across methods.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +41,7 @@ __all__ = [
     "MethodScores",
     "auroc",
     "baseline_method",
+    "bootstrap_intervals",
     "evaluate_methods",
     "fitted_method",
     "lift_method",
@@ -91,6 +96,14 @@ class MethodScores:
         if self.lifts is None or self.policy is None:
             return np.asarray(self.decision[idx] >= tau, dtype=bool)
         return shown_at(self.policy, [self.lifts[i] for i in idx], [tau])[:, 0]
+
+    def take(self, idx: npt.NDArray[np.int64]) -> MethodScores:
+        """The same method on answers ``idx`` (repeats allowed: a bootstrap resample)."""
+        lifts = None if self.lifts is None else [self.lifts[i] for i in idx]
+        paths = None if self.paths is None else [self.paths[i] for i in idx]
+        return MethodScores(
+            self.name, self.decision[idx], self.final[idx], lifts, self.policy, paths
+        )
 
 
 def lift_method(
@@ -194,27 +207,20 @@ def evaluate_methods(
     after each method.
     """
     ok = np.asarray(correct, dtype=bool)
-    n = ok.size
     if splits < 1:
         raise ConfigError("splits must be >= 1")
-    rng = np.random.default_rng(seed)
-    perms = [rng.permutation(n) for _ in range(splits)]
-    n_cal = round(n * cal_fraction)
+    perms = _permutations(ok.size, splits, seed)
     out: dict[str, dict[str, Any]] = {}
     for m in methods:
         cov, rsk, viol = [], [], 0
         read: list[float] = []
         refused = 0
-        for perm in perms:
-            cal, test = perm[:n_cal], perm[n_cal:]
-            try:
-                tau = ltt_threshold(m.decision[cal], ~ok[cal], risk, delta).tau
-            except InsufficientDataError:
+        for test, tau, shown in _per_split(m, ok, perms, cal_fraction, risk, delta):
+            if tau is None:
                 refused += 1
                 cov.append(0.0)
                 rsk.append(0.0)
                 continue
-            shown = m.shown(test, tau)
             k = int((shown & ~ok[test]).sum())
             s = int(shown.sum())
             cov.append(s / test.size)
@@ -234,4 +240,121 @@ def evaluate_methods(
         }
         if progress is not None:
             progress(len(out), len(methods))
+    return out
+
+
+def _permutations(
+    n: int, splits: int, seed: int | np.random.Generator
+) -> list[npt.NDArray[np.int64]]:
+    rng = np.random.default_rng(seed)
+    return [rng.permutation(n) for _ in range(splits)]
+
+
+def _per_split(
+    m: MethodScores,
+    ok: npt.NDArray[np.bool_],
+    perms: Sequence[npt.NDArray[np.int64]],
+    cal_fraction: float,
+    risk: float,
+    delta: float,
+    *,
+    replay_policy: bool = True,
+) -> Iterator[tuple[npt.NDArray[np.int64], float | None, npt.NDArray[np.bool_]]]:
+    """Per split: the test answers, the calibrated ``tau`` (``None`` where calibration
+    refused) and which test answers are shown (none where refused).
+
+    ``replay_policy=False`` reads "shown" as ``decision >= tau`` for every method. The
+    calibrated ``tau`` is always one of the decision scores, and a lift method's
+    decision is its critical threshold on the policy's grid, at which the policy's
+    monotone answer set makes that exact (:func:`guardrail.critical_thresholds`);
+    replaying the policy, the default, checks it again at a cost."""
+    n_cal = round(ok.size * cal_fraction)
+    for perm in perms:
+        cal, test = perm[:n_cal], perm[n_cal:]
+        try:
+            tau = ltt_threshold(m.decision[cal], ~ok[cal], risk, delta).tau
+        except InsufficientDataError:
+            yield test, None, np.zeros(test.size, dtype=bool)
+            continue
+        shown = m.shown(test, tau) if replay_policy else m.decision[test] >= tau
+        yield test, tau, np.asarray(shown, dtype=bool)
+
+
+def bootstrap_intervals(
+    methods: Sequence[MethodScores],
+    correct: npt.ArrayLike,
+    *,
+    risk: float,
+    delta: float,
+    splits: int,
+    replicates: int = 200,
+    seed: int = 0,
+    level: float = 0.95,
+    reference: str | None = None,
+    cal_fraction: float = 0.5,
+    progress: Progress | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Percentile bootstrap intervals of each method's AUROC and mean test coverage.
+
+    Each replicate draws ``n`` answers with replacement (the same draw for every
+    method: the comparison is paired) and reruns :func:`evaluate_methods`'
+    protocol on it: ``splits`` random calibration/test splits, ``tau`` calibrated
+    by :func:`guardrail.ltt_threshold` on each calibration half (a refusal counts
+    as coverage 0). Returns, per method, ``{"auroc": [lo, hi], "coverage_mean":
+    [lo, hi]}`` at ``level``, and with ``reference`` (a method's name) also
+    ``"<reference>_minus": {"auroc": [lo, hi], "coverage_mean": [lo, hi]}`` for
+    every other method: an interval that excludes 0 is a difference the draw
+    of answers does not explain. The intervals describe the uncertainty due to
+    the finite set of answers (their population: questions like these); a
+    resample repeats answers, which may then fall in both halves of a split,
+    alike for every method. Deterministic given ``seed``; ``progress(done,
+    total)`` is called after each replicate.
+    """
+    ok = np.asarray(correct, dtype=bool)
+    n = ok.size
+    names = [m.name for m in methods]
+    if len(set(names)) != len(names):
+        raise ConfigError("methods must have distinct names")
+    if reference is not None and reference not in names:
+        raise ConfigError(f"reference {reference!r} is not one of the methods")
+    if isinstance(replicates, bool) or not isinstance(replicates, int) or replicates < 2:
+        raise ConfigError(f"replicates must be an integer >= 2, got {replicates!r}")
+    if not 0.0 < level < 1.0:
+        raise ConfigError(f"level must lie in (0, 1), got {level!r}")
+    if splits < 1:
+        raise ConfigError("splits must be >= 1")
+    if n < 2:
+        raise ConfigError("the bootstrap needs at least 2 answers")
+    rng = np.random.default_rng(seed)
+    auc = np.empty((len(methods), replicates))
+    cov = np.empty((len(methods), replicates))
+    for b in range(replicates):
+        idx = rng.integers(0, n, size=n)
+        ok_b = ok[idx]
+        perms = _permutations(n, splits, rng)
+        for j, m in enumerate(methods):
+            mb = m.take(idx)
+            auc[j, b] = auroc(mb.final, ok_b)
+            per_split = _per_split(mb, ok_b, perms, cal_fraction, risk, delta, replay_policy=False)
+            cov[j, b] = np.mean([shown.sum() / test.size for test, _, shown in per_split])
+        if progress is not None:
+            progress(b + 1, replicates)
+    q = [(1.0 - level) / 2.0, (1.0 + level) / 2.0]
+
+    def interval(values: FloatArray) -> list[float]:
+        finite = values[np.isfinite(values)]  # AUROC is NaN on a one-class resample
+        if finite.size == 0:
+            return [float("nan"), float("nan")]
+        return [float(v) for v in np.quantile(finite, q)]
+
+    out: dict[str, dict[str, Any]] = {}
+    ref = names.index(reference) if reference is not None else None
+    for j, name in enumerate(names):
+        entry: dict[str, Any] = {"auroc": interval(auc[j]), "coverage_mean": interval(cov[j])}
+        if ref is not None and j != ref:
+            entry[f"{reference}_minus"] = {
+                "auroc": interval(auc[ref] - auc[j]),
+                "coverage_mean": interval(cov[ref] - cov[j]),
+            }
+        out[name] = entry
     return out

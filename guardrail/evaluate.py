@@ -1,6 +1,6 @@
 """Replaying a streaming rule on recorded answers, testing thresholds, and comparing rules:
 the exact replay calibration relies on, "shown at tau", the Learn-then-Test threshold,
-AUROC and the repeated-split evaluation behind ``liftguard eval``."""
+AUROC, the repeated-split evaluation behind ``liftguard eval`` and its bootstrap intervals."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from ._evaluate import (
     MethodScores,
     auroc,
     baseline_method,
+    bootstrap_intervals,
     evaluate_methods,
     fitted_method,
     lift_method,
@@ -28,6 +29,7 @@ __all__ = [
     "ReplayResult",
     "auroc",
     "baseline_method",
+    "bootstrap_intervals",
     "critical_thresholds",
     "evaluate_methods",
     "fitted_method",

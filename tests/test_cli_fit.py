@@ -261,3 +261,42 @@ def test_progress_draws_only_on_a_terminal() -> None:
     p(2, 2)
     p.close()
     assert "work 2/2" in tty.getvalue() and tty.getvalue().endswith("\r")
+
+
+def test_eval_bootstrap_gives_the_certificates_paired_differences(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cert = _fit(tmp_path, capsys)
+    args = ["eval", "--traces", GEMMA, "--certificate", str(cert), "--risk", "0.95",
+            "--delta", "0.2", "--splits", "3", "--seed", "7"]  # fmt: skip
+    assert main([*args, "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main([*args, "--json", "--bootstrap", "20"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["bootstrap"]["replicates"] == 20 and report["bootstrap"]["level"] == 0.95
+    assert report["bootstrap"]["reference"] == "certificate"
+    for name, r in report["methods"].items():
+        boot = r.pop("bootstrap")
+        assert r == plain["methods"][name]  # the point estimates are unchanged
+        lo, hi = boot["coverage_mean"]
+        assert 0.0 <= lo <= hi <= 1.0
+        if name == "certificate":
+            assert "certificate_minus" not in boot
+        else:
+            d_lo, d_hi = boot["certificate_minus"]["coverage_mean"]
+            assert -1.0 <= d_lo <= d_hi <= 1.0
+    assert main([*args, "--bootstrap", "20"]) == 0
+    text = capsys.readouterr().out
+    assert "certificate minus each method, 95% intervals over 20 resamples" in text
+    assert sum(line.lstrip().startswith(tuple(BASELINES)) and "coverage [" in line
+               for line in text.splitlines()) == len(BASELINES)  # fmt: skip
+
+
+def test_eval_bootstrap_needs_enough_resamples(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["eval", "--traces", GEMMA, "--risk", "0.95", "--bootstrap", "5"])
+    err = capsys.readouterr().err
+    assert code == 2 and "at least 20 resamples" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit) as exc:
+        main(["eval", "--traces", GEMMA, "--risk", "0.95", "--bootstrap", "-1"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--bootstrap: expected an integer >= 0" in err

@@ -257,6 +257,7 @@ def test_public_submodules_are_pinned() -> None:
         "ReplayResult",
         "auroc",
         "baseline_method",
+        "bootstrap_intervals",
         "critical_thresholds",
         "evaluate_methods",
         "fitted_method",

@@ -9,6 +9,8 @@
 # Writes the certificates and eval JSON into benchmarks/transfer/results/.
 # The shipped feature presets were chosen on TriviaQA, so NQ-Open -> TriviaQA is also
 # run with features chosen on NQ-Open alone (select_features.py): *_nq2tq_clean_*.
+# The top-20 evaluations of the shipped preset add 95% bootstrap intervals (--bootstrap 200)
+# where some rule certifies.
 set -euo pipefail
 TQ_DIR=$1; NQ_DIR=$2
 HERE=$(cd "$(dirname "$0")" && pwd); ROOT=$(cd "$HERE/../.." && pwd)
@@ -28,15 +30,18 @@ for m in smollm2 gemma3; do
     --out "$OUT/${m}_nq_clean.json" > /dev/null
   for r in 0.7 0.8; do
     for k in "" 5; do
+      boot=""; if [ -z "$k" ]; then boot="--bootstrap 200"; fi
       liftguard eval --traces "$tq" --certificate "$OUT/${m}_nq.json" --risk $r --delta 0.05 \
-        --splits 50 --seed 7 --json ${k:+--top-k $k} > "$OUT/${m}_nq2tq_r$r${k:+_k$k}.json"
+        --splits 50 --seed 7 --json ${k:+--top-k $k} $boot \
+        > "$OUT/${m}_nq2tq_r$r${k:+_k$k}.json"
       liftguard eval --traces "$tq" --certificate "$OUT/${m}_nq_clean.json" --risk $r \
         --delta 0.05 --splits 50 --seed 7 --json ${k:+--top-k $k} \
         > "$OUT/${m}_nq2tq_clean_r$r${k:+_k$k}.json"
     done
   done
   for r in 0.7 0.8 0.9 0.95; do
+    boot=""; case $r in 0.9|0.95) boot="--bootstrap 200";; esac  # at 0.7, 0.8 nothing certifies
     liftguard eval --traces "$nq" --certificate "$OUT/${m}_tq.json" --risk $r --delta 0.05 \
-      --splits 50 --seed 7 --json > "$OUT/${m}_tq2nq_r$r.json"
+      --splits 50 --seed 7 --json $boot > "$OUT/${m}_tq2nq_r$r.json"
   done
 done

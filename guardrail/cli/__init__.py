@@ -203,6 +203,12 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument(
+        "--bootstrap", metavar="B", type=integer(0), default=0,
+        help="also give 95%% intervals of each method's AUROC and coverage, and of the "
+        "certificate's difference to each method, from B resamples of the answers "
+        "(each rerunning every split; B >= 20, e.g. 200; default 0: off)",
+    )  # fmt: skip
+    e.add_argument(
         "--certificate",
         metavar="CERT",
         default=None,

@@ -30,6 +30,8 @@ from ._recorded import (
 
 __all__ = ["cmd_eval"]
 
+MIN_REPLICATES = 20
+
 
 def _read_certificate(path: str) -> Any:
     from .._certificate import Certificate
@@ -102,7 +104,13 @@ def _unavailable(reason: str, fields: tuple[str, ...], splits: int) -> dict[str,
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from .._evaluate import baseline_method, evaluate_methods, fitted_method, lift_method
+    from .._evaluate import (
+        baseline_method,
+        bootstrap_intervals,
+        evaluate_methods,
+        fitted_method,
+        lift_method,
+    )
     from .._lift import DEFAULT_CLIP
     from .._policy import StreamPolicy
     from .._scores import BASELINES
@@ -111,6 +119,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     if args.boundary == "paper":
         raise CommandError("eval supports --boundary betting only for now", status=2)
+    if 0 < args.bootstrap < MIN_REPLICATES:
+        raise CommandError(
+            f"--bootstrap {args.bootstrap}: a 95% interval needs at least {MIN_REPLICATES} "
+            "resamples (200 is a good choice), or 0 for none", status=2,
+        )  # fmt: skip
     cert = _read_certificate(args.certificate) if args.certificate else None
     traces = read_traces(args.traces)
     if not traces:
@@ -173,6 +186,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
         methods, correct, risk=args.risk, delta=args.delta, splits=args.splits, seed=args.seed,
         progress=progress,
     )  # fmt: skip
+    reference = "certificate" if "certificate" in evaluated else None
+    intervals: dict[str, dict[str, Any]] = {}
+    if args.bootstrap:
+        progress.step(f"liftguard eval: bootstrap ({args.splits} splits each)")
+        intervals = bootstrap_intervals(
+            methods, correct, risk=args.risk, delta=args.delta, splits=args.splits,
+            replicates=args.bootstrap, seed=args.seed, reference=reference, progress=progress,
+        )  # fmt: skip
+        for name, entry in intervals.items():
+            evaluated[name]["bootstrap"] = entry
     progress.close()
     note = _refusal_note(args, len(traces), evaluated)
     order = [name for name, *_ in plan] + (["certificate"] if cert is not None else [])
@@ -191,6 +214,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "top_k": args.top_k if args.top_k is not None else traces[0].top_k,
         "methods": results,
     }
+    if args.bootstrap:
+        report["bootstrap"] = {
+            "replicates": args.bootstrap, "level": 0.95, "reference": reference,
+            "method": "percentile intervals over resamples of the answers with replacement, "
+            "each rerunning every split; paired across methods",
+        }  # fmt: skip
     if cert is not None and cert.statistic is not None:
         stat = cert.statistic
         report["certificate"] = {
@@ -231,7 +260,41 @@ def cmd_eval(args: argparse.Namespace) -> int:
             f"{r['risk_violation_rate']:>12.0%}{r['auroc']:>8.3f}{r['tokens_read_fraction']:>7.0%}"
             f"{r['tokens_read_median']:>8.0%}"
         )
+    if intervals:
+        _print_intervals(intervals, reference, args.bootstrap)
     return 0
+
+
+def _interval(lo_hi: list[float], percent: bool) -> str:
+    lo, hi = lo_hi
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return "-"
+    if percent:
+        return f"[{100 * lo:+.1f}, {100 * hi:+.1f}] pts"
+    return f"[{lo:+.3f}, {hi:+.3f}]"
+
+
+def _print_intervals(
+    intervals: dict[str, dict[str, Any]], reference: str | None, replicates: int
+) -> None:
+    """The certificate's difference to each method (or, without a certificate, each
+    method's own intervals), 95% over ``replicates`` resamples of the answers."""
+    if reference is None:
+        print(f"  95% intervals over {replicates} resamples of the answers:")
+        for name, entry in intervals.items():
+            auc = entry["auroc"]
+            lo, hi = entry["coverage_mean"]
+            a = f"[{auc[0]:.3f}, {auc[1]:.3f}]" if math.isfinite(auc[0]) else "-"
+            print(f"  {name:<14}AUROC {a}  coverage [{lo:.1%}, {hi:.1%}]")
+        return
+    print(f"  {reference} minus each method, 95% intervals over {replicates} resamples of "
+          "the answers (an interval that excludes 0 is a real difference):")  # fmt: skip
+    for name, entry in intervals.items():
+        diff = entry.get(f"{reference}_minus")
+        if diff is None:
+            continue
+        print(f"  {name:<14}AUROC {_interval(diff['auroc'], False):<18}"
+              f"coverage {_interval(diff['coverage_mean'], True)}")  # fmt: skip
 
 
 def _refusal_note(args: argparse.Namespace, n: int, results: dict[str, dict[str, Any]]) -> str:
