@@ -2,7 +2,9 @@
 
 ``python benchmarks/transfer/table.py``: one Markdown table per direction, a row per
 method (the fitted certificate first, then every baseline ``liftguard eval`` reports),
-AUROC and test coverage at the given risk for both models.
+AUROC and test coverage at the given risk for both models; then, from the evaluations
+run with ``--bootstrap``, the certificate's paired 95% intervals against the best single
+score (AUROC) and the best baseline (coverage).
 """
 
 from __future__ import annotations
@@ -12,6 +14,11 @@ import math
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
+PEERS = ("nll", "mean_logprob", "min_logprob", "entropy", "max_entropy", "mean_margin",
+         "min_margin", "pmi", "lift_paper")  # fmt: skip
+"""The single scores (the peers' and the paper's); the best baseline also counts ``lift``."""
+INTERVALS = (("nq2tq", "NQ-Open -> TriviaQA", ("0.8", "0.7")),
+             ("tq2nq", "TriviaQA -> NQ-Open", ("0.95", "0.9")))  # fmt: skip
 MODELS = ("smollm2", "gemma3")
 DIRECTIONS = (
     ("nq2tq", "NQ-Open -> TriviaQA", "0.8"),
@@ -37,6 +44,30 @@ def main() -> None:
         print("|---|---|---|---|---|")
         for name in names:
             print(f"| {name} | " + " | ".join(_cell(runs[m][name]) for m in MODELS) + " |")
+    _intervals()
+
+
+def _pts(lo_hi: list[float], scale: float, fmt: str) -> str:
+    return f"[{scale * lo_hi[0]:{fmt}}, {scale * lo_hi[1]:{fmt}}]"
+
+
+def _intervals() -> None:
+    print("\nCertificate minus the best single score (AUROC) and the best baseline (coverage),"
+          " 95% paired bootstrap intervals (200 resamples of the test answers):\n")  # fmt: skip
+    print("| model, fit -> test | risk | AUROC difference | coverage difference (points) |")
+    print("|---|---|---|---|")
+    for m in MODELS:
+        for tag, title, risks in INTERVALS:
+            for risk in risks:
+                methods = json.loads((RESULTS / f"{m}_{tag}_r{risk}.json").read_text())["methods"]
+                peer = max(PEERS, key=lambda n: methods[n]["auroc"])
+                best = max((n for n in methods if n != "certificate"),
+                           key=lambda n: methods[n]["coverage_mean"])  # fmt: skip
+                auc = methods[peer]["bootstrap"]["certificate_minus"]["auroc"]
+                cov = methods[best]["bootstrap"]["certificate_minus"]["coverage_mean"]
+                zero = " (every baseline 0%)" if methods[best]["coverage_mean"] == 0 else ""
+                print(f"| {m}, {title} | {risk} | {_pts(auc, 1, '+.3f')} vs {peer} | "
+                      f"{_pts(cov, 100, '+.1f')} vs {best}{zero} |")  # fmt: skip
 
 
 if __name__ == "__main__":
