@@ -4,6 +4,7 @@ sample, calibrated on its TriviaQA sample)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -76,3 +77,56 @@ def test_refusals_are_one_line(
     assert main([*base, "--traces", TQ]) == 1
     assert "has no fitted statistic" in capsys.readouterr().err
     assert not Path(out).exists()
+
+
+def test_fit_on_all_answers_then_calibrate_on_others(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``fit --fit-fraction 1`` fits on every answer, certifies nothing until ``calibrate
+    --certificate`` sets tau on other answers, and says so."""
+    fitted, half = tmp_path / "all.json", tmp_path / "half.json"
+    base = ["fit", "--traces", NQ, "--group", "api", "--risk", "0.99", "--delta", "0.3"]
+    assert main([*base, "--out", str(fitted), "--fit-fraction", "1", "--json"]) == 0
+    captured = capsys.readouterr()
+    note = captured.err.strip().splitlines()
+    assert len(note) == 1 and note[0].startswith("liftguard fit: note: the statistic is fitted")
+    assert f"liftguard calibrate --certificate {fitted}" in note[0]
+    summary = json.loads(captured.out)
+    n = len(read_traces(NQ))
+    assert summary["n_fit"] == n and summary["n_calibration"] == 0
+    assert summary["certifies_nothing"] is True and summary["calibration_auroc"] is None
+    cert = Certificate.load(fitted)
+    assert cert.calibration is not None and cert.calibration.n == 0
+    assert "not calibrated" in cert.calibration.guarantee
+    assert cert.statistic is not None
+    assert cert.tau > cert.statistic.score_bounds(cert.context.max_tokens or 1)[1]
+    # the statistic differs from a half fit: it saw every answer
+    assert main([*base, "--out", str(half)]) == 0
+    capsys.readouterr()
+    assert Certificate.load(half).statistic != cert.statistic
+    # calibrated elsewhere, it certifies
+    out = tmp_path / "calibrated.json"
+    args = ["calibrate", "--traces", TQ, "--certificate", str(fitted), "--risk", "0.7"]
+    assert main([*args, "--delta", "0.2", "--out", str(out)]) == 0
+    capsys.readouterr()
+    after = Certificate.load(out)
+    assert after.statistic == cert.statistic and after.calibration is not None
+    assert after.tau < cert.tau and after.calibration.n_answered > 0
+    # the file it was fitted on is refused, as for any fitted certificate
+    args = ["calibrate", "--traces", NQ, "--certificate", str(fitted), "--risk", "0.99"]
+    assert main([*args, "--delta", "0.3", "--out", str(tmp_path / "x.json")]) == 1
+    assert "fitted on" in capsys.readouterr().err
+
+
+def test_fit_fraction_edges_are_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(Path(NQ).read_text().splitlines(keepends=True)[:19]))
+    out = str(tmp_path / "c.json")
+    assert main(["fit", "--traces", str(small), "--out", out, "--fit-fraction", "1"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == "liftguard fit: error: 19 traces: the fit needs >= 20"
+    assert main(["fit", "--traces", NQ, "--out", out, "--fit-fraction", "0.99"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "both parts need >= 20 (or --fit-fraction 1" in err and "\n" not in err

@@ -82,7 +82,9 @@ def add_fit_parser(sub: Any) -> None:
         "--fit-fraction",
         type=fraction,
         default=0.5,
-        help="share of the traces the statistic is fitted on; tau is calibrated on the rest",
+        help="share of the traces the statistic is fitted on; tau is calibrated on the rest "
+        "(default 0.5). 1: fit on all of them and calibrate tau on other answers with "
+        "'liftguard calibrate --certificate' (until then the certificate certifies nothing)",
     )
     p.add_argument("--seed", type=integer(0), default=0, help="seed of the fit/calibration split")
     p.add_argument("--l2", type=positive, default=DEFAULT_L2, help="L2 penalty of the fit")
@@ -225,8 +227,14 @@ def cmd_fit(args: argparse.Namespace) -> int:
     n = len(traces)
     perm = np.random.default_rng(args.seed).permutation(n)
     n_fit = round(n * args.fit_fraction)
-    if n_fit < 20 or n - n_fit < 20:
-        raise CommandError(f"{n} traces split {n_fit}/{n - n_fit}: both parts need >= 20")
+    fit_only = args.fit_fraction == 1.0
+    if fit_only and n < 20:
+        raise CommandError(f"{n} traces: the fit needs >= 20")
+    if not fit_only and (n_fit < 20 or n - n_fit < 20):
+        raise CommandError(
+            f"{n} traces split {n_fit}/{n - n_fit}: both parts need >= 20 (or --fit-fraction 1 "
+            "to fit on all of them and calibrate elsewhere)"
+        )
     fit_idx, cal_idx = np.sort(perm[:n_fit]), np.sort(perm[n_fit:])
     fit_tr, cal_tr = [traces[i] for i in fit_idx], [traces[i] for i in cal_idx]
     spec = skeleton_spec(args.skeleton, vocab)
@@ -247,20 +255,33 @@ def cmd_fit(args: argparse.Namespace) -> int:
     progress(0, len(cal_tr))
     paths = [replay_fitted(stat, t, skeleton=skel, max_tokens=limit) for t in cal_tr]
     crit = np.array([critical_score(p, policy) for p in paths])
-    try:
-        cal, _ = calibrate_fitted(
-            stat, cal_tr, policy=policy, risk=args.risk, delta=args.delta,
-            skeleton=skel, max_tokens=limit, seed=args.seed, paths=paths,
-        )  # fmt: skip
-    except InsufficientDataError as exc:
+    cal, failed = None, ""
+    if not fit_only:
+        try:
+            cal, _ = calibrate_fitted(
+                stat, cal_tr, policy=policy, risk=args.risk, delta=args.delta,
+                skeleton=skel, max_tokens=limit, seed=args.seed, paths=paths,
+            )  # fmt: skip
+        except InsufficientDataError as exc:
+            failed = str(exc)
+    if cal is None:
         cal = _certifies_nothing(stat, len(cal_tr), policy, args, limit)
-        refusal = (
-            f"calibration at risk {args.risk:g} on the {len(cal_tr)} held-out traces "
-            f"({sum(bool(t.correct) for t in cal_tr)} correct) passed no threshold, so the "
-            f"certificate certifies nothing (tau {cal.tau:.4g} is above every score the "
-            f"statistic can reach). Recalibrate it with 'liftguard calibrate --certificate "
-            f"{args.out} --traces MORE.jsonl --risk R' or refit with a laxer --risk. ({exc})"
-        )
+        if fit_only:
+            refusal = (
+                f"the statistic is fitted on all {n} traces (--fit-fraction 1) and tau is not "
+                f"calibrated, so the certificate certifies nothing (tau {cal.tau:.4g} is above "
+                "every score the statistic can reach). Calibrate it on other labelled answers: "
+                f"'liftguard calibrate --certificate {args.out} --traces OTHER.jsonl --risk R "
+                "--out CALIBRATED.json'."
+            )
+        else:
+            refusal = (
+                f"calibration at risk {args.risk:g} on the {len(cal_tr)} held-out traces "
+                f"({sum(bool(t.correct) for t in cal_tr)} correct) passed no threshold, so the "
+                f"certificate certifies nothing (tau {cal.tau:.4g} is above every score the "
+                f"statistic can reach). Recalibrate it with 'liftguard calibrate --certificate "
+                f"{args.out} --traces MORE.jsonl --risk R' or refit with a laxer --risk. ({failed})"
+            )
     progress.close()
     correct = np.array([bool(t.correct) for t in cal_tr])
     reads = [stop_at(p, policy, cal.tau) / t.n_tokens
@@ -273,7 +294,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         "fit_ids_sha256": _ids_sha256([t.id for t in fit_tr]),
         "calibration_ids_sha256": _ids_sha256([t.id for t in cal_tr]),
     }  # fmt: skip
-    extra = {"split": split, "calibration_auroc": auroc(crit, correct),
+    cal_auroc = auroc(crit, correct) if cal_tr else None
+    extra = {"split": split, "calibration_auroc": cal_auroc,
              "tokens_read_fraction": float(np.mean(reads)) if reads else 1.0}  # fmt: skip
     if refusal:
         extra["certifies_nothing"] = True
@@ -293,7 +315,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
                        calibration=cal, provenance=provenance, statistic=stat)  # fmt: skip
     cert.save(args.out)
     if refusal:
-        print(f"liftguard fit: warning: {refusal}", file=sys.stderr)
+        kind = "note" if fit_only else "warning"
+        print(f"liftguard fit: {kind}: {refusal}", file=sys.stderr)
     summary = {
         "out": args.out, "group": stat.group, "form": stat.form, "features": len(feats),
         "n_fit": len(fit_tr), "n_calibration": len(cal_tr), "risk": args.risk,
@@ -305,17 +328,24 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
         return 0
+    measured = (
+        f"  coverage (cal)   {cal.coverage:.1%}   empirical risk {cal.empirical_risk:.3f}   "
+        f"Clopper-Pearson upper {cal.risk_upper:.3f}\n"
+        f"  tokens read      {extra['tokens_read_fraction']:.0%} before the verdict (mean, "
+        f"calibration answers; token limit {limit})\n"
+    )
+    cal_line = (
+        "none: tau is for 'liftguard calibrate --certificate' to set" if fit_only else
+        f"{len(cal_tr)} other traces: target risk {args.risk:g}, delta {args.delta:g}, "
+        f"AUROC {cal_auroc:.3f}"
+    )  # fmt: skip
     print(
         f"liftguard fit: {args.traces}  model {model.model_id}\n"
         f"  statistic        logistic over {len(feats)} features (group {stat.group}, form "
         f"{stat.form}, {stat.alternatives} alternatives), fitted on {len(fit_tr)} traces\n"
-        f"  calibration      {len(cal_tr)} other traces: target risk {args.risk:g}, delta "
-        f"{args.delta:g}, AUROC {extra['calibration_auroc']:.3f}\n"
+        f"  calibration      {cal_line}\n"
         f"  tau              {cal.tau:.4f} log-odds (fitted probability {_sigmoid(cal.tau):.3f})"
-        f"\n  coverage (cal)   {cal.coverage:.1%}   empirical risk {cal.empirical_risk:.3f}   "
-        f"Clopper-Pearson upper {cal.risk_upper:.3f}\n"
-        f"  tokens read      {extra['tokens_read_fraction']:.0%} before the verdict (mean, "
-        f"calibration answers; token limit {limit})\n"
+        f"\n{'' if fit_only else measured}"
         f"  guarantee        {cal.guarantee}\n"
         f"wrote the certificate {args.out}"
     )
@@ -335,7 +365,10 @@ def _certifies_nothing(stat: Any, n: int, policy: Any, args: argparse.Namespace,
         score=f"fitted[{stat.group}, {stat.form}]", n=n, n_answered=0, n_errors=0,
         coverage=0.0, empirical_risk=0.0, risk_upper=0.0, seed=args.seed,
         policy=policy.to_dict(),
-        guarantee=f"Certifies nothing: no threshold passed the risk test at risk {args.risk:g}, "
+        guarantee="Certifies nothing: tau is not calibrated (the statistic was fitted on all "
+        "the traces), so every answer is withheld; calibrate it with 'liftguard calibrate "
+        "--certificate'." if n == 0 else
+        f"Certifies nothing: no threshold passed the risk test at risk {args.risk:g}, "
         f"delta {args.delta:g} on the calibration traces, so every answer is withheld.",
     )  # fmt: skip
 
