@@ -219,3 +219,25 @@ def test_method_take_resamples_every_part() -> None:
     np.testing.assert_array_equal(sub.final, lift.final[idx])
     assert [x is lift.lifts[i] for x, i in zip(sub.lifts, idx, strict=True)] == [True] * 4
     assert sub.policy is lift.policy and sub.paths is None
+
+
+def test_eval_cli_bootstrap_without_a_certificate_gives_each_methods_intervals(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = str(FIXTURES / "traces_gemma3_sample.jsonl")
+    args = ["eval", "--traces", path, "--risk", "0.95", "--delta", "0.2", "--splits", "2",
+            "--bootstrap", "20"]  # fmt: skip
+    assert main([*args, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["bootstrap"]["reference"] is None
+    for r in report["methods"].values():
+        assert set(r["bootstrap"]) == {"auroc", "coverage_mean"}
+        for lo, hi in r["bootstrap"].values():
+            assert 0.0 <= lo <= hi <= 1.0
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "95% intervals over 20 resamples of the answers:" in text
+    assert "minus each method" not in text
+    assert sum(" AUROC [" in line and "coverage [" in line for line in text.splitlines()) == len(
+        report["methods"]
+    )
