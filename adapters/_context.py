@@ -49,6 +49,7 @@ __all__ = [
     "check_supplies",
     "monitor_for",
     "needs_of",
+    "request_limit",
     "resolve_guard",
     "warn_mismatch",
 ]
@@ -168,11 +169,12 @@ class Guard:
             skel = self.certificate.skeleton.build()
         return WithTokenIds(skel, self.token_ids) if skeleton_needs(skel)[1] else skel
 
-    def monitor(self) -> StreamMonitor:
-        """A fresh monitor for one answer (a stateful skeleton gets its own stream)."""
+    def monitor(self, max_tokens: int | Literal["context"] | None = "context") -> StreamMonitor:
+        """A fresh monitor for one answer (a stateful skeleton gets its own stream);
+        ``max_tokens``: the answer's token limit, as :meth:`Certificate.monitor` takes it."""
         return self.certificate.monitor(
             skeleton=self._skeleton(), on_missing_logprobs=self.on_missing_logprobs,
-            exact_entropy=self.exact_entropy,
+            exact_entropy=self.exact_entropy, max_tokens=max_tokens,
         )  # fmt: skip
 
 
@@ -223,14 +225,20 @@ def resolve_guard(
 
 
 def monitor_for(
-    monitor: StreamMonitor | None, certificate: Certificate | None, supplies: Supplies
+    monitor: StreamMonitor | None,
+    certificate: Certificate | None,
+    supplies: Supplies,
+    max_tokens: int | Literal["context"] | None = "context",
 ) -> StreamMonitor:
     """``monitor`` (which must apply ``certificate``'s rule if both are given), or a fresh
-    monitor of ``certificate``; either checked against what the stream ``supplies``."""
+    monitor of ``certificate`` for an answer of at most ``max_tokens`` tokens (as
+    :meth:`Certificate.monitor` takes it); either checked against what the stream
+    ``supplies``."""
     if monitor is None and certificate is None:
         raise ConfigError("pass certificate=... (or a monitor=...)")
     if monitor is None:
-        return resolve_guard(certificate, None, None, None, supplies=supplies).monitor()
+        guard = resolve_guard(certificate, None, None, None, supplies=supplies)
+        return guard.monitor(max_tokens=max_tokens)
     if certificate is not None and (
         monitor.policy != certificate.policy or monitor.tau != certificate.tau
     ):
@@ -252,6 +260,17 @@ def _with_resolver(guard: Guard) -> Guard:
             "'tiktoken:cl100k_base' or 'gguf:...') or pass token_ids=..."
         )
     return replace(guard, token_ids=ids)
+
+
+def request_limit(settings: Mapping[str, Any]) -> int | None:
+    """The token limit a Chat Completions request (or a LangChain run's invocation
+    parameters) holds its answer to: ``max_completion_tokens`` or ``max_tokens``;
+    ``None`` when it sets none (the provider's own limit is not known)."""
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = settings.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return value
+    return None
 
 
 def warn_mismatch(field: str, requested: object, calibrated: object) -> None:

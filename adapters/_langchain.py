@@ -59,7 +59,7 @@ from guardrail import (
     Verdict,
 )
 
-from ._context import Guard, resolve_guard, warn_mismatch
+from ._context import Guard, request_limit, resolve_guard, warn_mismatch
 from ._errors import ProviderFormatError
 from ._langchain_parts import (
     LANGCHAIN_STREAM,
@@ -213,6 +213,7 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
         self._warned: set[str] = set()
         self.mode: HandlerMode = mode
         self._runs: dict[UUID, _Run] = {}
+        self._limits: dict[UUID, int | None] = {}  # runs started, not yet streaming
         self.verdicts: deque[tuple[UUID, Verdict]] = deque(maxlen=keep)
 
     @property
@@ -224,11 +225,13 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
     def guard(self) -> Guard:
         return self._guard
 
-    def _new_monitor(self) -> StreamMonitor:
+    def _new_monitor(self, run_id: UUID) -> StreamMonitor:
         """A monitor for one run; a skeleton with per-answer state (``for_stream()``, as
         :class:`~guardrail.NGramSkeleton` and :class:`~adapters.PromptFreeSkeleton`
-        have) gives each run a fresh stream of its own."""
-        return self._guard.monitor()
+        have) gives each run a fresh stream of its own. Its token limit is the run's
+        ``max_tokens`` (read when the run started), else none: the handler does not make
+        the request, so a limit it was not told of is not assumed."""
+        return self._guard.monitor(max_tokens=self._limits.pop(run_id, None))
 
     def on_chat_model_start(
         self,
@@ -242,9 +245,11 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Warn (once per setting) when the run's settings differ from the certificate's
-        generation context: model, system prompt, temperature, top_p, max_tokens."""
+        generation context: model, system prompt, temperature, top_p, max_tokens; note
+        the run's token limit for its monitor."""
         params = kwargs.get("invocation_params")
         params = params if isinstance(params, Mapping) else {}
+        self._limits[run_id] = request_limit(params)
         for name, given, calibrated in context_checks(self._guard.certificate, params, messages):
             if name not in self._warned:
                 self._warned.add(name)
@@ -267,7 +272,7 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
     ) -> None:
         run = self._runs.get(run_id)
         if run is None:
-            run = self._runs[run_id] = _Run(self._new_monitor())
+            run = self._runs[run_id] = _Run(self._new_monitor(run_id))
         logprobs = kwargs.get("logprobs")
         if logprobs is None and chunk is not None:
             logprobs = logprobs_of(chunk)
@@ -291,8 +296,9 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
         generation = first[0] if first else None
         if run is None or not run.fed:  # nothing streamed: judge the final generation
             if generation is None or (not generation.text and has_tool_calls(generation)):
+                self._limits.pop(run_id, None)
                 return
-            run = run or _Run(self._new_monitor())
+            run = run or _Run(self._new_monitor(run_id))
             refusal = refusal_of(generation)
             self._feed(run, generation.text, logprobs_of(generation), end=True, refusal=refusal)
         finish = run.finish or (finish_of(generation) if generation is not None else None)
@@ -317,6 +323,7 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
         :class:`~guardrail.StreamTruncated`. LangChain re-raises it in place of
         ``error`` (``raise_error``); other errors pass unchanged."""
         run = self._runs.pop(run_id, None)
+        self._limits.pop(run_id, None)
         if run is not None and run.monitor.verdict.final:
             self._record(run_id, run.monitor.verdict)
         if isinstance(error, GuardrailError):
@@ -328,7 +335,7 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
         if refuses_logprobs(error):
             raise logprobs_refused(error, "(LangChain chat model)") from error
         if isinstance(error, ValueError) and str(error).startswith(_NO_CHUNKS):
-            run = run or _Run(self._new_monitor())
+            run = run or _Run(self._guard.monitor(max_tokens=None))
             verdict = run.monitor.abort(Cause.EMPTY_STREAM, EMPTY_STREAM_REASON)
             self._record(run_id, verdict)
             raise blocked_error(verdict) from error

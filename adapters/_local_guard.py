@@ -62,8 +62,8 @@ def guarded_generate(
     as :meth:`LocalModel.generate` ends it: ``"stop"`` before an end-of-generation token or a
     line break, ``"length"`` after ``max_tokens`` tokens. Checked now; generation
     starts on the first iteration."""
-    monitor = monitor_for(monitor, certificate, local_supplies(model))
     limit = _token_limit(certificate, max_tokens)
+    monitor = monitor_for(monitor, certificate, local_supplies(model), max_tokens=limit)
     tokens = _LocalTokens(monitor)
     step = GuardStep(monitor, mode, on_block, tokens.parse, update=tokens.update)
     return guard(_answer(model, prompt, limit, add_bos), step)

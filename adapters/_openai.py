@@ -25,7 +25,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 from guardrail import Certificate, ConfigError, MissingDependencyError, StreamMonitor
 
-from ._context import Supplies, apply_context, check_supplies, monitor_for, needs_of
+from ._context import (
+    Supplies,
+    apply_context,
+    check_supplies,
+    monitor_for,
+    needs_of,
+    request_limit,
+)
 from ._openai_events import ChunkParts, chat_chunk_parts
 from ._stream import DEFAULT_MAX_TOKEN_CHARS, GuardStep, Mode, OnBlock, Parser, aguard, guard
 
@@ -289,8 +296,14 @@ async def guarded_chat_completion(
     if rule is None:
         raise ConfigError("pass certificate=... (or a monitor=...)")
     kwargs = _create_kwargs(create_kwargs, needs_of(rule).alternatives)
-    monitor = monitor_for(monitor, certificate, _request_supplies(kwargs["top_logprobs"]))
-    if certificate is not None and apply_certificate_context:
+    applied = certificate is not None and apply_certificate_context
+    # the answer's token limit: the request's, else the context's that apply_context fills in
+    limit = request_limit(kwargs)
+    if limit is None and applied and certificate is not None:
+        limit = certificate.context.max_tokens
+    supplies = _request_supplies(kwargs["top_logprobs"])
+    monitor = monitor_for(monitor, certificate, supplies, max_tokens=limit)
+    if applied and certificate is not None:
         kwargs = apply_context(certificate, kwargs)
     step = GuardStep(
         monitor, mode, on_block, _chunk_parser(monitor), max_token_chars=max_token_chars

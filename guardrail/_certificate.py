@@ -39,7 +39,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ._calibration import Calibration
 from ._certificate_parts import (
@@ -139,6 +139,7 @@ class Certificate:
         track_bounds: bool = False,
         on_missing_logprobs: OnMissing | None = None,
         exact_entropy: bool = False,
+        max_tokens: int | Literal["context"] | None = "context",
     ) -> CertificateMonitor | FittedMonitor:
         """A fresh monitor for one answer. The skeleton: ``skeleton``, else the bound one
         (:meth:`resolve`), else the spec's parametric kind; a ConfigError saying what to
@@ -151,7 +152,21 @@ class Certificate:
         apply: it always bounds the score). A ConfigError now, not mid-stream, when
         the caller cannot supply what the statistic reads: a skeleton for its lifts,
         or (``exact_entropy=True``: the caller passes ``update(event, entropy=...)``)
-        the exact entropies of group ``local``."""
+        the exact entropies of group ``local``.
+
+        ``max_tokens``: the most tokens the stream can carry, which a fitted monitor's early
+        verdicts assume (see :class:`~guardrail._fitted_monitor.FittedMonitor`): by default
+        the context's ``max_tokens`` (right when the request is held to it); pass the
+        request's own limit when it allows more, or ``None`` when it is unknown (no
+        early verdict then relies on a limit). A lift monitor's verdicts assume none."""
+        if (
+            max_tokens != "context"
+            and max_tokens is not None
+            and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1)
+        ):
+            raise ConfigError(
+                f"max_tokens must be an integer >= 1, None or 'context', got {max_tokens!r}"
+            )
         stat = self.statistic
         if stat is None:
             skel = self._skeleton(skeleton)
@@ -166,9 +181,10 @@ class Certificate:
                 "monitor.update(event, entropy=...) and ask for monitor(exact_entropy=True)"
             )
         fitted_skel = self._skeleton(skeleton) if "skeleton" in stat.requires else None
+        limit = self.context.max_tokens if max_tokens == "context" else max_tokens
         return FittedMonitor(
             stat, self.policy, self.tau, skeleton=fitted_skel,
-            max_tokens=self.context.max_tokens, on_missing_logprobs=on_missing_logprobs,
+            max_tokens=limit, on_missing_logprobs=on_missing_logprobs,
         )  # fmt: skip
 
     def _skeleton(self, skeleton: Skeleton | None) -> Skeleton:

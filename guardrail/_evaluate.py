@@ -132,10 +132,13 @@ def fitted_method(
     name: str = "certificate",
     *,
     progress: Progress | None = None,
+    max_tokens: int | None = None,
 ) -> MethodScores:
     """A certificate's fitted statistic, held fixed: each answer replayed through the
     certificate's monitor (its policy, token limit and skeleton; the prompt-free
-    skeleton reads the traces' recorded log-probabilities)."""
+    skeleton reads the traces' recorded log-probabilities). ``max_tokens``: replay as
+    deployed with that token limit instead of the context's (answers generated with a
+    larger limit than the certificate's; see :meth:`Certificate.monitor`)."""
     stat = certificate.statistic
     if stat is None:
         raise ConfigError("the certificate has no fitted statistic")
@@ -143,7 +146,8 @@ def fitted_method(
     if "skeleton" in stat.requires:
         kind = certificate.skeleton.kind
         skeleton = "prompt-free" if kind == "prompt_free" else certificate.skeleton.build()
-    policy, limit = certificate.policy, certificate.context.max_tokens
+    policy = certificate.policy
+    limit = certificate.context.max_tokens if max_tokens is None else max_tokens
     paths = []
     for i, t in enumerate(traces):
         paths.append(replay_fitted(stat, t, skeleton=skeleton, max_tokens=limit))

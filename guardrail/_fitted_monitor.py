@@ -97,11 +97,19 @@ class FittedMonitor:
     over the continuations the token limit allows). ``update(event, entropy=...)``
     takes the exact entropy when the statistic needs it (group ``local``).
     Unusable inputs follow ``policy.on_missing_logprobs`` as in CertificateMonitor.
+
+    ``max_tokens`` is the most tokens the stream can carry (the request's limit, which
+    the provider enforces); ``None``: unknown, no limit assumed. The early verdicts
+    (``policy.early``) bound the score over the continuations within it, so they are
+    only as sound as the limit: a token past it (the request allowed more than the
+    monitor was told) blocks the answer, cause ``over_token_limit``, even after an
+    early certification -- the text after it was never judged. Give the monitor the
+    limit the request really has (``Certificate.monitor(max_tokens=...)``).
     """
 
-    __slots__ = ("_closed", "_early", "_final_rule", "_finished", "_min_tokens", "_on_missing",
-                 "_policy", "_reader", "_reads_alternatives", "_skeleton", "_skipped", "_state",
-                 "_statistic", "_tau", "_verdict")  # fmt: skip
+    __slots__ = ("_closed", "_early", "_final_rule", "_finished", "_limit", "_min_tokens",
+                 "_on_missing", "_policy", "_reader", "_reads_alternatives", "_received",
+                 "_skeleton", "_skipped", "_state", "_statistic", "_tau", "_verdict")  # fmt: skip
 
     def __init__(
         self,
@@ -128,6 +136,8 @@ class FittedMonitor:
         self._skeleton = skeleton
         self._reads_alternatives = "alternatives" in statistic.requires
         self._state = FittedState(statistic, max_tokens)
+        self._limit = max_tokens if policy.early else None  # only early verdicts assume it
+        self._received = 0
         self._early, self._min_tokens = policy.early, policy.min_tokens
         self._final_rule, self._on_missing = policy.final_rule, policy.on_missing_logprobs
         self._skipped = 0
@@ -172,11 +182,20 @@ class FittedMonitor:
         """The fitted log-odds after the tokens so far (NaN before the first)."""
         return self._state.score
 
+    @property
+    def max_tokens(self) -> int | None:
+        """The token limit the early verdicts assume (``None``: none)."""
+        return self._state.limit
+
     def update(self, event: TokenEvent, *, entropy: float | None = None) -> Verdict:
         """Add one token (``entropy``: its exact entropy, for statistics that read it)."""
+        if self._finished:
+            raise GuardrailError(_AFTER_FINISH)
+        self._received += 1
+        limit = self._limit
+        if limit is not None and self._received > limit:
+            return self._over_limit(limit)
         if self._closed:
-            if self._finished:
-                raise GuardrailError(_AFTER_FINISH)
             return self._verdict
         state = self._state
         idx, pos = event.index, state.t + self._skipped
@@ -252,6 +271,17 @@ class FittedMonitor:
         self._verdict = v
         return v
 
+    def _over_limit(self, limit: int) -> Verdict:
+        v = self._verdict
+        if v.state is State.BLOCKED:
+            return v
+        why = (
+            f"blocked: token {self._received} is past the token limit {limit} that the early "
+            "verdicts assume, so the rest of the answer was never judged (give the monitor "
+            "the request's real max_tokens, or hold the request to the certificate's)"
+        )
+        return self._final(State.BLOCKED, why, v.mean, v.lower, v.upper, Cause.OVER_TOKEN_LIMIT)
+
     def _missing(self, what: str, value: float | None) -> Verdict:
         pos, mode = self._state.t + self._skipped, self._on_missing
         self._skipped += 1
@@ -271,6 +301,14 @@ class FittedPath:
     scores: FloatArray
     lowers: FloatArray
     uppers: FloatArray
+    limit: int | None = None
+    """The token limit the replay's bounds assumed (``None``: none)."""
+
+    @property
+    def over_limit(self) -> bool:
+        """The answer is longer than the limit: with early verdicts the monitor blocks it
+        at the first token past the limit (cause ``over_token_limit``)."""
+        return self.limit is not None and self.scores.size > self.limit
 
 
 def replay_fitted(
@@ -301,7 +339,7 @@ def replay_fitted(
             )
         scores[i] = state.update(values)
         lowers[i], uppers[i] = state.lower(), state.upper()
-    return FittedPath(scores, lowers, uppers)
+    return FittedPath(scores, lowers, uppers, max_tokens)
 
 
 def critical_score(path: FittedPath, policy: StreamPolicy) -> float:
@@ -313,6 +351,8 @@ def critical_score(path: FittedPath, policy: StreamPolicy) -> float:
     final = float(s[-1]) if policy.final_rule == "mean" else -math.inf
     if not policy.early:
         return final
+    if path.over_limit:  # blocked at the first token past the limit, whatever came before
+        return -math.inf
     start = policy.min_tokens - 1
     if start >= n:
         return final
@@ -328,7 +368,14 @@ def stop_at(path: FittedPath, policy: StreamPolicy, tau: float) -> int:
     if not policy.early:
         return n
     start = policy.min_tokens - 1
-    hit = (path.uppers[start:] < tau) | (path.lowers[start:] >= tau)
+    blocks = path.uppers[start:] < tau
+    hit = blocks | (path.lowers[start:] >= tau)
+    if path.over_limit:
+        assert path.limit is not None
+        first = int(np.argmax(hit))
+        if hit.any() and blocks[first] and start + first < path.limit:
+            return start + first + 1
+        return path.limit + 1  # blocked by the first token past the limit
     return start + int(np.argmax(hit)) + 1 if hit.any() else n
 
 

@@ -169,6 +169,11 @@ class FittedState:
         self.score = s
         return s
 
+    @property
+    def limit(self) -> int | None:
+        """The token limit the bounds assume (``None``: none)."""
+        return self._limit
+
     def _remaining(self) -> float:
         limit = self._limit
         if limit is None:

@@ -55,6 +55,9 @@ class Cause(str, Enum):
     """A token's text could not be reconstructed (empty text and no bytes)."""
     NOT_OBSERVED = "not_observed"
     """No language-model run with text was seen, or one did not finish (LangChain)."""
+    OVER_TOKEN_LIMIT = "over_token_limit"
+    """The answer ran past the token limit a fitted monitor's early verdicts assume (the
+    certificate's ``context.max_tokens``, or the ``max_tokens`` it was given)."""
 
 
 CLEAN_FINISH = "stop"

@@ -300,3 +300,36 @@ def test_eval_bootstrap_needs_enough_resamples(capsys: pytest.CaptureFixture[str
         main(["eval", "--traces", GEMMA, "--risk", "0.95", "--bootstrap", "-1"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "--bootstrap: expected an integer >= 0" in err
+
+
+def test_eval_replays_answers_longer_than_the_certificates_limit_with_their_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A certificate whose context holds answers to 3 tokens, evaluated on answers of up
+    to 6 (generated with a larger limit): replayed with the context's limit, every longer
+    answer would be blocked as past it; eval replays them as deployed with their own limit
+    and says so."""
+    from guardrail import read_traces
+    from guardrail.evaluate import fitted_method
+
+    cert_path = _fit(tmp_path, capsys, "--max-tokens", "3")
+    cert = Certificate.load(cert_path)
+    traces = read_traces(GEMMA)
+    longest = max(t.n_tokens for t in traces)
+    assert cert.context.max_tokens == 3 < longest
+    args = ["eval", "--traces", GEMMA, "--certificate", str(cert_path), "--risk", "0.95",
+            "--delta", "0.2", "--splits", "3", "--json"]  # fmt: skip
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    over = sum(t.n_tokens > 3 for t in traces)
+    assert f"{over} of {len(traces)} answers are longer than the certificate's token limit 3" in (
+        captured.err
+    )
+    assert f"replayed as deployed with max_tokens={longest}" in captured.err
+    as_context = fitted_method(traces, cert)
+    as_deployed = fitted_method(traces, cert, max_tokens=longest)
+    longer = [i for i, t in enumerate(traces) if t.n_tokens > 3]
+    assert all(as_context.decision[i] == float("-inf") for i in longer)
+    assert any(as_deployed.decision[i] > float("-inf") for i in longer)
+    report = json.loads(captured.out)
+    assert report["methods"]["certificate"]["auroc"] > 0.5

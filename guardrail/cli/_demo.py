@@ -127,7 +127,7 @@ def run_question(
     stream of its own for this answer."""
     from adapters.local import smollm2_chat_prompt
 
-    monitor = certificate.monitor(skeleton=skeleton, exact_entropy=True)
+    monitor = certificate.monitor(skeleton=skeleton, exact_entropy=True, max_tokens=max_tokens)
     system = certificate.context.system_prompt
     guard = GuardedText(monitor, mode)  # type: ignore[arg-type]
     start = time.perf_counter()

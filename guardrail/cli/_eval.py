@@ -179,7 +179,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             why.setdefault(few, []).append("certificate")
         else:
             progress.step("liftguard eval: replaying the certificate")
-            methods.append(fitted_method(traces, cert, progress=progress))
+            limit = _replay_limit(cert, traces)
+            methods.append(fitted_method(traces, cert, progress=progress, max_tokens=limit))
     correct = np.array([bool(t.correct) for t in traces])
     progress.step("liftguard eval: calibrating methods")
     evaluated = evaluate_methods(
@@ -263,6 +264,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if intervals:
         _print_intervals(intervals, reference, args.bootstrap)
     return 0
+
+
+def _replay_limit(cert: Any, traces: list[Any]) -> int | None:
+    """The token limit to replay ``cert`` with: its context's, unless the test answers
+    run longer (they were generated with a larger limit): then the longest answer's,
+    with a note. A monitor told the context's limit would block every such answer
+    (``over_token_limit``); deployed like these answers were, it is told theirs."""
+    limit = cert.context.max_tokens
+    longest = max((t.n_tokens for t in traces), default=0)
+    if limit is None or longest <= limit:
+        return None
+    over = sum(t.n_tokens > limit for t in traces)
+    print(
+        f"liftguard eval: note: {over} of {len(traces)} answers are longer than the "
+        f"certificate's token limit {limit} (the longest has {longest} tokens): they were "
+        f"generated with a larger limit, so the certificate is replayed as deployed with "
+        f"max_tokens={longest} (Certificate.monitor(max_tokens=...))",
+        file=sys.stderr,
+    )
+    return longest
 
 
 def _interval(lo_hi: list[float], percent: bool) -> str:

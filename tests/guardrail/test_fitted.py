@@ -181,11 +181,20 @@ def _expected(path: Any, policy: StreamPolicy, tau: float) -> tuple[State, int]:
     n = path.scores.size
     start = policy.min_tokens - 1
     if policy.early:
+        # an answer longer than the limit is blocked by its first token past it, unless an
+        # early block came first (an early certification there is overturned)
+        over = path.limit is not None and n > path.limit
         for t in range(start, n):
+            if over and t + 1 > path.limit:
+                break
             if path.uppers[t] < tau:
                 return State.BLOCKED, t + 1
             if path.lowers[t] >= tau:
+                if over:
+                    break
                 return State.CERTIFIED, t + 1
+        if over:
+            return State.BLOCKED, path.limit + 1
     if n == 0 or policy.final_rule == "block":
         return State.BLOCKED, n
     return (State.CERTIFIED if path.scores[-1] >= tau else State.BLOCKED), n
@@ -218,13 +227,13 @@ def test_monitor_equals_replay_token_by_token_at_many_thresholds(
                 mon = FittedMonitor(stat, policy, tau, max_tokens=limit,
                                     skeleton=RecordedSkeleton(t.prompt_free_logprobs))  # fmt: skip
                 state, read = _expected(path, policy, tau)
-                decided_at = None
+                decided_at, last = None, None
                 for i, ev in enumerate(evs):
                     v = mon.update(ev)
                     if decided_at is None:
                         assert v.mean == path.scores[i]  # the same arithmetic, bit for bit
-                        if v.final:
-                            decided_at = i + 1
+                    if v.final and v.state is not last:  # the verdict, or its overturning
+                        decided_at, last = i + 1, v.state
                 final = mon.finish("stop")
                 assert final.state is state
                 assert (decided_at or t.n_tokens) == read
@@ -425,3 +434,61 @@ def test_adapters_see_a_skeleton_that_asks_for_the_alternatives() -> None:
         trace_events(t)[0]
     )
     assert _certificate(_fitted(SAMPLES[0], "api")).monitor().skeleton is None
+
+
+SHIPPED = Path(__file__).parents[2] / "guardrail" / "data" / "smollm2_fitted_certificate.json"
+
+
+def _confident(i: int) -> TokenEvent:
+    alts = (("a", -0.01), *((f"b{j}", -3.01 - j) for j in range(5)))
+    return TokenEvent("a", -0.01, top_logprobs=alts, index=i)
+
+
+def test_a_token_past_the_limit_overturns_an_early_certification() -> None:
+    """The shipped certificate (token limit 24) certifies these confident tokens once no
+    continuation within 24 tokens can pull the score below tau. A stream that goes on
+    anyway was not held to that limit: its 25th token blocks the answer."""
+    cert = Certificate.load(SHIPPED)
+    assert cert.context.max_tokens == 24
+    mon = cert.monitor(skeleton=RecordedSkeleton([-1.0] * 40))
+    assert isinstance(mon, FittedMonitor) and mon.max_tokens == 24
+    states = [mon.update(_confident(i)).state for i in range(30)]
+    first = states.index(State.CERTIFIED)
+    assert first < 24 and set(states[first:24]) == {State.CERTIFIED}
+    assert set(states[24:]) == {State.BLOCKED}
+    assert mon.verdict.cause is Cause.OVER_TOKEN_LIMIT and "token 25 is past" in mon.verdict.reason
+    assert mon.finish("stop").state is State.BLOCKED
+    # told the request's real limit (or none), it judges the whole answer
+    for limit in (40, None):
+        mon = cert.monitor(skeleton=RecordedSkeleton([-1.0] * 40), max_tokens=limit)
+        assert isinstance(mon, FittedMonitor) and mon.max_tokens == limit
+        assert {mon.update(_confident(i)).state for i in range(30)} == {State.CONTINUE}
+        assert mon.finish("stop").state is State.CERTIFIED
+    # without early verdicts nothing assumes the limit
+    late = replace(cert, policy=replace(cert.policy, early=False))
+    mon = late.monitor(skeleton=RecordedSkeleton([-1.0] * 40))
+    assert {mon.update(_confident(i)).state for i in range(30)} == {State.CONTINUE}
+    assert mon.finish("stop").state is State.CERTIFIED
+    # in buffered mode the text released at certification stays shown; nothing after it
+    mon = cert.monitor(skeleton=RecordedSkeleton([-1.0] * 40))
+    text = GuardedText(mon, "buffered")
+    shown = "".join(text.push(f"<{i}>", mon.update(_confident(i))) for i in range(30))
+    assert shown == "".join(f"<{i}>" for i in range(24)) and text.blocked
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "24"])
+def test_monitor_max_tokens_must_be_a_limit(bad: Any) -> None:
+    with pytest.raises(ConfigError, match="max_tokens must be an integer >= 1, None or"):
+        Certificate.load(SHIPPED).monitor(skeleton=RecordedSkeleton([0.0]), max_tokens=bad)
+
+
+def test_replay_of_an_answer_past_the_limit_is_never_shown() -> None:
+    stat = _fitted(SAMPLES[0])
+    policy = StreamPolicy(on_length="answer")
+    longest = max(_traces(SAMPLES[0]), key=lambda t: t.n_tokens)
+    n = longest.n_tokens
+    within = replay_fitted(stat, longest, skeleton="prompt-free", max_tokens=n)
+    past = replay_fitted(stat, longest, skeleton="prompt-free", max_tokens=n - 1)
+    assert not within.over_limit and past.over_limit and past.limit == n - 1
+    assert critical_score(within, policy) > -math.inf == critical_score(past, policy)
+    assert stop_at(past, policy, critical_score(within, policy)) <= n

@@ -10,6 +10,7 @@ client's: HTTP 500 with ``liftguard_config_error``, and the upstream sees no req
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -23,7 +24,7 @@ from adapters._proxy._app import Proxy
 from adapters._proxy._chat import check_upstream
 from adapters._proxy._config import ProxyConfig
 from adapters.proxy import StaticCertificate, certificate_source
-from guardrail import ConfigError
+from guardrail import ConfigError, GenerationContext
 from skeleton_store import SkeletonStore
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
@@ -110,3 +111,34 @@ async def test_a_fitted_certificate_gets_its_alternatives_and_certifies(
     assert upstream.records[-1].body["top_logprobs"] == asked
     assert completion.choices[0].message.content == "The capital of France is"
     assert (completion.model_extra or {})["liftguard"]["state"] == "certified"
+
+
+def _six_tokens() -> Reply:
+    return Reply([ROLE, *tokens([-0.05] * 6), STOP], delay=0.0)
+
+
+@pytest.mark.parametrize(("max_tokens", "certified"), [(None, False), (10, True)])
+async def test_the_monitor_assumes_the_requests_own_token_limit(
+    upstream: Upstream, max_tokens: int | None, certified: bool
+) -> None:
+    """The certificate's context holds answers to 4 tokens and the proxy fills that in;
+    an upstream that sends more anyway gets the answer blocked at the 5th token
+    (``over_token_limit``), while a request that asks for 10 gets a monitor that
+    assumes 10 and judges the whole answer."""
+    cert = replace(
+        certificate("api", model_id="test-model"), context=GenerationContext(max_tokens=4)
+    )
+    upstream.replies.put(_six_tokens())
+    body: dict[str, object] = {"model": "test-model", "messages": MESSAGES, "stream": False}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    with running_proxy(upstream.base_url, certificate=StaticCertificate(cert, "limit-4")) as proxy:
+        async with httpx.AsyncClient() as client:
+            resp = await client.post(f"{proxy.base_url}/chat/completions", json=body)
+    assert upstream.records[-1].body["max_tokens"] == (max_tokens or 4)
+    data = resp.json()
+    if certified:
+        assert resp.status_code == 200 and data["liftguard"]["state"] == "certified"
+        assert data["choices"][0]["message"]["content"] == "The capital of France is Paris"
+    else:
+        assert data["error"]["code"] == "over_token_limit", data
