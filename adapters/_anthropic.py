@@ -74,6 +74,17 @@ SCORER_SUPPLIES = Supplies(
     fix="use a certificate calibrated for the scorer model that reads only the logprob and "
     "lifts (a lift rule from 'liftguard calibrate')",
 )
+
+
+def _scorer_monitor(
+    monitor: StreamMonitor | None, certificate: Certificate | None
+) -> StreamMonitor:
+    """The monitor of a scored Claude answer. Its tokens are the scorer's, which no
+    request limit counts (Anthropic's ``max_tokens`` counts Claude's), so a fresh monitor
+    of a fitted certificate assumes no token limit and judges the whole answer."""
+    return monitor_for(monitor, certificate, SCORER_SUPPLIES, max_tokens=None)
+
+
 """What the Anthropic path feeds the monitor: the scorer's logprob of each token only."""
 _FLUSH = object()  # end of stream: score the held tail
 _STOP_REASONS = {
@@ -187,7 +198,7 @@ def guard_anthropic_stream(
     An ``error`` event arrives as the SDK's ``APIStatusError``; it and transport
     errors propagate after the stream is closed, and held text is never released.
     """
-    step = _ScoredStep(monitor_for(monitor, certificate, SCORER_SUPPLIES), mode, on_block, scorer)
+    step = _ScoredStep(_scorer_monitor(monitor, certificate), mode, on_block, scorer)
     return aguard(stream, step)
 
 
@@ -201,7 +212,7 @@ def guard_anthropic_stream_sync(
     on_block: OnBlock = "raise",
 ) -> Generator[str, None, None]:
     """Sync twin of :func:`guard_anthropic_stream` for ``anthropic.Anthropic`` streams."""
-    step = _ScoredStep(monitor_for(monitor, certificate, SCORER_SUPPLIES), mode, on_block, scorer)
+    step = _ScoredStep(_scorer_monitor(monitor, certificate), mode, on_block, scorer)
     return guard(stream, step)
 
 
@@ -280,7 +291,7 @@ def guarded_message(
         scorer_prompt = anthropic_scorer_prompt(
             messages, create_kwargs.get("system"), default_system=default
         )
-    monitor = monitor_for(monitor, certificate, SCORER_SUPPLIES)
+    monitor = _scorer_monitor(monitor, certificate)
     step = _ScoredStep(monitor, mode, on_block, LocalTextScorer(scorer_model, scorer_prompt))
     return _stream_message(client, step, dict(create_kwargs, stream=True))
 
