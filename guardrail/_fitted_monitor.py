@@ -184,7 +184,8 @@ class FittedMonitor:
 
     @property
     def max_tokens(self) -> int | None:
-        """The token limit the early verdicts assume (``None``: none)."""
+        """The token limit this monitor was given, which its early verdicts (if the policy
+        has them) assume; ``None``: none."""
         return self._state.limit
 
     def update(self, event: TokenEvent, *, entropy: float | None = None) -> Verdict:
