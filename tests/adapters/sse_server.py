@@ -208,6 +208,15 @@ def token_entry(text: str, logprob: float, k: int = 5) -> dict[str, Any]:
     return {"token": text, "logprob": logprob, "bytes": raw, "top_logprobs": top}
 
 
+def clean_answer(words: list[str], lp: float = -0.05, k: int = 5) -> Reply:
+    """A complete answer: a role chunk, one chunk per word (logprob ``lp``, ``k``
+    alternatives), then ``finish_reason="stop"``; sent at once."""
+    events: list[Any] = [chat_chunk({"role": "assistant", "content": ""}, {"content": []})]
+    events += [chat_chunk({"content": w}, {"content": [token_entry(w, lp, k)]}) for w in words]
+    events.append(chat_chunk({}, None, "stop"))
+    return Reply(events, delay=0.0)
+
+
 ServerT = TypeVar("ServerT", bound=ThreadingHTTPServer)
 
 

@@ -16,9 +16,7 @@ import openai
 import pytest
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
-from sse_server import Reply, SSEServer, running_server
-from sse_server import chat_chunk as _chunk
-from sse_server import token_entry as _tok
+from sse_server import Reply, SSEServer, clean_answer, running_server
 
 from adapters import (
     LiftGuardCallbackHandler,
@@ -53,10 +51,7 @@ QUESTION = [{"role": "user", "content": "Capital of France?"}]
 
 
 def answer(lp: float = -0.05) -> Reply:
-    events: list[Any] = [_chunk({"role": "assistant", "content": ""}, {"content": []})]
-    events += [_chunk({"content": w}, {"content": [_tok(w, lp)]}) for w in WORDS]
-    events.append(_chunk({}, None, "stop"))
-    return Reply(events, delay=0.0)
+    return clean_answer(WORDS, lp)
 
 
 @pytest.fixture

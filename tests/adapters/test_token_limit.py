@@ -21,9 +21,7 @@ import openai
 import pytest
 from fitted_certs import certificate as fitted_certificate
 from langchain_openai import ChatOpenAI
-from sse_server import Reply, SSEServer, running_server
-from sse_server import chat_chunk as _chunk
-from sse_server import token_entry as _tok
+from sse_server import Reply, SSEServer, clean_answer, running_server
 
 from adapters import LiftGuardCallbackHandler, guarded_chat_completion
 from guardrail import (
@@ -46,10 +44,7 @@ def _certificate() -> Certificate:
 
 
 def _answer() -> Reply:
-    events: list[Any] = [_chunk({"role": "assistant", "content": ""}, {"content": []})]
-    events += [_chunk({"content": w}, {"content": [_tok(w, -0.05, 5)]}) for w in WORDS]
-    events.append(_chunk({}, None, "stop"))
-    return Reply(events, delay=0.0)
+    return clean_answer(WORDS)
 
 
 @pytest.fixture
