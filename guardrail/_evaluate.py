@@ -211,8 +211,6 @@ def evaluate_methods(
     after each method.
     """
     ok = np.asarray(correct, dtype=bool)
-    if splits < 1:
-        raise ConfigError("splits must be >= 1")
     perms = _permutations(ok.size, splits, seed)
     out: dict[str, dict[str, Any]] = {}
     for m in methods:
@@ -250,6 +248,9 @@ def evaluate_methods(
 def _permutations(
     n: int, splits: int, seed: int | np.random.Generator
 ) -> list[npt.NDArray[np.int64]]:
+    """``splits`` random orders of ``n`` answers (the first part of each calibrates)."""
+    if splits < 1:
+        raise ConfigError("splits must be >= 1")
     rng = np.random.default_rng(seed)
     return [rng.permutation(n) for _ in range(splits)]
 
@@ -325,8 +326,6 @@ def bootstrap_intervals(
         raise ConfigError(f"replicates must be an integer >= 2, got {replicates!r}")
     if not 0.0 < level < 1.0:
         raise ConfigError(f"level must lie in (0, 1), got {level!r}")
-    if splits < 1:
-        raise ConfigError("splits must be >= 1")
     if n < 2:
         raise ConfigError("the bootstrap needs at least 2 answers")
     rng = np.random.default_rng(seed)
