@@ -47,6 +47,7 @@ __all__ = [
     "Supplies",
     "apply_context",
     "check_supplies",
+    "filled_limit",
     "monitor_for",
     "needs_of",
     "request_limit",
@@ -271,6 +272,13 @@ def request_limit(settings: Mapping[str, Any]) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
             return value
     return None
+
+
+def filled_limit(certificate: Certificate, settings: Mapping[str, Any]) -> int | None:
+    """The token limit of a request once :func:`apply_context` has filled it in: the
+    request's own (:func:`request_limit`), else the certificate's context's."""
+    limit = request_limit(settings)
+    return certificate.context.max_tokens if limit is None else limit
 
 
 def warn_mismatch(field: str, requested: object, calibrated: object) -> None:

@@ -29,6 +29,7 @@ from ._context import (
     Supplies,
     apply_context,
     check_supplies,
+    filled_limit,
     monitor_for,
     needs_of,
     request_limit,
@@ -296,15 +297,12 @@ async def guarded_chat_completion(
     if rule is None:
         raise ConfigError("pass certificate=... (or a monitor=...)")
     kwargs = _create_kwargs(create_kwargs, needs_of(rule).alternatives)
-    applied = certificate is not None and apply_certificate_context
-    # the answer's token limit: the request's, else the context's that apply_context fills in
-    limit = request_limit(kwargs)
-    if limit is None and applied and certificate is not None:
-        limit = certificate.context.max_tokens
+    applied = certificate if apply_certificate_context else None
+    limit = request_limit(kwargs) if applied is None else filled_limit(applied, kwargs)
     supplies = _request_supplies(kwargs["top_logprobs"])
     monitor = monitor_for(monitor, certificate, supplies, max_tokens=limit)
-    if applied and certificate is not None:
-        kwargs = apply_context(certificate, kwargs)
+    if applied is not None:
+        kwargs = apply_context(applied, kwargs)
     step = GuardStep(
         monitor, mode, on_block, _chunk_parser(monitor), max_token_chars=max_token_chars
     )

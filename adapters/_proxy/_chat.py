@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, Response
 
 from guardrail import Certificate, ConfigError, ContextMismatchWarning
 
-from .._context import Needs, Supplies, apply_context, check_supplies, needs_of, request_limit
+from .._context import Needs, Supplies, apply_context, check_supplies, filled_limit, needs_of
 from .._openai import logprobs_refused, refuses_logprobs
 from ._guarded import RequestInfo, _index
 from ._recording import AnswerRecord
@@ -143,9 +143,8 @@ def prepare(
     certificate, label = source.current()
     try:
         needs = check_upstream(certificate, top_logprobs)
-        # the answer's token limit: the request's, else the context's that apply_context
-        # fills in below (and the upstream enforces)
-        monitor = certificate.monitor(max_tokens=request_limit(body) or "context")
+        # the answer's token limit once apply_context (below) has filled the request in
+        monitor = certificate.monitor(max_tokens=filled_limit(certificate, body))
     except ConfigError as exc:
         message = f"the proxy's certificate {label} cannot guard this upstream: {exc}"
         return error_response(500, message, "liftguard_config_error", "certificate_unsupported")
