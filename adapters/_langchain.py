@@ -118,7 +118,9 @@ def add_handler(callbacks: Callbacks, handler: BaseCallbackHandler) -> Callbacks
     if callbacks is None:
         return [handler]
     if isinstance(callbacks, BaseCallbackManager):
-        manager = callbacks.copy()
+        # langchain-core annotates copy() with typing.Self, which a Python 3.10 type check
+        # cannot see (it reads as Any); the copy is a BaseCallbackManager either way.
+        manager: BaseCallbackManager = callbacks.copy()
         manager.add_handler(handler, inherit=True)
         return manager
     return [*callbacks, handler]
