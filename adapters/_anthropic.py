@@ -17,8 +17,9 @@ reads no more tokens and later text is passed on unscored (``logprob=None``).
 
 Only text blocks are guarded and yielded (several are concatenated as they
 come); thinking, signature, citation and tool-input deltas are neither scored
-nor yielded. The scorer runs llama.cpp inside the event loop (tens of ms per
-word for SmolLM2-135M).
+nor yielded. A tool-use block blocks the answer (cause ``tool_call``): nothing
+scored backs it, whatever ``stop_reason`` follows. The scorer runs llama.cpp
+inside the event loop (tens of ms per word for SmolLM2-135M).
 
 What the scorer supplies (:data:`SCORER_SUPPLIES`): each token's teacher-forced
 logprob, nothing else -- no alternatives and no exact entropy (it reads only the
@@ -115,6 +116,16 @@ def _get(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
 
 
+_TOOL_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
+
+
+def _is_tool_block(event: Any) -> bool:
+    """A ``content_block_start`` of a tool call: content no certificate reads."""
+    if _get(event, "type") != "content_block_start":
+        return False
+    return _get(_get(event, "content_block"), "type") in _TOOL_BLOCKS
+
+
 def _event_text(event: Any) -> str:
     """The answer text an Anthropic stream event adds ("" for every other event)."""
     kind = _get(event, "type")
@@ -153,6 +164,8 @@ class _ScoredStep(GuardStep):
         scorer = self._scorer
         if item is _FLUSH:
             return _with_text(scorer.finish(), "")
+        if _is_tool_block(item):
+            return ChunkParts([], "", None, False, True)
         text = _event_text(item)
         if not text:
             return ChunkParts([], "", _stop_reason(item))

@@ -79,6 +79,7 @@ from ._openai import logprobs_refused, refuses_logprobs
 from ._stream import (
     DEFAULT_MAX_TOKEN_CHARS,
     EMPTY_STREAM_REASON,
+    TOOL_CALL_REASON,
     blocked_error,
     check_max_token_chars,
     feed_events,
@@ -127,10 +128,10 @@ def add_handler(callbacks: Callbacks, handler: BaseCallbackHandler) -> Callbacks
 
 
 class _Run:
-    __slots__ = ("fed", "finish", "monitor")
+    __slots__ = ("fed", "finish", "monitor", "tool_call")
 
     def __init__(self, monitor: StreamMonitor) -> None:
-        self.monitor, self.fed = monitor, False
+        self.monitor, self.fed, self.tool_call = monitor, False, False
         self.finish: str | None = None
 
 
@@ -157,7 +158,9 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
     :class:`~guardrail.StreamTruncated`) and raises the same way; a run that streamed no
     token (``invoke`` without streaming, a cache hit) is scored there from the
     final generation's logprobs. A run that ends with tool calls and no text is
-    not judged. ``on_llm_end`` / ``on_llm_error`` drop the run's monitor.
+    not judged (an agent's tool step); a run with text and a tool call is blocked
+    (cause ``tool_call``: nothing certifies the call). ``on_llm_end`` /
+    ``on_llm_error`` drop the run's monitor.
 
     ``mode``: ``"passthrough"`` (tokens flow until a BLOCK) or ``"final"`` (the
     verdict comes at the end; needs ``StreamPolicy(early=False)``). A callback
@@ -282,6 +285,7 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
         if finish is not None:
             run.finish = finish
         text = token if isinstance(token, str) else getattr(chunk, "text", "") or ""
+        run.tool_call = run.tool_call or has_tool_calls(chunk)
         self._feed(run, text, logprobs, refusal=refusal_of(chunk))
 
     def on_llm_end(
@@ -303,6 +307,9 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
             run = run or _Run(self._new_monitor(run_id))
             refusal = refusal_of(generation)
             self._feed(run, generation.text, logprobs_of(generation), end=True, refusal=refusal)
+        if generation is not None and has_tool_calls(generation):
+            run.tool_call = True
+            self._feed(run, "", None, end=True)
         finish = run.finish or (finish_of(generation) if generation is not None else None)
         verdict = run.monitor.finish(finish)
         self._record(run_id, verdict)
@@ -346,11 +353,18 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
         self, run: _Run, text: str, logprobs: Any, *, end: bool = False, refusal: bool = False
     ) -> None:
         events, refusal_tokens = token_parts(text, logprobs)
+        monitor = run.monitor
+        if run.fed and run.tool_call:  # text and a tool call: nothing certifies the call
+            verdict = monitor.abort(Cause.TOOL_CALL, TOOL_CALL_REASON)
+            if not end:
+                raise _blocked(verdict)
+            return
         if not events:
             return
         run.fed = True
-        monitor = run.monitor
-        if refusal or refusal_tokens:
+        if run.tool_call:  # a tool call, then text
+            verdict = monitor.abort(Cause.TOOL_CALL, TOOL_CALL_REASON)
+        elif refusal or refusal_tokens:
             verdict = monitor.abort(Cause.REFUSAL, "the model refused to answer (refusal text)")
         else:
             verdict = feed_events(monitor, events, text, self._max_chars)

@@ -236,4 +236,9 @@ def context_checks(
 
 
 def has_tool_calls(generation: Any) -> bool:
-    return bool(getattr(getattr(generation, "message", None), "tool_calls", None))
+    """The generation (or stream chunk) carries a tool call, whole, partial or invalid."""
+    message = getattr(generation, "message", None)
+    return any(
+        getattr(message, name, None)
+        for name in ("tool_calls", "tool_call_chunks", "invalid_tool_calls")
+    )

@@ -15,6 +15,10 @@ the installed SDK declares it:
   ``response.output_text.delta`` events carry ``logprobs`` without bytes (only
   with ``include=["message.output_text.logprobs"]``).
 
+A delta with ``tool_calls``, ``function_call`` or ``audio`` (and the Responses
+API's tool-call argument events) is flagged as a tool call: the guard blocks the
+answer (cause ``tool_call``), since nothing it reads backs such content.
+
 Text that arrives without logprobs becomes one event with ``logprob=None``: the
 monitor's ``on_missing_logprobs`` policy decides, no value is ever invented.
 Wrong types raise :class:`~adapters.ProviderFormatError` naming the field.
@@ -40,6 +44,11 @@ __all__ = [
 _MISSING: Any = object()
 RESPONSES_TEXT_DELTA = "response.output_text.delta"
 RESPONSES_REFUSAL_DELTA = "response.refusal.delta"
+_RESPONSES_TOOL_EVENTS = frozenset(
+    {"response.function_call_arguments.delta", "response.custom_tool_call_input.delta"}
+)
+_NOT_TEXT = ("tool_calls", "function_call", "audio")
+"""Delta fields of content that is not text with logprobs (any non-empty value blocks)."""
 _RESPONSES_INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
 
 
@@ -55,6 +64,9 @@ class ChunkParts(NamedTuple):
     ``"stop"``, ``"length"``, ``"content_filter"``, ...)."""
     refusal: bool = False
     """The item carries refusal text: the model declined to answer."""
+    tool_call: bool = False
+    """The item carries a tool or function call (or audio): content no certificate reads,
+    so an answer that holds one is never certified."""
 
 
 def _get(obj: Any, key: str) -> Any:
@@ -188,6 +200,7 @@ def chat_chunk_parts(chunk: Any, choice: int = 0, *, with_top: bool = True) -> C
     events: list[TokenEvent] = []
     shown = ""
     refusal = False
+    tool_call = any(_opt(delta, key) for key in _NOT_TEXT)
     for key in ("content", "refusal"):
         text = _str_or_none(_opt(delta, key), f"{base}.delta.{key}")
         where = f"{base}.logprobs.{key}"
@@ -196,7 +209,7 @@ def chat_chunk_parts(chunk: Any, choice: int = 0, *, with_top: bool = True) -> C
         events += evs
         shown += txt
         refusal = refusal or (key == "refusal" and bool(evs))
-    return ChunkParts(events, shown, finish, refusal)
+    return ChunkParts(events, shown, finish, refusal, tool_call)
 
 
 def events_from_chat_chunk(chunk: Any) -> list[TokenEvent]:
@@ -224,6 +237,8 @@ def responses_event_parts(event: Any) -> ChunkParts:
         return ChunkParts([], "", _RESPONSES_INCOMPLETE.get(str(reason), "incomplete"))
     if kind == "response.failed":
         return ChunkParts([], "", "failed")
+    if kind in _RESPONSES_TOOL_EVENTS:
+        return ChunkParts([], "", None, False, True)
     if kind == RESPONSES_REFUSAL_DELTA:
         delta = _get(event, "delta")
         text = delta if isinstance(delta, str) else ""

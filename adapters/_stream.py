@@ -69,7 +69,8 @@ class GuardStep:
     stream that ended the documented way can be certified.
 
     Besides the evidence, an item blocks the answer when it carries refusal
-    text (cause ``refusal``) or a token whose text cannot be reconstructed
+    text (cause ``refusal``), a tool or function call (cause ``tool_call``: no
+    logprob backs it, whatever finish reason follows) or a token whose text cannot be reconstructed
     (empty text and no bytes, as llama.cpp streams partial UTF-8 characters:
     cause ``unreadable_text``); a token longer than ``max_token_chars``
     characters is a :class:`ProviderFormatError`. ``update`` feeds one event to the
@@ -117,12 +118,17 @@ class GuardStep:
         return self._feed_parts(self._parse(item))
 
     def _feed_parts(self, parts: ChunkParts) -> str:
-        events, shown, finish, refusal = parts
+        events, shown, finish, refusal, tool_call = parts
         if finish is not None:
             self.finish_reason = finish
+        monitor = self._monitor
+        if tool_call:
+            verdict = monitor.abort(Cause.TOOL_CALL, TOOL_CALL_REASON)
+            self._text.push("", verdict)
+            self._block(verdict)
+            return ""
         if not events:
             return ""
-        monitor = self._monitor
         if refusal:
             verdict = monitor.abort(Cause.REFUSAL, "the model refused to answer (refusal text)")
         else:
@@ -202,6 +208,12 @@ def feed_events(
         verdict = update(event)
     return verdict
 
+
+TOOL_CALL_REASON = (
+    "the answer carries a tool (function) call, which has no token logprobs to certify; "
+    "guard the tool's own answer instead (adapters.guard_tool), or send tool-calling turns "
+    "without the guard"
+)
 
 UNREADABLE_REASON = (
     "a token arrived with empty text and no bytes, so the answer's text cannot be "

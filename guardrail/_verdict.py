@@ -55,6 +55,9 @@ class Cause(str, Enum):
     """A token's text could not be reconstructed (empty text and no bytes)."""
     NOT_OBSERVED = "not_observed"
     """No language-model run with text was seen, or one did not finish (LangChain)."""
+    TOOL_CALL = "tool_call"
+    """The answer carries a tool (function) call or other content that is not text with
+    token log-probabilities: nothing the certificate reads backs it."""
     OVER_TOKEN_LIMIT = "over_token_limit"
     """The answer ran past the token limit a fitted monitor's early verdicts assume (the
     certificate's ``context.max_tokens``, or the ``max_tokens`` it was given)."""

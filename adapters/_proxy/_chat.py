@@ -260,6 +260,7 @@ def assemble(chunks: list[dict[str, Any]], guard: AnswerGuard) -> dict[str, Any]
     refusal: list[str] = []
     lp: dict[str, list[Any]] = {"content": [], "refusal": []}
     finish, usage = None, None
+    calls: dict[int, dict[str, Any]] = {}
     for chunk in chunks:
         if chunk.get("usage"):
             usage = chunk["usage"]
@@ -270,6 +271,8 @@ def assemble(chunks: list[dict[str, Any]], guard: AnswerGuard) -> dict[str, Any]
             for key, parts in (("content", content), ("refusal", refusal)):
                 if isinstance(delta.get(key), str):
                     parts.append(delta[key])
+            for call in delta.get("tool_calls") or ():
+                _merge_call(calls, call)
             logprobs = choice.get("logprobs")
             if isinstance(logprobs, dict):
                 for key in ("content", "refusal"):
@@ -277,11 +280,13 @@ def assemble(chunks: list[dict[str, Any]], guard: AnswerGuard) -> dict[str, Any]
                         lp[key] += logprobs[key]
             if choice.get("finish_reason") is not None:
                 finish = choice["finish_reason"]
-    message = {
+    message: dict[str, Any] = {
         "role": "assistant",
         "content": "".join(content),
         "refusal": "".join(refusal) or None,
     }
+    if calls:  # only in observe mode: an answer with a tool call is never certified
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
     logprobs_out = None
     if guard.info.want_logprobs:
         logprobs_out = {"content": lp["content"], "refusal": lp["refusal"] or None}
@@ -300,6 +305,23 @@ def assemble(chunks: list[dict[str, Any]], guard: AnswerGuard) -> dict[str, Any]
         out["usage"] = usage
     out[VERDICT_FIELD] = guard.verdict_field()
     return out
+
+
+def _merge_call(calls: dict[int, dict[str, Any]], delta: Any) -> None:
+    """One streamed ``tool_calls`` delta into the whole calls (arguments concatenated)."""
+    if not isinstance(delta, dict):
+        return
+    index = delta.get("index", 0)
+    call = calls.setdefault(index if isinstance(index, int) else 0, {"type": "function"})
+    for key in ("id", "type"):
+        if isinstance(delta.get(key), str):
+            call[key] = delta[key]
+    function = delta.get("function")
+    if isinstance(function, dict):
+        whole = call.setdefault("function", {"name": "", "arguments": ""})
+        for key in ("name", "arguments"):
+            if isinstance(function.get(key), str):
+                whole[key] += function[key]
 
 
 def error_event(guard: AnswerGuard) -> dict[str, Any]:

@@ -108,6 +108,11 @@ _FORBIDDEN = {
     }
 }
 _TAIL = tokens([GOOD] * 6)
+_TOOL_CALL = _chunk(
+    {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                     "function": {"name": "transfer_money", "arguments": "{}"}}]},
+    None,
+)  # fmt: skip
 
 SHAPES = [
     Shape("clean", _reply([ROLE, *tokens([GOOD] * 5), STOP])),
@@ -145,6 +150,11 @@ SHAPES = [
     ),
     Shape("empty_stream", _reply([], done=False), cause=Cause.EMPTY_STREAM),
     Shape("refusal", _reply([ROLE, _REFUSAL, STOP]), cause=Cause.REFUSAL),
+    Shape(
+        "tool_call_then_stop",
+        _reply([ROLE, *tokens([GOOD] * 5), _TOOL_CALL, STOP]),
+        cause=Cause.TOOL_CALL,
+    ),
     Shape(
         "length",
         _reply([ROLE, *tokens([GOOD] * 5), _chunk({}, None, "length")]),
