@@ -5,11 +5,13 @@ A request hands its finished answer to :meth:`Recorder.submit`, which never
 blocks: the record goes into a bounded queue, or, when the queue is full, is
 dropped and counted (``liftguard_records_dropped_total{reason="queue_full"}``). One
 writer thread turns records into lines and appends them to
-``DIR/<dataset>-<start time>-<host>-<pid>-<n>.jsonl``, starting a new file when
-the current one would pass ``max_bytes``; a line that cannot be written (disk
-full, permissions) is dropped and counted (``reason="disk"``) and the writer
-tries a fresh file for the next one. Replicas can share a directory: the file
-names differ by host and process.
+``DIR/<dataset>-<start time>-<host>-<pid>-<n>.jsonl``, starting a new file only
+when the current one would pass ``max_bytes``. Each line is written whole or not
+at all: one ``write`` on a descriptor opened for appending, and a write that fails
+or comes up short (a full disk) is cut back off the file (truncated to its size
+before), so a file never holds part of a line; that line is dropped and counted
+(``reason="disk"``) and the next one goes to the same file. Replicas can share a
+directory: the file names differ by host and process.
 
 The line is the project's trace format (``guardrail/_traces.py``) for what an
 API stream carries, without a label, plus what the request was:
@@ -36,6 +38,7 @@ need (with ``--vocab-size N`` when ``vocab_size`` is null).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -45,7 +48,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from ._metrics import ProxyMetrics
 
@@ -156,8 +159,9 @@ class Recorder:
         self._metrics = metrics
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
         self._thread: threading.Thread | None = None
-        self._file: IO[bytes] | None = None
-        self._size = 0
+        self._fd: int | None = None
+        self._size = 0  # of the current file: whole lines only
+        self._torn = False  # a failed write left bytes past _size that are not cut off yet
         self._seq = 0
         self._stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         self._host = socket.gethostname().replace(os.sep, "_") or "host"
@@ -217,7 +221,6 @@ class Recorder:
                 self._metrics.records_written.inc()
             except Exception as exc:  # the writer never dies: the record is dropped, counted
                 self._drop("disk" if isinstance(exc, OSError) else "error")
-                self._close_file()
                 self._errors += 1
                 if self._errors == 1 or self._errors % 1000 == 0:
                     logger.warning("recording failed (%d so far): %s", self._errors, exc)
@@ -227,20 +230,55 @@ class Recorder:
                     self._done.notify_all()
 
     def _write(self, data: bytes) -> None:
-        if self._file is not None and self._size and self._size + len(data) > self.max_bytes:
+        """Append ``data`` (one whole line) to the current file, or leave the file as it
+        was and raise ``OSError``."""
+        if self._fd is not None and self._size and self._size + len(data) > self.max_bytes:
             self._close_file()
-        if self._file is None:
-            self.directory.mkdir(parents=True, exist_ok=True)
+        fd = self._fd if self._fd is not None else self._open_file()
+        if self._torn:  # the tail of an earlier failed write: cut it before appending
+            os.ftruncate(fd, self._size)
+            self._torn = False
+        done = 0
+        try:
+            while done < len(data):  # one write; the rest of a short one says why it was
+                n = os.write(fd, data[done:])
+                if n <= 0:
+                    raise OSError(errno.ENOSPC, f"wrote {done} of {len(data)} bytes of a line")
+                done += n
+        except BaseException:
+            self._cut(fd)
+            raise
+        self._size += done
+
+    def _cut(self, fd: int) -> None:
+        """Truncate the file back to its whole lines (or remember to, if that fails too)."""
+        try:
+            os.ftruncate(fd, self._size)
+        except OSError:
+            self._torn = True
+
+    def _open_file(self) -> int:
+        """A new file of this recorder's own: nothing else writes to it."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
+        while True:
+            name = f"{self.dataset}-{self._stamp}-{self._host}-{os.getpid()}-{self._seq + 1:05d}"
+            try:
+                fd = os.open(self.directory / f"{name}.jsonl", flags, 0o666)
+            except FileExistsError:  # left by a process of the same pid, started that second
+                self._seq += 1
+                continue
             self._seq += 1
-            name = f"{self.dataset}-{self._stamp}-{self._host}-{os.getpid()}-{self._seq:05d}.jsonl"
-            self._file = open(self.directory / name, "ab")  # noqa: SIM115 (kept open)
-            self._size = 0
-        self._file.write(data)
-        self._file.flush()
-        self._size += len(data)
+            break
+        self._fd, self._size, self._torn = fd, 0, False
+        return fd
 
     def _close_file(self) -> None:
-        if self._file is not None:
+        if self._fd is not None:
+            if self._torn:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, self._size)
             with contextlib.suppress(OSError):
-                self._file.close()
-            self._file = None
+                os.close(self._fd)
+            self._fd = None
+            self._torn = False
