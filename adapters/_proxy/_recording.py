@@ -13,6 +13,11 @@ before), so a file never holds part of a line; that line is dropped and counted
 (``reason="disk"``) and the next one goes to the same file. Replicas can share a
 directory: the file names differ by host and process.
 
+The lines hold users' prompts and answers, so they are private to the user the
+proxy runs as, whatever the umask: the directories the recorder creates are
+mode 0700 and its files mode 0600 (a directory that already exists keeps its
+mode).
+
 The line is the project's trace format (``guardrail/_traces.py``) for what an
 API stream carries, without a label, plus what the request was:
 
@@ -258,20 +263,37 @@ class Recorder:
             self._torn = True
 
     def _open_file(self) -> int:
-        """A new file of this recorder's own: nothing else writes to it."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        """A new file (mode 0600) of this recorder's own: nothing else writes to it."""
+        self._make_directory()
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
         while True:
             name = f"{self.dataset}-{self._stamp}-{self._host}-{os.getpid()}-{self._seq + 1:05d}"
             try:
-                fd = os.open(self.directory / f"{name}.jsonl", flags, 0o666)
+                fd = os.open(self.directory / f"{name}.jsonl", flags, 0o600)
             except FileExistsError:  # left by a process of the same pid, started that second
                 self._seq += 1
                 continue
             self._seq += 1
             break
+        with contextlib.suppress(OSError):  # created 0600 less the umask: never more
+            os.fchmod(fd, 0o600)  # the owner's bits too, whatever the umask
         self._fd, self._size, self._torn = fd, 0, False
         return fd
+
+    def _make_directory(self) -> None:
+        """Create the missing directories of ``self.directory``, each mode 0700."""
+        missing = []
+        path = self.directory
+        while not path.is_dir() and path.parent != path:
+            missing.append(path)
+            path = path.parent
+        for path in reversed(missing):
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:  # another replica made it (or it is a file: next mkdir says so)
+                continue
+            with contextlib.suppress(OSError):  # made 0700 less the umask: never more
+                os.chmod(path, 0o700)  # the owner's bits too, whatever the umask
 
     def _close_file(self) -> None:
         if self._fd is not None:

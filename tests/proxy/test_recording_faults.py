@@ -1,4 +1,4 @@
-"""``--record DIR`` when the disk fails.
+"""``--record DIR`` when the disk fails, and who may read what it writes.
 
 A full disk is simulated at the process boundary: ``os.write`` on the files of the record
 directory behaves as ``write(2)`` on a disk with ``free`` bytes left (a write that does not
@@ -197,3 +197,18 @@ def test_a_write_the_kernel_refuses_leaves_no_torn_line(tmp_path: Path) -> None:
     assert json.loads(done.stdout) == [3, 17]
     (path,) = directory.iterdir()
     assert _ids(path) == ["r0000", "r0001", "r0002"]
+
+
+def test_recorded_files_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0)  # the most permissive umask: only the recorder's own modes count
+    try:
+        recorder = Recorder(tmp_path / "a" / "b", metrics=ProxyMetrics(), max_bytes=LINE)
+        recorder.start()
+        _record_all(recorder, range(2))  # one line per file: two files
+        recorder.close()
+    finally:
+        os.umask(old)
+    mode = lambda p: stat.S_IMODE(os.stat(p).st_mode)  # noqa: E731
+    assert mode(tmp_path / "a") == mode(tmp_path / "a" / "b") == 0o700
+    files = sorted((tmp_path / "a" / "b").iterdir())
+    assert len(files) == 2 and [mode(p) for p in files] == [0o600, 0o600]
