@@ -25,7 +25,10 @@ prompt and the strict parsing; the key comes from ``--judge-key-env``.
 
 Every other line must be a trace (:func:`guardrail.parse_trace`, without a
 label; what an API stream lacks may be null): a malformed one stops the command
-with one line naming the file, the line and the field. A trace without
+with one line naming the file, the line and the field. The one exception is a
+**torn last line** (a file's last line, without its newline, that is not JSON:
+a record cut off mid-write by a crash or a full disk): it is skipped with a
+warning naming it, and counted in the summary. A trace without
 ``vocab_size`` (the serving certificate did not know it) is labelled:
 ``calibrate``, ``fit`` and ``eval`` take ``--vocab-size N`` for it.
 """
@@ -42,14 +45,15 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ._common import CommandError, json_lines
+from ._recorded import recorded_lines
 
 __all__ = ["add_label_parser", "cmd_label", "read_references", "usable"]
 
 Labeller = Callable[[dict[str, Any]], tuple[bool | None, str]]
 
 
-def _lines(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    for lineno, obj in json_lines(path):
+def _lines(path: str, torn: Callable[[int], None]) -> Iterator[tuple[int, dict[str, Any]]]:
+    for lineno, obj in recorded_lines(path, torn):
         if not isinstance(obj, dict):
             raise CommandError(f"{path}:{lineno}: expected a JSON object")
         for key, kind in (("question", str), ("answer", str), ("tokens", list)):
@@ -146,11 +150,23 @@ def label_file(
     from .._trace_parse import parse_trace
 
     counts: Counter[str] = Counter()
+
+    def torn(path: str) -> Callable[[int], None]:
+        def skip(lineno: int) -> None:
+            counts["skipped: torn last line"] += 1
+            print(
+                f"liftguard traces label: warning: {path}:{lineno}: skipped 1 torn last line "
+                "(a record cut off mid-write, e.g. by a full disk or a crash)",
+                file=sys.stderr,
+            )
+
+        return skip
+
     with (
         open(out, "w", encoding="utf-8") as fh,
         open(unlabelled, "w", encoding="utf-8") if unlabelled else open(os.devnull, "w") as left,
     ):
-        for path, lineno, obj in ((p, *item) for p in traces for item in _lines(p)):
+        for path, lineno, obj in ((p, *item) for p in traces for item in _lines(p, torn(p))):
             counts["read"] += 1
             if obj.get("complete") is False and not include_incomplete:
                 counts["skipped: incomplete"] += 1

@@ -11,11 +11,15 @@ instead (:func:`score_needs`, :func:`lacking_message`); exact entropies and
 and a note says so (:func:`estimate_note`); ``--vocab-size N`` supplies the
 vocabulary size (:func:`supply_vocab_size`). There is no table of known
 tokenizers to take it from a model name.
+
+The recorded files themselves are read by :func:`recorded_lines`, which skips a
+torn last line (a record cut off mid-write) and says so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ._common import CommandError
@@ -26,9 +30,50 @@ __all__ = [
     "carries",
     "estimate_note",
     "lacking_message",
+    "recorded_lines",
     "score_needs",
     "supply_vocab_size",
 ]
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def recorded_lines(path: str, torn: Callable[[int], None]) -> Iterator[tuple[int, object]]:
+    """``(line number, value)`` of each non-blank line of a recorded JSONL file (a BOM is
+    skipped).
+
+    A last line that does not end with a newline and is not JSON (or not even UTF-8)
+    is a record an interrupted write cut off (a full disk, a crash, a recorder of an
+    older version): it is skipped and ``torn(line number)`` is called. Any other
+    line that is not JSON is a :class:`CommandError` naming ``path:line``, as
+    ``json_lines`` does: the file is corrupt, not torn."""
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if lineno == 1 and raw.startswith(_BOM):
+                raw = raw[len(_BOM) :]
+            last = not raw.endswith(b"\n")  # only the end of the file lacks one
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                if last:
+                    torn(lineno)
+                    return
+                raise CommandError(
+                    f"{path}:{lineno}: invalid UTF-8 (byte {exc.start + 1} of the line)"
+                ) from exc
+            if not text.strip():
+                continue
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as exc:
+                if last:
+                    torn(lineno)
+                    return
+                raise CommandError(
+                    f"{path}:{lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
+                ) from exc
+            yield lineno, value
+
 
 VOCAB_HINT = "pass --vocab-size N, the model's vocabulary size"
 

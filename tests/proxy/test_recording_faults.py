@@ -5,7 +5,7 @@ directory behaves as ``write(2)`` on a disk with ``free`` bytes left (a write th
 fit writes what fits and returns the short count, the next fails with ``ENOSPC``); every
 other descriptor is written for real. A second test lets the kernel itself refuse the
 writes (``RLIMIT_FSIZE`` in a child process). The files are then read back as they are on
-disk.
+disk, and by ``liftguard traces label``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from sse_server import token_entry
 
 from adapters._proxy._metrics import ProxyMetrics
 from adapters._proxy._recording import AnswerRecord, Recorder, record_line
+from guardrail.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 _real_write = os.write
@@ -212,3 +213,59 @@ def test_recorded_files_are_private_whatever_the_umask(tmp_path: Path) -> None:
     assert mode(tmp_path / "a") == mode(tmp_path / "a" / "b") == 0o700
     files = sorted((tmp_path / "a" / "b").iterdir())
     assert len(files) == 2 and [mode(p) for p in files] == [0o600, 0o600]
+
+
+# --- reading what was recorded -------------------------------------------------------------
+
+
+def _label(tmp_path: Path, *traces: Path) -> int:
+    refs = tmp_path / "refs.jsonl"
+    refs.write_text(
+        json.dumps({"question": "What is the capital of France?", "answer": "Paris"}) + "\n"
+        + json.dumps({"question": "Où est la tour Eiffel ?", "answer": "Paris"}) + "\n",
+        encoding="utf-8",
+    )  # fmt: skip
+    argv = ["traces", "label", "--traces", *map(str, traces), "--references", str(refs)]
+    return main([*argv, "--out", str(tmp_path / "labelled.jsonl")])
+
+
+def _lines(*records: AnswerRecord) -> bytes:
+    return b"".join(record_line(r, "proxy").encode() + b"\n" for r in records)
+
+
+def test_label_skips_and_counts_a_torn_last_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    torn = _lines(_record(2, "Où est la tour Eiffel ?"))
+    cut = torn.index("Où".encode()) + 2  # inside the two bytes of "ù": not even UTF-8
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    first.write_bytes(_lines(_record(0), _record(1)) + torn[:cut])
+    second.write_bytes(_lines(_record(3, "Où est la tour Eiffel ?")) + torn[: len(torn) // 2])
+    assert _label(tmp_path, first, second) == 0
+    labelled = (tmp_path / "labelled.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line)["id"] for line in labelled] == ["r0000", "r0001", "r0003"]
+    err = capsys.readouterr().err
+    assert f"warning: {first}:3: skipped 1 torn last line" in err
+    assert f"warning: {second}:2: skipped 1 torn last line" in err
+    assert "labelled 3 of 3 traces" in err and "skipped: torn last line 2" in err
+
+
+def test_label_still_rejects_a_corrupt_line_inside_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    torn = _lines(_record(1))[:100]
+    inside = tmp_path / "inside.jsonl"
+    inside.write_bytes(_lines(_record(0)) + torn + b"\n" + _lines(_record(2)))
+    assert _label(tmp_path, inside) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{inside}:2: invalid JSON" in err[0]
+    ended = tmp_path / "ended.jsonl"  # a last line that ends with its newline is not torn
+    ended.write_bytes(_lines(_record(0)) + torn + b"\n")
+    assert _label(tmp_path, ended) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{ended}:2: invalid JSON" in err[0]
+    latin = tmp_path / "latin.jsonl"  # bytes that are not UTF-8 inside a file
+    latin.write_bytes(_lines(_record(0)) + "é\n".encode("latin-1") + _lines(_record(2)))
+    assert _label(tmp_path, latin) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{latin}:2: invalid UTF-8" in err[0]
