@@ -253,7 +253,14 @@ def add_label_parser(cmds: Any) -> None:
         metavar="VAR",
         help="environment variable holding the judge's API key",
     )
-    lb.add_argument("--judge-timeout", type=positive, default=60.0, metavar="SECONDS")
+    lb.add_argument(
+        "--judge-timeout",
+        type=positive,
+        default=60.0,
+        metavar="SECONDS",
+        help="deadline of each judge call as a whole, from connecting to the last byte of "
+        "its reply; an answer the judge has not graded by then is left unlabelled",
+    )
     lb.add_argument(
         "--include-incomplete",
         action="store_true",
