@@ -14,6 +14,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
+from functools import partial
 from typing import Any
 
 import anyio
@@ -21,6 +22,8 @@ import httpx
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -46,7 +49,15 @@ from ._config import ProxyConfig
 from ._guarded import AnswerGuard
 from ._metrics import ProxyMetrics
 from ._recording import Recorder
-from ._upstream import Upstream, UpstreamAnswer, UpstreamFailure, aclose_response, decode_chunk
+from ._request import BadRequest, parse_json, read_body, validate_chat
+from ._upstream import (
+    TOO_LARGE,
+    Upstream,
+    UpstreamAnswer,
+    UpstreamFailure,
+    aclose_response,
+    decode_chunk,
+)
 from ._wire import (
     DONE,
     HEADER_CERTIFICATE,
@@ -60,6 +71,8 @@ from ._wire import (
 __all__ = ["Proxy", "create_app"]
 
 logger = logging.getLogger(__name__)
+SCORING_THREADS = 4
+"""Worker threads that score answers whose certificate evaluates a local model."""
 verdict_logger = logging.getLogger("adapters.proxy.verdicts")
 """One JSON line per verdict (INFO); the command line prints them on stderr."""
 
@@ -92,6 +105,7 @@ class Proxy:
             check_upstream(source.current()[0], config.top_logprobs)
         self.sources = entries
         self._shown: dict[str, str] = {}
+        self._scoring = anyio.CapacityLimiter(SCORING_THREADS)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -195,14 +209,18 @@ class Proxy:
     async def chat_completions(self, request: Request) -> Response:
         if not self.auth.allows(request.headers):
             return self._unauthorized()
-        try:
-            body = json.loads(await request.body())
-        except ValueError:
-            return error_response(400, "the request body is not valid JSON", code="invalid_json")
         config = self.config
+        try:
+            raw = await read_body(
+                request, max_bytes=config.max_body_bytes, timeout_s=config.body_timeout_s
+            )
+            body = validate_chat(parse_json(raw))
+        except BadRequest as exc:
+            return error_response(exc.status, str(exc), code=exc.code, param=exc.param)
         prepared = prepare(
-            body, source_for=config.source_for, mode=config.mode, top_logprobs=config.top_logprobs
-        )
+            body, source_for=config.source_for, mode=config.mode,
+            top_logprobs=config.top_logprobs, max_answer_tokens=config.max_answer_tokens,
+        )  # fmt: skip
         if isinstance(prepared, Response):
             return prepared
         info = prepared.info
@@ -234,7 +252,7 @@ class Proxy:
             )  # fmt: skip
             media = resp.headers.get("content-type", "application/json")
             return upstream_status_response(resp.status_code, raw, media, info.model)
-        answer = UpstreamAnswer(resp)
+        answer = UpstreamAnswer(resp, max_bytes=config.max_answer_bytes)
         guard = AnswerGuard(
             info,
             prepared.monitor,
@@ -254,7 +272,16 @@ class Proxy:
                 },
                 background=BackgroundTask(self._finish, guard, answer),
             )
-        return await self._complete(guard, answer)
+        return await self._complete(guard, answer, request)
+
+    async def _step(self, guard: AnswerGuard, chunk: dict[str, Any] | None) -> list[Any]:
+        """``guard.feed(chunk)`` (``guard.end()`` for None), in a worker thread when the
+        certificate scores with a local model, so that the event loop never waits on it
+        (other requests, ``/healthz`` and shutdown stay responsive)."""
+        call = guard.end if chunk is None else partial(guard.feed, chunk)
+        if not guard.heavy:
+            return call()
+        return await anyio.to_thread.run_sync(call, limiter=self._scoring)
 
     async def _guarded(
         self, guard: AnswerGuard, upstream: UpstreamAnswer
@@ -269,19 +296,26 @@ class Proxy:
                 chunk = decode_chunk(event, data)
                 if chunk is None:
                     break
-                out = guard.feed(chunk)
+                out = await self._step(guard, chunk)
                 guard.busy_s += clock() - t0
+                if guard.blocked:
+                    return  # (nothing is released on a block)
+                if guard.tokens_read > guard.info.max_tokens:
+                    raise UpstreamFailure(
+                        TOO_LARGE,
+                        f"the upstream sent more than {guard.info.max_tokens} tokens for one "
+                        "answer (the request's token limit, or the proxy's max_answer_tokens)",
+                    )
                 if out:
                     yield out
-                if guard.blocked:
-                    return
             upstream.clean = True
-            out = guard.end()
+            out = await self._step(guard, None)
             if out:
                 yield out
         except UpstreamFailure as exc:
             self.metrics.upstream_errors.labels(kind=exc.kind).inc()
-            guard.fail(exc.kind, str(exc))
+            cause = Cause.OVER_TOKEN_LIMIT if exc.kind == TOO_LARGE else Cause.TRUNCATED
+            guard.fail(exc.kind, str(exc), cause)
         except ProviderFormatError as exc:
             self.metrics.upstream_errors.labels(kind="malformed_chunk").inc()
             guard.fail("malformed_chunk", str(exc))
@@ -317,10 +351,25 @@ class Proxy:
                 await chunks.aclose()
                 await self._finish(guard, upstream)
 
-    async def _complete(self, guard: AnswerGuard, upstream: UpstreamAnswer) -> Response:
+    async def _complete(
+        self, guard: AnswerGuard, upstream: UpstreamAnswer, request: Request
+    ) -> Response:
+        """The whole answer, decided; a client that disconnects meanwhile ends it at once
+        (the upstream is closed, the answer counted as abandoned, never certified)."""
         chunks = self._guarded(guard, upstream)
+        out: list[dict[str, Any]] = []
         try:
-            out = [chunk async for batch in chunks for chunk in batch]
+            async with anyio.create_task_group() as tasks:
+
+                async def watch() -> None:
+                    while (await request.receive())["type"] != "http.disconnect":
+                        pass
+                    tasks.cancel_scope.cancel()
+
+                tasks.start_soon(watch)
+                async for batch in chunks:
+                    out += batch
+                tasks.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
                 await chunks.aclose()
@@ -372,6 +421,7 @@ def create_app(config: ProxyConfig, *, registry: CollectorRegistry | None = None
         Route("/healthz", proxy.healthz, methods=["GET"]),
         Route("/metrics", proxy.metrics_endpoint, methods=["GET"]),
     ]
-    app = Starlette(routes=routes, lifespan=proxy.lifespan)
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(config.allowed_hosts))]
+    app = Starlette(routes=routes, middleware=middleware, lifespan=proxy.lifespan)
     app.state.proxy = proxy
     return app

@@ -110,15 +110,15 @@ def _bad(message: str, param: str | None = None) -> JSONResponse:
 
 
 def prepare(
-    body: Any,
+    body: dict[str, Any],
     *,
     source_for: Any,
     mode: str,
     top_logprobs: int | None,
+    max_answer_tokens: int,
 ) -> Prepared | JSONResponse:
-    """The guarded request for a client body, or the client's error (400/404)."""
-    if not isinstance(body, dict):
-        return _bad("the request body must be a JSON object")
+    """The guarded request for a client body (already checked by
+    :func:`~._request.validate_chat`), or the client's error (400/404)."""
     model = body.get("model")
     source = source_for(model)
     if source is None:
@@ -126,25 +126,18 @@ def prepare(
             404, f"no certificate for model {model!r} on this proxy", code="model_not_found",
             param="model",
         )  # fmt: skip
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        return _bad("messages must be a non-empty list", "messages")
+    messages = body["messages"]
     stream = body.get("stream", False)
     want = body.get("logprobs", False)
-    for name, value in (("stream", stream), ("logprobs", want)):
-        if value is not None and not isinstance(value, bool):
-            return _bad(f"{name} must be a boolean", name)
     if body.get("n") not in (None, 1):
         return _bad("the guard proxy certifies one answer per request: n must be 1", "n")
-    top_k = body.get("top_logprobs")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)):
-        return _bad("top_logprobs must be an integer", "top_logprobs")
-    top_k = int(top_k or 0) if want else 0
+    top_k = int(body.get("top_logprobs") or 0) if want else 0
     certificate, label = source.current()
+    # the answer's token limit once apply_context (below) has filled the request in
+    limit = filled_limit(certificate, body)
     try:
         needs = check_upstream(certificate, top_logprobs)
-        # the answer's token limit once apply_context (below) has filled the request in
-        monitor = certificate.monitor(max_tokens=filled_limit(certificate, body))
+        monitor = certificate.monitor(max_tokens=limit)
     except ConfigError as exc:
         message = f"the proxy's certificate {label} cannot guard this upstream: {exc}"
         return error_response(500, message, "liftguard_config_error", "certificate_unsupported")
@@ -182,6 +175,7 @@ def prepare(
         mismatches=mismatches,
         messages=list(out.get("messages", messages)),
         settings={k: out[k] for k in _SETTINGS if k in out},
+        max_tokens=max_answer_tokens if limit is None else min(limit, max_answer_tokens),
     )
     return Prepared(info, monitor, out)
 

@@ -12,6 +12,7 @@ from guardrail import ConfigError
 
 from .._stream import DEFAULT_MAX_TOKEN_CHARS
 from ._certs import CertificateSource
+from ._upstream import DEFAULT_MAX_ANSWER_BYTES
 
 __all__ = ["DEFAULT_REFUSAL", "OnBlock", "OnMismatch", "ProxyConfig", "ProxyMode"]
 
@@ -70,6 +71,16 @@ class ProxyConfig:
     reads more alternatives than this, or exact entropies, is refused when the
     proxy starts (and per request, should a store alias move to one).
 
+    Limits (a request or an answer past one is refused or blocked, never held
+    whole): ``max_body_bytes`` of a request body (HTTP 413), read within
+    ``body_timeout_s`` (HTTP 408); ``max_answer_tokens`` and ``max_answer_bytes`` of
+    one upstream answer (also at most the request's own token limit once the
+    certificate's context fills it in; past either, the answer is blocked with
+    cause ``over_token_limit`` and the upstream is closed). ``allowed_hosts``: the
+    ``Host`` names the proxy answers to (``"*"``: any; the command line allows only
+    loopback names when it listens on a loopback address, so that a web page cannot
+    reach it through DNS rebinding); another host gets HTTP 400.
+
     ``record_dir``: write every guarded answer as a trace line there (files
     rotated at ``record_max_bytes``; at most ``record_queue`` answers wait to be
     written, more are dropped and counted). ``refresh_interval_s``: how often
@@ -90,6 +101,11 @@ class ProxyConfig:
     top_logprobs: int | None = None
     max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS
     max_upstream_connections: int = 1024
+    max_body_bytes: int = 4 * 1024 * 1024
+    body_timeout_s: float = 30.0
+    max_answer_tokens: int = 16_384
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
+    allowed_hosts: tuple[str, ...] = ("*",)
     record_dir: str | None = None
     record_max_bytes: int = 64 * 1024 * 1024
     record_queue: int = 10_000
@@ -135,6 +151,14 @@ class ProxyConfig:
                 raise ConfigError(f"top_logprobs must be <= 20, got {self.top_logprobs}")
         _integer("max_token_chars", self.max_token_chars, 1)
         _integer("max_upstream_connections", self.max_upstream_connections, 1)
+        _integer("max_body_bytes", self.max_body_bytes, 1024)
+        _positive("body_timeout_s", self.body_timeout_s)
+        _integer("max_answer_tokens", self.max_answer_tokens, 1)
+        _integer("max_answer_bytes", self.max_answer_bytes, 1024)
+        hosts = self.allowed_hosts
+        if isinstance(hosts, str) or not all(isinstance(h, str) and h for h in hosts) or not hosts:
+            raise ConfigError(f"allowed_hosts must be a non-empty list of names, got {hosts!r}")
+        object.__setattr__(self, "allowed_hosts", tuple(hosts))
         _integer("record_max_bytes", self.record_max_bytes, 1024)
         _integer("record_queue", self.record_queue, 1)
         if self.record_dir is not None and not isinstance(self.record_dir, str):

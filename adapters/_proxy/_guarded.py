@@ -49,6 +49,8 @@ class RequestInfo:
     mismatches: list[str] = field(default_factory=list)
     messages: list[Any] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
+    max_tokens: int = 16_384
+    """The most tokens the proxy reads of this answer (its limit, capped by the proxy's)."""
 
     @property
     def covered(self) -> bool:
@@ -90,6 +92,8 @@ class AnswerGuard:
         self._released = self._flushed = 0
         self._last: ChunkParts | None = None
         self._record = record
+        self.heavy = _scores_with_a_model(monitor)
+        """The monitor evaluates a local model per token (milliseconds, not microseconds)."""
         self.tokens_read = 0
         self.text: list[str] = []  # (kept only when recording)
         self.entries: list[Any] = []
@@ -214,6 +218,12 @@ class AnswerGuard:
             mismatches=list(info.mismatches),
             error=self.error,
         )
+
+
+def _scores_with_a_model(monitor: Any) -> bool:
+    from .._prompt_free import PromptFreeSkeleton
+
+    return isinstance(getattr(monitor, "skeleton", None), PromptFreeSkeleton)
 
 
 def _number(value: object) -> float | None:

@@ -33,6 +33,12 @@ _STALE = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.
 """Connection failures before any response byte: safe to retry once."""
 
 
+TOO_LARGE = "upstream_too_large"
+"""The failure of an answer past the proxy's token or byte limit for one answer."""
+DEFAULT_MAX_ANSWER_BYTES = 8 * 1024 * 1024
+"""Most bytes one upstream answer may send (its events with their logprobs)."""
+
+
 class UpstreamFailure(Exception):
     """The upstream stream failed; ``kind`` names how (see the module docstring)."""
 
@@ -101,9 +107,12 @@ class UpstreamAnswer:
     """One upstream response and its event iterator (created once, so that what is left
     after ``[DONE]`` is read from the same iterator)."""
 
-    def __init__(self, response: httpx.Response) -> None:
+    def __init__(
+        self, response: httpx.Response, *, max_bytes: int = DEFAULT_MAX_ANSWER_BYTES
+    ) -> None:
         self.response = response
-        self.events = events(response)
+        self.lines = _Lines(max_bytes)
+        self.events = events(response, self.lines)
         self.clean = False  # ``[DONE]`` or the end of the body was reached
 
     async def close(self) -> None:
@@ -129,11 +138,55 @@ class UpstreamAnswer:
             await self.close()
 
 
-async def _events(response: httpx.Response) -> AsyncIterator[tuple[str | None, str]]:
+class _Lines:
+    """The body's lines, counting bytes: past ``max_bytes`` in all (one endless line
+    included) the answer is an :class:`UpstreamFailure` (``upstream_too_large``), so that an
+    upstream that never stops cannot make the proxy hold it whole."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.read = 0
+
+    async def __call__(self, response: httpx.Response) -> AsyncIterator[str]:
+        buffer = bytearray()
+        async for part in response.aiter_bytes():
+            self.read += len(part)
+            if self.read > self.max_bytes:
+                raise UpstreamFailure(
+                    TOO_LARGE,
+                    f"the upstream sent more than {self.max_bytes} bytes for one answer "
+                    "(the proxy's max_answer_bytes)",
+                )
+            buffer += part
+            if b"\n" not in part and b"\r" not in part:
+                continue  # no line ends here: nothing to scan (a long line stays linear)
+            start = 0
+            while (end := _line_end(buffer, start)) >= 0:
+                line = bytes(buffer[start:end])
+                start = end + (2 if buffer[end : end + 2] == b"\r\n" else 1)
+                yield line.decode("utf-8", "replace")
+            del buffer[:start]
+        if buffer:
+            yield bytes(buffer).rstrip(b"\r").decode("utf-8", "replace")
+
+
+def _line_end(buffer: bytearray, start: int) -> int:
+    """Where the next line ends (``\n``, ``\r\n`` or ``\r``); -1 if not yet known."""
+    n, r = buffer.find(b"\n", start), buffer.find(b"\r", start)
+    if r < 0 or (0 <= n < r):
+        return n
+    if r == len(buffer) - 1:
+        return -1  # a \r at the end of what came: \r\n may follow
+    return r
+
+
+async def _events(
+    response: httpx.Response, lines: _Lines
+) -> AsyncIterator[tuple[str | None, str]]:
     """``(event name, data)`` of each server-sent event (comments and ids skipped)."""
     data: list[str] = []
     event: str | None = None
-    async for line in response.aiter_lines():
+    async for line in lines(response):
         if not line:
             if data:
                 yield event, "\n".join(data)
@@ -146,11 +199,14 @@ async def _events(response: httpx.Response) -> AsyncIterator[tuple[str | None, s
         yield event, "\n".join(data)
 
 
-async def events(response: httpx.Response) -> AsyncGenerator[tuple[str | None, str], None]:
-    """The server-sent events of ``response``; a stall (``upstream_timeout``) or a broken
-    connection (``upstream_transport``) is an :class:`UpstreamFailure`."""
+async def events(
+    response: httpx.Response, lines: _Lines | None = None
+) -> AsyncGenerator[tuple[str | None, str], None]:
+    """The server-sent events of ``response``; a stall (``upstream_timeout``), a broken
+    connection (``upstream_transport``) or too many bytes (``upstream_too_large``) is an
+    :class:`UpstreamFailure`."""
     try:
-        async for event in _events(response):
+        async for event in _events(response, lines or _Lines(DEFAULT_MAX_ANSWER_BYTES)):
             yield event
     except httpx.TimeoutException as exc:
         raise UpstreamFailure(

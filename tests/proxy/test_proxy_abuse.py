@@ -4,11 +4,14 @@ or raw HTTP, in front of the scripted SSE upstream."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
+import httpx
 import openai
 import pytest
-from proxy_harness import GOOD, ROLE, STOP, Upstream, running_proxy, tokens
+from proxy_harness import GOOD, ROLE, STOP, Upstream, VerdictLines, running_proxy, tokens
 from sse_server import Reply, chat_chunk
 
 MESSAGES = [{"role": "user", "content": "Send the money."}]
@@ -72,3 +75,147 @@ async def test_a_tool_call_in_observe_mode_flows_and_is_reported(upstream: Upstr
     assert (verdict["state"], verdict["cause"]) == ("blocked", "tool_call")
     calls = completion.choices[0].message.tool_calls
     assert calls is not None and calls[0].function.name == "transfer_money"  # not dropped
+
+
+# --- 5. bad bodies are OpenAI-shaped 400s, never 500s -----------------------------------------
+
+_OK = b'{"model": "test-model", "messages": [{"role": "user", "content": "hi"}]'
+
+
+def _with(field: bytes) -> bytes:
+    return _OK + b", " + field + b"}"
+
+
+BAD_BODIES = {
+    "deep_json": (b"[" * 100_000 + b"]" * 100_000, "invalid_json", None),
+    "deep_in_messages": (
+        b'{"model": "test-model", "messages": [{"role": "user", "content": '
+        + b"[" * 5000 + b"]" * 5000 + b"}]}",
+        "invalid_json",
+        None,
+    ),
+    "nan": (_with(b'"temperature": NaN'), "invalid_json", None),
+    "infinity": (_with(b'"temperature": Infinity'), "invalid_json", None),
+    "overflow": (_with(b'"temperature": 1e400'), "invalid_json", None),
+    "lone_surrogate": (
+        b'{"model": "test-model", "messages": [{"role": "user", "content": "\\ud800"}]}',
+        "invalid_json",
+        None,
+    ),
+    "top_logprobs_negative": (_with(b'"logprobs": true, "top_logprobs": -1'), None, "top_logprobs"),
+    "top_logprobs_50": (_with(b'"logprobs": true, "top_logprobs": 50'), None, "top_logprobs"),
+    "max_tokens_negative": (_with(b'"max_tokens": -1'), None, "max_tokens"),
+    "max_tokens_zero": (_with(b'"max_tokens": 0'), None, "max_tokens"),
+    "max_tokens_text": (_with(b'"max_tokens": "abc"'), None, "max_tokens"),
+    "max_tokens_fraction": (_with(b'"max_tokens": 1.5'), None, "max_tokens"),
+    "temperature_text": (_with(b'"temperature": "hot"'), None, "temperature"),
+    "stop_number": (_with(b'"stop": 5'), None, "stop"),
+    "role_unknown": (
+        b'{"model": "test-model", "messages": [{"role": "hacker", "content": "hi"}]}',
+        None,
+        "messages",
+    ),
+    "not_an_object": (b"[1, 2]", None, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_BODIES))
+async def test_a_bad_body_is_a_400_before_the_upstream(upstream: Upstream, name: str) -> None:
+    raw, code, param = BAD_BODIES[name]
+    with running_proxy(upstream.base_url) as proxy:
+        async with httpx.AsyncClient() as client:
+            resp = await client.post(
+                f"{proxy.base_url}/chat/completions",
+                content=raw,
+                headers={"content-type": "application/json"},
+            )
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["code"] == (code or "invalid_request")
+    assert error["param"] == param
+    assert upstream.records == []
+
+
+async def test_size_content_type_and_host_are_checked(upstream: Upstream) -> None:
+    body = {"model": "test-model", "messages": [{"role": "user", "content": "x" * 5000}]}
+    with running_proxy(
+        upstream.base_url, max_body_bytes=4096, allowed_hosts=("127.0.0.1", "localhost")
+    ) as proxy:
+        async with httpx.AsyncClient() as client:
+            url = f"{proxy.base_url}/chat/completions"
+            big = await client.post(url, json=body)
+            plain = await client.post(
+                url, content=b'{"model": "test-model"}', headers={"content-type": "text/plain"}
+            )
+            rebound = await client.post(url, json=body, headers={"host": "evil.example"})
+    assert (big.status_code, big.json()["error"]["code"]) == (413, "request_too_large")
+    assert (plain.status_code, plain.json()["error"]["code"]) == (415, "unsupported_media_type")
+    assert rebound.status_code == 400
+    assert upstream.records == []
+
+
+# --- 1. an answer past its limits is blocked, not held ---------------------------------------
+
+
+async def test_an_upstream_past_the_token_limit_is_cut_off(upstream: Upstream) -> None:
+    words = [f" w{i}" for i in range(40)]
+    upstream.replies.put(Reply([ROLE, *tokens([GOOD] * 40, words), STOP], delay=0.0, hold_after=8))
+    with running_proxy(upstream.base_url) as proxy:
+        client = _client(proxy.base_url)
+        with pytest.raises(openai.APIStatusError) as caught:
+            await client.chat.completions.create(
+                model="test-model", messages=MESSAGES, max_tokens=5
+            )
+        await client.close()
+    assert caught.value.status_code == 502
+    assert caught.value.code == "upstream_too_large"
+    body = caught.value.body
+    assert isinstance(body, dict) and body["liftguard"]["cause"] == "over_token_limit"
+    assert (await upstream.records[-1].finished()).client_closed  # the upstream was closed
+
+
+async def test_an_upstream_past_the_byte_limit_is_cut_off(upstream: Upstream) -> None:
+    junk = chat_chunk({"content": ""}, {"content": []})
+    junk["padding"] = "x" * 4000  # chunks with no token, only bytes
+    upstream.replies.put(Reply([ROLE, *([junk] * 20), STOP], delay=0.0, hold_after=10))
+    with running_proxy(upstream.base_url, max_answer_bytes=16 * 1024) as proxy:
+        client = _client(proxy.base_url)
+        with pytest.raises(openai.APIError) as caught:
+            stream = await client.chat.completions.create(
+                model="test-model", messages=MESSAGES, stream=True
+            )
+            async for _ in stream:
+                pass
+        await client.close()
+    body = caught.value.body
+    assert isinstance(body, dict) and body["code"] == "upstream_too_large"
+    assert body["liftguard"]["cause"] == "over_token_limit"
+    assert (await upstream.records[-1].finished()).client_closed
+
+
+# --- 2. a non-streamed request whose client vanishes ends the upstream request ---------------
+
+
+async def test_a_vanished_non_streamed_client_closes_the_upstream(
+    upstream: Upstream, lines: VerdictLines
+) -> None:
+    upstream.replies.put(Reply([ROLE, *tokens([GOOD] * 5), STOP], hold_after=2, hold_timeout=10))
+    with running_proxy(upstream.base_url) as proxy:
+        host, port = proxy.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        body = json.dumps({"model": "test-model", "messages": MESSAGES}).encode()
+        writer.write(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        await writer.drain()
+        while not (upstream.records and upstream.records[-1].sent >= 2):
+            await asyncio.sleep(0.01)  # the upstream has started answering
+        writer.close()
+        await writer.wait_closed()
+        record = await upstream.records[-1].finished()
+        line = await lines.next()
+    assert record.client_closed
+    assert (line["state"], line["error"]) == ("blocked", "client_closed")
+    del reader

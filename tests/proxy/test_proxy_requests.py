@@ -185,7 +185,11 @@ async def test_bad_requests_are_refused_before_the_upstream(upstream: Upstream) 
         client = _client(proxy.base_url)
         with pytest.raises(openai.BadRequestError) as caught:
             await client.chat.completions.create(model="test-model", messages=MESSAGES, n=2)
-        raw = httpx.post(f"{proxy.base_url}/chat/completions", content=b"{not json")
+        raw = httpx.post(
+            f"{proxy.base_url}/chat/completions",
+            content=b"{not json",
+            headers={"content-type": "application/json"},
+        )
         await client.close()
     assert caught.value.param == "n"
     assert raw.status_code == 400 and raw.json()["error"]["code"] == "invalid_json"

@@ -1,0 +1,221 @@
+"""The client's request, read and checked before anything is forwarded.
+
+:func:`read_body` reads at most ``max_body_bytes`` (HTTP 413 beyond), within
+``body_timeout_s`` (HTTP 408 for a client that trickles its body), and only as
+JSON (HTTP 415 for another content type: a web page's cross-origin "simple"
+POST is ``text/plain``, and a JSON POST needs a CORS preflight the proxy never
+grants). :func:`parse_json` refuses what Python's decoder accepts but the wire
+must not carry: ``NaN``/``Infinity`` and numbers that overflow to them, nesting
+deeper than :data:`MAX_DEPTH`, and lone surrogates (they cannot be encoded as
+UTF-8 to the upstream). :class:`ChatRequest` then checks the Chat Completions
+fields the proxy or the upstream reads, with strict types (no ``"abc"`` for an
+integer, no ``1.5`` for a token count) and OpenAI's documented ranges; fields it
+does not know pass through unchanged. Every refusal is an OpenAI-shaped HTTP
+400 naming the parameter (``param``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import ClientDisconnect, Request
+
+__all__ = [
+    "MAX_DEPTH",
+    "BadRequest",
+    "ChatRequest",
+    "Message",
+    "parse_json",
+    "read_body",
+    "validate_chat",
+]
+
+MAX_DEPTH = 64
+"""Deepest nesting of objects and lists a request may have (OpenAI's own are < 10 deep)."""
+
+
+class BadRequest(Exception):
+    """A request the proxy refuses: ``status``, a message, ``code`` and ``param``."""
+
+    def __init__(
+        self, message: str, *, status: int = 400, code: str = "invalid_request",
+        param: str | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(message)
+        self.status, self.code, self.param = status, code, param
+
+
+def _json_media(content_type: str | None) -> bool:
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
+async def read_body(request: Request, *, max_bytes: int, timeout_s: float) -> bytes:
+    """The request's body: JSON only, at most ``max_bytes``, read within ``timeout_s``."""
+    if not _json_media(request.headers.get("content-type")):
+        raise BadRequest(
+            "the request body must be JSON (Content-Type: application/json)",
+            status=415, code="unsupported_media_type",
+        )  # fmt: skip
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise _too_large(max_bytes)
+
+    async def read() -> bytes:
+        parts, size = [], 0
+        async for part in request.stream():
+            size += len(part)
+            if size > max_bytes:
+                raise _too_large(max_bytes)
+            parts.append(part)
+        return b"".join(parts)
+
+    try:
+        return await asyncio.wait_for(read(), timeout_s)
+    except TimeoutError:
+        raise BadRequest(
+            f"the request body did not arrive within {timeout_s:g} s",
+            status=408, code="request_timeout",
+        ) from None  # fmt: skip
+    except ClientDisconnect:
+        raise BadRequest("the client closed the connection", code="client_closed") from None
+
+
+def _too_large(max_bytes: int) -> BadRequest:
+    return BadRequest(
+        f"the request body is larger than this proxy accepts ({max_bytes} bytes)",
+        status=413, code="request_too_large",
+    )  # fmt: skip
+
+
+def _no_constant(name: str) -> Any:
+    raise BadRequest(f"{name} is not a JSON number", code="invalid_json")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise BadRequest(f"the number {text[:40]} is out of range", code="invalid_json")
+    return value
+
+
+def parse_json(raw: bytes) -> Any:
+    """The body as JSON, refusing non-finite numbers, deep nesting and lone surrogates."""
+    try:
+        value = json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise _too_deep() from None
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest("the request body is not valid JSON", code="invalid_json") from None
+    _check_tree(value)
+    return value
+
+
+def _too_deep() -> BadRequest:
+    return BadRequest(f"the request nests deeper than {MAX_DEPTH} levels", code="invalid_json")
+
+
+def _check_tree(root: Any) -> None:
+    """Depth at most :data:`MAX_DEPTH`; every string (keys too) encodable as UTF-8."""
+    stack: list[tuple[Any, int]] = [(root, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            _utf8(value)
+        elif isinstance(value, dict | list):
+            if depth > MAX_DEPTH:
+                raise _too_deep()
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                if isinstance(key, str):
+                    _utf8(key)
+                stack.append((item, depth + 1))
+
+
+def _utf8(text: str) -> None:
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadRequest(
+                "the request holds a lone surrogate (\\ud800-\\udfff), which is not text",
+                code="invalid_json",
+            ) from None
+
+
+# --- the Chat Completions request ---------------------------------------------------------
+
+_Strict = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
+Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
+
+
+class Message(BaseModel):
+    """One chat message: its role and content (text, or a list of content parts)."""
+
+    model_config = _Strict
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class ChatRequest(BaseModel):
+    """The Chat Completions fields the proxy or the upstream reads (others pass through)."""
+
+    model_config = _Strict
+    model: Annotated[str, Field(min_length=1, max_length=256)]
+    messages: Annotated[list[Message], Field(min_length=1)]
+    stream: bool | None = None
+    stream_options: dict[str, Any] | None = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    n: Annotated[int, Field(ge=1)] | None = None
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    stop: str | Annotated[list[str], Field(max_length=16)] | None = None
+    seed: int | None = None
+    frequency_penalty: Penalty | None = None
+    presence_penalty: Penalty | None = None
+    logit_bias: dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    user: str | None = None
+    # llama.cpp's and vLLM's sampling settings
+    top_k: Annotated[int, Field(ge=0)] | None = None
+    min_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    repeat_penalty: Annotated[float, Field(gt=0.0)] | None = None
+
+
+def validate_chat(body: Any) -> dict[str, Any]:
+    """``body`` if it is a valid Chat Completions request, else :class:`BadRequest`."""
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
+    try:
+        ChatRequest.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        path = [str(part) for part in first["loc"] if not _is_type_tag(part)]
+        given = "" if first["type"] == "missing" else f" (got {_short(first.get('input'))})"
+        where = ".".join(path) or "body"
+        param = path[0] if path else None
+        raise BadRequest(f"{where}: {first['msg']}{given}", param=param) from None
+    return body
+
+
+_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})
+
+
+def _is_type_tag(part: Any) -> bool:
+    """pydantic names the member of a union in an error's location (``stop.list[str]``)."""
+    return isinstance(part, str) and ("[" in part or part in _TYPE_TAGS or "-" in part)
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=True, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
