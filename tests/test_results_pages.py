@@ -1,0 +1,35 @@
+"""The generated result pages under ``docs/results`` are what their benchmark scripts
+write now (``benchmarks/transfer/table.py`` has its own test)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+SHARED_TRACES = ROOT.parent / "shared" / "data" / "traces"
+
+
+def _script(relative: str) -> ModuleType:
+    path = ROOT / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (SHARED_TRACES / "triviaqa_gemma3.jsonl").exists(), reason="shared trace data not available"
+)
+def test_topk_decisions_page_is_what_the_script_writes() -> None:
+    mod = _script("benchmarks/topk_decisions.py")
+    assert mod.OUT == ROOT / "docs" / "results" / "topk_decisions.md"
+    written = mod.OUT.read_text(encoding="utf-8")
+    assert mod.COMMAND in written.splitlines()[0]
+    assert written == mod.render(SHARED_TRACES), f"stale {mod.OUT.name}: run `{mod.COMMAND}`"
+
