@@ -4,6 +4,7 @@ write now (``benchmarks/transfer/table.py`` has its own test)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 from types import ModuleType
 
@@ -33,3 +34,15 @@ def test_topk_decisions_page_is_what_the_script_writes() -> None:
     assert mod.COMMAND in written.splitlines()[0]
     assert written == mod.render(SHARED_TRACES), f"stale {mod.OUT.name}: run `{mod.COMMAND}`"
 
+
+def test_warm_start_page_is_the_saved_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page is the default run's report as saved in its JSON (regenerating the run
+    takes minutes of llama.cpp; ``--docs-only`` rewrites the page from the JSON)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    mod = _script("benchmarks/_warm_start_report.py")
+    assert mod.DOCS_PAGE == ROOT / "docs" / "results" / "warm_start_real.md"
+    saved = json.loads((ROOT / "benchmarks/results/warm_start_real.json").read_text("utf-8"))
+    written = mod.DOCS_PAGE.read_text(encoding="utf-8")
+    assert mod.COMMAND in written.splitlines()[0]
+    assert written == mod.docs_page(saved["markdown"]), f"stale: run `{mod.COMMAND} --docs-only`"
+    assert "\n| scaled | warm |" in written
