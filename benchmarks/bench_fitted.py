@@ -16,7 +16,7 @@ base features
 bounds (:class:`~guardrail.fitting.FittedState`) alone.
 
 Default input: the committed fixture sample (for a quick check); pass
-``--traces`` with the shared trace files for the numbers in the README.
+``--traces`` with the shared trace files for the numbers in the docs (``docs/results/index.md``).
 """
 
 from __future__ import annotations

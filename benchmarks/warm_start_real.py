@@ -50,8 +50,10 @@ Measured:
    but it is fitted on contexts of all of B's answers, calibration and test
    halves alike (as ``warm_start`` does by default).
 
-Prints Markdown tables and writes every number to ``--out`` (JSON). Every
-step that runs llama.cpp is cached, so a second run only redoes the VSD and
+Prints Markdown tables and writes every number to ``--out`` (JSON); a run with
+the default ``--out`` also writes the tables to ``docs/results/warm_start_real.md``
+(``--docs-only`` rewrites that page from the saved JSON without running anything).
+Every step that runs llama.cpp is cached, so a second run only redoes the VSD and
 the evaluation. Timings on a shared machine vary with its load.
 """
 
@@ -76,7 +78,7 @@ from _warm_start_models import (
     measure_change,
     requantise,
 )
-from _warm_start_report import json_safe, markdown
+from _warm_start_report import DOCS_PAGE, docs_page, json_safe, markdown
 from _warm_start_vsd import coverage_experiment, resample_control, vsd_experiment
 
 from adapters.local import bundled_smollm2_path
@@ -142,7 +144,16 @@ def main(argv: list[str] | None = None) -> int:
         choices=("change", "all"),
         help="'change': stop after measuring the model change (to pick --qtype)",
     )
+    ap.add_argument(
+        "--docs-only",
+        action="store_true",
+        help=f"rewrite {DOCS_PAGE.name} from the report saved in --out, running nothing",
+    )
     args = ap.parse_args(argv)
+    if args.docs_only:
+        saved = json.loads(args.out.read_text(encoding="utf-8"))
+        _write_docs_page(saved["markdown"])
+        return 0
     t_start = time.perf_counter()
     args.work_dir.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
@@ -277,7 +288,15 @@ def main(argv: list[str] | None = None) -> int:
     report["markdown"] = text
     args.out.write_text(json.dumps(json_safe(report), indent=1) + "\n", encoding="utf-8")
     print(f"\nwrote {args.out}", file=sys.stderr)
+    if args.out.resolve() == DEFAULT_OUT:  # the default run is the one the docs show
+        _write_docs_page(text)
     return 0
+
+
+def _write_docs_page(report_markdown: str) -> None:
+    DOCS_PAGE.parent.mkdir(parents=True, exist_ok=True)
+    DOCS_PAGE.write_text(docs_page(report_markdown), encoding="utf-8")
+    print(f"wrote {DOCS_PAGE}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ def support_clip(vocab_size: int, support: float = DEFAULT_SUPPORT) -> float:
     confident tokens count as fully supported and only the shortfall of the
     others, ``log P - log support``, moves an order-based statistic
     (``aggregate="min"`` or ``"lowest"``). ``support=0.8`` is the default
-    certificate's choice (measured on the shared traces; see the README).
+    certificate's choice (measured on the shared traces; see ``docs/results/index.md``).
     """
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
         raise ConfigError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")

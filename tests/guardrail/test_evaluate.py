@@ -115,8 +115,9 @@ SHARED_GEMMA = (
 def test_default_certificate_beats_the_best_baseline_on_gemma(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The README's claim: on the Gemma traces at risk 0.7 the default certificate answers
-    more than the sequence log-likelihood and ranks at least as well."""
+    """The claim of the evaluation results (docs/results/index.md): on the Gemma traces at
+    risk 0.7 the default certificate answers more than the sequence log-likelihood and
+    ranks at least as well."""
     args = ["eval", "--traces", str(SHARED_GEMMA), "--risk", "0.7", "--splits", "20", "--json"]
     assert main(args) == 0
     res = json.loads(capsys.readouterr().out)["methods"]
