@@ -51,9 +51,9 @@ try:
         certificate_source,
     )
     from ._proxy._config import DEFAULT_REFUSAL, ProxyConfig
-    from ._proxy._wire import BLOCKED_TYPE, UPSTREAM_TYPE, VERDICT_FIELD
+    from ._proxy._wire import BLOCKED_TYPE, UPSTREAM_TYPE, VERDICT_FIELD, redact_url
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    if exc.name in ("starlette", "uvicorn", "httpx", "prometheus_client", "anyio"):
+    if exc.name in ("starlette", "uvicorn", "httpx", "prometheus_client", "anyio", "pydantic"):
         raise ImportError(INSTALL_HINT) from exc
     raise
 
@@ -73,6 +73,7 @@ __all__ = [
     "StoreCertificate",
     "certificate_source",
     "create_app",
+    "redact_url",
     "serve",
 ]
 

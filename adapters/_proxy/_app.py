@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from functools import partial
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import httpx
@@ -65,6 +66,8 @@ from ._wire import (
     HEADER_REQUEST_ID,
     UPSTREAM_TYPE,
     header_value,
+    redact_secrets,
+    redact_url,
     sse,
 )
 
@@ -174,7 +177,7 @@ class Proxy:
             {
                 "status": "ok",
                 "mode": self.config.mode,
-                "upstream": self.config.upstream,
+                "upstream": redact_url(self.config.upstream),
                 "certificates": {n: s.current()[1] for n, s in self.sources.items()},
                 "recording": None
                 if rec is None
@@ -184,6 +187,15 @@ class Proxy:
 
     async def metrics_endpoint(self, request: Request) -> Response:
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    def _secrets(self, request: Request) -> list[str]:
+        """What an upstream's error body must not echo to the client: the keys and the
+        upstream URL's password."""
+        password = urlsplit(self.config.upstream).password
+        keys = [self.config.upstream_key, self.config.client_key, password]
+        auth = request.headers.get("authorization", "")
+        keys.append(auth.split(" ", 1)[1] if " " in auth else auth)
+        return [k for k in keys if k]
 
     def _unauthorized(self) -> JSONResponse:
         return error_response(
@@ -251,6 +263,7 @@ class Proxy:
                  "status": resp.status_code}
             )  # fmt: skip
             media = resp.headers.get("content-type", "application/json")
+            raw = redact_secrets(raw, self._secrets(request))
             return upstream_status_response(resp.status_code, raw, media, info.model)
         answer = UpstreamAnswer(resp, max_bytes=config.max_answer_bytes)
         guard = AnswerGuard(

@@ -1,4 +1,4 @@
-"""The shapes the proxy writes on the OpenAI wire (documented in the README).
+"""The shapes the proxy writes on the OpenAI wire (documented on the docs site's proxy page).
 
 **Errors** use OpenAI's error body, ``{"error": {"message", "type", "param",
 "code"}}``, with the verdict under ``error.liftguard``:
@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from guardrail import Verdict
 
@@ -46,6 +48,8 @@ __all__ = [
     "VERDICT_FIELD",
     "error_body",
     "header_value",
+    "redact_secrets",
+    "redact_url",
     "sse",
     "strip_chunk",
     "verdict_info",
@@ -61,6 +65,28 @@ HEADER_VERDICT = "x-liftguard-verdict"
 HEADER_CAUSE = "x-liftguard-cause"
 HEADER_TOKENS = "x-liftguard-tokens"
 DONE = b"data: [DONE]\n\n"
+
+
+def redact_url(url: str) -> str:
+    """``url`` without the password of its user part (``http://user:***@host/v1``), for
+    logs, ``/healthz`` and the start-up line."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+
+
+def redact_secrets(raw: bytes, secrets: list[str]) -> bytes:
+    """``raw`` (an upstream's error body, relayed to the client) with every ``secret`` and
+    every ``Bearer`` token replaced by ``***`` (an upstream may echo the key it got)."""
+    for secret in secrets:
+        if secret:
+            raw = raw.replace(secret.encode(), b"***")
+    return _BEARER.sub(rb"\1***", raw)
+
+
+_BEARER = re.compile(rb"(?i)(bearer\s+)[^\s\"',;]+")
 
 
 def header_value(text: str) -> str:

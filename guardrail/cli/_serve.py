@@ -34,7 +34,13 @@ def _verdict_lines_to_stderr() -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from adapters.proxy import DEFAULT_REFUSAL, ProxyConfig, certificate_source, serve
+    from adapters.proxy import (
+        DEFAULT_REFUSAL,
+        ProxyConfig,
+        certificate_source,
+        redact_url,
+        serve,
+    )
 
     options = args.storage_options
     default = None
@@ -61,6 +67,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         client_key=os.environ.get(CLIENT_KEY_ENV) or None,
         top_logprobs=args.top_logprobs,
         max_token_chars=args.max_token_chars,
+        max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+        max_answer_tokens=args.max_answer_tokens,
+        max_answer_bytes=int(args.max_answer_mb * 1024 * 1024),
+        allowed_hosts=tuple(args.allowed_host or _default_hosts(args.host)),
         record_dir=args.record,
         record_max_bytes=int(args.record_max_mb * 1024 * 1024),
         record_queue=args.record_queue,
@@ -74,13 +84,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
     def listening(url: str) -> None:
         certs = ", ".join(f"{name}: {label}" for name, label in shown.items())
         print(
-            f"liftguard serve: {url} -> {config.upstream} ({config.mode}; {certs})",
+            f"liftguard serve: {url} -> {redact_url(config.upstream)} ({config.mode}; {certs})",
             file=sys.stderr,
             flush=True,
         )
 
     serve(config, host=args.host, port=args.port, log_level=args.log_level, on_listen=listening)
     return 0
+
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def _default_hosts(bind: str) -> list[str]:
+    """The Host names answered by default: loopback names on a loopback address (a web
+    page cannot then reach the proxy through DNS rebinding), any name otherwise."""
+    return list(_LOOPBACK) if bind in _LOOPBACK else ["*"]
 
 
 def add_serve_parser(sub: Any) -> None:
@@ -133,6 +152,16 @@ def add_serve_parser(sub: Any) -> None:
                    help="alternatives to ask for per token (default: 20 if the skeleton "
                    "reads them, else 0)")  # fmt: skip
     p.add_argument("--max-token-chars", type=integer(1), default=4096)
+    p.add_argument("--max-body-mb", type=positive, default=4.0,
+                   help="largest request body (HTTP 413 beyond)")  # fmt: skip
+    p.add_argument("--max-answer-tokens", type=integer(1), default=16_384,
+                   help="most tokens read of one answer (also at most the request's own "
+                   "limit); past it the answer is blocked and the upstream closed")  # fmt: skip
+    p.add_argument("--max-answer-mb", type=positive, default=8.0,
+                   help="most bytes read of one upstream answer, logprobs included")  # fmt: skip
+    p.add_argument("--allowed-host", action="append", metavar="NAME", default=None,
+                   help="a Host name the proxy answers to (repeat; '*': any); default: "
+                   "loopback names when --host is a loopback address, else any")  # fmt: skip
     p.add_argument(
         "--record",
         metavar="DIR",

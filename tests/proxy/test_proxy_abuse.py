@@ -219,3 +219,26 @@ async def test_a_vanished_non_streamed_client_closes_the_upstream(
     assert record.client_closed
     assert (line["state"], line["error"]) == ("blocked", "client_closed")
     del reader
+
+
+# --- 9. credentials never leave the proxy -----------------------------------------------------
+
+
+async def test_credentials_in_the_upstream_url_and_echoed_keys_are_redacted(
+    upstream: Upstream,
+) -> None:
+    echoed = {"error": {"message": "bad key: Bearer sk-upstream-secret (from sk-upstream-secret)",
+                        "type": "invalid_request_error", "code": "invalid_api_key"}}  # fmt: skip
+    upstream.replies.put(Reply(status=401, body=echoed))
+    base = upstream.base_url.replace("http://", "http://user:hunter2@")
+    with running_proxy(base, upstream_key="sk-upstream-secret") as proxy:
+        async with httpx.AsyncClient() as client:
+            health = await client.get(f"{proxy.url}/healthz")
+            resp = await client.post(
+                f"{proxy.base_url}/chat/completions",
+                json={"model": "test-model", "messages": MESSAGES},
+                headers={"authorization": "Bearer sk-client-secret"},
+            )
+    assert "hunter2" not in health.text and "user:***@" in health.json()["upstream"]
+    assert resp.status_code == 401
+    assert "sk-upstream-secret" not in resp.text and "***" in resp.text
