@@ -158,6 +158,7 @@ def prepare(
         if issubclass(w.category, ContextMismatchWarning):
             found = _FIELD.match(str(w.message))
             mismatches.append(found.group(1) if found else "unknown")
+    mismatches += sampling_changes(body)
     out.update(out.pop("extra_body", None) or {})
     out.update(stream=True, logprobs=True, top_logprobs=upstream_top)
     if stream and isinstance(body.get("stream_options"), dict):
@@ -178,6 +179,29 @@ def prepare(
         max_tokens=max_answer_tokens if limit is None else min(limit, max_answer_tokens),
     )
     return Prepared(info, monitor, out)
+
+
+_NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "logit_bias": (None, {}),
+    "frequency_penalty": (None, 0, 0.0),
+    "presence_penalty": (None, 0, 0.0),
+    "top_k": (None,),
+    "min_p": (None,),
+    "typical_p": (None, 1, 1.0),
+    "mirostat": (None, 0),
+}
+"""Sampling settings no certificate records: any other value moves the answer's logprobs."""
+
+
+def sampling_changes(body: dict[str, Any]) -> list[str]:
+    """The settings of ``body`` that change the answer distribution in a way a certificate
+    cannot have been calibrated for: a non-neutral value of a setting in :data:`_NEUTRAL`,
+    or an assistant prefill (the last message is the assistant's own start)."""
+    out = [name for name, neutral in _NEUTRAL.items() if body.get(name) not in neutral]
+    messages = body.get("messages") or []
+    if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
+        out.append("assistant_prefill")
+    return out
 
 
 def upstream_status_response(status: int, raw: bytes, media_type: str, model: Any) -> Response:

@@ -242,3 +242,34 @@ async def test_credentials_in_the_upstream_url_and_echoed_keys_are_redacted(
     assert "hunter2" not in health.text and "user:***@" in health.json()["upstream"]
     assert resp.status_code == 401
     assert "sk-upstream-secret" not in resp.text and "***" in resp.text
+
+
+# --- 10. sampling settings a certificate cannot cover ----------------------------------------
+
+CHANGES = {
+    "logit_bias": {"logit_bias": {"1234": 50}},
+    "frequency_penalty": {"frequency_penalty": 1.0},
+    "presence_penalty": {"presence_penalty": 0.5},
+    "top_k": {"top_k": 5},
+    "min_p": {"min_p": 0.2},
+    "assistant_prefill": {
+        "messages": [*MESSAGES, {"role": "assistant", "content": "The answer is"}]
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHANGES))
+async def test_settings_that_move_logprobs_are_not_covered(upstream: Upstream, name: str) -> None:
+    body = {"model": "test-model", "messages": MESSAGES, **CHANGES[name]}
+    upstream.replies.put(Reply([ROLE, *tokens([GOOD] * 5), STOP], delay=0.0))
+    with running_proxy(upstream.base_url) as logged, httpx.Client() as client:
+        answer = client.post(f"{logged.base_url}/chat/completions", json=body).json()
+    with (
+        running_proxy(upstream.base_url, on_context_mismatch="reject") as strict,
+        httpx.Client() as client,
+    ):
+        refused = client.post(f"{strict.base_url}/chat/completions", json=body)
+    assert answer["liftguard"]["covered"] is False
+    assert name in answer["liftguard"]["context_mismatches"]
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "context_mismatch"
+    assert len(upstream.records) == 1  # the refused request never reached the upstream
