@@ -142,8 +142,9 @@ def prepare(
         message = f"the proxy's certificate {label} cannot guard this upstream: {exc}"
         return error_response(500, message, "liftguard_config_error", "certificate_unsupported")
     needs_top = getattr(monitor.skeleton, "needs_top_logprobs", True)
-    default = max(DEFAULT_UPSTREAM_TOP, needs.alternatives) if needs_top else 0
-    upstream_top = max(top_logprobs if top_logprobs is not None else default, top_k)
+    default = max(DEFAULT_UPSTREAM_TOP, needs.alternatives) if needs_top else 1
+    # at least one alternative: llama.cpp's server sends no logprobs at all for 0
+    upstream_top = max(top_logprobs if top_logprobs is not None else default, top_k, 1)
     kwargs = {
         k: v for k, v in body.items()
         if k not in ("stream", "stream_options", "logprobs", "top_logprobs", "n")

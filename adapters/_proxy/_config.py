@@ -67,7 +67,8 @@ class ProxyConfig:
     upstream gets ``upstream_key`` or no key at all).
     ``top_logprobs``: alternatives asked of the upstream per token (``None``: 20,
     or the certificate's ``statistic.alternatives`` if larger, when the certificate
-    reads them, else 0; at least what the client asks for). A certificate that
+    reads them, else 1; at least what the client asks for, and never 0, for which
+    llama.cpp's server sends no logprobs at all). A certificate that
     reads more alternatives than this, or exact entropies, is refused when the
     proxy starts (and per request, should a store alias move to one).
 

@@ -150,7 +150,7 @@ def add_serve_parser(sub: Any) -> None:
                    "never certified")  # fmt: skip
     p.add_argument("--top-logprobs", type=integer(0), default=None,
                    help="alternatives to ask for per token (default: 20 if the skeleton "
-                   "reads them, else 0)")  # fmt: skip
+                   "reads them, else 1; never less than 1)")  # fmt: skip
     p.add_argument("--max-token-chars", type=integer(1), default=4096)
     p.add_argument("--max-body-mb", type=positive, default=4.0,
                    help="largest request body (HTTP 413 beyond)")  # fmt: skip

@@ -125,7 +125,8 @@ async def test_logprobs_are_asked_for_and_stripped_unless_the_client_asked(
         asked_chunks = [c async for c in asked]
         await client.close()
     first, second = (r.body for r in upstream.records)
-    assert (first["logprobs"], first["top_logprobs"], first["stream"]) == (True, 0, True)
+    # one alternative even for a rule that reads none: llama.cpp's server sends no logprobs for 0
+    assert (first["logprobs"], first["top_logprobs"], first["stream"]) == (True, 1, True)
     assert second["top_logprobs"] == 2
     assert all(c.choices[0].logprobs is None for c in plain_chunks if c.choices)
     entries = [
