@@ -182,6 +182,9 @@ class PromptFreeSkeleton:
     """
 
     __slots__ = ("_backend", "_closed", "_context", "_n_prefix")
+    evaluates_model = True
+    """Each ``log_prob`` evaluates a model (milliseconds): a server scores it off its
+    event loop (see the guard proxy)."""
 
     needs_top_logprobs = False
     """Scores need only the emitted token: stream adapters skip the alternatives."""

@@ -221,9 +221,10 @@ class AnswerGuard:
 
 
 def _scores_with_a_model(monitor: Any) -> bool:
-    from .._prompt_free import PromptFreeSkeleton
-
-    return isinstance(getattr(monitor, "skeleton", None), PromptFreeSkeleton)
+    """The monitor's skeleton says it evaluates a model per token (``evaluates_model``, as
+    :class:`~adapters.PromptFreeSkeleton` does; a fitted monitor's view of it passes the
+    attribute on)."""
+    return getattr(getattr(monitor, "skeleton", None), "evaluates_model", False) is True
 
 
 def _number(value: object) -> float | None:

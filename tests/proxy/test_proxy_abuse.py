@@ -6,13 +6,27 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import threading
 from typing import Any
 
 import httpx
 import openai
 import pytest
-from proxy_harness import GOOD, ROLE, STOP, Upstream, VerdictLines, running_proxy, tokens
+from proxy_harness import (
+    GOOD,
+    ROLE,
+    STOP,
+    Upstream,
+    VerdictLines,
+    make_certificate,
+    running_proxy,
+    tokens,
+)
 from sse_server import Reply, chat_chunk
+
+from adapters.proxy import StaticCertificate
+from guardrail import TokenEvent
 
 MESSAGES = [{"role": "user", "content": "Send the money."}]
 TOOL_CALL = {
@@ -273,3 +287,43 @@ async def test_settings_that_move_logprobs_are_not_covered(upstream: Upstream, n
     assert name in answer["liftguard"]["context_mismatches"]
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "context_mismatch"
     assert len(upstream.records) == 1  # the refused request never reached the upstream
+
+
+# --- 3. scoring that evaluates a model never holds up the server ------------------------------
+
+
+class GatedSkeleton:
+    """A skeleton that evaluates "a model" (``evaluates_model``): each score waits until
+    the test opens ``gate``, as a slow local model would keep the scorer busy."""
+
+    evaluates_model = True
+    needs_top_logprobs = False
+
+    def __init__(self, gate: threading.Event, entered: threading.Event) -> None:
+        self.gate, self.entered = gate, entered
+
+    def log_prob(self, event: TokenEvent) -> float:
+        self.entered.set()
+        assert self.gate.wait(30), "the test never opened the gate"
+        return -math.log(50_000)
+
+
+async def test_a_model_scored_answer_does_not_hold_up_the_server(upstream: Upstream) -> None:
+    gate, entered = threading.Event(), threading.Event()
+    cert = make_certificate().with_skeleton(GatedSkeleton(gate, entered))
+    upstream.replies.put(Reply([ROLE, *tokens([GOOD] * 5), STOP], delay=0.0))
+    body = {"model": "test-model", "messages": MESSAGES}
+    with running_proxy(upstream.base_url, certificate=StaticCertificate(cert, "gated")) as proxy:
+        try:
+            async with httpx.AsyncClient(timeout=30) as client:
+                answer = asyncio.create_task(
+                    client.post(f"{proxy.base_url}/chat/completions", json=body)
+                )
+                assert await asyncio.to_thread(entered.wait, 10)  # scoring has begun
+                health = await client.get(f"{proxy.url}/healthz", timeout=10)
+                gate.set()
+                resp = await answer
+        finally:
+            gate.set()
+    assert health.status_code == 200
+    assert resp.json()["liftguard"]["state"] == "certified"
