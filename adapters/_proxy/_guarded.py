@@ -19,6 +19,7 @@ error event otherwise.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
@@ -182,12 +183,21 @@ class AnswerGuard:
             return []
         out = [self._client(chunk) for chunk, _, _ in self._pending]
         self._pending.clear()
-        if out:
-            last = next(
-                (i for i in range(len(out) - 1, -1, -1) if _has_finish(out[i])), len(out) - 1
-            )
-            out[last] = {**out[last], VERDICT_FIELD: self.verdict_field()}
+        if not out:  # observe mode, no finish chunk held (a cut-off stream): say so anyway
+            out = [self._verdict_chunk()]
+        last = next((i for i in range(len(out) - 1, -1, -1) if _has_finish(out[i])), len(out) - 1)
+        out[last] = {**out[last], VERDICT_FIELD: self.verdict_field()}
         return out
+
+    def _verdict_chunk(self) -> dict[str, Any]:
+        """A chunk with no choice that carries only the verdict (as a usage chunk does)."""
+        return {
+            "id": f"chatcmpl-{self.info.request_id}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": self.info.model,
+            "choices": [],
+        }
 
     def fail(self, error: str, reason: str, cause: Cause = Cause.TRUNCATED) -> None:
         """The answer ends without a finish (``error``: why, e.g. the upstream timed

@@ -327,3 +327,19 @@ async def test_a_model_scored_answer_does_not_hold_up_the_server(upstream: Upstr
             gate.set()
     assert health.status_code == 200
     assert resp.json()["liftguard"]["state"] == "certified"
+
+
+async def test_observe_mode_reports_the_verdict_of_a_cut_off_stream(upstream: Upstream) -> None:
+    upstream.replies.put(Reply([ROLE, *tokens([GOOD] * 3)], delay=0.0))  # no finish chunk
+    with running_proxy(upstream.base_url, mode="observe") as proxy:
+        client = _client(proxy.base_url)
+        stream = await client.chat.completions.create(
+            model="test-model", messages=MESSAGES, stream=True
+        )
+        chunks = [chunk async for chunk in stream]
+        await client.close()
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == (
+        "The capital of"
+    )
+    verdict = (chunks[-1].model_extra or {})["liftguard"]
+    assert (verdict["state"], verdict["cause"]) == ("blocked", "truncated")
