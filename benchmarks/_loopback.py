@@ -13,7 +13,8 @@ seconds). The answer is one token per chunk, as OpenAI streams it: a role chunk,
 ``top`` alternatives), a ``finish_reason`` chunk, then ``data: [DONE]``. Token
 ``n`` is ``" w<n>"`` with logprob ``LOGPROBS[n % 2]``. Bodies are built once per
 spec; with no delay the whole body goes out in one write (the client then reads
-as fast as it parses), otherwise one chunk per ``delay``.
+as fast as it parses), otherwise one chunk per ``delay``. ``endless`` answers
+never finish: blocks of 100 token chunks until the client hangs up.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ class Spec:
     tokens: int = 200
     top: int = 20
     delay: float = 0.0
+    endless: bool = False
+    """Ignore ``tokens``: send token chunks until the client hangs up (an upstream that
+    ignores ``max_tokens`` and never stops)."""
 
     def message(self) -> str:
         return json.dumps(asdict(self))
@@ -118,6 +122,9 @@ class _Server:
                         length = int(value)
                 body = json.loads(await reader.readexactly(length))
                 spec = Spec(**json.loads(body["messages"][0]["content"]))
+                if spec.endless:
+                    await _endless(writer, spec)
+                    return
                 frames, whole = self.answer(spec)
                 if spec.delay <= 0:
                     writer.write(whole)
@@ -133,6 +140,17 @@ class _Server:
             pass  # the client hung up, or the server is shutting down
         finally:
             writer.close()
+
+
+async def _endless(writer: asyncio.StreamWriter, spec: Spec) -> None:
+    """Token chunks forever (a block of 100 built once, sent again and again)."""
+    block = b"".join(_frames(Spec(tokens=101, top=spec.top))[1:101])
+    writer.write(_HEAD + _frames(Spec(tokens=0, top=spec.top))[0])
+    while True:
+        writer.write(block)
+        await writer.drain()
+        if spec.delay > 0:
+            await asyncio.sleep(spec.delay)
 
 
 async def _serve() -> None:

@@ -132,7 +132,10 @@ class AnswerGuard:
                 self.text.append(parts.text)
             if self._record and parts.events:
                 self._keep_entries(chunk, len(parts.events), parts.text)
-        self._pending.append((chunk, n, parts is not None and parts.finish is not None))
+        # held as the client will get it: without the alternatives it did not ask for (in
+        # buffered mode an answer is held whole, and alternatives are most of its bytes)
+        finish = parts is not None and parts.finish is not None
+        self._pending.append((self._client(chunk), n, finish))
         self._released += len(out)
         return self._flush()
 
@@ -164,7 +167,7 @@ class AnswerGuard:
                 break
             pending.popleft()
             self._flushed += n
-            out.append(self._client(chunk))
+            out.append(chunk)
         return out
 
     def _client(self, chunk: dict[str, Any]) -> dict[str, Any]:
@@ -181,7 +184,7 @@ class AnswerGuard:
         if self.blocked:
             self._pending.clear()
             return []
-        out = [self._client(chunk) for chunk, _, _ in self._pending]
+        out = [chunk for chunk, _, _ in self._pending]
         self._pending.clear()
         if not out:  # observe mode, no finish chunk held (a cut-off stream): say so anyway
             out = [self._verdict_chunk()]

@@ -1,0 +1,159 @@
+"""What the guard proxy holds for an upstream that never stops, against an answer it must hold.
+
+``python benchmarks/bench_proxy_memory.py [--concurrent N]`` writes
+``benchmarks/results/bench_proxy_memory.json`` and ``docs/results/proxy_memory.md``
+(``--docs-only`` rewrites the page from the JSON).
+
+Three processes: the loopback upstream (``benchmarks/_loopback.py``), the proxy
+(``adapters.proxy.serve``, buffered mode, default limits, a certificate whose
+lifts never decide before the end, so every answer is held whole until it ends),
+and this client. Two scenarios, ``--concurrent`` answers at once, each measured
+as the proxy process's peak resident memory (``VmHWM``, reset before each
+scenario) above its resident memory at rest:
+
+- ``endless``: the upstream ignores ``max_tokens`` and never stops. Before the
+  answer limits the proxy grew without bound (2.2 GB in 28 s); now it cuts each
+  answer at ``max_answer_bytes`` (8 MiB of events) or ``max_answer_tokens``.
+- ``at_the_limit`` (the baseline): finite answers as long as the endless ones
+  were when they were cut, which the proxy must hold whole in buffered mode
+  anyway. The ratio endless / at_the_limit near 1 says an endless upstream costs
+  no more than the longest legitimate answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+if not __package__:  # run as a script: measure the checkout this file belongs to
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import openai
+from _loopback import LoopbackServer, Spec
+from bench_proxy import ProxyProcess
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "bench_proxy_memory.json"
+PAGE = ROOT / "docs" / "results" / "proxy_memory.md"
+
+
+def _status(pid: int, field: str) -> float:
+    """A ``/proc/PID/status`` memory field, in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise KeyError(field)
+
+
+def _reset_peak(pid: int) -> None:
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
+
+
+async def _answer(client: openai.AsyncOpenAI, spec: Spec) -> tuple[str, int]:
+    """Read one guarded answer: the verdict's cause and the tokens the proxy read."""
+    cause, tokens = "none", 0
+    try:
+        stream = await client.chat.completions.create(
+            model="bench", messages=[{"role": "user", "content": spec.message()}], stream=True
+        )
+        async for chunk in stream:
+            verdict = (chunk.model_extra or {}).get("liftguard")
+            if verdict:
+                cause, tokens = verdict["cause"], verdict["tokens_read"]
+    except openai.APIError as exc:
+        body = exc.body if isinstance(exc.body, dict) else {}
+        verdict = body.get("liftguard") or {}
+        cause, tokens = verdict.get("cause", "error"), verdict.get("tokens_read", 0)
+    return cause, tokens
+
+
+async def _scenario(proxy: ProxyProcess, spec: Spec, n: int) -> dict[str, Any]:
+    pid = proxy.proc.pid
+    rest = _status(pid, "VmRSS")
+    _reset_peak(pid)
+    async with openai.AsyncOpenAI(
+        base_url=proxy.base_url, api_key="k", max_retries=0, timeout=300
+    ) as client:
+        outcomes = await asyncio.gather(*[_answer(client, spec) for _ in range(n)])
+    peak = _status(pid, "VmHWM")
+    return {
+        "rest_mib": round(rest, 1),
+        "peak_mib": round(peak, 1),
+        "held_mib": round(peak - rest, 1),
+        "causes": sorted({c for c, _ in outcomes}),
+        "tokens_read": max(t for _, t in outcomes),
+    }
+
+
+async def _fresh(upstream: str, spec: Spec, n: int) -> dict[str, Any]:
+    """One scenario in a proxy process of its own (freed memory stays with a process)."""
+    proxy = ProxyProcess(upstream, "buffered")
+    try:
+        await _scenario(proxy, Spec(tokens=50, top=spec.top), 1)  # warm up
+        return await _scenario(proxy, spec, n)
+    finally:
+        proxy.close()
+
+
+async def _run(concurrent: int, top: int) -> dict[str, Any]:
+    with LoopbackServer() as upstream:
+        endless = await _fresh(upstream.base_url, Spec(top=top, endless=True), concurrent)
+        finite = Spec(tokens=max(1, endless["tokens_read"] - 100), top=top)
+        limit = await _fresh(upstream.base_url, finite, concurrent)
+    return {
+        "concurrent": concurrent,
+        "top_logprobs": top,
+        "endless": endless,
+        "at_the_limit": limit,
+        "ratio_held": round(endless["held_mib"] / max(limit["held_mib"], 0.1), 2),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+    }
+
+
+def page(result: dict[str, Any]) -> str:
+    e, b = result["endless"], result["at_the_limit"]
+    rows = [
+        "<!-- generated by benchmarks/bench_proxy_memory.py; do not edit -->",
+        "",
+        f"{result['concurrent']} answers at once through `liftguard serve` (buffered, default "
+        f"limits), {result['top_logprobs']} alternatives per token; the proxy process's peak "
+        "resident memory above its memory at rest:",
+        "",
+        "| upstream | verdict causes | tokens read per answer | held (MiB) | peak (MiB) |",
+        "|---|---|---|---|---|",
+        f"| never stops | {', '.join(e['causes'])} | {e['tokens_read']} | {e['held_mib']} "
+        f"| {e['peak_mib']} |",
+        f"| finite, as long (baseline) | {', '.join(b['causes'])} | {b['tokens_read']} "
+        f"| {b['held_mib']} | {b['peak_mib']} |",
+        "",
+        "Held for an endless upstream / held for answers at the limit: "
+        f"**{result['ratio_held']}**.",
+        "",
+    ]
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--concurrent", type=int, default=4)
+    parser.add_argument("--top", type=int, default=20, help="alternatives per token")
+    parser.add_argument("--docs-only", action="store_true", help="rewrite the page from the JSON")
+    args = parser.parse_args()
+    if args.docs_only:
+        result = json.loads(RESULTS.read_text())
+    else:
+        result = asyncio.run(_run(args.concurrent, args.top))
+        RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    PAGE.write_text(page(result))
+    print(page(result))
+
+
+if __name__ == "__main__":
+    main()
