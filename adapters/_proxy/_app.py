@@ -186,6 +186,10 @@ class Proxy:
         )
 
     async def metrics_endpoint(self, request: Request) -> Response:
+        """Prometheus metrics; with a client key, only for requests that send it (a
+        scraper's ``authorization: Bearer ...``): the counters tell the traffic's shape."""
+        if not self.auth.allows(request.headers):
+            return self._unauthorized()
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     def _secrets(self, request: Request) -> list[str]:
