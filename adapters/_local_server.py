@@ -5,16 +5,26 @@ Completions server-sent-events format, with ``logprobs.content`` (token,
 logprob, bytes, top_logprobs) for every token, so any OpenAI client -- and
 liftguard's own OpenAI and LangChain adapters -- can be pointed at a local
 model with ``base_url``. Loopback use (demos, tests); one request at a time.
+
+As OpenAI's API does: a token that holds part of a multi-byte UTF-8 character
+(emoji, many non-Latin scripts) has its exact ``bytes`` and a partial ``token``
+text (the incomplete bytes written as ``\\xNN``), and ``delta.content`` only ever
+carries whole characters (the bytes of an incomplete one are held until it
+completes); ``stream_options: {"include_usage": true}`` adds a last chunk with
+``usage`` and ``choices: []`` (the others carry ``usage: null``); ``GET
+/v1/models`` lists the served model.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from ._local import LocalModel, smollm2_chat_prompt
@@ -44,10 +54,22 @@ class _QuietServer(ThreadingHTTPServer):
 
 
 class LocalChatServer:
-    """``with LocalChatServer(model) as srv: ... srv.base_url`` (port 0 = a free port)."""
+    """``with LocalChatServer(model) as srv: ... srv.base_url`` (port 0 = a free port).
 
-    def __init__(self, model: LocalModel, host: str = "127.0.0.1", port: int = 0) -> None:
+    ``GET /v1/models`` lists the model as ``model_id`` (default: the GGUF file's name,
+    as llama.cpp's server lists it); a request may name any model."""
+
+    def __init__(
+        self,
+        model: LocalModel,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        model_id: str | None = None,
+    ) -> None:
         self.model = model
+        self.model_id = model_id if model_id is not None else Path(model.path).name
+        self._created = int(time.time())
         self._lock = threading.Lock()
         server = self
 
@@ -69,13 +91,22 @@ class LocalChatServer:
                     return
                 server._stream(self, body, prompt)
 
+            def do_GET(self) -> None:
+                if self.path.rstrip("/") != "/v1/models":
+                    self._error(404, "not found")
+                    return
+                self._json(200, server._models())
+
             def _error(self, code: int, message: str) -> None:
-                data = json.dumps({"error": {"message": message, "type": "invalid_request_error"}})
+                self._json(code, {"error": {"message": message, "type": "invalid_request_error"}})
+
+            def _json(self, code: int, obj: dict[str, Any]) -> None:
+                data = json.dumps(obj).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data.encode())
+                self.wfile.write(data)
 
         self._httpd = _QuietServer((host, port), Handler)
         self._httpd.daemon_threads = True
@@ -95,10 +126,17 @@ class LocalChatServer:
         self._httpd.shutdown()
         self._httpd.server_close()
 
+    def _models(self) -> dict[str, Any]:
+        """The ``GET /v1/models`` answer, in OpenAI's shape."""
+        entry = {"id": self.model_id, "object": "model", "created": self._created,
+                 "owned_by": "liftguard"}  # fmt: skip
+        return {"object": "list", "data": [entry]}
+
     def _alt(self, token_id: int, logprob: float) -> dict[str, Any]:
         raw = self.model.token_bytes(token_id)
         return {
-            "token": raw.decode("utf-8", errors="replace"),
+            # as OpenAI: a token that is part of a UTF-8 character reads b"\xf0\x9f" as text
+            "token": raw.decode("utf-8", errors="backslashreplace"),
             "logprob": logprob,
             "bytes": list(raw),
         }
@@ -107,6 +145,8 @@ class LocalChatServer:
         want_lp = bool(body.get("logprobs"))
         top_n = int(body.get("top_logprobs") or 0)
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 24)
+        options = body.get("stream_options")
+        with_usage = isinstance(options, dict) and options.get("include_usage") is True
         created, model_name = int(time.time()), str(body.get("model", "local"))
         h.send_response(200)
         h.send_header("Content-Type", "text/event-stream")
@@ -121,28 +161,54 @@ class LocalChatServer:
 
         def chunk(delta: dict[str, Any], logprobs: Any, finish: str | None) -> dict[str, Any]:
             choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
-            return {
+            out = {
                 "id": "chatcmpl-local",
                 "object": "chat.completion.chunk",
                 "created": created,
                 "model": model_name,
                 "choices": [choice],
             }
+            if with_usage:  # as OpenAI: null on every chunk but the last
+                out["usage"] = None
+            return out
 
+        # whole characters only in delta.content: a token's trailing partial UTF-8 bytes
+        # wait for the tokens that complete them. The chunk of a token that leaves bytes
+        # pending is sent with the next token, so an answer that ends inside a character
+        # (cut at max_tokens) ends that chunk's text with U+FFFD.
+        utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        held: dict[str, Any] | None = None
         try:
             with self._lock:
                 send(chunk({"role": "assistant", "content": ""}, None, None))
                 n = 0
                 for tok in self.model.generate(prompt, max_tokens=max_tokens):
                     n += 1
+                    if held is not None:
+                        send(held)
+                        held = None
                     lp = None
                     if want_lp:
                         entry = self._alt(tok.token_id, tok.logprob)
                         entry["top_logprobs"] = [self._alt(i, v) for i, v in tok.top[:top_n]]
                         lp = {"content": [entry], "refusal": None}
-                    send(chunk({"content": tok.text}, lp, None))
+                    out = chunk({"content": utf8.decode(tok.bytes)}, lp, None)
+                    if utf8.getstate()[0]:
+                        held = out
+                    else:
+                        send(out)
+                if held is not None:
+                    held["choices"][0]["delta"]["content"] += utf8.decode(b"", final=True)
+                    send(held)
                 # as OpenAI: "length" when the answer was cut at max_tokens
                 send(chunk({}, None, "length" if n >= max_tokens else "stop"))
+                if with_usage:
+                    prompt_tokens = len(self.model.tokenize(prompt))
+                    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n,
+                             "total_tokens": prompt_tokens + n}  # fmt: skip
+                    last = chunk({}, None, None)
+                    last.update(choices=[], usage=usage)
+                    send(last)
                 send("[DONE]")
             h.wfile.write(b"0\r\n\r\n")
             h.wfile.flush()

@@ -26,6 +26,7 @@ def test_local_server_answers_with_logprobs_and_stops_on_a_signal(stop: int, sta
         assert line.startswith("liftguard local-server: http://127.0.0.1:"), line
         base_url = line.split()[2]
         client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+        assert [m.id for m in client.models.list()] == ["SmolLM2-135M-Instruct.Q4_1.gguf"]
         stream = client.chat.completions.create(
             model="smollm2", stream=True, logprobs=True, top_logprobs=5, max_tokens=8,
             messages=[{"role": "user", "content": "What is the capital of France?"}],

@@ -2,11 +2,12 @@
 
 For trying the proxy, the adapters and the production recipe offline: the bundled
 SmolLM2-135M-Instruct (or another chat GGUF) answers ``/v1/chat/completions``
-(streamed, with ``logprobs`` and ``top_logprobs``) through llama.cpp, greedily, one
+(streamed, with ``logprobs`` and ``top_logprobs``, whole characters in each chunk's
+text, usage when ``stream_options`` asks for it) through llama.cpp, greedily, one
 request at a time, in the chat template and with the system line of the shipped
-certificates, until interrupted (exit status 130) or terminated (SIGTERM: 0). A
-loopback tool, not a production model server (use vLLM, llama.cpp's own server or
-Ollama there). Needs ``pip install "liftguard[local]"``.
+certificates, until interrupted (exit status 130) or terminated (SIGTERM: 0);
+``GET /v1/models`` lists it. A loopback tool, not a production model server (use
+vLLM, llama.cpp's own server or Ollama there). Needs ``pip install "liftguard[local]"``.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ def add_local_server_parser(sub: Any) -> None:
         "local-server",
         help="serve the bundled local model over an OpenAI-compatible endpoint (offline)",
         description="Serve SmolLM2-135M-Instruct (bundled; or --model PATH, a chat GGUF) on "
-        "/v1/chat/completions with logprobs, through llama.cpp, one request at a time: an "
-        "upstream for trying 'liftguard serve' and the adapters offline. Runs until "
+        "/v1/chat/completions with logprobs (and /v1/models), through llama.cpp, one request "
+        "at a time: an upstream for trying 'liftguard serve' and the adapters offline. Runs until "
         "interrupted.",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")

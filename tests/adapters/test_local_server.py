@@ -1,11 +1,14 @@
-"""A real local model behind an OpenAI-compatible loopback endpoint, guarded end to end."""
+"""A real local model behind an OpenAI-compatible loopback endpoint, guarded end to end,
+and the parts of OpenAI's wire format it keeps (multi-byte characters, usage, models)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionChunk
 
 from adapters import guarded_chat_completion
 from adapters._local import LocalModel
@@ -63,3 +66,69 @@ async def test_blocked_answer_stops_generation(server: LocalChatServer) -> None:
     assert info.value.verdict.state is State.BLOCKED
     assert info.value.verdict.t < 24  # blocked before the answer was complete
     await client.close()
+
+
+# greedy SmolLM2 answers this with 👌 (U+1F44C) over and over, three byte tokens each:
+# b"\xf0\x9f", b"\x91", b"\x8c"
+EMOJI = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Give me a smiley face emoji."},
+]
+
+
+def _chunks(server: LocalChatServer, **kwargs: Any) -> list[ChatCompletionChunk]:
+    client = openai.OpenAI(base_url=server.base_url, api_key="local", max_retries=0)
+    with client:
+        return list(client.chat.completions.create(model="smollm2", stream=True, **kwargs))
+
+
+def test_a_character_of_several_tokens_is_streamed_whole(server: LocalChatServer) -> None:
+    chunks = _chunks(server, messages=EMOJI, max_tokens=9, logprobs=True, top_logprobs=3)
+    texts = [c.choices[0].delta.content or "" for c in chunks if c.choices]
+    entries = [t for c in chunks if c.choices and c.choices[0].logprobs
+               for t in c.choices[0].logprobs.content or []]  # fmt: skip
+    assert "".join(texts) == "\N{OK HAND SIGN}" * 3
+    # each piece of delta.content is whole characters; a partial one is never shown
+    assert all("\ufffd" not in t for t in texts)
+    # one entry per token, as OpenAI: the exact bytes, the text partial (escaped bytes)
+    assert len(entries) == 9
+    assert b"".join(bytes(e.bytes or []) for e in entries) == "".join(texts).encode()
+    assert [(e.token, e.bytes) for e in entries[:3]] == [
+        ("\\xf0\\x9f", [0xF0, 0x9F]),
+        ("\\x91", [0x91]),
+        ("\\x8c", [0x8C]),
+    ]
+    assert all(len(e.top_logprobs) == 3 and e.top_logprobs[0].bytes for e in entries)
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_an_answer_cut_inside_a_character_ends_with_a_replacement(
+    server: LocalChatServer,
+) -> None:
+    chunks = _chunks(server, messages=EMOJI, max_tokens=8, logprobs=True)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "\N{OK HAND SIGN}" * 2 + "\ufffd"  # the 8th token is 2 of 4 bytes
+
+
+def test_usage_is_the_last_chunk_when_asked_for(server: LocalChatServer) -> None:
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    chunks = _chunks(
+        server, messages=question, max_tokens=6, logprobs=True,
+        stream_options={"include_usage": True},
+    )  # fmt: skip
+    *answer, last = chunks
+    n = sum(len(c.choices[0].logprobs.content or []) for c in answer if c.choices[0].logprobs)
+    assert last.choices == [] and last.usage is not None
+    assert last.usage.completion_tokens == n > 0
+    assert last.usage.prompt_tokens > 0
+    assert last.usage.total_tokens == last.usage.prompt_tokens + n
+    assert all(c.choices and c.usage is None for c in answer)
+    plain = _chunks(server, messages=question, max_tokens=6)
+    assert all(c.choices and c.usage is None for c in plain)  # not asked: no usage chunk
+
+
+def test_models_lists_the_served_model(server: LocalChatServer) -> None:
+    with openai.OpenAI(base_url=server.base_url, api_key="local", max_retries=0) as client:
+        models = list(client.models.list())
+    assert [(m.id, m.object) for m in models] == [("SmolLM2-135M-Instruct.Q4_1.gguf", "model")]
+    assert models[0].owned_by == "liftguard" and models[0].created > 0
