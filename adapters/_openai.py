@@ -208,7 +208,9 @@ _REFUSAL_PHRASES = (
 def refuses_logprobs(exc: Any) -> bool:
     """A 403 mentioning logprobs, or a 400 saying logprobs are not supported/allowed.
 
-    (A 400 about a bad ``top_logprobs`` value is the caller's error and stays as it is.)
+    (A 400 about a bad ``top_logprobs`` value is the caller's error and stays as it is,
+    and so does one that refuses logprobs only together with tools, as llama.cpp's
+    server does for a streamed request with tools: the model does give logprobs.)
     """
     status = getattr(exc, "status_code", None)
     if status not in (400, 403):
@@ -220,7 +222,7 @@ def refuses_logprobs(exc: Any) -> bool:
     elif body is not None:
         parts.append(str(body))
     text = " ".join(parts).lower()
-    if "logprob" not in text:
+    if "logprob" not in text or "tool" in text:
         return False
     return status == 403 or any(p in text for p in _REFUSAL_PHRASES)
 

@@ -207,7 +207,11 @@ def sampling_changes(body: dict[str, Any]) -> list[str]:
 
 def upstream_status_response(status: int, raw: bytes, media_type: str, model: Any) -> Response:
     """The upstream's own error, passed through; a model that refuses logprobs gets the
-    adapters' explanation (liftguard cannot certify it), with the same status."""
+    adapters' explanation (liftguard cannot certify it), with the same status.
+
+    Any other error whose message is about logprobs (llama.cpp's server: "logprobs is
+    not supported with tools + stream") keeps its body, with a hint added to the message:
+    the proxy always streams with logprobs, whatever the client asked for."""
     try:
         data = json.loads(raw)
     except ValueError:
@@ -218,6 +222,13 @@ def upstream_status_response(status: int, raw: bytes, media_type: str, model: An
     if refuses_logprobs(exc):
         text = str(logprobs_refused(exc, model))
         return error_response(status, text, "liftguard_logprobs_refused", "logprobs_refused")
+    if isinstance(error, dict) and isinstance(message, str) and "logprob" in message.lower():
+        hint = (
+            "liftguard's proxy always asks the upstream for a stream with logprobs, whatever "
+            "the client asked for, and this upstream refuses that for this request"
+        )
+        hinted = {**data, "error": {**error, "message": f"{message} ({hint})"}}
+        return JSONResponse(hinted, status_code=status)
     return Response(raw, status_code=status, media_type=media_type or "application/json")
 
 
