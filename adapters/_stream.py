@@ -118,7 +118,8 @@ class GuardStep:
         return self._feed_parts(self._parse(item))
 
     def _feed_parts(self, parts: ChunkParts) -> str:
-        events, shown, finish, refusal, tool_call = parts
+        events, shown, finish, refusal, *more = parts  # (a parser's 4-tuple: no tool call)
+        tool_call = bool(more and more[0])
         if finish is not None:
             self.finish_reason = finish
         monitor = self._monitor

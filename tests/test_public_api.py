@@ -155,6 +155,7 @@ def test_proxy_public_names_are_pinned() -> None:
         "StoreCertificate",
         "certificate_source",
         "create_app",
+        "redact_url",
         "serve",
     ]
     for name in adapters.proxy.__all__:
