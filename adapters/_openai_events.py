@@ -19,6 +19,17 @@ A delta with ``tool_calls``, ``function_call`` or ``audio`` (and the Responses
 API's tool-call argument events) is flagged as a tool call: the guard blocks the
 answer (cause ``tool_call``), since nothing it reads backs such content.
 
+llama.cpp's own ``llama-server`` sends one entry per character, not per token, when a
+character spans several byte tokens (an emoji of 3 byte tokens for SmolLM2: 8 entries
+for 24 generated tokens): nothing while the character is incomplete, then one entry
+whose ``token`` and ``bytes`` are the whole character and whose ``id``, ``logprob`` and
+``top_logprobs`` are those of the byte token that completed it. Each such entry is one
+event like any other: the text stays intact, but the monitor counts characters there
+(``t`` and its token limit run behind the server's own count), never sees the other
+byte tokens' logprobs, and a skeleton that looks a token up in its vocabulary (the
+prompt-free skeleton) cannot place a whole character and raises
+:class:`~guardrail.GuardrailError`.
+
 Text that arrives without logprobs becomes one event with ``logprob=None``: the
 monitor's ``on_missing_logprobs`` policy decides, no value is ever invented.
 Wrong types raise :class:`~adapters.ProviderFormatError` naming the field.
