@@ -1,7 +1,8 @@
 """An OpenAI-compatible streaming endpoint in front of a :class:`LocalModel`.
 
 ``POST /v1/chat/completions`` with ``stream: true`` answers in the Chat
-Completions server-sent-events format, with ``logprobs.content`` (token,
+Completions server-sent-events format (without it: one ``chat.completion``
+object with ``usage``, as OpenAI answers), with ``logprobs.content`` (token,
 logprob, bytes, top_logprobs) for every token, so any OpenAI client -- and
 liftguard's own OpenAI and LangChain adapters -- can be pointed at a local
 model with ``base_url``. Loopback use (demos, tests); one request at a time.
@@ -32,6 +33,39 @@ from ._local import LocalModel, smollm2_chat_prompt
 __all__ = ["LocalChatServer"]
 
 log = logging.getLogger(__name__)
+
+
+def _send_json(h: BaseHTTPRequestHandler, code: int, obj: dict[str, Any]) -> None:
+    data = json.dumps(obj).encode()
+    h.send_response(code)
+    h.send_header("Content-Type", "application/json")
+    h.send_header("Content-Length", str(len(data)))
+    h.end_headers()
+    h.wfile.write(data)
+
+
+def _completion(chunks: list[dict[str, Any]], want_logprobs: bool) -> dict[str, Any]:
+    """One ``chat.completion`` object of a non-streamed answer, from its chunks."""
+    text, entries, finish, usage = [], [], None, None
+    for chunk in chunks:
+        usage = chunk.get("usage") or usage
+        for choice in chunk["choices"]:
+            text.append(choice["delta"].get("content") or "")
+            if choice["logprobs"] is not None:
+                entries += choice["logprobs"]["content"]
+            finish = choice["finish_reason"] or finish
+    first = chunks[0]
+    message = {"role": "assistant", "content": "".join(text), "refusal": None}
+    logprobs = {"content": entries, "refusal": None} if want_logprobs else None
+    return {
+        "id": first["id"],
+        "object": "chat.completion",
+        "created": first["created"],
+        "model": first["model"],
+        "choices": [{"index": 0, "message": message, "logprobs": logprobs,
+                     "finish_reason": finish}],
+        "usage": usage,
+    }  # fmt: skip
 
 
 def _prompt_from_messages(messages: list[dict[str, Any]]) -> str:
@@ -101,12 +135,7 @@ class LocalChatServer:
                 self._json(code, {"error": {"message": message, "type": "invalid_request_error"}})
 
             def _json(self, code: int, obj: dict[str, Any]) -> None:
-                data = json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                _send_json(self, code, obj)
 
         self._httpd = _QuietServer((host, port), Handler)
         self._httpd.daemon_threads = True
@@ -145,15 +174,24 @@ class LocalChatServer:
         want_lp = bool(body.get("logprobs"))
         top_n = int(body.get("top_logprobs") or 0)
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 24)
+        streamed = body.get("stream") is True
         options = body.get("stream_options")
-        with_usage = isinstance(options, dict) and options.get("include_usage") is True
+        with_usage = not streamed or (
+            isinstance(options, dict) and options.get("include_usage") is True
+        )
         created, model_name = int(time.time()), str(body.get("model", "local"))
-        h.send_response(200)
-        h.send_header("Content-Type", "text/event-stream")
-        h.send_header("Transfer-Encoding", "chunked")
-        h.end_headers()
+        kept: list[dict[str, Any]] = []  # a non-streamed answer's chunks, assembled at the end
+        if streamed:
+            h.send_response(200)
+            h.send_header("Content-Type", "text/event-stream")
+            h.send_header("Transfer-Encoding", "chunked")
+            h.end_headers()
 
         def send(obj: dict[str, Any] | str) -> None:
+            if not streamed:
+                if isinstance(obj, dict):
+                    kept.append(obj)
+                return
             data = obj if isinstance(obj, str) else json.dumps(obj)
             payload = f"data: {data}\n\n".encode()
             h.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
@@ -210,7 +248,10 @@ class LocalChatServer:
                     last.update(choices=[], usage=usage)
                     send(last)
                 send("[DONE]")
-            h.wfile.write(b"0\r\n\r\n")
-            h.wfile.flush()
+            if streamed:
+                h.wfile.write(b"0\r\n\r\n")
+                h.wfile.flush()
+            else:
+                _send_json(h, 200, _completion(kept, want_lp))
         except (BrokenPipeError, ConnectionResetError):
             log.info("client closed the stream early")

@@ -132,3 +132,21 @@ def test_models_lists_the_served_model(server: LocalChatServer) -> None:
         models = list(client.models.list())
     assert [(m.id, m.object) for m in models] == [("SmolLM2-135M-Instruct.Q4_1.gguf", "model")]
     assert models[0].owned_by == "liftguard" and models[0].created > 0
+
+
+def test_a_non_streamed_request_gets_one_completion(server: LocalChatServer) -> None:
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    with openai.OpenAI(base_url=server.base_url, api_key="local", max_retries=0) as client:
+        completion = client.chat.completions.create(
+            model="local", messages=question, max_tokens=6, logprobs=True, top_logprobs=2
+        )
+    streamed = _chunks(server, messages=question, max_tokens=6, logprobs=True, top_logprobs=2)
+    text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+    choice = completion.choices[0]
+    assert completion.object == "chat.completion"
+    assert choice.message.content == text  # greedy: the same answer either way
+    assert choice.logprobs is not None and choice.logprobs.content is not None
+    assert completion.usage is not None
+    assert len(choice.logprobs.content) == completion.usage.completion_tokens
+    assert all(len(entry.top_logprobs) == 2 for entry in choice.logprobs.content)
+    assert choice.finish_reason in ("stop", "length")
