@@ -78,7 +78,7 @@ async def read_body(request: Request, *, max_bytes: int, timeout_s: float) -> by
 
     try:
         return await asyncio.wait_for(read(), timeout_s)
-    except TimeoutError:
+    except asyncio.TimeoutError:  # (TimeoutError itself only from Python 3.11)
         raise BadRequest(
             f"the request body did not arrive within {timeout_s:g} s",
             status=408, code="request_timeout",

@@ -356,3 +356,18 @@ async def test_metrics_need_the_client_key_and_healthz_does_not(upstream: Upstre
     assert anonymous.status_code == 401
     assert scraper.status_code == 200 and "liftguard_verdicts_total" in scraper.text
     assert health.status_code == 200
+
+
+async def test_a_body_that_never_arrives_is_a_408(upstream: Upstream) -> None:
+    with running_proxy(upstream.base_url, body_timeout_s=0.5) as proxy:
+        host, port = proxy.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"model\""
+        )  # ... and the other 92 bytes never come
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 408")
+    assert upstream.records == []
