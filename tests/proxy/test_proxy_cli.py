@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from proxy_harness import BAD, GOOD, ROLE, STOP, Upstream, make_certificate, running_proxy, tokens
@@ -105,8 +106,13 @@ def test_serve_guards_logs_records_and_stops_cleanly(
                     model="test-model", messages=[{"role": "user", "content": "Q?"}]
                 )
         logged = [json.loads(serve.line()) for _ in range(2)]
+        # on a loopback address only loopback Host names are answered (DNS rebinding)
+        rebound = httpx.get(serve.base_url.removesuffix("/v1") + "/healthz",
+                            headers={"host": "attacker.example"})  # fmt: skip
+        local = httpx.get(serve.base_url.removesuffix("/v1") + "/healthz")
     finally:
         status = serve.stop()
+    assert (rebound.status_code, local.status_code) == (400, 200)
     assert status == 0
     assert answer.choices[0].message.content == "The capital of France is"
     assert [(line["event"], line["state"]) for line in logged] == [
