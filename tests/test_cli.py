@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from dataclasses import replace
 from pathlib import Path
@@ -92,10 +93,30 @@ def test_shipped_fitted_certificate_is_reproduced_by_its_documented_command(
     args += ["--model-id", "smollm2-135m-instruct-q4_1", "--out", str(out)]
     assert main(args) == 0
     made = Certificate.load(out)
-    assert made.statistic is not None and made.statistic == shipped.statistic
+    assert made.statistic is not None and shipped.statistic is not None
     assert made.provenance["traces_sha256"] == shipped.provenance["traces_sha256"]
     assert made.provenance["fit"] == shipped.provenance["fit"]
-    assert replace(made, provenance={}) == replace(shipped, provenance={})
+    # the same certificate up to floating-point rounding (it differs by CPU and BLAS build)
+    _same_json(
+        json.loads(replace(made, provenance={}).to_json()),
+        json.loads(replace(shipped, provenance={}).to_json()),
+    )
+
+
+def _same_json(got: object, want: object, where: str = "certificate") -> None:
+    if isinstance(got, float) or isinstance(want, float):
+        assert isinstance(got, int | float) and isinstance(want, int | float), where
+        assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12), (where, got, want)
+    elif isinstance(got, dict) and isinstance(want, dict):
+        assert got.keys() == want.keys(), where
+        for key in got:
+            _same_json(got[key], want[key], f"{where}.{key}")
+    elif isinstance(got, list) and isinstance(want, list):
+        assert len(got) == len(want), where
+        for i, (a, b) in enumerate(zip(got, want, strict=True)):
+            _same_json(a, b, f"{where}[{i}]")
+    else:
+        assert got == want, (where, got, want)
 
 
 def test_calibrate_rejects_bad_trace_file(
