@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +129,22 @@ def save(path: Path, data: dict[str, Any]) -> None:
 def load(path: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return data
+
+
+def regenerate(
+    doc: str | None,
+    saved_path: Path,
+    run: Callable[[str], dict[str, Any]],
+    pages: Callable[[dict[str, Any]], dict[Path, str]],
+) -> None:
+    """A table script's ``main``: run its commands (or, with ``--docs-only``, read what
+    the last run saved), save what they printed, and write its pages."""
+    args = parse_args(doc)
+    saved = load(saved_path) if args.docs_only else run(args.traces_dir)
+    if not args.docs_only:
+        save(saved_path, saved)
+    for path, text in pages(saved).items():
+        write_page(path, text)
 
 
 def write_page(path: Path, text: str) -> None:

@@ -26,11 +26,8 @@ from _tables import (
     RESULTS,
     Progress,
     header,
-    load,
-    parse_args,
+    regenerate,
     run_liftguard,
-    save,
-    write_page,
 )
 
 COMMAND = "python benchmarks/calibration_size.py"
@@ -100,11 +97,7 @@ def render(saved: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    args = parse_args(__doc__)
-    saved = load(SAVED) if args.docs_only else run(args.traces_dir)
-    if not args.docs_only:
-        save(SAVED, saved)
-    write_page(OUT, render(saved))
+    regenerate(__doc__, SAVED, run, lambda saved: {OUT: render(saved)})
 
 
 if __name__ == "__main__":

@@ -30,13 +30,10 @@ from _tables import (
     SHORT,
     Progress,
     header,
-    load,
-    parse_args,
     pct,
+    regenerate,
     run_liftguard,
-    save,
     trace_summary,
-    write_page,
 )
 
 from guardrail import BASELINES
@@ -154,12 +151,10 @@ def render_neighbours(saved: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    args = parse_args(__doc__)
-    saved = load(SAVED) if args.docs_only else run(args.traces_dir)
-    if not args.docs_only:
-        save(SAVED, saved)
-    for path, text in ((OUT, render(saved)), (OUT_NEIGHBOURS, render_neighbours(saved))):
-        write_page(path, text)
+    regenerate(
+        __doc__, SAVED, run,
+        lambda saved: {OUT: render(saved), OUT_NEIGHBOURS: render_neighbours(saved)},
+    )  # fmt: skip
 
 
 if __name__ == "__main__":
