@@ -70,9 +70,9 @@ class GuardStep:
 
     Besides the evidence, an item blocks the answer when it carries refusal
     text (cause ``refusal``), a tool or function call (cause ``tool_call``: no
-    logprob backs it, whatever finish reason follows) or a token whose text cannot be reconstructed
-    (empty text and no bytes, as llama.cpp streams partial UTF-8 characters:
-    cause ``unreadable_text``); a token longer than ``max_token_chars``
+    logprob backs it, whatever finish reason follows) or a token whose text cannot
+    be reconstructed (empty text and no bytes, as llama.cpp streams partial UTF-8
+    characters: cause ``unreadable_text``); a token longer than ``max_token_chars``
     characters is a :class:`ProviderFormatError`. ``update`` feeds one event to the
     monitor (default ``monitor.update``; a local model's stream also passes the
     token's exact entropy).

@@ -295,9 +295,9 @@ class Proxy:
         """``guard.feed(chunk)`` (``guard.end()`` for None), in a worker thread when the
         certificate scores with a local model, so that the event loop never waits on it
         (other requests, ``/healthz`` and shutdown stay responsive)."""
-        call = guard.end if chunk is None else partial(guard.feed, chunk)
         if not guard.heavy:
-            return call()
+            return guard.end() if chunk is None else guard.feed(chunk)
+        call = guard.end if chunk is None else partial(guard.feed, chunk)
         return await anyio.to_thread.run_sync(call, limiter=self._scoring)
 
     async def _guarded(

@@ -29,7 +29,7 @@ from guardrail import Certificate, ConfigError, ContextMismatchWarning
 
 from .._context import Needs, Supplies, apply_context, check_supplies, filled_limit, needs_of
 from .._openai import logprobs_refused, refuses_logprobs
-from ._guarded import RequestInfo, _index
+from ._guarded import RequestInfo, _index, chunk_frame
 from ._recording import AnswerRecord
 from ._wire import (
     BLOCKED_TYPE,
@@ -266,7 +266,6 @@ def refusal_chunk(
     guard: AnswerGuard, refusal: str, like: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The chunk that ends a blocked answer with ``refusal`` (finish ``content_filter``)."""
-    base = like or {}
     choice = {
         "index": 0,
         "delta": {"role": "assistant", "content": refusal},
@@ -274,10 +273,7 @@ def refusal_chunk(
         "finish_reason": "content_filter",
     }
     return {
-        "id": base.get("id", f"chatcmpl-{guard.info.request_id}"),
-        "object": "chat.completion.chunk",
-        "created": base.get("created", int(time.time())),
-        "model": base.get("model", guard.info.model),
+        **chunk_frame(guard.info, like),
         "choices": [choice],
         VERDICT_FIELD: guard.verdict_field(),
     }

@@ -12,7 +12,7 @@ from guardrail import ConfigError
 
 from .._stream import DEFAULT_MAX_TOKEN_CHARS
 from ._certs import CertificateSource
-from ._upstream import DEFAULT_MAX_ANSWER_BYTES
+from ._upstream import DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_ANSWER_TOKENS
 
 __all__ = ["DEFAULT_REFUSAL", "OnBlock", "OnMismatch", "ProxyConfig", "ProxyMode"]
 
@@ -104,7 +104,7 @@ class ProxyConfig:
     max_upstream_connections: int = 1024
     max_body_bytes: int = 4 * 1024 * 1024
     body_timeout_s: float = 30.0
-    max_answer_tokens: int = 16_384
+    max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS
     max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
     allowed_hosts: tuple[str, ...] = ("*",)
     record_dir: str | None = None

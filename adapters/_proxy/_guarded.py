@@ -29,9 +29,10 @@ from guardrail import Cause, Certificate, State, Verdict
 
 from .._openai_events import ChunkParts, chat_chunk_parts
 from .._stream import GuardStep, Mode
+from ._upstream import DEFAULT_MAX_ANSWER_TOKENS
 from ._wire import VERDICT_FIELD, strip_chunk, verdict_info
 
-__all__ = ["AnswerGuard", "RequestInfo"]
+__all__ = ["AnswerGuard", "RequestInfo", "chunk_frame"]
 
 
 @dataclass
@@ -50,7 +51,7 @@ class RequestInfo:
     mismatches: list[str] = field(default_factory=list)
     messages: list[Any] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
-    max_tokens: int = 16_384
+    max_tokens: int = DEFAULT_MAX_ANSWER_TOKENS
     """The most tokens the proxy reads of this answer (its limit, capped by the proxy's)."""
 
     @property
@@ -194,13 +195,7 @@ class AnswerGuard:
 
     def _verdict_chunk(self) -> dict[str, Any]:
         """A chunk with no choice that carries only the verdict (as a usage chunk does)."""
-        return {
-            "id": f"chatcmpl-{self.info.request_id}",
-            "object": "chat.completion.chunk",
-            "created": int(time.time()),
-            "model": self.info.model,
-            "choices": [],
-        }
+        return {**chunk_frame(self.info), "choices": []}
 
     def fail(self, error: str, reason: str, cause: Cause = Cause.TRUNCATED) -> None:
         """The answer ends without a finish (``error``: why, e.g. the upstream timed
@@ -231,6 +226,18 @@ class AnswerGuard:
             mismatches=list(info.mismatches),
             error=self.error,
         )
+
+
+def chunk_frame(info: RequestInfo, like: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The fields of a chunk the proxy writes itself: ``like``'s (an upstream chunk of the
+    same answer) where it has them, else the request's."""
+    base = like or {}
+    return {
+        "id": base.get("id", f"chatcmpl-{info.request_id}"),
+        "object": "chat.completion.chunk",
+        "created": base.get("created", int(time.time())),
+        "model": base.get("model", info.model),
+    }
 
 
 def _scores_with_a_model(monitor: Any) -> bool:

@@ -35,6 +35,8 @@ _STALE = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.
 
 TOO_LARGE = "upstream_too_large"
 """The failure of an answer past the proxy's token or byte limit for one answer."""
+DEFAULT_MAX_ANSWER_TOKENS = 16_384
+"""Most tokens the proxy reads of one answer (less when the request's own limit is lower)."""
 DEFAULT_MAX_ANSWER_BYTES = 8 * 1024 * 1024
 """Most bytes one upstream answer may send (its events with their logprobs)."""
 
@@ -111,8 +113,7 @@ class UpstreamAnswer:
         self, response: httpx.Response, *, max_bytes: int = DEFAULT_MAX_ANSWER_BYTES
     ) -> None:
         self.response = response
-        self.lines = _Lines(max_bytes)
-        self.events = events(response, self.lines)
+        self.events = events(response, max_bytes)
         self.clean = False  # ``[DONE]`` or the end of the body was reached
 
     async def close(self) -> None:
@@ -200,13 +201,13 @@ async def _events(
 
 
 async def events(
-    response: httpx.Response, lines: _Lines | None = None
+    response: httpx.Response, max_bytes: int = DEFAULT_MAX_ANSWER_BYTES
 ) -> AsyncGenerator[tuple[str | None, str], None]:
     """The server-sent events of ``response``; a stall (``upstream_timeout``), a broken
     connection (``upstream_transport``) or too many bytes (``upstream_too_large``) is an
     :class:`UpstreamFailure`."""
     try:
-        async for event in _events(response, lines or _Lines(DEFAULT_MAX_ANSWER_BYTES)):
+        async for event in _events(response, _Lines(max_bytes)):
             yield event
     except httpx.TimeoutException as exc:
         raise UpstreamFailure(
