@@ -37,7 +37,7 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from guardrail import Certificate, ConfigError, StreamMonitor, TokenEvent
+from guardrail import Certificate, ConfigError, Monitor, TokenEvent
 
 from ._context import Supplies, monitor_for
 from ._errors import ProviderFormatError
@@ -78,8 +78,8 @@ SCORER_SUPPLIES = Supplies(
 
 
 def _scorer_monitor(
-    monitor: StreamMonitor | None, certificate: Certificate | None
-) -> StreamMonitor:
+    monitor: Monitor | None, certificate: Certificate | None
+) -> Monitor:
     """The monitor of a scored Claude answer. Its tokens are the scorer's, which no
     request limit counts (Anthropic's ``max_tokens`` counts Claude's), so a fresh monitor
     of a fitted certificate assumes no token limit and judges the whole answer."""
@@ -151,7 +151,7 @@ class _ScoredStep(GuardStep):
     __slots__ = ("_scorer",)
 
     def __init__(
-        self, monitor: StreamMonitor, mode: Mode, on_block: OnBlock, scorer: LocalTextScorer
+        self, monitor: Monitor, mode: Mode, on_block: OnBlock, scorer: LocalTextScorer
     ) -> None:
         if not isinstance(scorer, LocalTextScorer):
             raise ConfigError(f"scorer must be a LocalTextScorer, got {type(scorer).__name__}")
@@ -189,7 +189,7 @@ def _with_text(events: list[TokenEvent], unscored: str) -> ChunkParts:
 
 def guard_anthropic_stream(
     stream: AsyncIterable[StreamEvent],
-    monitor: StreamMonitor | None,
+    monitor: Monitor | None,
     scorer: LocalTextScorer,
     *,
     certificate: Certificate | None = None,
@@ -217,7 +217,7 @@ def guard_anthropic_stream(
 
 def guard_anthropic_stream_sync(
     stream: Iterable[StreamEvent],
-    monitor: StreamMonitor | None,
+    monitor: Monitor | None,
     scorer: LocalTextScorer,
     *,
     certificate: Certificate | None = None,
@@ -272,7 +272,7 @@ def guarded_message(
     client: AsyncAnthropic,
     *,
     certificate: Certificate | None = None,
-    monitor: StreamMonitor | None = None,
+    monitor: Monitor | None = None,
     scorer_model: LocalModel | None = None,
     mode: Mode = "buffered",
     on_block: OnBlock = "raise",

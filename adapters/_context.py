@@ -9,10 +9,10 @@ warns (:class:`~guardrail.ContextMismatchWarning`) where the caller set it to
 something else: the guarantee covers only answers generated like the
 calibration's.
 
-What a rule reads per token (:func:`needs_of`: every rule reads the token's
-logprob; a fitted statistic may read ``statistic.alternatives`` alternatives and
-exact entropies) is checked against what the adapter's stream carries
-(:class:`Supplies`, stated by each adapter) in one place, :func:`check_supplies`:
+What a rule reads per token (its :class:`~guardrail.Reads`: every rule reads the
+token's logprob; a fitted statistic may read ``statistic.alternatives``
+alternatives and exact entropies) is checked against what the adapter's stream
+carries (:class:`Supplies`, stated by each adapter) in one place, :func:`check_supplies`:
 a stream that cannot carry it is a :class:`~guardrail.ConfigError` when the
 adapter is built (or, where the adapter makes the request, before it is sent),
 naming the fix -- never a block in the middle of an answer.
@@ -29,27 +29,25 @@ from guardrail import (
     Certificate,
     ConfigError,
     ContextMismatchWarning,
-    FittedStatistic,
     ModelIdentity,
+    Monitor,
+    Reads,
     Skeleton,
     SkeletonSpec,
-    StreamMonitor,
     StreamPolicy,
     TokenIds,
     WithTokenIds,
-    skeleton_needs,
+    skeleton_reads,
 )
 from guardrail.fitting import DEFAULT_ALTERNATIVES
 
 __all__ = [
     "Guard",
-    "Needs",
     "Supplies",
     "apply_context",
     "check_supplies",
     "filled_limit",
     "monitor_for",
-    "needs_of",
     "request_limit",
     "resolve_guard",
     "warn_mismatch",
@@ -91,32 +89,12 @@ class Supplies:
         return f"at most {what}" if self.logprobs is None else what
 
 
-@dataclass(frozen=True)
-class Needs:
-    """What a rule reads per token besides the logprob: ``alternatives`` per token (0:
-    none) and ``exact_entropy``; ``group`` is the fitted statistic's feature group
-    (``None`` for a lift rule, which reads whatever alternatives come)."""
-
-    group: str | None = None
-    alternatives: int = 0
-    exact_entropy: bool = False
-
-
-def needs_of(rule: Certificate | StreamMonitor) -> Needs:
-    """What ``rule`` (a certificate, or a monitor of one) reads per token."""
-    stat = rule.statistic if isinstance(rule, Certificate) else getattr(rule, "statistic", None)
-    if not isinstance(stat, FittedStatistic):
-        return Needs()
-    req = stat.requires
-    alternatives = stat.alternatives if "alternatives" in req else 0
-    return Needs(stat.group, alternatives, "exact_entropy" in req)
-
-
-def check_supplies(rule: Certificate | StreamMonitor, supplies: Supplies) -> Needs:
-    """``rule``'s needs, after checking that a stream that ``supplies`` this can feed it:
-    a :class:`~guardrail.ConfigError` naming the group, what the stream carries and the
-    fix when it cannot. What the stream does not state (``None``) is not checked here."""
-    needs = needs_of(rule)
+def check_supplies(rule: Certificate | Monitor, supplies: Supplies) -> Reads:
+    """What ``rule`` (a certificate, or a monitor of one) reads, after checking that a
+    stream that ``supplies`` this can feed it: a :class:`~guardrail.ConfigError` naming
+    the group, what the stream carries and the fix when it cannot. What the stream does
+    not state (``None``) is not checked here."""
+    needs = rule.reads
     k = needs.alternatives
     fitted = f"this certificate's fitted statistic (feature group {needs.group!r})"
     if needs.exact_entropy and not supplies.exact_entropy:
@@ -168,9 +146,9 @@ class Guard:
             return skel
         if skel is None:
             skel = self.certificate.skeleton.build()
-        return WithTokenIds(skel, self.token_ids) if skeleton_needs(skel)[1] else skel
+        return WithTokenIds(skel, self.token_ids) if skeleton_reads(skel).token_ids else skel
 
-    def monitor(self, max_tokens: int | Literal["context"] | None = "context") -> StreamMonitor:
+    def monitor(self, max_tokens: int | Literal["context"] | None = "context") -> Monitor:
         """A fresh monitor for one answer (a stateful skeleton gets its own stream);
         ``max_tokens``: the answer's token limit, as :meth:`Certificate.monitor` takes it."""
         return self.certificate.monitor(
@@ -218,7 +196,7 @@ def resolve_guard(
     needs = check_supplies(certificate, supplies)
     guard = Guard(certificate, skeleton, on_missing_logprobs, token_ids, needs.exact_entropy)
     skel = guard.monitor().skeleton  # validates the skeleton and the missing policy now
-    if skeleton_needs(skel)[1]:
+    if skeleton_reads(skel).token_ids:
         if guard.token_ids is None:
             guard = _with_resolver(guard)
         guard.monitor()
@@ -226,11 +204,11 @@ def resolve_guard(
 
 
 def monitor_for(
-    monitor: StreamMonitor | None,
+    monitor: Monitor | None,
     certificate: Certificate | None,
     supplies: Supplies,
     max_tokens: int | Literal["context"] | None = "context",
-) -> StreamMonitor:
+) -> Monitor:
     """``monitor`` (which must apply ``certificate``'s rule if both are given), or a fresh
     monitor of ``certificate`` for an answer of at most ``max_tokens`` tokens (as
     :meth:`Certificate.monitor` takes it); either checked against what the stream
@@ -240,6 +218,8 @@ def monitor_for(
     if monitor is None:
         guard = resolve_guard(certificate, None, None, None, supplies=supplies)
         return guard.monitor(max_tokens=max_tokens)
+    if not isinstance(monitor, Monitor):
+        raise ConfigError(f"monitor must be a guardrail.Monitor, got {type(monitor).__name__}")
     if certificate is not None and (
         monitor.policy != certificate.policy or monitor.tau != certificate.tau
     ):

@@ -52,9 +52,9 @@ from guardrail import (
     ConfigError,
     GuardrailError,
     MissingDependencyError,
+    Monitor,
     Skeleton,
     State,
-    StreamMonitor,
     StreamPolicy,
     Verdict,
 )
@@ -130,7 +130,7 @@ def add_handler(callbacks: Callbacks, handler: BaseCallbackHandler) -> Callbacks
 class _Run:
     __slots__ = ("fed", "finish", "monitor", "tool_call")
 
-    def __init__(self, monitor: StreamMonitor) -> None:
+    def __init__(self, monitor: Monitor) -> None:
         self.monitor, self.fed, self.tool_call = monitor, False, False
         self.finish: str | None = None
 
@@ -230,7 +230,7 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
     def guard(self) -> Guard:
         return self._guard
 
-    def _new_monitor(self, run_id: UUID) -> StreamMonitor:
+    def _new_monitor(self, run_id: UUID) -> Monitor:
         """A monitor for one run; a skeleton with per-answer state (``for_stream()``, as
         :class:`~guardrail.NGramSkeleton` and :class:`~adapters.PromptFreeSkeleton`
         have) gives each run a fresh stream of its own. Its token limit is the run's

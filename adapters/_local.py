@@ -148,6 +148,7 @@ class LocalToken:
             bytes=self.bytes,
             top_logprobs=self.top,
             index=index,
+            entropy=self.entropy,
         )
 
 

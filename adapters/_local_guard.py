@@ -2,8 +2,8 @@
 everything a fitted statistic reads (logprobs, ``top_k`` alternatives and exact entropies).
 
 :func:`guarded_generate` is also the method ``LocalModel.guarded_generate``: the
-model's greedy tokens go through the adapters' :class:`~adapters._stream.GuardStep`,
-and a fitted monitor gets each token's exact entropy with it.
+model's greedy tokens, each with its exact entropy, go through the adapters'
+:class:`~adapters._stream.GuardStep`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING
 
-from guardrail import Certificate, ConfigError, FittedMonitor, StreamMonitor, TokenEvent, Verdict
+from guardrail import Certificate, ConfigError, Monitor
 
 from ._context import Supplies, monitor_for, warn_mismatch
 from ._openai_events import ChunkParts
@@ -39,7 +39,7 @@ def guarded_generate(
     prompt: str,
     *,
     certificate: Certificate | None = None,
-    monitor: StreamMonitor | None = None,
+    monitor: Monitor | None = None,
     mode: Mode = "buffered",
     on_block: OnBlock = "raise",
     max_tokens: int | None = None,
@@ -64,8 +64,7 @@ def guarded_generate(
     starts on the first iteration."""
     limit = _token_limit(certificate, max_tokens)
     monitor = monitor_for(monitor, certificate, local_supplies(model), max_tokens=limit)
-    tokens = _LocalTokens(monitor)
-    step = GuardStep(monitor, mode, on_block, tokens.parse, update=tokens.update)
+    step = GuardStep(monitor, mode, on_block, _LocalTokens().parse)
     return guard(_answer(model, prompt, limit, add_bos), step)
 
 
@@ -99,24 +98,17 @@ def _answer(
 
 
 class _LocalTokens:
-    """The local stream's parser, and the monitor update that gives a fitted monitor each
-    token's exact entropy (each item is one token: the entropy is the last parsed one's)."""
+    """The local stream's parser: each item is one token (its event carries the exact
+    entropy), or the finish reason."""
 
-    __slots__ = ("_entropy", "_index", "_monitor")
+    __slots__ = ("_index",)
 
-    def __init__(self, monitor: StreamMonitor) -> None:
-        self._monitor, self._index, self._entropy = monitor, 0, 0.0
+    def __init__(self) -> None:
+        self._index = 0
 
     def parse(self, item: LocalToken | str) -> ChunkParts:
         if isinstance(item, str):
             return ChunkParts([], "", item)
         event = item.event(self._index)
         self._index += 1
-        self._entropy = item.entropy
         return ChunkParts([event], item.text)
-
-    def update(self, event: TokenEvent) -> Verdict:
-        monitor = self._monitor
-        if isinstance(monitor, FittedMonitor):
-            return monitor.update(event, entropy=self._entropy)
-        return monitor.update(event)

@@ -23,7 +23,7 @@ from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable, 
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
-from guardrail import Certificate, ConfigError, MissingDependencyError, StreamMonitor
+from guardrail import Certificate, ConfigError, MissingDependencyError, Monitor
 
 from ._context import (
     Supplies,
@@ -31,7 +31,6 @@ from ._context import (
     check_supplies,
     filled_limit,
     monitor_for,
-    needs_of,
     request_limit,
 )
 from ._openai_events import ChunkParts, chat_chunk_parts
@@ -59,11 +58,10 @@ def _import_openai() -> ModuleType:
     return openai
 
 
-def _chunk_parser(monitor: StreamMonitor) -> Parser:
-    """The chunk parser for ``monitor``: alternatives are parsed only when its
-    skeleton reads them (``needs_top_logprobs``, True for unknown skeletons)."""
-    skeleton = getattr(monitor, "skeleton", None)  # GuardStep validates the monitor
-    if skeleton is not None and not getattr(skeleton, "needs_top_logprobs", True):
+def _chunk_parser(monitor: Monitor) -> Parser:
+    """The chunk parser for ``monitor``: alternatives are parsed only when its rule reads
+    them (``monitor.reads.uses_alternatives``)."""
+    if not monitor.reads.uses_alternatives:
         return partial(chat_chunk_parts, with_top=False)
     return chat_chunk_parts
 
@@ -94,7 +92,7 @@ class _FirstToken:
 
     __slots__ = ("_monitor", "_parse")
 
-    def __init__(self, parse: Parser, monitor: StreamMonitor | None) -> None:
+    def __init__(self, parse: Parser, monitor: Monitor | None) -> None:
         self._parse, self._monitor = parse, monitor
 
     def __call__(self, item: Any) -> ChunkParts:
@@ -110,7 +108,7 @@ class _FirstToken:
 
 
 def _stream_step(
-    monitor: StreamMonitor | None,
+    monitor: Monitor | None,
     certificate: Certificate | None,
     top_logprobs: int | None,
     mode: Mode,
@@ -120,14 +118,14 @@ def _stream_step(
     """The step of :func:`guard_chat_stream` and its sync twin (checked now)."""
     monitor = monitor_for(monitor, certificate, _stream_supplies(top_logprobs))
     parse = _chunk_parser(monitor)
-    if top_logprobs is None and needs_of(monitor).alternatives:
+    if top_logprobs is None and monitor.reads.alternatives:
         parse = _FirstToken(parse, monitor)
     return GuardStep(monitor, mode, on_block, parse, max_token_chars=max_token_chars)
 
 
 def guard_chat_stream(
     stream: AsyncIterable[Chunk],
-    monitor: StreamMonitor | None = None,
+    monitor: Monitor | None = None,
     *,
     certificate: Certificate | None = None,
     top_logprobs: int | None = None,
@@ -183,7 +181,7 @@ def guard_chat_stream(
 
 def guard_chat_stream_sync(
     stream: Iterable[Chunk],
-    monitor: StreamMonitor | None = None,
+    monitor: Monitor | None = None,
     *,
     certificate: Certificate | None = None,
     top_logprobs: int | None = None,
@@ -263,7 +261,7 @@ async def guarded_chat_completion(
     client: AsyncOpenAI,
     *,
     certificate: Certificate | None = None,
-    monitor: StreamMonitor | None = None,
+    monitor: Monitor | None = None,
     apply_certificate_context: bool = True,
     mode: Mode = "buffered",
     on_block: OnBlock = "raise",
@@ -298,7 +296,7 @@ async def guarded_chat_completion(
     rule = monitor if monitor is not None else certificate
     if rule is None:
         raise ConfigError("pass certificate=... (or a monitor=...)")
-    kwargs = _create_kwargs(create_kwargs, needs_of(rule).alternatives)
+    kwargs = _create_kwargs(create_kwargs, rule.reads.alternatives)
     applied = certificate if apply_certificate_context else None
     limit = request_limit(kwargs) if applied is None else filled_limit(applied, kwargs)
     supplies = _request_supplies(kwargs["top_logprobs"])

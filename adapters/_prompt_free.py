@@ -60,7 +60,7 @@ from typing import Any
 
 import numpy as np
 
-from guardrail import ConfigError, GuardrailError, SkeletonSpec, TokenEvent
+from guardrail import ConfigError, GuardrailError, Reads, SkeletonSpec, TokenEvent
 
 from ._local import SMOLLM2_SYSTEM, LocalModel, bundled_smollm2_path, smollm2_chat_prompt
 from ._prompt_free_spec import file_sha256, model_name, spec_settings
@@ -186,7 +186,7 @@ class PromptFreeSkeleton:
     """Each ``log_prob`` evaluates a model (milliseconds): a server scores it off its
     event loop (see the guard proxy)."""
 
-    needs_top_logprobs = False
+    reads = Reads()
     """Scores need only the emitted token: stream adapters skip the alternatives."""
 
     def __init__(

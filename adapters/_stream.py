@@ -27,8 +27,8 @@ from guardrail import (
     ConfigError,
     GuardedText,
     GuardrailBlocked,
+    Monitor,
     State,
-    StreamMonitor,
     StreamTruncated,
     TokenEvent,
     Verdict,
@@ -73,43 +73,36 @@ class GuardStep:
     logprob backs it, whatever finish reason follows) or a token whose text cannot
     be reconstructed (empty text and no bytes, as llama.cpp streams partial UTF-8
     characters: cause ``unreadable_text``); a token longer than ``max_token_chars``
-    characters is a :class:`ProviderFormatError`. ``update`` feeds one event to the
-    monitor (default ``monitor.update``; a local model's stream also passes the
-    token's exact entropy).
+    characters is a :class:`ProviderFormatError`.
     """
 
     __slots__ = (
-        "_items", "_max_chars", "_monitor", "_parse", "_text", "_update", "blocked",
+        "_items", "_max_chars", "_monitor", "_parse", "_text", "blocked",
         "finish_reason", "on_block",
     )  # fmt: skip
 
     def __init__(
         self,
-        monitor: StreamMonitor,
+        monitor: Monitor,
         mode: Mode,
         on_block: OnBlock,
         parse: Parser,
         *,
         max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
-        update: Callable[[TokenEvent], Verdict] | None = None,
     ) -> None:
-        if not isinstance(monitor, StreamMonitor):
-            raise ConfigError(
-                f"monitor must be a CertificateMonitor or a FittedMonitor (a StreamMonitor), "
-                f"got {type(monitor).__name__}"
-            )
+        if not isinstance(monitor, Monitor):
+            raise ConfigError(f"monitor must be a guardrail.Monitor, got {type(monitor).__name__}")
         if on_block not in ("raise", "stop"):
             raise ConfigError(f"on_block must be 'raise' or 'stop', got {on_block!r}")
         self._max_chars = check_max_token_chars(max_token_chars)
         self._monitor, self._parse, self.on_block = monitor, parse, on_block
-        self._update = update if update is not None else monitor.update
         self._text = GuardedText(monitor, mode)  # validates mode (and early=False for "final")
         self.blocked: Verdict | None = None
         self.finish_reason: str | None = None
         self._items = 0
 
     @property
-    def monitor(self) -> StreamMonitor:
+    def monitor(self) -> Monitor:
         return self._monitor
 
     def feed(self, item: Any) -> str:
@@ -133,7 +126,7 @@ class GuardStep:
         if refusal:
             verdict = monitor.abort(Cause.REFUSAL, "the model refused to answer (refusal text)")
         else:
-            verdict = feed_events(monitor, events, shown, self._max_chars, self._update)
+            verdict = feed_events(monitor, events, shown, self._max_chars)
         out = self._text.push(shown, verdict)
         if verdict.state is State.BLOCKED:
             self._block(verdict)
@@ -176,14 +169,12 @@ def check_max_token_chars(value: int) -> int:
 
 
 def feed_events(
-    monitor: StreamMonitor,
+    monitor: Monitor,
     events: list[TokenEvent],
     shown: str,
     max_chars: int,
-    update: Callable[[TokenEvent], Verdict] | None = None,
 ) -> Verdict:
-    """Each event to ``monitor`` (through ``update``, default ``monitor.update``) after the
-    checks every path shares; the last verdict.
+    """Each event to ``monitor`` after the checks every path shares; the last verdict.
 
     A token longer than ``max_chars`` (or shown text longer than ``max_chars``
     per token) is a :class:`ProviderFormatError`; a token with no text and no
@@ -194,9 +185,7 @@ def feed_events(
             f"max_token_chars={max_chars} per token",
             field="delta.content",
         )
-    if update is None:
-        update = monitor.update
-    verdict = monitor.verdict
+    update, verdict = monitor.update, monitor.verdict
     for event in events:
         text = event.text
         if len(text) > max_chars:

@@ -37,8 +37,8 @@ if not __package__:  # run as a script: measure the checkout this file belongs t
 from guardrail import StreamPolicy, TokenEvent, read_traces
 from guardrail.fitting import (
     EventReader,
-    FittedMonitor,
     FittedState,
+    Monitor,
     RecordedSkeleton,
     answer_features,
     fit_statistic,
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     def run_monitor() -> int:
         decided = 0
         for events, skel, _ in streams:
-            mon = FittedMonitor(stat, policy, tau, skeleton=skel, max_tokens=10_000)
+            mon = Monitor.fitted(stat, policy, tau, skeleton=skel, max_tokens=10_000)
             update = mon.update
             for ev in events:
                 v = update(ev)
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def run_answers() -> int:
         for _, skel, _ in streams:
-            FittedMonitor(stat, policy, tau, skeleton=skel, max_tokens=10_000).finish()
+            Monitor.fitted(stat, policy, tau, skeleton=skel, max_tokens=10_000).finish()
         return 0
 
     reader_cache = [(EventReader(stat, skel), events, ent) for events, skel, ent in streams]

@@ -30,7 +30,7 @@ if not __package__:  # run as a script: measure the checkout this file belongs t
 
 from guardrail import (
     Cause,
-    CertificateMonitor,
+    Monitor,
     State,
     StreamPolicy,
     TokenEvent,
@@ -58,7 +58,7 @@ def _run_lifts(
 ) -> int:
     decided = 0
     for row in streams:
-        update = CertificateMonitor(policy, tau, track_bounds=track).update_lift
+        update = Monitor.lift(policy, tau, track_bounds=track).update_evidence
         for x in row:
             v = update(x)
         decided += v.decided
@@ -71,7 +71,7 @@ def _run_events(
     skel = UniformSkeleton(VOCAB)
     decided = 0
     for row in events:
-        update = CertificateMonitor(policy, tau, skeleton=skel, track_bounds=track).update
+        update = Monitor.lift(policy, tau, skeleton=skel, track_bounds=track).update
         for ev in row:
             v = update(ev)
         decided += v.decided
@@ -110,7 +110,7 @@ def main() -> None:
     for name, policy in policies.items():
         for track in (False, True):
             us, dec = _best(partial(_run_lifts, policy, track, streams), args.repeat, n_tokens)
-            rows.append((name, track, "update_lift", us, dec))
+            rows.append((name, track, "update_evidence", us, dec))
             us, dec = _best(partial(_run_events, policy, track, events), args.repeat, n_tokens)
             rows.append((name, track, "update", us, dec))
     # order-based aggregates block at the first weak token: a tau below every lift keeps
@@ -122,7 +122,7 @@ def main() -> None:
     }.items():
         run = partial(_run_lifts, policy, False, streams, low_tau)
         us, dec = _best(run, args.repeat, n_tokens)
-        rows.append((name, False, "update_lift", us, dec))
+        rows.append((name, False, "update_evidence", us, dec))
         run_ev = partial(_run_events, policy, False, events, low_tau)
         us, dec = _best(run_ev, args.repeat, n_tokens)
         rows.append((name, False, "update", us, dec))

@@ -9,7 +9,7 @@ default) in five ways:
 
 - ``unguarded``: iterate the raw ``AsyncStream`` and join ``delta.content``;
 - ``guard_chat_stream(stream, monitor, mode=...)`` with a fresh
-  ``CertificateMonitor(policy, tau, skeleton=UniformSkeleton(50_000))`` per
+  ``Monitor.lift(policy, tau, skeleton=UniformSkeleton(50_000))`` per
   stream, for ``StreamPolicy()`` (betting boundary, mean lift, tau 3.9) and
   ``StreamPolicy(aggregate="min")`` (tau 2.5), in ``passthrough`` and
   ``buffered`` modes.
@@ -52,7 +52,7 @@ from _loopback import VOCAB, LoopbackServer, Spec, answer_events, answer_text
 from openai.types.chat import ChatCompletionChunk
 
 from adapters import chat_chunk_parts, guard_chat_stream
-from guardrail import CertificateMonitor, State, StreamPolicy, UniformSkeleton
+from guardrail import Monitor, State, StreamPolicy, UniformSkeleton
 
 POLICIES = {"default": (StreamPolicy(), 3.9), "min": (StreamPolicy(aggregate="min"), 2.5)}
 Consume = Callable[[openai.AsyncOpenAI, Spec], Awaitable[str]]
@@ -82,7 +82,7 @@ def guarded(policy: StreamPolicy, tau: float, mode: Any) -> Consume:
     skeleton = UniformSkeleton(VOCAB)
 
     async def consume(client: openai.AsyncOpenAI, spec: Spec) -> str:
-        monitor = CertificateMonitor(policy, tau, skeleton=skeleton)
+        monitor = Monitor.lift(policy, tau, skeleton=skeleton)
         stream = await _open(client, spec)
         parts = [text async for text in guard_chat_stream(stream, monitor, mode=mode)]
         v = monitor.verdict
@@ -178,7 +178,7 @@ def mem_guarded(
     skeleton = UniformSkeleton(VOCAB)
 
     async def consume(chunks: list[ChatCompletionChunk], tokens: int) -> str:
-        monitor = CertificateMonitor(policy, tau, skeleton=skeleton)
+        monitor = Monitor.lift(policy, tau, skeleton=skeleton)
         parts = [text async for text in guard_chat_stream(_replay(chunks), monitor, mode=mode)]
         if monitor.verdict.t != tokens:
             raise AssertionError(f"expected {tokens} tokens, got {monitor.verdict}")

@@ -61,7 +61,6 @@ from ._errors import (
     TraceFormatError,
 )
 from ._fitted import FittedStatistic
-from ._fitted_monitor import FittedMonitor
 from ._labels import is_correct as is_correct
 from ._labels import normalize_answer as normalize_answer
 from ._lift import DEFAULT_CLIP as DEFAULT_CLIP
@@ -69,7 +68,7 @@ from ._lift import budget as budget
 from ._lift import clipped_lift as clipped_lift
 from ._lift import clipped_lifts as clipped_lifts
 from ._lift import support_clip as support_clip
-from ._monitor import CertificateMonitor, GuardedText, Skeleton
+from ._monitor import GuardedText, Monitor
 from ._policy import ReplayResult as ReplayResult
 from ._policy import StreamPolicy
 from ._policy import critical_thresholds as critical_thresholds
@@ -77,6 +76,8 @@ from ._policy import replay as replay
 from ._policy import running_statistic as running_statistic
 from ._policy import shown_at as shown_at
 from ._policy import threshold_grid as threshold_grid
+from ._reads import Reads, Skeleton, skeleton_reads
+from ._rules import EvidenceRule, FittedRule, LiftRule
 from ._scores import BASELINES as BASELINES
 from ._scores import TRACE_SKELETONS as TRACE_SKELETONS
 from ._scores import baseline_score as baseline_score
@@ -89,7 +90,6 @@ from ._skeletons import (
     TokenIds,
     UniformSkeleton,
     WithTokenIds,
-    skeleton_needs,
 )
 from ._skeletons import select_skeleton_kind as select_skeleton_kind
 from ._skeletons import type_token_ratio as type_token_ratio
@@ -100,7 +100,6 @@ from ._statistics import PaperMean as PaperMean
 from ._statistics import betting_mean_path as betting_mean_path
 from ._statistics import lowest_k_path as lowest_k_path
 from ._statistics import paper_mean_path as paper_mean_path
-from ._stream_monitor import StreamMonitor
 from ._subgamma import GammaFit as GammaFit
 from ._subgamma import ModelCheck as ModelCheck
 from ._subgamma import SubGammaParams as SubGammaParams
@@ -142,25 +141,27 @@ __all__ = [
     "Calibration",
     "Cause",
     "Certificate",
-    "CertificateMonitor",
     "ConfigError",
     "ContextMismatchWarning",
-    "FittedMonitor",
+    "EvidenceRule",
+    "FittedRule",
     "FittedStatistic",
     "GenerationContext",
     "GuardedText",
     "GuardrailBlocked",
     "GuardrailError",
     "InsufficientDataError",
+    "LiftRule",
     "MissingDependencyError",
     "MissingLogprobsError",
     "ModelIdentity",
+    "Monitor",
     "NGramSkeleton",
+    "Reads",
     "Skeleton",
     "SkeletonResolver",
     "SkeletonSpec",
     "State",
-    "StreamMonitor",
     "StreamPolicy",
     "StreamTruncated",
     "TemperatureSkeleton",
@@ -175,5 +176,5 @@ __all__ = [
     "calibrate",
     "calibrate_policy",
     "end_cause",
-    "skeleton_needs",
+    "skeleton_reads",
 ]

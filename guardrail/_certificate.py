@@ -12,12 +12,11 @@ Its guarantee holds only for answers generated the way the calibration's were:
 adapters that make the request apply :attr:`Certificate.context` and warn
 (:class:`ContextMismatchWarning`) when a caller changes a setting that moves the
 answer distribution. ``certificate.monitor()`` gives a fresh per-answer
-:class:`~guardrail.CertificateMonitor`, or for a certificate with a fitted
-``statistic`` (:class:`~guardrail._fitted.FittedStatistic`, stored in the JSON as
-weights, feature names and normalisation) a
-:class:`~guardrail._fitted_monitor.FittedMonitor`; both satisfy
-:class:`~guardrail._stream_monitor.StreamMonitor`. A fitted certificate's ``tau``
-is on the statistic's scale (log-odds of a correct answer), and its token limit
+:class:`~guardrail.Monitor` of the lift rule (:class:`~guardrail.LiftRule`), or for a
+certificate with a fitted ``statistic`` (:class:`~guardrail.FittedStatistic`, stored
+in the JSON as weights, feature names and normalisation) of the fitted rule
+(:class:`~guardrail.FittedRule`). A fitted certificate's ``tau`` is on the
+statistic's scale (log-odds of a correct answer), and its token limit
 ``context.max_tokens`` bounds the continuations its early verdicts consider.
 
 The skeleton is stored as a :class:`~guardrail.SkeletonSpec`. Parametric kinds
@@ -51,9 +50,10 @@ from ._certificate_parts import (
 )
 from ._errors import ConfigError
 from ._fitted import FittedStatistic
-from ._fitted_monitor import FittedMonitor
-from ._monitor import CertificateMonitor, Skeleton
+from ._monitor import Monitor
 from ._policy import OnMissing, StreamPolicy
+from ._reads import Reads, Skeleton
+from ._rules import EvidenceRule, FittedRule, LiftRule
 from ._skeleton_spec import Resolvers
 
 __all__ = [
@@ -140,22 +140,21 @@ class Certificate:
         on_missing_logprobs: OnMissing | None = None,
         exact_entropy: bool = False,
         max_tokens: int | Literal["context"] | None = "context",
-    ) -> CertificateMonitor | FittedMonitor:
+    ) -> Monitor:
         """A fresh monitor for one answer. The skeleton: ``skeleton``, else the bound one
         (:meth:`resolve`), else the spec's parametric kind; a ConfigError saying what to
         pass for any other kind. A skeleton with per-answer state gets a stream of its
         own (``for_stream()``).
         ``on_missing_logprobs`` overrides the policy's.
 
-        With a fitted :attr:`statistic`: a
-        :class:`~guardrail._fitted_monitor.FittedMonitor` (``track_bounds`` does not
-        apply: it always bounds the score). A ConfigError now, not mid-stream, when
-        the caller cannot supply what the statistic reads: a skeleton for its lifts,
-        or (``exact_entropy=True``: the caller passes ``update(event, entropy=...)``)
-        the exact entropies of group ``local``.
+        With a fitted :attr:`statistic`: a monitor of :class:`~guardrail.FittedRule`
+        (``track_bounds`` does not apply: it always bounds the score). A ConfigError
+        now, not mid-stream, when the caller cannot supply what the statistic reads: a
+        skeleton for its lifts, or (``exact_entropy=True``: the caller's events carry
+        ``TokenEvent.entropy``) the exact entropies of group ``local``.
 
-        ``max_tokens``: the most tokens the stream can carry, which a fitted monitor's early
-        verdicts assume (see :class:`~guardrail._fitted_monitor.FittedMonitor`): by default
+        ``max_tokens``: the most tokens the stream can carry, which a fitted rule's early
+        verdicts assume (see :class:`~guardrail.FittedRule`): by default
         the context's ``max_tokens`` (right when the request is held to it); pass the
         request's own limit when it allows more, or ``None`` when it is unknown (no
         early verdict then relies on a limit). A lift monitor's verdicts assume none."""
@@ -169,23 +168,27 @@ class Certificate:
             )
         stat = self.statistic
         if stat is None:
-            skel = self._skeleton(skeleton)
-            return CertificateMonitor(
-                self.policy, self.tau, skeleton=skel, track_bounds=track_bounds,
-                on_missing_logprobs=on_missing_logprobs,
-            )  # fmt: skip
+            rule: EvidenceRule = LiftRule(
+                self.policy, self.tau, skeleton=self._skeleton(skeleton), track_bounds=track_bounds
+            )
+            return Monitor(rule, self.policy, on_missing_logprobs=on_missing_logprobs)
         if "exact_entropy" in stat.requires and not exact_entropy:
             raise ConfigError(
                 "this certificate's statistic reads exact entropies (group "
-                f"{stat.group!r}), which only a local model's stream supplies: feed them with "
-                "monitor.update(event, entropy=...) and ask for monitor(exact_entropy=True)"
+                f"{stat.group!r}), which only a local model's stream supplies: feed them as "
+                "TokenEvent.entropy and ask for monitor(exact_entropy=True)"
             )
         fitted_skel = self._skeleton(skeleton) if "skeleton" in stat.requires else None
         limit = self.context.max_tokens if max_tokens == "context" else max_tokens
-        return FittedMonitor(
-            stat, self.policy, self.tau, skeleton=fitted_skel,
-            max_tokens=limit, on_missing_logprobs=on_missing_logprobs,
-        )  # fmt: skip
+        rule = FittedRule(stat, self.policy, self.tau, skeleton=fitted_skel, max_tokens=limit)
+        return Monitor(rule, self.policy, on_missing_logprobs=on_missing_logprobs)
+
+    @property
+    def reads(self) -> Reads:
+        """What the certificate's rule reads of each token besides its logprob, as far as
+        the certificate alone says (a lift rule's skeleton says more once built:
+        ``monitor().reads``)."""
+        return Reads(skeleton=True) if self.statistic is None else self.statistic.reads
 
     def _skeleton(self, skeleton: Skeleton | None) -> Skeleton:
         skel = skeleton if skeleton is not None else self.bound_skeleton

@@ -45,6 +45,7 @@ from ._features import (
     TopKTables,
     base_range,
 )
+from ._reads import Reads
 
 __all__ = [
     "DEFAULT_ALTERNATIVES",
@@ -226,6 +227,16 @@ class FittedStatistic:
         """What the stream must supply: ``logprob``, ``alternatives``, ``exact_entropy``,
         ``skeleton``."""
         return frozenset({"logprob", *(SOURCES[b] for b in self.bases)})
+
+    @property
+    def reads(self) -> Reads:
+        """What the statistic reads of each token besides its logprob (the skeleton's own
+        needs come on top, once a skeleton is given)."""
+        req = self.requires
+        return Reads(
+            alternatives=self.alternatives if "alternatives" in req else 0,
+            exact_entropy="exact_entropy" in req, skeleton="skeleton" in req, group=self.group,
+        )  # fmt: skip
 
     @property
     def group(self) -> str:

@@ -3,8 +3,9 @@
 :class:`FittedState` keeps the running aggregates of one answer, the score and its
 bounds over the continuations the token limit allows; :class:`EventReader` turns a
 :class:`~guardrail.TokenEvent` into the base features the statistic reads (or says
-what is missing). The monitor and the replay of recorded answers
-(:mod:`guardrail._fitted_monitor`) share both, so their arithmetic is the same.
+what is missing). The fitted rule and the replay of recorded answers
+(:mod:`guardrail._rules`, :mod:`guardrail._fitted_replay`) share both, so their
+arithmetic is the same.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ._aggregates import RunningAggregates
 from ._errors import ConfigError
 from ._features import TokenFeaturizer
 from ._fitted import FittedStatistic
-from ._monitor import Skeleton
+from ._reads import LOGPROB_SLACK, Reads, Skeleton, usable_logprob
 from ._traces import CENSORED_LOGPROB, Trace
 from ._verdict import TokenEvent
 
@@ -227,7 +228,7 @@ class RecordedSkeleton:
     """A skeleton that reads recorded log-probabilities by token index (trace replay)."""
 
     __slots__ = ("_values",)
-    needs_top_logprobs = False
+    reads = Reads()
 
     def __init__(self, values: npt.ArrayLike) -> None:
         self._values = np.asarray(values, dtype=np.float64).tolist()
@@ -261,11 +262,9 @@ class EventReader:
         self._k = statistic.alternatives
         self._feat = plan.featurizer
 
-    def read(
-        self, event: TokenEvent, entropy: float | None = None
-    ) -> list[float] | tuple[str, float | None]:
+    def read(self, event: TokenEvent) -> list[float] | tuple[str, float | None]:
         lp = event.logprob
-        if lp is None or not (CENSORED_LOGPROB < lp <= 1e-6):
+        if lp is None or not usable_logprob(lp):
             return "logprob", lp
         top: list[float] | None = None
         if self._need_alt:
@@ -274,22 +273,24 @@ class EventReader:
             if not top or total != total or total == -math.inf:
                 return "alternatives", (total if top else None)
             top.sort(reverse=True)
-            if top[0] > 1e-6 or top[-1] <= CENSORED_LOGPROB:
-                return "alternatives", (top[0] if top[0] > 1e-6 else top[-1])
+            if top[0] > LOGPROB_SLACK or top[-1] <= CENSORED_LOGPROB:
+                return "alternatives", (top[0] if top[0] > LOGPROB_SLACK else top[-1])
             del top[self._k :]
+        entropy = event.entropy
         if self._need_ent and (entropy is None or not math.isfinite(entropy)):
             return "entropy", entropy
         ls = None
         if self._skel is not None:
             ls = self._skel.log_prob(event)
-            if not (ls <= 1e-6):  # NaN or > 0: a broken skeleton, not bad provider data
+            if not (ls <= LOGPROB_SLACK):  # NaN or > 0: a broken skeleton, not bad provider data
                 raise ConfigError(f"skeleton returned an invalid log-probability {ls!r}")
         return self._feat.values(lp, top, ls, entropy)
 
 
 def trace_events(trace: Trace) -> list[TokenEvent]:
-    """The token events a stream of ``trace``'s answer would carry (ids, logprobs, alternatives;
-    no token id, and alternatives keyed by ``""``, where the trace lacks the ids)."""
+    """The token events a stream of ``trace``'s answer would carry (ids, logprobs, alternatives,
+    exact entropies as a local model's stream; no token id, and alternatives keyed by ``""``,
+    where the trace lacks the ids)."""
     ids: list[list[Any]] = trace.top_ids.tolist()
     lps, lp = trace.top_logprobs.tolist(), trace.logprobs.tolist()
     tok: list[Any] = trace.token_ids.tolist()
@@ -297,8 +298,11 @@ def trace_events(trace: Trace) -> list[TokenEvent]:
         tok = [None] * len(tok)
     if "top_ids" in trace.missing:
         ids = [[""] * len(row) for row in ids]
-    rows = zip(trace.token_texts, lp, tok, ids, lps, strict=True)
+    ent: list[Any] = trace.entropy.tolist()
+    if "entropy" in trace.missing:
+        ent = [None] * len(ent)
+    rows = zip(trace.token_texts, lp, tok, ids, lps, ent, strict=True)
     return [
-        TokenEvent(text, lp, token_id=tid, top_logprobs=tuple(zip(ti, tl, strict=True)), index=i)
-        for i, (text, lp, tid, ti, tl) in enumerate(rows)
+        TokenEvent(text, lp, tid, None, tuple(zip(ti, tl, strict=True)), i, h)
+        for i, (text, lp, tid, ti, tl, h) in enumerate(rows)
     ]

@@ -1,58 +1,51 @@
-"""The streaming certificate monitor: one answer, one token at a time.
+"""One answer's monitor: :class:`Monitor`, and :class:`GuardedText`, what of it may be shown.
 
-:class:`CertificateMonitor` applies exactly the rule of :func:`guardrail.replay`
-in O(1) pure-Python time per token, composing the one statistic the policy
-selects (:mod:`guardrail._statistics`), so calibration covers what is deployed.
-``update*`` returns CONTINUE until an early verdict (``final=True``);
-``finish()`` applies the final rule. Once decided, ``update*`` returns that
-verdict without reading its input (an adapter may keep streaming in passthrough
-mode); after ``finish()`` it raises :class:`GuardrailError`. Verdicts are built
-by :func:`_verdict`, which skips the frozen-dataclass ``__init__``.
+A :class:`Monitor` owns one streamed answer's lifecycle and applies one evidence rule
+(:mod:`guardrail._rules`: :class:`~guardrail.LiftRule` or
+:class:`~guardrail.FittedRule`) to it, token by token, exactly as calibration replays
+that rule. ``update(event)`` returns CONTINUE until an early verdict (``final=True``);
+``finish(finish_reason)`` applies the final rule, and only a documented clean finish
+can certify. Once decided, ``update`` returns that verdict without reading its input
+(an adapter may keep streaming in passthrough mode); after ``finish()`` it raises
+:class:`~guardrail.GuardrailError`. What the monitor owns, once, for every rule:
 
-Bounds (nats): ``paper``: ``mean -/+ r_t`` in ``[0, B]``; ``betting``: ``[0, B]``
-narrowed to ``tau`` on the decided side, or with ``track_bounds=True`` a
-:class:`~guardrail._statistics.BettingConfidenceSequence` (49-point grid, several
-times the per-token cost), which bounds a mean shared by all tokens, not the
-running mean a drifting stream can leave. :class:`GuardedText` turns verdicts
-into what may be shown.
+- token order (``event.index``, when the provider gives it);
+- unusable inputs (a missing, NaN, infinite, censored or positive logprob; missing
+  alternatives or entropy the rule reads): ``policy.on_missing_logprobs`` decides
+  (``"block"``, ``"pass"``: skipped, ``t`` unchanged, or ``"error"``);
+- the token limit the rule's early verdicts assume (``rule.token_limit``): a token
+  past it blocks the answer (cause ``over_token_limit``), even after an early
+  certification;
+- how the stream ended (:func:`~guardrail.end_cause`), ``abort`` for reasons outside
+  the evidence, an empty answer, ``final_rule="block"``.
+
+``verdict.mean``/``lower``/``upper`` and ``tau`` are in the rule's units
+(``monitor.units``: nats for the lift rule, log-odds for the fitted one). Verdicts are
+built by :func:`~guardrail._verdict.make_verdict`, which skips the frozen-dataclass
+``__init__`` (a verdict per token).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal
 
 from ._errors import ConfigError, GuardrailError, MissingLogprobsError
+from ._fitted import FittedStatistic
 from ._policy import OnMissing, StreamPolicy
-from ._statistics import ABOVE, BELOW, BettingConfidenceSequence, BettingMean, LowestK, PaperMean
-from ._stream_monitor import StreamMonitor
+from ._reads import Reads, Skeleton
+from ._rules import BLOCK, CONTINUE, MISSING, EvidenceRule, FittedRule, LiftRule
 from ._traces import CENSORED_LOGPROB
 from ._verdict import Cause, State, TokenEvent, Verdict, end_cause
 from ._verdict import make_verdict as _verdict
 
-__all__ = ["CertificateMonitor", "GuardedText", "Skeleton", "State", "TokenEvent", "Verdict"]
+__all__ = ["GuardedText", "Monitor", "Skeleton", "State", "TokenEvent", "Verdict"]
 
 StreamMode = Literal["passthrough", "buffered", "final"]
 
-
-@runtime_checkable
-class Skeleton(Protocol):
-    """A skeleton baseline ``S``: the log-probability it gives the emitted token."""
-
-    def log_prob(self, event: TokenEvent) -> float: ...
-
-
-_BETTING, _PAPER, _ORDER = "betting", "paper", "order"  # which statistic decides
-_CONTINUE = State.CONTINUE
-_UNDECIDED = Cause.UNDECIDED
-_AFTER_FINISH = "update after the verdict was finished: use one CertificateMonitor per answer"
-_CONFLICT = "continue: conflicting evidence; verdict at end of stream"
-_NO_SKELETON = (
-    "update(event) needs a skeleton: pass skeleton=... to CertificateMonitor, "
-    "or feed clipped lifts with update_lift()"
-)
+_CONTINUE, _UNDECIDED = State.CONTINUE, Cause.UNDECIDED
+_AFTER_FINISH = "update after the verdict was finished: use one monitor per answer"
 _END_REASONS = {
     Cause.TRUNCATED: "the stream ended without a finish after {t} tokens (cut off; "
     "an answer not fully seen is never certified)",
@@ -62,6 +55,7 @@ _END_REASONS = {
     Cause.REFUSAL: "the model refused (finish_reason {reason!r})",
     Cause.OTHER_FINISH: "the stream finished with {reason!r}, not a complete text answer",
 }
+_WHAT = {"alternatives": "top_logprobs", "entropy": "exact entropy"}
 
 
 def _describe(value: float | None) -> str:
@@ -70,63 +64,84 @@ def _describe(value: float | None) -> str:
     return "censored (outside the top-k)" if value <= CENSORED_LOGPROB else "positive (> 0)"
 
 
-class CertificateMonitor:
-    """Certify or block one streamed answer at threshold ``tau`` under ``policy``.
+class Monitor:
+    """Certify or block one streamed answer by ``rule`` under ``policy``.
 
-    ``update(event)`` needs a ``skeleton``; ``update_lift(x)`` takes a clipped lift in
-    ``[0, clip]``. Unusable logprobs (None, NaN, +/-inf, <= -9999, > 0) and NaN/inf
-    lifts follow the policy's ``on_missing_logprobs``: ``"block"`` (final BLOCKED),
-    ``"pass"`` (skipped, ``t`` unchanged) or ``"error"`` (MissingLogprobsError); the
-    keyword ``on_missing_logprobs`` (``None``: the policy's) overrides it, and
-    :attr:`policy` then carries the value applied (the calibration record does not).
-    Token positions are 0-based and count every event, skipped ones included.
+    Build one per answer, usually with :meth:`Certificate.monitor
+    <guardrail.Certificate.monitor>`, or :meth:`lift` / :meth:`fitted` for a hand-made
+    rule. ``on_missing_logprobs`` (``None``: the policy's) overrides the policy's
+    missing-logprob rule; :attr:`policy` then carries the value applied (the
+    calibration record does not). Token positions are 0-based and count every event,
+    skipped ones included.
     """
 
-    __slots__ = ("_b", "_boundary", "_closed", "_early", "_finished", "_kind", "_min_tokens",
-                 "_on_missing", "_policy", "_reason", "_skeleton", "_skipped", "_stat", "_step",
-                 "_t", "_tau", "_total", "_track", "_verdict")  # fmt: skip
+    __slots__ = ("_add", "_add_event", "_b", "_closed", "_finished", "_limit", "_on_missing",
+                 "_policy", "_received", "_rule", "_skipped", "_t", "_tau", "_verdict")  # fmt: skip
 
     def __init__(
         self,
+        rule: EvidenceRule,
+        policy: StreamPolicy,
+        *,
+        on_missing_logprobs: OnMissing | None = None,
+    ) -> None:
+        if not isinstance(policy, StreamPolicy):
+            raise ConfigError(f"policy must be a StreamPolicy, got {type(policy).__name__}")
+        if not callable(getattr(rule, "add_event", None)):
+            raise ConfigError(f"rule must be an evidence rule (LiftRule, FittedRule), got {rule!r}")
+        if on_missing_logprobs not in (None, policy.on_missing_logprobs):  # validated by replace
+            policy = replace(policy, on_missing_logprobs=on_missing_logprobs)
+        self._rule, self._policy, self._tau, self._b = rule, policy, rule.tau, rule.boundary
+        self._add_event, self._add = rule.add_event, rule.add
+        self._on_missing, self._limit = policy.on_missing_logprobs, rule.token_limit
+        self._t = self._skipped = self._received = 0  # events so far: t + skipped
+        self._closed = self._finished = False
+        self._verdict = _verdict(_CONTINUE, 0, rule.mean, rule.lower, rule.upper, self._tau,
+                                 self._b, rule.why, False, _UNDECIDED)  # fmt: skip
+
+    @classmethod
+    def lift(
+        cls,
         policy: StreamPolicy,
         tau: float,
         *,
         skeleton: Skeleton | None = None,
         on_missing_logprobs: OnMissing | None = None,
         track_bounds: bool = False,
-    ) -> None:
-        if not isinstance(policy, StreamPolicy):
-            raise ConfigError(f"policy must be a StreamPolicy, got {type(policy).__name__}")
-        b = policy.clip
-        if isinstance(tau, bool) or not isinstance(tau, int | float) or not (0.0 < tau < b):
-            raise ConfigError(f"tau must lie strictly inside (0, {b}), got {tau!r}")
-        if on_missing_logprobs not in (None, policy.on_missing_logprobs):  # validated by replace
-            policy = replace(policy, on_missing_logprobs=on_missing_logprobs)
-        if skeleton is not None and not isinstance(skeleton, Skeleton):
-            raise ConfigError(f"skeleton must have a log_prob(event) method, got {skeleton!r}")
-        self._policy, self._tau, self._b, self._skeleton = policy, float(tau), b, skeleton
-        self._on_missing, self._boundary = policy.on_missing_logprobs, policy.boundary
-        self._min_tokens, self._early = policy.min_tokens, policy.early
-        stat: BettingMean | PaperMean | LowestK
-        if policy.order_based:
-            self._kind, stat = _ORDER, LowestK(policy.n_lowest, b)
-        elif policy.boundary == "paper":  # v, c > 0: checked by StreamPolicy
-            self._kind, stat = _PAPER, PaperMean(policy.v or 0.0, policy.c or 0.0, b, policy.delta)
-        else:  # betting: updated only while early verdicts can come
-            self._kind, stat = _BETTING, BettingMean(self._tau, b, policy.delta, policy.bet_cap)
-        self._stat, self._step = stat, stat.update
-        self._track: Callable[[float], tuple[float, float]] | None = None
-        if track_bounds and self._kind is _BETTING:  # on a 49-point grid
-            self._track = BettingConfidenceSequence(b, policy.delta, policy.bet_cap).update
-        self._t = self._skipped = 0  # events so far: t + skipped
-        self._total, self._closed, self._finished = 0.0, False, False
-        wait = "evidence not yet conclusive" if self._early else "verdict at end (early=False)"
-        self._reason = (f"continue: fewer than min_tokens={self._min_tokens} tokens",
-                        f"continue: {wait}")  # fmt: skip
-        why, tau = "continue: no tokens yet", self._tau
-        self._verdict = _verdict(
-            _CONTINUE, 0, 0.0, 0.0, b, tau, policy.boundary, why, False, _UNDECIDED
-        )
+    ) -> Monitor:
+        """A monitor of the lift rule (:class:`~guardrail.LiftRule`); ``update(event)`` needs
+        a ``skeleton``, :meth:`update_evidence` takes clipped lifts without one."""
+        rule = LiftRule(policy, tau, skeleton=skeleton, track_bounds=track_bounds)
+        return cls(rule, policy, on_missing_logprobs=on_missing_logprobs)
+
+    @classmethod
+    def fitted(
+        cls,
+        statistic: FittedStatistic,
+        policy: StreamPolicy,
+        tau: float,
+        *,
+        skeleton: Skeleton | None = None,
+        max_tokens: int | None = None,
+        on_missing_logprobs: OnMissing | None = None,
+    ) -> Monitor:
+        """A monitor of a fitted statistic (:class:`~guardrail.FittedRule`)."""
+        rule = FittedRule(statistic, policy, tau, skeleton=skeleton, max_tokens=max_tokens)
+        return cls(rule, policy, on_missing_logprobs=on_missing_logprobs)
+
+    @property
+    def rule(self) -> EvidenceRule:
+        return self._rule
+
+    @property
+    def reads(self) -> Reads:
+        """What the rule reads of each token besides its logprob."""
+        return self._rule.reads
+
+    @property
+    def units(self) -> str:
+        """``"nats"`` or ``"log-odds"``: the unit of ``tau`` and of the verdicts' numbers."""
+        return self._rule.units
 
     @property
     def policy(self) -> StreamPolicy:
@@ -138,7 +153,8 @@ class CertificateMonitor:
 
     @property
     def skeleton(self) -> Skeleton | None:
-        return self._skeleton
+        """The skeleton the rule scores lifts with (``None`` if none)."""
+        return self._rule.skeleton
 
     @property
     def verdict(self) -> Verdict:
@@ -146,86 +162,59 @@ class CertificateMonitor:
 
     @property
     def t(self) -> int:
+        """Tokens that carried evidence so far (skipped ones not counted)."""
         return self._t
 
     @property
-    def mean(self) -> float:
-        return self._total / self._t if self._t else 0.0
+    def value(self) -> float:
+        """The statistic the final rule compares with ``tau``, in the rule's units (the
+        lift aggregate, ``clip`` before any token; the fitted score, NaN before any)."""
+        return self._rule.value
 
     @property
-    def minimum(self) -> float:
-        """Smallest clipped lift so far (``clip`` before the first token); tracked
-        for ``aggregate="min"`` and ``"lowest"`` policies, ``nan`` otherwise."""
-        return self._stat.lowest[0] if isinstance(self._stat, LowestK) else math.nan
-
-    @property
-    def statistic(self) -> float:
-        """The aggregate the final rule compares with ``tau``: the running mean,
-        minimum, or mean of the ``lowest_k`` weakest lifts (``clip`` before any token)."""
-        if isinstance(self._stat, LowestK):
-            return self._stat.value
-        return self._total / self._t if self._t else self._b
-
-    def update_lift(self, x: float) -> Verdict:
-        """Add one clipped lift in ``[0, clip]`` (a finite value outside is a ConfigError)."""
-        if self._closed:
-            return self._after_final()
-        b = self._b
-        if not (0.0 <= x <= b):
-            if math.isfinite(x):
-                raise ConfigError(f"clipped lift must lie in [0, {b}], got {x!r}")
-            return self._missing(x, "lift")
-        self._t = t = self._t + 1
-        self._total = total = self._total + x
-        tau, kind = self._tau, self._kind
-        step: Callable[[float], Any] = self._step
-        if kind is _BETTING:
-            track = self._track
-            if track is None:
-                lower, upper = 0.0, b
-            else:
-                lower, upper = track(x)
-            if self._early:
-                hit = step(x)
-                if hit and t >= self._min_tokens:
-                    if hit == ABOVE:
-                        return self._decide(True, t, lower if lower > tau else tau, upper)
-                    if hit == BELOW:
-                        return self._decide(False, t, lower, upper if upper < tau else tau)
-                    # both at once: undecided, as replay() treats simultaneous first crossings
-                    self._early, self._reason = False, (_CONFLICT, _CONFLICT)
-        elif kind is _PAPER:
-            lower, upper = step(x)
-            if (lower > tau or upper < tau) and self._early and t >= self._min_tokens:
-                return self._decide(lower > tau, t, lower, upper)
-        else:
-            lower, upper = 0.0, b
-            low = step(x)
-            if low < tau and self._early and t >= self._min_tokens:
-                return self._decide(False, t, 0.0, b, low)
-        why, mean = self._reason[t >= self._min_tokens], total / t
-        v = _verdict(_CONTINUE, t, mean, lower, upper, tau, self._boundary, why, False, _UNDECIDED)
-        self._verdict = v
-        return v
+    def max_tokens(self) -> int | None:
+        """The token limit the rule was given (``None``: none, or a lift rule)."""
+        return getattr(self._rule, "max_tokens", None)
 
     def update(self, event: TokenEvent) -> Verdict:
-        """Add one token: lift ``clip(event.logprob - skeleton.log_prob(event))``."""
-        skel = self._skeleton
-        if skel is None:
-            raise ConfigError(_NO_SKELETON)
+        """Add one token event."""
+        if self._finished:
+            raise GuardrailError(_AFTER_FINISH)
+        self._received = n = self._received + 1
+        limit = self._limit
+        if limit is not None and n > limit:
+            return self._over_limit(limit)
         if self._closed:
-            return self._after_final()
+            return self._verdict
         idx, pos = event.index, self._t + self._skipped
         if idx is not None and idx != pos:
             raise GuardrailError(f"token out of order: expected index {pos}, got {idx}")
-        lp = event.logprob
-        if lp is None or not (CENSORED_LOGPROB < lp <= 1e-6):
-            return self._missing(lp, "logprob")
-        ls = skel.log_prob(event)
-        if not (ls <= 1e-6):  # NaN or > 0: a broken skeleton, not bad provider data
-            raise ConfigError(f"skeleton returned an invalid log-probability {ls!r}")
-        lift = lp - ls  # as clipped_lift()
-        return self.update_lift(0.0 if lift <= 0.0 else (self._b if lift >= self._b else lift))
+        return self._after(self._add_event(event, self._t + 1))
+
+    def update_evidence(self, x: Any) -> Verdict:
+        """Add one token's evidence computed elsewhere: a clipped lift in ``[0, clip]`` for
+        the lift rule (a finite value outside is a ConfigError), the base features in
+        ``statistic.bases`` order for the fitted rule."""
+        if self._finished:
+            raise GuardrailError(_AFTER_FINISH)
+        if self._closed:
+            return self._verdict
+        return self._after(self._add(x, self._t + 1))
+
+    def _after(self, code: int) -> Verdict:
+        rule = self._rule
+        if code == MISSING:
+            return self._missing(*rule.missing)
+        self._t = t = self._t + 1
+        if code == CONTINUE:
+            v = _verdict(_CONTINUE, t, rule.mean, rule.lower, rule.upper, self._tau, self._b,
+                         rule.why, False, _UNDECIDED)  # fmt: skip
+            self._verdict = v
+            return v
+        if code == BLOCK:
+            return self._final(State.BLOCKED, rule.why, rule.lower, rule.upper,
+                               Cause.BELOW_THRESHOLD)  # fmt: skip
+        return self._final(State.CERTIFIED, rule.why, rule.lower, rule.upper, Cause.CERTIFIED)
 
     def finish(self, finish_reason: str | None = "stop") -> Verdict:
         """End of stream: the final rule if undecided (idempotent).
@@ -239,31 +228,27 @@ class CertificateMonitor:
         if self._finished:
             return self._verdict
         self._finished = self._closed = True
-        v, t, tau, pol = self._verdict, self._t, self._tau, self._policy
+        v, t, pol = self._verdict, self._t, self._policy
         cause = end_cause(finish_reason, pol.on_length)
         if cause is not None and v.state is not State.BLOCKED:
             why = _END_REASONS[cause].format(reason=finish_reason, t=t)
             return self._final(State.BLOCKED, f"blocked: {why}", v.lower, v.upper, cause)
         if v.final:
             return v
-        ok, cause = False, Cause.BELOW_THRESHOLD
         if t == 0:
-            why, cause = "blocked: empty answer (no token carried evidence)", Cause.EMPTY_ANSWER
-        elif pol.final_rule == "block":
+            why = "blocked: empty answer (no token carried evidence)"
+            return self._final(State.BLOCKED, why, v.lower, v.upper, Cause.EMPTY_ANSWER)
+        if pol.final_rule == "block":
             why = f"blocked: no verdict after {t} tokens (final_rule='block')"
-            cause = Cause.NO_VERDICT
-        else:
-            what = {"min": "min", "lowest": f"lowest-{pol.n_lowest}"}.get(pol.aggregate, "mean")
-            stat = self.statistic
-            ok = stat >= tau
-            why = f"final {what} lift {stat:.4g} {'>=' if ok else '<'} tau={tau:g} after {t} tokens"
-            why = f"{'certified' if ok else 'blocked'}: {why} (final_rule='mean')"
-        state, cause = (State.CERTIFIED, Cause.CERTIFIED) if ok else (State.BLOCKED, cause)
-        return self._final(state, why, v.lower, v.upper, cause)
+            return self._final(State.BLOCKED, why, v.lower, v.upper, Cause.NO_VERDICT)
+        ok, why, lo, up = self._rule.final(t)
+        if ok:
+            return self._final(State.CERTIFIED, why, lo, up, Cause.CERTIFIED)
+        return self._final(State.BLOCKED, why, lo, up, Cause.BELOW_THRESHOLD)
 
     def abort(self, cause: Cause, reason: str) -> Verdict:
-        """Block the answer now for a reason outside the evidence (a refusal, text that
-        cannot be reconstructed); an earlier BLOCKED verdict stands (idempotent)."""
+        """Block the answer now for a reason outside the evidence (a refusal, a tool call,
+        text that cannot be reconstructed); an earlier BLOCKED verdict stands (idempotent)."""
         if not isinstance(cause, Cause) or cause in (Cause.UNDECIDED, Cause.CERTIFIED):
             raise ConfigError(f"abort needs a blocking Cause, got {cause!r}")
         v = self._verdict
@@ -271,39 +256,34 @@ class CertificateMonitor:
             return v
         return self._final(State.BLOCKED, f"blocked: {reason}", v.lower, v.upper, cause)
 
-    def _after_final(self) -> Verdict:
-        if self._finished:
-            raise GuardrailError(_AFTER_FINISH)
-        return self._verdict
-
     def _final(self, state: State, why: str, lo: float, up: float, cause: Cause) -> Verdict:
         self._closed = True
-        t = self._t
-        v = _verdict(state, t, self.mean, lo, up, self._tau, self._boundary, why, True, cause)
+        v = _verdict(state, self._t, self._rule.mean, lo, up, self._tau, self._b, why, True,
+                     cause)  # fmt: skip
         self._verdict = v
         return v
 
-    def _missing(self, value: float | None, what: str) -> Verdict:
+    def _over_limit(self, limit: int) -> Verdict:
+        v = self._verdict
+        if v.state is State.BLOCKED:
+            return v
+        why = (
+            f"blocked: token {self._received} is past the token limit {limit} that the early "
+            "verdicts assume, so the rest of the answer was never judged (give the monitor "
+            "the request's real max_tokens, or hold the request to the certificate's)"
+        )
+        return self._final(State.BLOCKED, why, v.lower, v.upper, Cause.OVER_TOKEN_LIMIT)
+
+    def _missing(self, what: str, value: float | None) -> Verdict:
         pos, mode = self._t + self._skipped, self._on_missing
         self._skipped += 1
-        desc = f"{_describe(value)} {what} at token {pos} (value {value!r})"
+        desc = f"{_describe(value)} {_WHAT.get(what, what)} at token {pos} (value {value!r})"
         if mode == "error":
             raise MissingLogprobsError(f"{desc}; policy on_missing_logprobs='error'")
         if mode == "pass":
             return self._verdict
         why, v = f"blocked: {desc}; policy on_missing_logprobs='block'", self._verdict
         return self._final(State.BLOCKED, why, v.lower, v.upper, Cause.MISSING_LOGPROBS)
-
-    def _decide(self, cert: bool, t: int, lo: float, up: float, low: float = 0.0) -> Verdict:
-        (word, rel), tau = ("certified", ">") if cert else ("blocked", "<"), self._tau
-        why = f"{word}: evidence that mean lift {rel} {tau:g} after {t} tokens"
-        why = f"{why} ({self._boundary} boundary)"
-        if self._kind is _ORDER:  # blocked: the order statistic fell below tau
-            k, agg = self._policy.n_lowest, self._policy.aggregate
-            what = "token lift" if k == 1 else f"mean of the {k} lowest lifts"
-            why = f"blocked: {what} {low:.4g} < tau={tau:g} by token {t} ({agg} aggregate)"
-        state = State.CERTIFIED if cert else State.BLOCKED
-        return self._final(state, why, lo, up, Cause.CERTIFIED if cert else Cause.BELOW_THRESHOLD)
 
 
 class GuardedText:
@@ -317,7 +297,7 @@ class GuardedText:
 
     __slots__ = ("_blocked", "_buffer", "_closed", "_mode", "_monitor", "_open")
 
-    def __init__(self, monitor: StreamMonitor, mode: StreamMode = "buffered") -> None:
+    def __init__(self, monitor: Monitor, mode: StreamMode = "buffered") -> None:
         if mode not in ("passthrough", "buffered", "final"):
             raise ConfigError(f"mode must be 'passthrough', 'buffered' or 'final', got {mode!r}")
         if mode == "final" and monitor.policy.early:
@@ -380,12 +360,3 @@ class GuardedText:
         out = "".join(self._buffer)
         self._buffer.clear()
         return out
-
-
-def __getattr__(name: str) -> object:
-    """``UniformSkeleton`` moved to :mod:`guardrail._skeletons`; still importable from here."""
-    if name == "UniformSkeleton":
-        from ._skeletons import UniformSkeleton
-
-        return UniformSkeleton
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,15 +21,15 @@ goes into its spec: the spec holds the data's content hash and, once the data wa
 saved (``skeleton_store.save_skeleton``, ``SkeletonStore.put_skeleton``), its
 ``source``.
 
-What a skeleton needs from a stream, as class attributes every skeleton may set:
-``needs_top_logprobs`` (the event's alternatives; adapters skip parsing them
-otherwise) and ``needs_token_ids`` (the emitted token's id in the model's
-vocabulary). API streams carry token text and bytes but no ids: an id-based
-skeleton (n-gram, a stored vector) runs on them through
-:class:`WithTokenIds`, which asks a :class:`TokenIds` resolver (tiktoken for
-OpenAI models, the GGUF vocabulary for local ones; see
-``adapters.token_ids_for``) for each token's id. :func:`skeleton_needs` reads
-the attributes, defaulting to what is safe (alternatives parsed, ids not
+What a skeleton reads of a stream, as a ``reads`` attribute
+(:class:`~guardrail.Reads`) every skeleton may set: ``uses_alternatives`` (the
+event's alternatives; adapters skip parsing them otherwise) and ``token_ids`` (the
+emitted token's id in the model's vocabulary). API streams carry token text and
+bytes but no ids: an id-based skeleton (n-gram, a stored vector) runs on them
+through :class:`WithTokenIds`, which asks a :class:`TokenIds` resolver (tiktoken
+for OpenAI models, the GGUF vocabulary for local ones; see
+``adapters.token_ids_for``) for each token's id. :func:`~guardrail.skeleton_reads`
+reads the attribute, defaulting to what is safe (alternatives parsed, ids not
 required).
 """
 
@@ -45,9 +45,10 @@ import numpy as np
 import numpy.typing as npt
 
 from ._errors import ConfigError, MissingLogprobsError
-from ._monitor import Skeleton, TokenEvent
+from ._reads import Reads, Skeleton, skeleton_reads
 from ._skeleton_spec import SkeletonSpec, arrays_sha256
 from ._topk import TailRule, estimate_logz
+from ._verdict import TokenEvent
 
 __all__ = [
     "NGramSkeleton",
@@ -56,7 +57,6 @@ __all__ = [
     "UniformSkeleton",
     "WithTokenIds",
     "select_skeleton_kind",
-    "skeleton_needs",
     "type_token_ratio",
 ]
 
@@ -71,26 +71,16 @@ class TokenIds(Protocol):
     def token_id(self, event: TokenEvent) -> int | None: ...
 
 
-def skeleton_needs(skeleton: object) -> tuple[bool, bool]:
-    """``(needs_top_logprobs, needs_token_ids)`` of a skeleton (unknown: ``(True, False)``)."""
-    return (
-        bool(getattr(skeleton, "needs_top_logprobs", True)),
-        bool(getattr(skeleton, "needs_token_ids", False)),
-    )
-
-
 class WithTokenIds:
     """An id-based skeleton on a stream without ids: each event gets its ``token_id``
     from ``ids`` before ``skeleton`` scores it. A token the resolver cannot map raises
     :class:`~guardrail.MissingLogprobsError` (its lift cannot be computed)."""
 
-    needs_token_ids = False
-
     def __init__(self, skeleton: Skeleton, ids: TokenIds) -> None:
         if not isinstance(ids, TokenIds):
             raise ConfigError(f"ids must resolve token ids (token_id(event)), got {ids!r}")
         self.skeleton, self.ids = skeleton, ids
-        self.needs_top_logprobs = skeleton_needs(skeleton)[0]
+        self.reads = replace(skeleton_reads(skeleton), token_ids=False)
 
     def for_stream(self) -> WithTokenIds:
         for_stream = getattr(self.skeleton, "for_stream", None)
@@ -117,7 +107,7 @@ class UniformSkeleton:
 
     __slots__ = ("_log_prob", "vocab_size")
 
-    needs_top_logprobs = False
+    reads = Reads()
     """Scores need only the emitted token: stream adapters skip the alternatives."""
 
     def __init__(self, vocab_size: int) -> None:
@@ -140,7 +130,7 @@ class TemperatureSkeleton:
     top-k compensation over ``vocab_size``. T = 1.5 (general) or 2.0 (code).
     """
 
-    needs_top_logprobs = True
+    reads = Reads(uses_alternatives=True)
 
     def __init__(self, vocab_size: int, temperature: float = 1.5, rule: TailRule = "anchored"):
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
@@ -267,8 +257,7 @@ class NGramSkeleton:
             p = max(counts[token] - d, 0.0) / total + d * len(counts) / total * p
         return p
 
-    needs_top_logprobs = False
-    needs_token_ids = True
+    reads = Reads(token_ids=True)
 
     def for_stream(self) -> _NGramStream:
         """A per-stream skeleton that remembers the tokens already emitted."""
@@ -279,8 +268,7 @@ class _NGramStream:
     """One answer's n-gram skeleton (a :class:`~guardrail.Skeleton`); :meth:`for_stream`
     gives the next answer's, :attr:`model` the shared counts."""
 
-    needs_top_logprobs = False
-    needs_token_ids = True
+    reads = Reads(token_ids=True)
 
     def __init__(self, model: NGramSkeleton) -> None:
         self._model = model

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._errors import ConfigError
+from ._reads import Reads
 from ._skeleton_spec import VECTOR_KINDS, SkeletonSpec, arrays_sha256
 from ._verdict import TokenEvent
 
@@ -31,8 +32,7 @@ class VectorSkeleton:
     :meth:`to_spec`). :meth:`unigram` makes the smoothed unigram LM of a corpus.
     """
 
-    needs_top_logprobs = False
-    needs_token_ids = True
+    reads = Reads(token_ids=True)
 
     __slots__ = ("_data", "_lp", "_sha256", "kind", "source", "vocab_size")
 

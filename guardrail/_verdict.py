@@ -91,7 +91,9 @@ def end_cause(finish_reason: str | None, on_length: str) -> Cause | None:
 @dataclass(frozen=True, slots=True)
 class TokenEvent:
     """One streamed token, provider-neutral; ``logprob`` in nats (None if not given),
-    ``top_logprobs`` as ``(token or id, logprob)``, ``index`` 0-based if the provider says."""
+    ``top_logprobs`` as ``(token or id, logprob)``, ``index`` 0-based if the provider says,
+    ``entropy`` the exact entropy (nats) of the token's full distribution where the
+    stream carries it (a local model's does; an API's never)."""
 
     text: str
     logprob: float | None
@@ -99,13 +101,16 @@ class TokenEvent:
     bytes: bytes | None = None
     top_logprobs: tuple[tuple[str | int, float], ...] = ()
     index: int | None = None
+    entropy: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """State after a token: ``t`` tokens of evidence, ``mean``/``lower``/``upper`` in nats;
-    ``final`` once it can no longer change (decided early, or finished); ``cause`` says
-    why, machine-readably (``reason`` in words)."""
+    """State after a token: ``t`` tokens of evidence; ``mean``/``lower``/``upper`` and ``tau``
+    in the rule's units (nats of lift for the lift rule, ``boundary`` ``"betting"`` or
+    ``"paper"``; log-odds for a fitted statistic, ``boundary`` ``"fitted"``); ``final``
+    once it can no longer change (decided early, or finished); ``cause`` says why,
+    machine-readably (``reason`` in words)."""
 
     state: State
     t: int

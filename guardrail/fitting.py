@@ -18,8 +18,7 @@ from ._fitted import (
     FittedStatistic,
     preset_features,
 )
-from ._fitted_monitor import (
-    FittedMonitor,
+from ._fitted_replay import (
     FittedPath,
     calibrate_fitted,
     critical_score,
@@ -35,7 +34,6 @@ __all__ = [
     "FEATURE_PRESETS",
     "EventReader",
     "Feature",
-    "FittedMonitor",
     "FittedPath",
     "FittedState",
     "FittedStatistic",

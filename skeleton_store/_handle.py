@@ -7,7 +7,7 @@ import os
 import threading
 from collections.abc import Mapping
 
-from guardrail import Certificate, CertificateMonitor, SkeletonSpec, StreamPolicy, TokenEvent
+from guardrail import Certificate, Monitor, SkeletonSpec, StreamPolicy, TokenEvent
 
 from ._errors import StoreError
 from ._names import check_name, format_version
@@ -99,7 +99,7 @@ class SkeletonHandle:
         *,
         on_missing_logprobs: OnMissing | None = None,
         track_bounds: bool = False,
-    ) -> CertificateMonitor:
+    ) -> Monitor:
         """A monitor pinned to the current version (see :meth:`SkeletonVersion.monitor`)."""
         return self.current.monitor(
             policy, tau, on_missing_logprobs=on_missing_logprobs, track_bounds=track_bounds

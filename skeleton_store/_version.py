@@ -19,9 +19,9 @@ import numpy.typing as npt
 from guardrail import (
     Calibration,
     Certificate,
-    CertificateMonitor,
     ConfigError,
     ModelIdentity,
+    Monitor,
     NGramSkeleton,
     Skeleton,
     SkeletonSpec,
@@ -209,8 +209,8 @@ class SkeletonVersion:
         *,
         on_missing_logprobs: OnMissing | None = None,
         track_bounds: bool = False,
-    ) -> CertificateMonitor:
-        """A :class:`guardrail.CertificateMonitor` pinned to this version's vector.
+    ) -> Monitor:
+        """A lift-rule :class:`guardrail.Monitor` pinned to this version's vector.
 
         ``tau`` and ``policy`` default to the embedded calibration's (its
         threshold and the policy it replayed); the keywords go to the monitor.
@@ -226,7 +226,7 @@ class SkeletonVersion:
                 policy = StreamPolicy.from_dict(dict(pol)) if pol else StreamPolicy()
             except TypeError as exc:
                 raise StoreError(f"{self.tag}: calibration has a bad policy: {exc}") from exc
-        return CertificateMonitor(
+        return Monitor.lift(
             policy, tau, skeleton=self.as_skeleton(), on_missing_logprobs=on_missing_logprobs,
             track_bounds=track_bounds,
         )  # fmt: skip

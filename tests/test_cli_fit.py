@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from guardrail import BASELINES, Certificate, State, TokenEvent
-from guardrail._fitted_monitor import FittedMonitor
+from guardrail import BASELINES, Certificate, FittedRule, State, TokenEvent
 from guardrail._fitted_state import RecordedSkeleton
 from guardrail.cli import main
 from guardrail.cli._progress import Progress
@@ -51,7 +50,7 @@ def test_fit_writes_a_certificate_with_a_disjoint_split(
     assert "liftguard fit" in cert.provenance["command"]
     assert cert.provenance["traces_sha256"]
     mon = cert.monitor(skeleton=RecordedSkeleton([-1.0] * 30))
-    assert isinstance(mon, FittedMonitor)
+    assert isinstance(mon.rule, FittedRule)
 
 
 def test_fit_json_summary_and_the_token_limit_from_the_traces(

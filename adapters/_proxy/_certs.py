@@ -28,7 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from guardrail import Certificate, ConfigError, SkeletonResolver, WithTokenIds, skeleton_needs
+from guardrail import Certificate, ConfigError, SkeletonResolver, WithTokenIds, skeleton_reads
 
 __all__ = [
     "CertificateSource",
@@ -69,7 +69,7 @@ def deployable(
     ``model.tokenizer``. A ConfigError says what is missing."""
     cert = certificate.resolve(skeleton_resolvers(storage_options))
     skeleton = cert.bound_skeleton
-    if skeleton is None or not skeleton_needs(skeleton)[1]:
+    if skeleton is None or not skeleton_reads(skeleton).token_ids:
         return cert
     from .._token_ids import token_ids_for
 

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.responses import JSONResponse, Response
 
-from guardrail import Certificate, ConfigError, ContextMismatchWarning
+from guardrail import Certificate, ConfigError, ContextMismatchWarning, Monitor, Reads
 
-from .._context import Needs, Supplies, apply_context, check_supplies, filled_limit, needs_of
+from .._context import Supplies, apply_context, check_supplies, filled_limit
 from .._openai import logprobs_refused, refuses_logprobs
 from ._guarded import RequestInfo, _index, chunk_frame
 from ._recording import AnswerRecord
@@ -71,14 +71,14 @@ DEFAULT_UPSTREAM_TOP = 20
 (and the rule reads them)."""
 
 
-def check_upstream(certificate: Certificate, top_logprobs: int | None) -> Needs:
+def check_upstream(certificate: Certificate, top_logprobs: int | None) -> Reads:
     """What ``certificate`` reads per token, after checking that an OpenAI-compatible
     upstream asked for ``top_logprobs`` alternatives (the proxy's setting; ``None``: 20,
     or more if the rule reads more) can feed it: a :class:`~guardrail.ConfigError`
     naming the fix otherwise. For the proxy's start and every request."""
     asked = top_logprobs
     if asked is None:
-        asked = max(DEFAULT_UPSTREAM_TOP, needs_of(certificate).alternatives)
+        asked = max(DEFAULT_UPSTREAM_TOP, certificate.reads.alternatives)
     source = f"the upstream's Chat Completions stream (the proxy asks for top_logprobs={asked})"
     fix = "start the proxy with top_logprobs={k} or more (or leave it unset)"
     return check_supplies(certificate, Supplies(source, alternatives=asked, fix=fix))
@@ -101,7 +101,7 @@ def error_response(
 @dataclass
 class Prepared:
     info: RequestInfo
-    monitor: Any  # what ``Certificate.monitor()`` returns (a CertificateMonitor, or a fitted one)
+    monitor: Monitor
     body: dict[str, Any]
 
 
@@ -141,8 +141,8 @@ def prepare(
     except ConfigError as exc:
         message = f"the proxy's certificate {label} cannot guard this upstream: {exc}"
         return error_response(500, message, "liftguard_config_error", "certificate_unsupported")
-    needs_top = getattr(monitor.skeleton, "needs_top_logprobs", True)
-    default = max(DEFAULT_UPSTREAM_TOP, needs.alternatives) if needs_top else 1
+    reads = monitor.reads
+    default = max(DEFAULT_UPSTREAM_TOP, needs.alternatives) if reads.uses_alternatives else 1
     # at least one alternative: llama.cpp's server sends no logprobs at all for 0
     upstream_top = max(top_logprobs if top_logprobs is not None else default, top_k, 1)
     kwargs = {

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from guardrail import Cause, Certificate, State, Verdict
+from guardrail import Cause, Certificate, Monitor, State, Verdict
 
 from .._openai_events import ChunkParts, chat_chunk_parts
 from .._stream import GuardStep, Mode
@@ -75,15 +75,14 @@ class AnswerGuard:
     def __init__(
         self,
         info: RequestInfo,
-        monitor: Any,
+        monitor: Monitor,
         *,
         max_token_chars: int,
         record: bool = False,
     ) -> None:
         self.info = info
         self.monitor = monitor
-        needs_top = getattr(self.monitor.skeleton, "needs_top_logprobs", True)
-        self._parse_chunk = partial(chat_chunk_parts, with_top=bool(needs_top))
+        self._parse_chunk = partial(chat_chunk_parts, with_top=monitor.reads.uses_alternatives)
         step_mode: Mode = "buffered" if info.mode == "buffered" else "passthrough"
         self.step = GuardStep(
             self.monitor, step_mode, "stop", self._parse, max_token_chars=max_token_chars
@@ -221,7 +220,7 @@ class AnswerGuard:
             certificate=info.label,
             mode=info.mode,
             tokens_read=self.tokens_read,
-            statistic=_number(getattr(self.monitor, "statistic", None)),
+            statistic=self.monitor.value,
             covered=info.covered,
             mismatches=list(info.mismatches),
             error=self.error,
@@ -240,18 +239,10 @@ def chunk_frame(info: RequestInfo, like: dict[str, Any] | None = None) -> dict[s
     }
 
 
-def _scores_with_a_model(monitor: Any) -> bool:
+def _scores_with_a_model(monitor: Monitor) -> bool:
     """The monitor's skeleton says it evaluates a model per token (``evaluates_model``, as
-    :class:`~adapters.PromptFreeSkeleton` does; a fitted monitor's view of it passes the
-    attribute on)."""
-    return getattr(getattr(monitor, "skeleton", None), "evaluates_model", False) is True
-
-
-def _number(value: object) -> float | None:
-    """A monitor's statistic when it is a number (a fitted monitor's is an object)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
+    :class:`~adapters.PromptFreeSkeleton` does)."""
+    return getattr(monitor.skeleton, "evaluates_model", False) is True
 
 
 def _index(choice: Any) -> int | None:

@@ -23,10 +23,8 @@ from typing import Any, TextIO
 from .._calibration import Calibration
 from .._certificate import Certificate
 from .._errors import ConfigError
-from .._fitted_monitor import FittedMonitor
 from .._labels import is_correct
-from .._monitor import CertificateMonitor, GuardedText, State, Verdict
-from .._stream_monitor import StreamMonitor
+from .._monitor import GuardedText, Monitor, State, Verdict
 
 __all__ = [
     "DemoResult",
@@ -95,16 +93,14 @@ class _Screen:
         self.out.flush()
 
 
-def _evidence(verdict: Verdict, monitor: StreamMonitor) -> str:
-    if isinstance(monitor, FittedMonitor):  # a fitted statistic: its score's bound
-        return f"score {monitor.score:5.2f} vs tau {verdict.tau:.2f}"
-    if not isinstance(monitor, CertificateMonitor):
-        return f"tau {verdict.tau:.2f}"
+def _evidence(verdict: Verdict, monitor: Monitor) -> str:
+    if monitor.units == "log-odds":  # a fitted statistic: its score's bound
+        return f"score {monitor.value:5.2f} vs tau {verdict.tau:.2f}"
     if monitor.policy.aggregate == "min":
-        return f"weakest-token lift {monitor.minimum:5.2f} vs tau {verdict.tau:.2f}"
+        return f"weakest-token lift {monitor.value:5.2f} vs tau {verdict.tau:.2f}"
     if monitor.policy.aggregate == "lowest":
         k = monitor.policy.lowest_k
-        return f"mean of {k} weakest lifts {monitor.statistic:5.2f} vs tau {verdict.tau:.2f}"
+        return f"mean of {k} weakest lifts {monitor.value:5.2f} vs tau {verdict.tau:.2f}"
     return (
         f"mean lift {verdict.mean:5.2f}  bounds [{verdict.lower:.2f}, {verdict.upper:.2f}]"
         f"  tau {verdict.tau:.2f}"
@@ -137,7 +133,7 @@ def run_question(
         smollm2_chat_prompt(question) if system is None else smollm2_chat_prompt(question, system)
     )
     for i, tok in enumerate(model.generate(prompt, max_tokens=max_tokens)):
-        verdict = _update(monitor, tok, i)
+        verdict = monitor.update(tok.event(i))  # the local model gives exact entropies too
         answer += tok.text
         n += 1
         shown += guard.push(tok.text, verdict)
@@ -166,12 +162,6 @@ def run_question(
         screen.line(f"   ({check[2:]})")
     screen.line()
     return DemoResult(question, answer.strip(), final, n, shown.strip(), ok, seconds, withheld)
-
-
-def _update(monitor: StreamMonitor, tok: Any, index: int) -> Verdict:
-    if isinstance(monitor, FittedMonitor):  # the local model gives exact entropies too
-        return monitor.update(tok.event(index), entropy=tok.entropy)
-    return monitor.update(tok.event(index))
 
 
 def _skeleton_for(certificate: Certificate) -> Any:

@@ -197,7 +197,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from .._certificate import Certificate, ModelIdentity
     from .._errors import InsufficientDataError
     from .._evaluate import auroc
-    from .._fitted_monitor import calibrate_fitted, critical_score, replay_fitted, stop_at
+    from .._fitted_replay import calibrate_fitted, critical_score, replay_fitted, stop_at
     from .._fitting import answer_features, fit_statistic, token_ranges
     from .._policy import StreamPolicy
     from .._traces import file_sha256, read_traces

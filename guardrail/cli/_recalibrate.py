@@ -46,7 +46,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     from .._certificate import Certificate
     from .._errors import InsufficientDataError
     from .._evaluate import auroc
-    from .._fitted_monitor import calibrate_fitted
+    from .._fitted_replay import calibrate_fitted
     from .._traces import file_sha256, read_traces
     from ._eval import _certificate_needs
 

@@ -43,9 +43,9 @@ from adapters._scorer import LocalTextScorer, stable_prefix_length
 from adapters.local import smollm2_certificate
 from guardrail import (
     Cause,
-    CertificateMonitor,
     ConfigError,
     GuardrailBlocked,
+    Monitor,
     State,
     StreamPolicy,
     StreamTruncated,
@@ -241,11 +241,11 @@ def greedy(model: LocalModel, prompt: str) -> str:
     return "".join(t.text for t in model.generate(prompt))
 
 
-def new_monitor(model: LocalModel) -> CertificateMonitor:
+def new_monitor(model: LocalModel) -> Monitor:
     cal = smollm2_certificate().calibration
     assert cal is not None and cal.policy is not None
     policy = StreamPolicy.from_dict(cal.policy)
-    return CertificateMonitor(policy, cal.tau, skeleton=UniformSkeleton(model.vocab_size))
+    return Monitor.lift(policy, cal.tau, skeleton=UniformSkeleton(model.vocab_size))
 
 
 async def collect(gen: Any, out: list[str]) -> None:
@@ -401,7 +401,7 @@ def test_text_after_an_early_verdict_flows_unscored(
     (no server needed: the parser also takes event dicts)."""
     text = greedy + " It comes from the Latin word aurum."
     events = [data for name, data in script(text) if name != HOLD]
-    mon = CertificateMonitor(StreamPolicy(), 4.0, skeleton=UniformSkeleton(model.vocab_size))
+    mon = Monitor.lift(StreamPolicy(), 4.0, skeleton=UniformSkeleton(model.vocab_size))
     scorer = LocalTextScorer(model, prompt)
     out = list(guard_anthropic_stream_sync(events, mon, scorer))
     assert "".join(out) == text and out[0].startswith(greedy)
@@ -478,7 +478,7 @@ def test_the_stop_reason_decides_whether_the_answer_can_be_certified(
     cal = smollm2_certificate().calibration
     assert cal is not None and cal.policy is not None
     policy = StreamPolicy.from_dict({**cal.policy, "on_length": on_length})
-    mon = CertificateMonitor(policy, cal.tau, skeleton=UniformSkeleton(model.vocab_size))
+    mon = Monitor.lift(policy, cal.tau, skeleton=UniformSkeleton(model.vocab_size))
     out = list(
         guard_anthropic_stream_sync(events, mon, LocalTextScorer(model, prompt), on_block="stop")
     )

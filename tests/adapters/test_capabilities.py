@@ -36,7 +36,7 @@ from adapters import (
     guard_tool,
     guarded_chat_completion,
 )
-from adapters._context import Supplies, check_supplies, needs_of
+from adapters._context import Supplies, check_supplies
 from guardrail import (
     Certificate,
     ConfigError,
@@ -85,12 +85,12 @@ def server() -> Iterator[SSEServer]:
 
 
 def test_the_certificates_read_what_their_groups_say() -> None:
-    assert needs_of(API) == needs_of(API.monitor())
-    assert (needs_of(API).alternatives, needs_of(API).exact_entropy) == (5, False)
-    assert (needs_of(LOCAL).group, needs_of(LOCAL).exact_entropy) == ("local", True)
-    assert needs_of(LIFT_RULE).alternatives == 0  # a lift rule reads what comes
+    assert API.reads == API.monitor().reads
+    assert (API.reads.alternatives, API.reads.exact_entropy) == (5, False)
+    assert (LOCAL.reads.group, LOCAL.reads.exact_entropy) == ("local", True)
+    assert LIFT_RULE.reads.alternatives == 0  # a lift rule reads what comes
     unknown = Supplies("a stream", logprobs=None)  # nothing stated: nothing refused here
-    assert check_supplies(API, unknown) == needs_of(API)
+    assert check_supplies(API, unknown) == API.reads
     with pytest.raises(
         ConfigError,
         match=r"group 'local'.*which a stream never carries \(it "

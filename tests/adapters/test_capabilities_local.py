@@ -16,7 +16,7 @@ from fitted_certs import certificate, fitted
 
 from adapters import LocalTextScorer, guard_anthropic_stream_sync, guarded_message
 from adapters.local import LocalModel, smollm2_chat_prompt
-from guardrail import Certificate, ConfigError, FittedMonitor, FittedStatistic, State
+from guardrail import Certificate, ConfigError, FittedRule, FittedStatistic, State
 from guardrail.fitting import Feature
 
 pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
@@ -35,17 +35,18 @@ def test_a_local_certificate_is_fed_exact_entropies_end_to_end(model: LocalModel
     list(model.generate(PROMPT, max_tokens=MAX_TOKENS))  # later runs reuse the same cache
     tokens = list(model.generate(PROMPT, max_tokens=MAX_TOKENS))  # as the guarded run will
     reference = LOCAL.monitor(exact_entropy=True)
-    assert isinstance(reference, FittedMonitor)
+    assert isinstance(reference.rule, FittedRule)
     for i, tok in enumerate(tokens):
-        reference.update(tok.event(i), entropy=tok.entropy)
+        assert tok.event(i).entropy == tok.entropy
+        reference.update(tok.event(i))
     monitor = LOCAL.monitor(exact_entropy=True)
-    assert isinstance(monitor, FittedMonitor)
+    assert isinstance(monitor.rule, FittedRule)
     shown = "".join(
         model.guarded_generate(PROMPT, certificate=LOCAL, monitor=monitor, max_tokens=MAX_TOKENS)
     )
     assert shown == "".join(t.text for t in tokens)
     assert monitor.verdict.state is State.CERTIFIED and monitor.t == len(tokens)
-    assert monitor.score == reference.score  # the same exact entropies, token by token
+    assert monitor.value == reference.value  # the same exact entropies, token by token
 
 
 def test_a_local_stream_with_fewer_alternatives_is_refused_at_once(model: LocalModel) -> None:

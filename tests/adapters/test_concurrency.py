@@ -26,7 +26,7 @@ its own verdict, verdict token and text, and the server must have served each
 request once (certified answers read to the end).
 
 Memory, after a batch of 500 and again after a second batch of 500 on the same
-client: no ``CertificateMonitor``, ``GuardStep`` or ``GuardedText`` is alive
+client: no ``Monitor``, ``GuardStep`` or ``GuardedText`` is alive
 (counted with ``gc``: these classes have ``__slots__`` without ``__weakref__``,
 so they cannot be weak-referenced), no type of ``gc``-tracked object grew by 50
 or more, and ``sys.getallocatedblocks()`` grew by less than 2 blocks per
@@ -59,9 +59,9 @@ from sse_server import Reply, SSEServer
 from adapters import guard_chat_stream, guarded_chat_completion
 from adapters._stream import GuardStep
 from guardrail import (
-    CertificateMonitor,
     GuardedText,
     GuardrailBlocked,
+    Monitor,
     StreamPolicy,
     TokenEvent,
     UniformSkeleton,
@@ -153,7 +153,7 @@ def test_scripts_are_what_the_monitor_decides() -> None:
     """The table above, checked on a bare monitor (no I/O), for every request of the run."""
     for i in range(2 * N):
         lps, (state, t, why) = script(i)
-        mon = CertificateMonitor(StreamPolicy(), TAU, skeleton=UniformSkeleton(VOCAB))
+        mon = Monitor.lift(StreamPolicy(), TAU, skeleton=UniformSkeleton(VOCAB))
         for n, lp in enumerate(lps):
             v = mon.update(TokenEvent(f"t{n}", lp))
             if v.decided:
@@ -283,7 +283,7 @@ async def client(server: ServerProcess) -> AsyncIterator[openai.AsyncOpenAI]:
 
 async def one(client: openai.AsyncOpenAI, i: int) -> tuple[int, str, int, str, str]:
     """Request ``i``, guarded; only plain data comes back (no monitor, no exception)."""
-    mon = CertificateMonitor(StreamPolicy(), TAU, skeleton=UniformSkeleton(VOCAB))
+    mon = Monitor.lift(StreamPolicy(), TAU, skeleton=UniformSkeleton(VOCAB))
     mode: Any = mode_of(i)
     kwargs: dict[str, Any] = {
         "model": "gpt-test",
@@ -352,7 +352,7 @@ def census() -> Counter[type]:
 async def test_500_concurrent_streams_keep_their_own_outcome_and_free_their_monitors(
     server: ServerProcess, client: openai.AsyncOpenAI
 ) -> None:
-    watched = (CertificateMonitor, GuardStep, GuardedText)
+    watched = (Monitor, GuardStep, GuardedText)
     await settle()
     before = census()  # other tests of the session may have left some
     first, peak_first = await batch(client, server, range(N))

@@ -41,10 +41,10 @@ from adapters import (
 )
 from adapters._langchain import token_events
 from guardrail import (
-    CertificateMonitor,
     ConfigError,
     GuardrailBlocked,
     MissingLogprobsError,
+    Monitor,
     State,
     StreamPolicy,
     TokenEvent,
@@ -98,7 +98,7 @@ def completion(message: dict[str, Any], logprobs: list[float] | None = None) -> 
 
 def expected(logprobs: list[float], policy: StreamPolicy) -> tuple[State, int]:
     """Reference: the verdict a fresh monitor gives these tokens (early or at the end)."""
-    mon = CertificateMonitor(policy, TAU, skeleton=SKELETON)
+    mon = Monitor.lift(policy, TAU, skeleton=SKELETON)
     for lp in logprobs:
         if mon.update(TokenEvent("x", lp)).final:
             break

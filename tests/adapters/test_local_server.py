@@ -14,7 +14,7 @@ from adapters import guarded_chat_completion
 from adapters._local import LocalModel
 from adapters._local_server import LocalChatServer
 from adapters.local import smollm2_certificate
-from guardrail import CertificateMonitor, GuardrailBlocked, State, StreamPolicy, UniformSkeleton
+from guardrail import GuardrailBlocked, Monitor, State, StreamPolicy, UniformSkeleton
 
 pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
 
@@ -25,10 +25,10 @@ def server() -> Iterator[LocalChatServer]:
         yield srv
 
 
-def _monitor(vocab: int) -> CertificateMonitor:
+def _monitor(vocab: int) -> Monitor:
     cal = smollm2_certificate().calibration
     assert cal is not None and cal.policy is not None
-    return CertificateMonitor(
+    return Monitor.lift(
         StreamPolicy.from_dict(cal.policy), cal.tau, skeleton=UniformSkeleton(vocab)
     )
 

@@ -213,7 +213,7 @@ def test_import_adapters_does_not_import_vendor_sdks() -> None:
 def test_alternatives_are_skipped_when_the_skeleton_does_not_read_them() -> None:
     from adapters._openai import _chunk_parser
     from adapters._openai_events import chat_chunk_parts
-    from guardrail import CertificateMonitor, StreamPolicy, TemperatureSkeleton, UniformSkeleton
+    from guardrail import Monitor, StreamPolicy, TemperatureSkeleton, UniformSkeleton
 
     top = [{"token": f"t{i}", "logprob": -0.5 * i, "bytes": None} for i in range(5)]
     chunk = {
@@ -229,7 +229,7 @@ def test_alternatives_are_skipped_when_the_skeleton_does_not_read_them() -> None
     bare = chat_chunk_parts(chunk, with_top=False).events
     assert len(full[0].top_logprobs) == 5 and bare[0].top_logprobs == ()
     assert (bare[0].text, bare[0].logprob) == (full[0].text, full[0].logprob)
-    uniform = CertificateMonitor(StreamPolicy(), 1.0, skeleton=UniformSkeleton(100))
-    temperature = CertificateMonitor(StreamPolicy(), 1.0, skeleton=TemperatureSkeleton(100))
+    uniform = Monitor.lift(StreamPolicy(), 1.0, skeleton=UniformSkeleton(100))
+    temperature = Monitor.lift(StreamPolicy(), 1.0, skeleton=TemperatureSkeleton(100))
     assert _chunk_parser(uniform)(chunk)[0][0].top_logprobs == ()
     assert len(_chunk_parser(temperature)(chunk)[0][0].top_logprobs) == 5

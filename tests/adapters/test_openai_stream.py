@@ -29,10 +29,10 @@ from sse_server import token_entry as _tok
 
 from adapters import guard_chat_stream, guard_chat_stream_sync, guarded_chat_completion
 from guardrail import (
-    CertificateMonitor,
     ConfigError,
     GuardrailBlocked,
     MissingLogprobsError,
+    Monitor,
     State,
     StreamPolicy,
     UniformSkeleton,
@@ -97,8 +97,8 @@ def answer(
     return events, texts
 
 
-def monitor(*, policy: StreamPolicy | None = None, missing: str = "block") -> CertificateMonitor:
-    return CertificateMonitor(
+def monitor(*, policy: StreamPolicy | None = None, missing: str = "block") -> Monitor:
+    return Monitor.lift(
         policy or StreamPolicy(),
         TAU,
         skeleton=UniformSkeleton(VOCAB),
@@ -117,7 +117,7 @@ async def _open(client: openai.AsyncOpenAI) -> Any:
 
 
 async def collect(
-    client: openai.AsyncOpenAI, mon: CertificateMonitor, out: list[str], **kw: Any
+    client: openai.AsyncOpenAI, mon: Monitor, out: list[str], **kw: Any
 ) -> None:
     stream = await _open(client)
     async for text in guard_chat_stream(stream, mon, **kw):
@@ -349,7 +349,7 @@ def test_guard_chat_stream_checks_its_arguments_at_once() -> None:
         guard_chat_stream(iter_async([]), monitor(), mode="eager")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="early=False"):
         guard_chat_stream(iter_async([]), monitor(), mode="final")
-    with pytest.raises(ConfigError, match="CertificateMonitor"):
+    with pytest.raises(ConfigError, match="Monitor"):
         guard_chat_stream_sync([], object())  # type: ignore[arg-type]
 
 

@@ -13,9 +13,9 @@ import pytest
 import adapters
 from adapters import PromptFreeSkeleton, smollm2_prompt_free_prefix
 from guardrail import (
-    CertificateMonitor,
     ConfigError,
     GuardrailError,
+    Monitor,
     Skeleton,
     StreamPolicy,
     TokenEvent,
@@ -178,7 +178,7 @@ def test_end_to_end_lifts_are_logprob_minus_skeleton(skeleton: PromptFreeSkeleto
     generator = LocalModel()  # the skeleton has a model of its own
     policy = StreamPolicy(early=False)
     recorder = _Recorder(skeleton.for_stream())
-    monitor = CertificateMonitor(policy, 1.0, skeleton=recorder)
+    monitor = Monitor.lift(policy, 1.0, skeleton=recorder)
     prompt = smollm2_chat_prompt("What is the chemical symbol for gold?")
     logprobs, ids, total = [], [], 0.0
     for i, token in enumerate(generator.generate(prompt, max_tokens=24)):

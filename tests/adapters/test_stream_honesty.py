@@ -42,9 +42,9 @@ from adapters import (
 )
 from guardrail import (
     Cause,
-    CertificateMonitor,
     ConfigError,
     GuardrailBlocked,
+    Monitor,
     State,
     StreamPolicy,
     StreamTruncated,
@@ -203,7 +203,7 @@ async def openai_async(server: SSEServer, mode: str) -> Outcome:
     client = openai.AsyncOpenAI(
         base_url=server.base_url, api_key="t", max_retries=0, timeout=TIMEOUT
     )
-    monitor = CertificateMonitor(POLICY, TAU, skeleton=SKELETON)
+    monitor = Monitor.lift(POLICY, TAU, skeleton=SKELETON)
     try:
         async for text in guarded_chat_completion(
             client, monitor=monitor, mode=mode, model="m", messages=MESSAGES
@@ -222,7 +222,7 @@ def openai_sync(server: SSEServer) -> Outcome:
     with openai.OpenAI(
         base_url=server.base_url, api_key="t", max_retries=0, timeout=TIMEOUT
     ) as client:
-        monitor = CertificateMonitor(POLICY, TAU, skeleton=SKELETON)
+        monitor = Monitor.lift(POLICY, TAU, skeleton=SKELETON)
         try:
             stream = client.chat.completions.create(
                 model="m", messages=MESSAGES, stream=True, logprobs=True, top_logprobs=5
@@ -390,14 +390,14 @@ async def test_only_a_clean_finish_is_certified(
 
 async def test_a_cut_off_stream_used_to_certify_its_prefix(server: SSEServer) -> None:
     # the complete answer is blocked at token 4; its 3-token prefix passes the evidence
-    mon = CertificateMonitor(POLICY, TAU, skeleton=SKELETON)
+    mon = Monitor.lift(POLICY, TAU, skeleton=SKELETON)
     verdicts = [mon.update(e) for e in _events(FULL)]
     assert verdicts[3].state is State.BLOCKED
-    prefix = CertificateMonitor(POLICY, TAU, skeleton=SKELETON)
+    prefix = Monitor.lift(POLICY, TAU, skeleton=SKELETON)
     for event in _events(FULL[:3]):
         prefix.update(event)
     assert prefix.finish("stop").state is State.CERTIFIED  # had it finished there
-    cut = CertificateMonitor(POLICY, TAU, skeleton=SKELETON)
+    cut = Monitor.lift(POLICY, TAU, skeleton=SKELETON)
     for event in _events(FULL[:3]):
         cut.update(event)
     v = cut.finish(None)

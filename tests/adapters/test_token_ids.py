@@ -24,12 +24,13 @@ from guardrail import (
     MissingLogprobsError,
     ModelIdentity,
     NGramSkeleton,
+    Reads,
     SkeletonSpec,
     State,
     StreamPolicy,
     TokenEvent,
     WithTokenIds,
-    skeleton_needs,
+    skeleton_reads,
 )
 
 pytest.importorskip("tiktoken")
@@ -61,8 +62,9 @@ def ngram(ids: TiktokenIds) -> NGramSkeleton:
 
 def test_an_id_skeleton_scores_a_text_stream_through_the_resolver(ids: TiktokenIds) -> None:
     skel = ngram(ids)
-    assert skeleton_needs(skel) == (False, True)
+    assert skeleton_reads(skel) == Reads(token_ids=True)
     wrapped = WithTokenIds(skel, ids).for_stream()
+    assert skeleton_reads(wrapped) == Reads()  # the resolver supplies the ids
     first = wrapped.log_prob(TokenEvent(" The", -0.1))
     second = wrapped.log_prob(TokenEvent(" capital", -0.1))
     assert second > first  # " capital" after " The" is what the n-gram has seen

@@ -11,9 +11,9 @@ import pytest
 from guardrail import (
     Calibration,
     Certificate,
-    CertificateMonitor,
     ConfigError,
     GenerationContext,
+    LiftRule,
     ModelIdentity,
     NGramSkeleton,
     SkeletonSpec,
@@ -110,7 +110,7 @@ def test_missing_fields_and_a_calibration_file_are_explained(tmp_path: Path) -> 
 def test_monitor_is_fresh_per_answer_and_replays_the_policy() -> None:
     cert = certificate()
     a, b = cert.monitor(), cert.monitor()
-    assert isinstance(a, CertificateMonitor) and a is not b
+    assert isinstance(a.rule, LiftRule) and a is not b
     assert a.policy == cert.policy and a.tau == cert.tau
     assert isinstance(a.skeleton, UniformSkeleton) and a.skeleton.vocab_size == 49152
     a.update(TokenEvent("x", -20.0))  # lift 0 < tau: the min policy blocks at once

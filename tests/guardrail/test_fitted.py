@@ -17,10 +17,13 @@ from guardrail import (
     Cause,
     Certificate,
     ConfigError,
+    FittedRule,
     GenerationContext,
     GuardedText,
     MissingLogprobsError,
     ModelIdentity,
+    Monitor,
+    Reads,
     SkeletonSpec,
     State,
     StreamPolicy,
@@ -28,11 +31,11 @@ from guardrail import (
     Trace,
     UniformSkeleton,
     read_traces,
+    skeleton_reads,
 )
 from guardrail._aggregates import Feature
 from guardrail._fitted import FEATURE_PRESETS, FittedStatistic, preset_features
-from guardrail._fitted_monitor import (
-    FittedMonitor,
+from guardrail._fitted_replay import (
     calibrate_fitted,
     critical_score,
     replay_fitted,
@@ -40,7 +43,6 @@ from guardrail._fitted_monitor import (
 )
 from guardrail._fitted_state import FittedState, RecordedSkeleton, trace_events
 from guardrail._fitting import answer_features, fit_statistic, token_ranges
-from guardrail._stream_monitor import StreamMonitor
 from guardrail.evaluate import ltt_threshold
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -224,7 +226,7 @@ def test_monitor_equals_replay_token_by_token_at_many_thresholds(
         crit = [critical_score(p, policy) for p in paths]
         for tau in _taus(crit, paths):
             for t, evs, path, c in zip(traces, events, paths, crit, strict=True):
-                mon = FittedMonitor(stat, policy, tau, max_tokens=limit,
+                mon = Monitor.fitted(stat, policy, tau, max_tokens=limit,
                                     skeleton=RecordedSkeleton(t.prompt_free_logprobs))  # fmt: skip
                 state, read = _expected(path, policy, tau)
                 decided_at, last = None, None
@@ -318,47 +320,50 @@ def test_certificate_monitor_gives_a_fitted_monitor_or_refuses_at_construction()
         cert.monitor()
     t = _traces(SAMPLES[0])[0]
     mon = cert.monitor(skeleton=RecordedSkeleton(t.prompt_free_logprobs))
-    assert isinstance(mon, FittedMonitor) and isinstance(mon, StreamMonitor)
+    assert isinstance(mon, Monitor) and isinstance(mon.rule, FittedRule)
     assert mon.policy == cert.policy and mon.tau == cert.tau and mon.t == 0
     api = _certificate(_fitted(SAMPLES[0], "api"))
-    assert isinstance(api.monitor(), FittedMonitor)  # needs no skeleton
+    assert isinstance(api.monitor().rule, FittedRule)  # needs no skeleton
     local = _certificate(_fitted(SAMPLES[0], "local"))
     with pytest.raises(ConfigError, match="exact entropies"):
         local.monitor()
     mon = local.monitor(exact_entropy=True)
     ev = trace_events(t)[0]
-    assert mon.update(ev).cause is Cause.MISSING_LOGPROBS  # no entropy given: blocked
+    assert ev.entropy == float(t.entropy[0])
+    no_entropy = replace(ev, entropy=None)
+    assert mon.update(no_entropy).cause is Cause.MISSING_LOGPROBS  # no entropy given: blocked
+    assert "missing exact entropy at token 0" in mon.verdict.reason
     mon = local.monitor(exact_entropy=True)
-    assert mon.update(ev, entropy=float(t.entropy[0])).cause is not Cause.MISSING_LOGPROBS
+    assert mon.update(ev).cause is not Cause.MISSING_LOGPROBS
 
 
 def test_missing_inputs_follow_the_policy_and_streams_end_like_certificate_monitors() -> None:
     stat = _fitted(SAMPLES[1], "api")
     no_top = TokenEvent("x", -0.5)
     good = trace_events(_traces(SAMPLES[1])[0])[0]
-    mon = FittedMonitor(stat, StreamPolicy(), 0.0)
+    mon = Monitor.fitted(stat, StreamPolicy(), 0.0)
     v = mon.update(no_top)
     assert v.state is State.BLOCKED and v.cause is Cause.MISSING_LOGPROBS
     assert "top_logprobs" in v.reason
-    mon = FittedMonitor(stat, StreamPolicy(on_missing_logprobs="pass"), 0.0)
+    mon = Monitor.fitted(stat, StreamPolicy(on_missing_logprobs="pass"), 0.0)
     assert mon.update(no_top).state is State.CONTINUE and mon.t == 0
     with pytest.raises(MissingLogprobsError):
-        FittedMonitor(stat, StreamPolicy(), 0.0, on_missing_logprobs="error").update(no_top)
-    mon = FittedMonitor(stat, StreamPolicy(), -50.0, max_tokens=None)
+        Monitor.fitted(stat, StreamPolicy(), 0.0, on_missing_logprobs="error").update(no_top)
+    mon = Monitor.fitted(stat, StreamPolicy(), -50.0, max_tokens=None)
     mon.update(replace(good, index=None))
     assert mon.finish("length").cause is Cause.LENGTH  # on_length='block' by default
-    mon = FittedMonitor(stat, StreamPolicy(), -50.0, max_tokens=None)
+    mon = Monitor.fitted(stat, StreamPolicy(), -50.0, max_tokens=None)
     mon.update(replace(good, index=None))
     assert mon.finish(None).cause is Cause.TRUNCATED
-    empty = FittedMonitor(stat, StreamPolicy(), 0.0)
+    empty = Monitor.fitted(stat, StreamPolicy(), 0.0)
     assert empty.finish().cause is Cause.EMPTY_ANSWER
-    mon = FittedMonitor(stat, StreamPolicy(), 0.0)
+    mon = Monitor.fitted(stat, StreamPolicy(), 0.0)
     assert mon.abort(Cause.REFUSAL, "refused").cause is Cause.REFUSAL
     with pytest.raises(ConfigError, match="blocking Cause"):
         mon.abort(Cause.CERTIFIED, "x")
     with pytest.raises(ConfigError, match="finite number"):
-        FittedMonitor(stat, StreamPolicy(), math.inf)
-    mon = FittedMonitor(stat, StreamPolicy(), 0.0)
+        Monitor.fitted(stat, StreamPolicy(), math.inf)
+    mon = Monitor.fitted(stat, StreamPolicy(), 0.0)
     with pytest.raises(Exception, match="out of order"):
         mon.update(replace(good, index=3))
 
@@ -369,13 +374,13 @@ def test_guarded_text_and_the_stream_step_accept_a_fitted_monitor() -> None:
     t = next(t for t in _traces(SAMPLES[1]) if t.correct)
     stat = _fitted(SAMPLES[1], "api")
     events = trace_events(t)
-    text = GuardedText(FittedMonitor(stat, StreamPolicy(on_length="answer"), -50.0), "buffered")
+    text = GuardedText(Monitor.fitted(stat, StreamPolicy(on_length="answer"), -50.0), "buffered")
     assert text.mode == "buffered"
 
     def parse(item: TokenEvent) -> tuple[list[TokenEvent], str, str | None, bool]:
         return [item], item.text, ("stop" if item.index == t.n_tokens - 1 else None), False
 
-    step = GuardStep(FittedMonitor(stat, StreamPolicy(on_length="answer"), -50.0), "buffered",
+    step = GuardStep(Monitor.fitted(stat, StreamPolicy(on_length="answer"), -50.0), "buffered",
                      "raise", parse)  # type: ignore[arg-type]  # fmt: skip
     shown = "".join(step.feed(e) for e in events) + step.end()
     assert shown == "".join(t.token_texts) and step.blocked is None
@@ -417,23 +422,22 @@ def test_other_skeletons_are_evaluated_on_the_events() -> None:
         replay_fitted(stat, traces[0], skeleton="uniform")
 
 
-def test_adapters_see_a_skeleton_that_asks_for_the_alternatives() -> None:
-    """Adapters parse the alternatives by ``skeleton_needs(monitor.skeleton)``: a monitor
-    that reads them says so, whatever its prompt-free skeleton needs itself."""
-    from guardrail import skeleton_needs
+def test_adapters_see_what_the_rule_and_its_skeleton_read() -> None:
+    """Adapters parse the alternatives by ``monitor.reads``: a monitor whose statistic
+    reads them says so, whatever its skeleton reads itself, and the skeleton's own needs
+    (token ids) come on top; the skeleton is the one given."""
 
     class IdSkeleton(RecordedSkeleton):
-        needs_top_logprobs = False
-        needs_token_ids = True
+        reads = Reads(token_ids=True)
 
     t = _traces(SAMPLES[0])[0]
     skel = IdSkeleton(t.prompt_free_logprobs)
-    mon = _certificate(_fitted(SAMPLES[0]), max_tokens=24).monitor(skeleton=skel)
-    assert skeleton_needs(mon.skeleton) == (True, True)
-    assert mon.skeleton is not None and mon.skeleton.log_prob(trace_events(t)[0]) == skel.log_prob(
-        trace_events(t)[0]
-    )
-    assert _certificate(_fitted(SAMPLES[0], "api")).monitor().skeleton is None
+    lift_only = _certificate(_fitted(SAMPLES[0]), max_tokens=24).monitor(skeleton=skel)
+    assert lift_only.skeleton is skel
+    assert lift_only.reads == Reads(5, token_ids=True, skeleton=True, group="lift")
+    api = _certificate(_fitted(SAMPLES[0], "api")).monitor()
+    assert api.skeleton is None and api.reads.uses_alternatives and api.reads.alternatives == 5
+    assert skeleton_reads(object()) == Reads(uses_alternatives=True)  # unknown: parse them
 
 
 SHIPPED = Path(__file__).parents[2] / "guardrail" / "data" / "smollm2_fitted_certificate.json"
@@ -451,7 +455,7 @@ def test_a_token_past_the_limit_overturns_an_early_certification() -> None:
     cert = Certificate.load(SHIPPED)
     assert cert.context.max_tokens == 24
     mon = cert.monitor(skeleton=RecordedSkeleton([-1.0] * 40))
-    assert isinstance(mon, FittedMonitor) and mon.max_tokens == 24
+    assert isinstance(mon.rule, FittedRule) and mon.max_tokens == 24
     states = [mon.update(_confident(i)).state for i in range(30)]
     first = states.index(State.CERTIFIED)
     assert first < 24 and set(states[first:24]) == {State.CERTIFIED}
@@ -461,7 +465,7 @@ def test_a_token_past_the_limit_overturns_an_early_certification() -> None:
     # told the request's real limit (or none), it judges the whole answer
     for limit in (40, None):
         mon = cert.monitor(skeleton=RecordedSkeleton([-1.0] * 40), max_tokens=limit)
-        assert isinstance(mon, FittedMonitor) and mon.max_tokens == limit
+        assert isinstance(mon.rule, FittedRule) and mon.max_tokens == limit
         assert {mon.update(_confident(i)).state for i in range(30)} == {State.CONTINUE}
         assert mon.finish("stop").state is State.CERTIFIED
     # without early verdicts nothing assumes the limit

@@ -12,23 +12,21 @@ from scipy import stats
 from guardrail import (
     Cause,
     ConfigError,
+    GuardedText,
     GuardrailError,
     MissingLogprobsError,
+    Monitor,
+    State,
     StreamPolicy,
+    TokenEvent,
+    UniformSkeleton,
+    Verdict,
     betting_confidence_sequence,
     clipped_lift,
     paper_radius,
     replay,
 )
-from guardrail._monitor import (
-    CertificateMonitor,
-    GuardedText,
-    State,
-    TokenEvent,
-    UniformSkeleton,
-    Verdict,
-    _verdict,
-)
+from guardrail._verdict import make_verdict as _verdict
 
 POLICIES = {
     "default": StreamPolicy(),
@@ -67,14 +65,14 @@ def test_monitor_matches_replay_after_every_token(policy: StreamPolicy) -> None:
     for _ in range(50):
         x = _lifts(rng, policy.clip)
         full = replay(policy, x, TAUS)
-        mons = [CertificateMonitor(policy, tau) for tau in TAUS]
+        mons = [Monitor.lift(policy, tau) for tau in TAUS]
         first: list[Verdict | None] = [None] * len(TAUS)
         for t in range(1, x.size + 1):
             # one extra token cannot change a decision at <= t (bets are predictable):
             # replay stops at <= t on the padded prefix iff the rule decides by token t
             pre = replay(policy, np.append(x[:t], 0.0), TAUS)
             for g, mon in enumerate(mons):
-                v = mon.update_lift(float(x[t - 1]))
+                v = mon.update_evidence(float(x[t - 1]))
                 if first[g] is None and v.decided:
                     first[g] = v
                     assert v.t == t and v.final
@@ -102,30 +100,30 @@ def test_monitor_matches_replay_after_every_token(policy: StreamPolicy) -> None:
         assert decided == 0
 
 
-def test_update_with_events_equals_update_lift_of_clipped_lifts() -> None:
+def test_update_with_events_equals_update_evidence_of_clipped_lifts() -> None:
     rng = np.random.default_rng(12)
     skel = UniformSkeleton(VOCAB)
     policy = StreamPolicy(delta=0.2)
     for _ in range(30):
         lps = -rng.exponential(3.0, int(rng.integers(1, 30)))
-        a = CertificateMonitor(policy, 2.0, skeleton=skel)
-        b = CertificateMonitor(policy, 2.0)
+        a = Monitor.lift(policy, 2.0, skeleton=skel)
+        b = Monitor.lift(policy, 2.0)
         for i, lp in enumerate(lps):
             va = a.update(TokenEvent(f"w{i}", float(lp), token_id=i, index=i))
-            vb = b.update_lift(clipped_lift(float(lp), -math.log(VOCAB)))
+            vb = b.update_evidence(clipped_lift(float(lp), -math.log(VOCAB)))
             assert va == vb
         assert a.finish() == b.finish()
 
 
 def test_decided_monitor_keeps_returning_its_verdict() -> None:
-    mon = CertificateMonitor(StreamPolicy(delta=0.2), 1.0, skeleton=UniformSkeleton(VOCAB))
+    mon = Monitor.lift(StreamPolicy(delta=0.2), 1.0, skeleton=UniformSkeleton(VOCAB))
     for _ in range(40):
-        v = mon.update_lift(9.0)
+        v = mon.update_evidence(9.0)
         if v.decided:
             break
     assert v.state is State.CERTIFIED and v.final and v.decided
     assert "certified" in v.reason and f"after {v.t} tokens" in v.reason
-    assert mon.update_lift(0.0) is v
+    assert mon.update_evidence(0.0) is v
     assert mon.update(TokenEvent("x", None, index=999)) is v  # input is not read any more
     assert mon.t == v.t
     assert mon.finish() is v
@@ -141,9 +139,9 @@ def test_tracked_bounds_equal_the_batch_confidence_sequence() -> None:
     for _ in range(40):
         x = np.clip(rng.gamma(0.8, rng.uniform(0.2, 4.0), int(rng.integers(1, 80))), 0, 12)
         lo, hi = betting_confidence_sequence(x / 12, 0.1, grid_size=49)
-        mon = CertificateMonitor(policy, 1.0, track_bounds=True)
+        mon = Monitor.lift(policy, 1.0, track_bounds=True)
         for t, xi in enumerate(x):
-            v = mon.update_lift(float(xi))
+            v = mon.update_evidence(float(xi))
             if lo[t] <= hi[t]:  # the batch hull may cross when the data drift; ours stays a cell
                 compared += 1
                 assert (v.lower, v.upper) == (lo[t] * 12, hi[t] * 12)
@@ -157,10 +155,10 @@ def test_tracked_bounds_are_monotone_and_cover_the_true_mean() -> None:
     policy = StreamPolicy(delta=delta, early=False)
     misses = 0
     for _ in range(n_sim):
-        mon = CertificateMonitor(policy, 1.0, track_bounds=True)
+        mon = Monitor.lift(policy, 1.0, track_bounds=True)
         lower, upper, missed = 0.0, 12.0, False
         for xi in 12.0 * rng.beta(0.5, 2.5, 100):
-            v = mon.update_lift(float(xi))
+            v = mon.update_evidence(float(xi))
             assert v.lower >= lower and v.upper <= upper  # running intersection
             assert 0.0 <= v.lower < v.upper <= 12.0
             lower, upper = v.lower, v.upper
@@ -172,39 +170,39 @@ def test_tracked_bounds_are_monotone_and_cover_the_true_mean() -> None:
 def test_tracked_bounds_need_not_contain_the_running_mean() -> None:
     # documented: the sequence bounds a mean shared by the tokens, not the empirical mean,
     # which a drifting stream leaves behind (the true mean of the new regime is what matters)
-    mon = CertificateMonitor(StreamPolicy(delta=0.1, early=False), 1.0, track_bounds=True)
+    mon = Monitor.lift(StreamPolicy(delta=0.1, early=False), 1.0, track_bounds=True)
     for xi in [10.0] * 40 + [0.0] * 40:
-        v = mon.update_lift(xi)
+        v = mon.update_evidence(xi)
     assert v.lower > v.mean
 
 
 def test_bounds_contain_the_running_mean_for_stationary_lifts_and_paper() -> None:
     rng = np.random.default_rng(15)
     pol = StreamPolicy(boundary="paper", v=0.5, c=0.4, delta=0.2, early=False)
-    mon = CertificateMonitor(pol, 1.0)
-    bet = CertificateMonitor(StreamPolicy(delta=0.1, early=False), 1.0, track_bounds=True)
+    mon = Monitor.lift(pol, 1.0)
+    bet = Monitor.lift(StreamPolicy(delta=0.1, early=False), 1.0, track_bounds=True)
     x = np.clip(rng.gamma(2.0, 1.0, 60), 0, 12)
     for t, xi in enumerate(x, start=1):
-        v = mon.update_lift(float(xi))
+        v = mon.update_evidence(float(xi))
         r = float(paper_radius(t, 0.5, 0.4, 0.1))
         mean = float(np.mean(x[:t]))
         assert v.lower == pytest.approx(max(mean - r, 0.0), abs=1e-12)
         assert v.upper == pytest.approx(min(mean + r, 12.0), abs=1e-12)
         assert v.lower <= v.mean <= v.upper
-        w = bet.update_lift(float(xi))
+        w = bet.update_evidence(float(xi))
         assert w.lower <= w.mean <= w.upper
 
 
 def test_betting_bounds_without_tracking_narrow_to_tau_on_decision() -> None:
-    mon = CertificateMonitor(StreamPolicy(delta=0.2), 3.0)
+    mon = Monitor.lift(StreamPolicy(delta=0.2), 3.0)
     assert (mon.verdict.lower, mon.verdict.upper) == (0.0, 12.0)
-    v = mon.update_lift(0.0)
+    v = mon.update_evidence(0.0)
     assert (v.lower, v.upper) == (0.0, 12.0)
     while not v.decided:
-        v = mon.update_lift(0.0)
+        v = mon.update_evidence(0.0)
     assert v.state is State.BLOCKED and (v.lower, v.upper) == (0.0, 3.0)
-    tracked = CertificateMonitor(StreamPolicy(delta=0.2), 3.0, track_bounds=True)
-    while not (w := tracked.update_lift(11.0)).decided:
+    tracked = Monitor.lift(StreamPolicy(delta=0.2), 3.0, track_bounds=True)
+    while not (w := tracked.update_evidence(11.0)).decided:
         pass
     assert w.state is State.CERTIFIED and 3.0 <= w.lower <= w.mean <= w.upper
 
@@ -215,8 +213,8 @@ BAD = {"nan": math.nan, "+inf": math.inf, "-inf": -math.inf, "censored": -9999.0
        "none": None, "positive": 0.5}  # fmt: skip
 
 
-def _two_good_tokens(mode: str) -> CertificateMonitor:
-    mon = CertificateMonitor(
+def _two_good_tokens(mode: str) -> Monitor:
+    mon = Monitor.lift(
         StreamPolicy(),
         2.0,
         skeleton=UniformSkeleton(VOCAB),
@@ -259,21 +257,21 @@ def test_bad_logprob_raises(value: float | None) -> None:
 
 def test_bad_lift_values() -> None:
     for mode in ("block", "pass", "error"):
-        mon = CertificateMonitor(StreamPolicy(), 2.0, on_missing_logprobs=mode)
+        mon = Monitor.lift(StreamPolicy(), 2.0, on_missing_logprobs=mode)
         for bad in (-0.1, 12.5):  # a finite out-of-range lift is a caller bug
             with pytest.raises(ConfigError, match="clipped lift"):
-                mon.update_lift(bad)
-    mon = CertificateMonitor(StreamPolicy(), 2.0, on_missing_logprobs="block")
-    assert mon.update_lift(math.nan).state is State.BLOCKED
-    mon = CertificateMonitor(StreamPolicy(), 2.0, on_missing_logprobs="pass")
-    assert mon.update_lift(math.inf).t == 0
-    mon = CertificateMonitor(StreamPolicy(), 2.0, on_missing_logprobs="error")
+                mon.update_evidence(bad)
+    mon = Monitor.lift(StreamPolicy(), 2.0, on_missing_logprobs="block")
+    assert mon.update_evidence(math.nan).state is State.BLOCKED
+    mon = Monitor.lift(StreamPolicy(), 2.0, on_missing_logprobs="pass")
+    assert mon.update_evidence(math.inf).t == 0
+    mon = Monitor.lift(StreamPolicy(), 2.0, on_missing_logprobs="error")
     with pytest.raises(MissingLogprobsError, match="lift at token 0"):
-        mon.update_lift(-math.inf)
+        mon.update_evidence(-math.inf)
 
 
 def test_tokens_out_of_order() -> None:
-    mon = CertificateMonitor(StreamPolicy(), 2.0, skeleton=UniformSkeleton(VOCAB))
+    mon = Monitor.lift(StreamPolicy(), 2.0, skeleton=UniformSkeleton(VOCAB))
     mon.update(TokenEvent("a", -1.0, index=0))
     with pytest.raises(GuardrailError, match="token out of order: expected index 1, got 2"):
         mon.update(TokenEvent("c", -1.0, index=2))
@@ -282,36 +280,36 @@ def test_tokens_out_of_order() -> None:
 
 
 def test_update_after_finish_and_finish_twice() -> None:
-    mon = CertificateMonitor(StreamPolicy(delta=0.01), 2.0, skeleton=UniformSkeleton(VOCAB))
-    mon.update_lift(2.5)
+    mon = Monitor.lift(StreamPolicy(delta=0.01), 2.0, skeleton=UniformSkeleton(VOCAB))
+    mon.update_evidence(2.5)
     end = mon.finish()
     assert end.state is State.CERTIFIED and end.final and "final_rule='mean'" in end.reason
     assert mon.finish() is end
     with pytest.raises(GuardrailError, match="update after the verdict"):
-        mon.update_lift(1.0)
+        mon.update_evidence(1.0)
     with pytest.raises(GuardrailError, match="update after the verdict"):
         mon.update(TokenEvent("x", -1.0))
 
 
 def test_empty_stream_is_blocked() -> None:
     for policy in POLICIES.values():
-        end = CertificateMonitor(policy, 1.0).finish()
+        end = Monitor.lift(policy, 1.0).finish()
         assert end.state is State.BLOCKED and end.t == 0 and "empty answer" in end.reason
         assert not replay(policy, [], [1.0]).answered[0]
-    mon = CertificateMonitor(StreamPolicy(), 1.0, on_missing_logprobs="pass")
-    mon.update_lift(math.nan)
+    mon = Monitor.lift(StreamPolicy(), 1.0, on_missing_logprobs="pass")
+    mon.update_evidence(math.nan)
     assert "empty answer" in mon.finish().reason
 
 
 def test_final_rule_block_fails_closed() -> None:
-    mon = CertificateMonitor(POLICIES["failclosed"], 2.0)
-    mon.update_lift(2.1)
+    mon = Monitor.lift(POLICIES["failclosed"], 2.0)
+    mon.update_evidence(2.1)
     end = mon.finish()
     assert end.state is State.BLOCKED and "final_rule='block'" in end.reason
 
 
 def test_update_without_skeleton() -> None:
-    mon = CertificateMonitor(StreamPolicy(), 2.0)
+    mon = Monitor.lift(StreamPolicy(), 2.0)
     with pytest.raises(ConfigError, match="needs a skeleton"):
         mon.update(TokenEvent("a", -1.0))
 
@@ -319,13 +317,13 @@ def test_update_without_skeleton() -> None:
 def test_invalid_configuration() -> None:
     for tau in (0.0, 12.0, -1.0, 13.0, math.nan, math.inf, True, "1"):
         with pytest.raises(ConfigError, match="tau"):
-            CertificateMonitor(StreamPolicy(), tau)  # type: ignore[arg-type]
+            Monitor.lift(StreamPolicy(), tau)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="on_missing_logprobs"):
-        CertificateMonitor(StreamPolicy(), 1.0, on_missing_logprobs="skip")  # type: ignore[arg-type]
+        Monitor.lift(StreamPolicy(), 1.0, on_missing_logprobs="skip")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="skeleton"):
-        CertificateMonitor(StreamPolicy(), 1.0, skeleton=object())  # type: ignore[arg-type]
+        Monitor.lift(StreamPolicy(), 1.0, skeleton=object())  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="policy"):
-        CertificateMonitor({"delta": 0.1}, 1.0)  # type: ignore[arg-type]
+        Monitor.lift({"delta": 0.1}, 1.0)  # type: ignore[arg-type]
     for size in (0, -3, 2.5, True):
         with pytest.raises(ConfigError, match="vocab_size"):
             UniformSkeleton(size)  # type: ignore[arg-type]
@@ -335,7 +333,7 @@ def test_invalid_configuration() -> None:
             return math.nan
 
     with pytest.raises(ConfigError, match="skeleton returned"):
-        CertificateMonitor(StreamPolicy(), 1.0, skeleton=Broken()).update(TokenEvent("a", -1.0))
+        Monitor.lift(StreamPolicy(), 1.0, skeleton=Broken()).update(TokenEvent("a", -1.0))
 
 
 def test_verdict_fast_constructor_equals_the_dataclass() -> None:
@@ -355,7 +353,7 @@ TEXT = ["The ", "answer ", "is ", "42."]
 
 
 def test_passthrough_shows_tokens_at_once_until_blocked() -> None:
-    mon = CertificateMonitor(StreamPolicy(), 1.0)
+    mon = Monitor.lift(StreamPolicy(), 1.0)
     g = GuardedText(mon, "passthrough")
     assert [g.push(s, _v(st)) for s, st in zip(TEXT, SCRIPT, strict=True)] == TEXT
     assert g.close(_v(State.CERTIFIED, final=True)) == ""
@@ -368,7 +366,7 @@ def test_passthrough_shows_tokens_at_once_until_blocked() -> None:
 
 
 def test_buffered_releases_on_certification_then_flows() -> None:
-    g = GuardedText(CertificateMonitor(StreamPolicy(), 1.0), "buffered")
+    g = GuardedText(Monitor.lift(StreamPolicy(), 1.0), "buffered")
     out = [g.push(s, _v(st)) for s, st in zip(TEXT, SCRIPT, strict=True)]
     assert out == ["", "", "The answer is ", "42."]
     assert g.close(_v(State.CERTIFIED, final=True)) == "" and g.pending == ""
@@ -376,7 +374,7 @@ def test_buffered_releases_on_certification_then_flows() -> None:
 
 def test_buffered_never_leaks_after_block() -> None:
     script = [State.CONTINUE, State.CONTINUE, State.BLOCKED, State.CERTIFIED]
-    g = GuardedText(CertificateMonitor(StreamPolicy(), 1.0))
+    g = GuardedText(Monitor.lift(StreamPolicy(), 1.0))
     assert g.mode == "buffered"
     assert [g.push(s, _v(st)) for s, st in zip(TEXT, script, strict=True)] == [""] * 4
     assert g.blocked and g.pending == ""
@@ -385,7 +383,7 @@ def test_buffered_never_leaks_after_block() -> None:
 
 def test_buffered_undecided_stream_is_released_by_the_final_verdict() -> None:
     for final, expected in ((State.CERTIFIED, "The answer is 42."), (State.BLOCKED, "")):
-        g = GuardedText(CertificateMonitor(StreamPolicy(), 1.0), "buffered")
+        g = GuardedText(Monitor.lift(StreamPolicy(), 1.0), "buffered")
         assert [g.push(s, _v(State.CONTINUE)) for s in TEXT] == [""] * 4
         assert g.pending == "The answer is 42."
         with pytest.raises(GuardrailError, match="final verdict"):
@@ -398,14 +396,14 @@ def test_buffered_undecided_stream_is_released_by_the_final_verdict() -> None:
 
 def test_final_mode_holds_everything_and_needs_a_final_only_policy() -> None:
     with pytest.raises(ConfigError, match=r"StreamPolicy\(early=False\)"):
-        GuardedText(CertificateMonitor(StreamPolicy(), 1.0), "final")
+        GuardedText(Monitor.lift(StreamPolicy(), 1.0), "final")
     with pytest.raises(ConfigError, match="mode"):
-        GuardedText(CertificateMonitor(StreamPolicy(), 1.0), "eager")  # type: ignore[arg-type]
+        GuardedText(Monitor.lift(StreamPolicy(), 1.0), "eager")  # type: ignore[arg-type]
     policy = StreamPolicy(early=False)
     for lift, expected in ((5.0, "The answer is 42."), (0.2, "")):
-        mon = CertificateMonitor(policy, 1.0)
+        mon = Monitor.lift(policy, 1.0)
         g = GuardedText(mon, "final")
-        assert [g.push(s, mon.update_lift(lift)) for s in TEXT] == [""] * 4
+        assert [g.push(s, mon.update_evidence(lift)) for s in TEXT] == [""] * 4
         assert g.close() == expected  # close() finishes the monitor
         assert mon.verdict.final
 
@@ -418,10 +416,10 @@ def test_modes_on_real_monitor_runs(mode: str) -> None:
     for _ in range(100):
         x = _lifts(rng)
         words = [f"w{i} " for i in range(x.size)]
-        mon = CertificateMonitor(policy, float(rng.choice([1.0, 4.0])))
+        mon = Monitor.lift(policy, float(rng.choice([1.0, 4.0])))
         g = GuardedText(mon, mode)  # type: ignore[arg-type]
         shown = "".join(
-            g.push(w, mon.update_lift(float(xi))) for w, xi in zip(words, x, strict=True)
+            g.push(w, mon.update_evidence(float(xi))) for w, xi in zip(words, x, strict=True)
         )
         shown += g.close()
         end = mon.verdict

@@ -10,9 +10,9 @@ import pytest
 
 from guardrail import (
     Cause,
-    CertificateMonitor,
     ConfigError,
     MissingLogprobsError,
+    Monitor,
     State,
     StreamPolicy,
     critical_thresholds,
@@ -238,19 +238,19 @@ def test_shown_at_is_replay_inside_and_the_limits_outside(policy: StreamPolicy) 
 def test_missing_logprobs_follow_the_policy_unless_overridden() -> None:
     for mode in ("block", "pass", "error"):
         policy = StreamPolicy(on_missing_logprobs=mode)  # type: ignore[arg-type]
-        mon = CertificateMonitor(policy, 2.0)
+        mon = Monitor.lift(policy, 2.0)
         assert mon.policy is policy and mon.policy.on_missing_logprobs == mode
         if mode == "error":
             with pytest.raises(MissingLogprobsError, match="on_missing_logprobs='error'"):
-                mon.update_lift(math.nan)
+                mon.update_evidence(math.nan)
         else:
-            v = mon.update_lift(math.nan)
+            v = mon.update_evidence(math.nan)
             assert (v.state is State.BLOCKED) == (mode == "block")
     # None (the default) keeps the policy's; an explicit value overrides it and shows in .policy
     policy = StreamPolicy(on_missing_logprobs="pass", delta=0.2)
-    same = CertificateMonitor(policy, 2.0, on_missing_logprobs="pass")
+    same = Monitor.lift(policy, 2.0, on_missing_logprobs="pass")
     assert same.policy is policy
-    mon = CertificateMonitor(policy, 2.0, on_missing_logprobs="block")
+    mon = Monitor.lift(policy, 2.0, on_missing_logprobs="block")
     assert mon.policy == dataclasses.replace(policy, on_missing_logprobs="block")
-    assert mon.update_lift(math.inf).cause is Cause.MISSING_LOGPROBS
-    assert CertificateMonitor(StreamPolicy(), 2.0).update_lift(math.nan).state is State.BLOCKED
+    assert mon.update_evidence(math.inf).cause is Cause.MISSING_LOGPROBS
+    assert Monitor.lift(StreamPolicy(), 2.0).update_evidence(math.nan).state is State.BLOCKED

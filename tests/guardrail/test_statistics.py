@@ -16,7 +16,7 @@ from guardrail import (
     replay,
     threshold_grid,
 )
-from guardrail._monitor import CertificateMonitor, State
+from guardrail._monitor import Monitor, State
 from guardrail._policy import shown_at
 from guardrail._statistics import (
     ABOVE,
@@ -201,9 +201,9 @@ def test_monitor_equals_replay_at_many_thresholds(policy: StreamPolicy, track: b
         full = replay(policy, x, taus)
         np.testing.assert_array_equal(shown[i], full.answered)
         for g, tau in enumerate(taus.tolist()):
-            mon = CertificateMonitor(policy, tau, track_bounds=track)
+            mon = Monitor.lift(policy, tau, track_bounds=track)
             for xi in x.tolist():
-                v = mon.update_lift(xi)
+                v = mon.update_evidence(xi)
                 if v.final:
                     break
             assert mon.t == int(full.stop[g])
@@ -214,7 +214,7 @@ def test_monitor_equals_replay_at_many_thresholds(policy: StreamPolicy, track: b
             if x.size and not policy.order_based:
                 assert end.mean == pytest.approx(float(np.mean(x[: end.t])), rel=1e-12)
             if policy.order_based and x.size:
-                assert mon.statistic == lowest_k_path(x[: end.t], policy.n_lowest, policy.clip)[-1]
+                assert mon.value == lowest_k_path(x[: end.t], policy.n_lowest, policy.clip)[-1]
     if policy.early:
         assert early > 20
     else:

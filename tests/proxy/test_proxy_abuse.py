@@ -26,7 +26,7 @@ from proxy_harness import (
 from sse_server import Reply, chat_chunk
 
 from adapters.proxy import StaticCertificate
-from guardrail import TokenEvent
+from guardrail import Reads, TokenEvent
 
 MESSAGES = [{"role": "user", "content": "Send the money."}]
 TOOL_CALL = {
@@ -297,7 +297,7 @@ class GatedSkeleton:
     the test opens ``gate``, as a slow local model would keep the scorer busy."""
 
     evaluates_model = True
-    needs_top_logprobs = False
+    reads = Reads()
 
     def __init__(self, gate: threading.Event, entered: threading.Event) -> None:
         self.gate, self.entered = gate, entered

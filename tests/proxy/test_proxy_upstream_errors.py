@@ -18,7 +18,7 @@ from proxy_harness import Upstream, running_proxy
 from sse_server import Reply
 
 from adapters import guarded_chat_completion
-from guardrail import CertificateMonitor, StreamPolicy, UniformSkeleton
+from guardrail import Monitor, StreamPolicy, UniformSkeleton
 
 TOOLS_REFUSED = {
     "error": {
@@ -83,7 +83,7 @@ def test_a_model_refusing_logprobs_is_still_named_as_such(upstream: Upstream) ->
 
 async def test_the_adapter_passes_the_tools_refusal_through(upstream: Upstream) -> None:
     upstream.replies.put(Reply(status=400, body=TOOLS_REFUSED))
-    monitor = CertificateMonitor(StreamPolicy(aggregate="min"), 4.0, skeleton=UniformSkeleton(50))
+    monitor = Monitor.lift(StreamPolicy(aggregate="min"), 4.0, skeleton=UniformSkeleton(50))
     client = openai.AsyncOpenAI(base_url=upstream.base_url, api_key="k", max_retries=0)
     guarded = guarded_chat_completion(
         client, monitor=monitor, model="test-model", messages=MESSAGES, tools=TOOLS

@@ -1,0 +1,181 @@
+"""The fitted statistic, replayed exactly as a :class:`~guardrail.Monitor` of a
+:class:`~guardrail.FittedRule` streams it, and calibrated on the replays.
+
+:class:`~guardrail._fitted_state.FittedState` is the tau-free per-answer object:
+``update`` takes one token's base features and returns the score (log-odds);
+``upper`` / ``lower`` bound the final score over every continuation of at most
+``max_tokens - t`` more tokens (unbounded when the limit is unknown), term by
+term from each aggregate's reachable interval. The rule blocks when
+``upper < tau`` and certifies when ``lower >= tau`` (after ``policy.min_tokens``
+tokens, if ``policy.early``), else decides at a clean finish by ``score >= tau``.
+
+:func:`replay_fitted` feeds a recorded answer through the **same objects**
+(:class:`~guardrail._fitted_state.EventReader`,
+:class:`~guardrail._fitted_state.FittedState`), token events built from the trace,
+so the monitor's verdicts are exactly the replay's at every threshold.
+:func:`critical_score` turns a replay into the largest ``tau`` at which the answer is
+shown: the rule shows it at ``tau`` iff ``critical_score >= tau`` (the early
+verdicts are monotone in ``tau``), so calibration is a threshold test on this
+scalar, as for the lift policies. Within the token limit the bounds are valid
+and the critical score equals the final score: early verdicts never change a
+decision, they only come sooner.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ._calibration import Calibration, calibrate
+from ._errors import ConfigError
+from ._fitted import FittedStatistic
+from ._fitted_state import EventReader, FittedState, RecordedSkeleton, trace_events
+from ._policy import StreamPolicy
+from ._reads import Skeleton
+from ._traces import Trace
+
+__all__ = [
+    "FittedPath",
+    "calibrate_fitted",
+    "critical_score",
+    "replay_fitted",
+    "stop_at",
+]
+
+FloatArray = npt.NDArray[np.float64]
+_WHAT = {"logprob": "logprob", "alternatives": "top_logprobs", "entropy": "exact entropy"}
+
+
+@dataclass(frozen=True)
+class FittedPath:
+    """A replayed answer: the score and its lower/upper bounds after every token."""
+
+    scores: FloatArray
+    lowers: FloatArray
+    uppers: FloatArray
+    limit: int | None = None
+    """The token limit the replay's bounds assumed (``None``: none)."""
+
+    @property
+    def over_limit(self) -> bool:
+        """The answer is longer than the limit: with early verdicts the monitor blocks it
+        at the first token past the limit (cause ``over_token_limit``)."""
+        return self.limit is not None and self.scores.size > self.limit
+
+
+def replay_fitted(
+    statistic: FittedStatistic,
+    trace: Trace,
+    *,
+    skeleton: Skeleton | str | None = None,
+    max_tokens: int | None = None,
+) -> FittedPath:
+    """Feed ``trace`` through the monitor's objects; ``skeleton="prompt-free"`` reads the
+    trace's recorded prompt-free log-probabilities."""
+    skel: Skeleton | None
+    if skeleton == "prompt-free":
+        trace.require("prompt_free_logprobs", purpose="the recorded prompt-free skeleton")
+        skel = RecordedSkeleton(trace.prompt_free_logprobs)
+    elif isinstance(skeleton, str):
+        raise ConfigError(f"replay reads the recorded 'prompt-free' skeleton, not {skeleton!r}")
+    else:
+        skel = skeleton
+    reader, state = EventReader(statistic, skel), FittedState(statistic, max_tokens)
+    n = trace.n_tokens
+    scores, lowers, uppers = np.empty(n), np.empty(n), np.empty(n)
+    for i, event in enumerate(trace_events(trace)):
+        values = reader.read(event)
+        if isinstance(values, tuple):
+            raise ConfigError(
+                f"trace {trace.id}: token {i} lacks {_WHAT[values[0]]} that the statistic reads"
+            )
+        scores[i] = state.update(values)
+        lowers[i], uppers[i] = state.lower(), state.upper()
+    return FittedPath(scores, lowers, uppers, max_tokens)
+
+
+def critical_score(path: FittedPath, policy: StreamPolicy) -> float:
+    """The largest ``tau`` at which the monitor shows the answer (``-inf`` if never)."""
+    s, lo, up = path.scores, path.lowers, path.uppers
+    n = s.size
+    if n == 0:
+        return -math.inf
+    final = float(s[-1]) if policy.final_rule == "mean" else -math.inf
+    if not policy.early:
+        return final
+    if path.over_limit:  # blocked at the first token past the limit, whatever came before
+        return -math.inf
+    start = policy.min_tokens - 1
+    if start >= n:
+        return final
+    up_c, lo_c = up[start:], lo[start:]
+    before = np.r_[np.inf, np.minimum.accumulate(up_c)[:-1]]  # min of uppers before each token
+    early_cert = float(np.max(np.minimum(lo_c, before)))
+    return max(early_cert, min(float(up_c.min()), final))
+
+
+def stop_at(path: FittedPath, policy: StreamPolicy, tau: float) -> int:
+    """Tokens read before the verdict at ``tau`` (the length if it came at the end)."""
+    n = path.scores.size
+    if not policy.early:
+        return n
+    start = policy.min_tokens - 1
+    blocks = path.uppers[start:] < tau
+    hit = blocks | (path.lowers[start:] >= tau)
+    if path.over_limit:
+        assert path.limit is not None
+        first = int(np.argmax(hit))
+        if hit.any() and blocks[first] and start + first < path.limit:
+            return start + first + 1
+        return path.limit + 1  # blocked by the first token past the limit
+    return start + int(np.argmax(hit)) + 1 if hit.any() else n
+
+
+def calibrate_fitted(
+    statistic: FittedStatistic,
+    traces: Sequence[Trace],
+    *,
+    policy: StreamPolicy,
+    risk: float,
+    delta: float,
+    skeleton: Skeleton | str | None = None,
+    max_tokens: int | None = None,
+    seed: int = 0,
+    paths: Sequence[FittedPath] | None = None,
+) -> tuple[Calibration, FloatArray]:
+    """Calibrate ``tau`` for a fitted statistic on labelled answers it was **not** fitted
+    on; returns the calibration record and each answer's critical score. ``paths``: the
+    answers' replays, when the caller has them already (one per trace, in order).
+
+    Every answer is replayed through the deployed monitor (:func:`replay_fitted`,
+    early verdicts included), and ``tau`` is chosen by the fixed-sequence
+    Learn-then-Test procedure of :func:`guardrail.calibrate` on the critical scores.
+
+    Why the guarantee holds: the statistic (features, weights, normalisation, clamp
+    ranges) is a function of the fitting answers only. Conditional on them it is a
+    fixed rule, and the calibration answers -- drawn i.i.d. from the deployment
+    distribution, independently of the fitting answers -- are i.i.d. given it. The
+    rule shows an answer at ``tau`` iff its critical score is ``>= tau`` (the early
+    verdicts are monotone in ``tau``), so the argument of
+    :mod:`guardrail._calibration` applies verbatim to the critical scores:
+    ``P(selective risk at tau_hat > risk | fitting answers) <= delta``, hence also
+    unconditionally. Reusing a fitting answer for calibration would break the
+    independence (the fit has seen its label); ``liftguard fit`` keeps the two
+    disjoint and records both in the certificate.
+    """
+    if paths is None:
+        paths = [replay_fitted(statistic, t, skeleton=skeleton, max_tokens=max_tokens)
+                 for t in traces]  # fmt: skip
+    elif len(paths) != len(traces):
+        raise ConfigError(f"paths: expected one per trace ({len(traces)}), got {len(paths)}")
+    crit = np.array([critical_score(p, policy) for p in paths])
+    correct = np.array([bool(t.correct) for t in traces])
+    name = f"fitted[{statistic.group}, {statistic.form}]"
+    cal = calibrate(
+        crit, correct, risk=risk, delta=delta, score_name=name, seed=seed, policy=policy
+    )
+    return cal, crit
