@@ -8,7 +8,7 @@ path (e.g. ``tokens[3].logprob``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -92,15 +92,26 @@ def _bad_logprob_message(x: float) -> str:
     return f"expected a finite log-probability <= 0, got {_fmt_number(x)}"
 
 
+def _raise_first(
+    bad: Any, values: Any, paths: Any, message: Callable[[Any], str], ctx: _Ctx
+) -> None:
+    """Raise for the first entry (in row-major order) where the mask ``bad`` is set.
+
+    ``paths(index_tuple)`` gives the field path of an entry and ``message(value)``
+    what is wrong with the entry's value.
+    """
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ctx.error(paths(idx), message(values[idx]))
+
+
 def _check_logprobs(values: FloatArray, paths: Any, ctx: _Ctx) -> None:
     """Raise for the first entry of ``values`` that is not a valid log-probability.
 
     ``paths(index_tuple)`` gives the field path of an entry.
     """
     bad = ~(np.isfinite(values) & (values <= _LOGPROB_TOL)) | (values == CENSORED_LOGPROB)
-    if bad.any():
-        idx = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ctx.error(paths(idx), _bad_logprob_message(float(values[idx])))
+    _raise_first(bad, values, paths, lambda x: _bad_logprob_message(float(x)), ctx)
 
 
 _NUMBER = frozenset({int, float})

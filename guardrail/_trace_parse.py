@@ -35,6 +35,7 @@ from ._trace_checks import (
     _fmt_number,
     _json_type,
     _parse_temperature,
+    _raise_first,
     _require_int,
     _require_str,
 )
@@ -89,10 +90,8 @@ def _optional_column(
 def _check_ids(ids: IntArray, vocab_size: int | None, path: Any, ctx: _Ctx) -> None:
     """Raise for the first id outside ``[0, vocab_size)`` (``>= 0`` if the size is unknown)."""
     bad = (ids < 0) if vocab_size is None else (ids < 0) | (ids >= vocab_size)
-    if bad.any():
-        idx = tuple(int(x) for x in np.argwhere(bad)[0])
-        where = "is negative" if vocab_size is None else f"outside [0, vocab_size={vocab_size})"
-        raise ctx.error(path(idx), f"token id {int(ids[idx])} {where}")
+    where = "is negative" if vocab_size is None else f"outside [0, vocab_size={vocab_size})"
+    _raise_first(bad, ids, path, lambda v: f"token id {int(v)} {where}", ctx)
 
 
 def _id_array(values: list[Any], vocab_size: int | None, path: Any, ctx: _Ctx) -> IntArray:
@@ -146,13 +145,13 @@ def _parse_tokens(
     if ents is None:
         missing.add("entropy")
     else:
-        bad = ~(np.isfinite(entropy) & (entropy >= -_ENTROPY_TOL))
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise ctx.error(
-                f"tokens[{i}].entropy",
-                f"expected a finite entropy >= 0, got {_fmt_number(entropy[i])}",
-            )
+        _raise_first(
+            ~(np.isfinite(entropy) & (entropy >= -_ENTROPY_TOL)),
+            entropy,
+            lambda ix: f"tokens[{ix[0]}].entropy",
+            lambda x: f"expected a finite entropy >= 0, got {_fmt_number(x)}",
+            ctx,
+        )
     pf_logprobs = np.full(n, np.nan) if pfls is None else np.array(pfls, dtype=np.float64)
     if pfls is None:
         missing.add("prompt_free_logprobs")
@@ -244,13 +243,13 @@ def _parse_tokens(
             col = [lz[key] for lz in lzs]
             _check_types(col, _NUMBER, lambda i, key=key: f"tokens[{i}].logz.{key}", ctx)
             arr = np.array(col, dtype=np.float64)
-            bad = ~np.isfinite(arr)
-            if bad.any():
-                i = int(np.argmax(bad))
-                raise ctx.error(
-                    f"tokens[{i}].logz.{key}",
-                    f"expected a finite log-normalizer, got {_fmt_number(arr[i])}",
-                )
+            _raise_first(
+                ~np.isfinite(arr),
+                arr,
+                lambda ix, key=key: f"tokens[{ix[0]}].logz.{key}",
+                lambda x: f"expected a finite log-normalizer, got {_fmt_number(x)}",
+                ctx,
+            )
             logz[t] = arr
 
     for a in (token_ids, logprobs, top_ids, top_logprobs, entropy, pf_logprobs, *logz.values()):

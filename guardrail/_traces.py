@@ -29,21 +29,22 @@ back, so that read -> write -> read round-trips exactly.
 
 The code lies in private modules, re-exported here: the :class:`Trace` record
 and the format's constants in :mod:`guardrail._trace_format`, the field checks
-in :mod:`guardrail._trace_checks` and the strict parser of objects and lines
-in :mod:`guardrail._trace_parse`; the file reader and the writer are here.
+in :mod:`guardrail._trace_checks`, the strict parser of objects and lines
+in :mod:`guardrail._trace_parse` and the one writer of trace lines (of a
+:class:`Trace`, of an API recording, of a line relabelled) in
+:mod:`guardrail._trace_write`; the file reader is here.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 from ._errors import TraceFormatError
 from ._trace_format import CENSORED_LOGPROB, DEFAULT_LOGZ_TEMPERATURES, Trace
 from ._trace_parse import _check_limit, _parse_lines, parse_trace, parse_trace_lines
+from ._trace_write import dump_trace_line, trace_to_dict
 
 __all__ = [
     "CENSORED_LOGPROB",
@@ -116,68 +117,3 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-# --------------------------------------------------------------------------- #
-# Writing
-# --------------------------------------------------------------------------- #
-
-
-def _temperature_key(t: float) -> str:
-    return repr(float(t))
-
-
-def trace_to_dict(trace: Trace) -> dict[str, Any]:
-    """The documented JSON object of ``trace``, keys in the documented order.
-
-    Temperature keys of ``logz`` are written as ``repr(float)`` (``"1.5"``,
-    ``"2.0"``). A trace with ``correct=None`` is written without the
-    ``correct`` key. Fields the trace lacks (:attr:`Trace.missing`) are written as
-    ``null`` (``logz`` as ``{}``).
-    """
-    n, lacks = trace.n_tokens, trace.missing
-    token_ids = [None] * n if "token_ids" in lacks else trace.token_ids.tolist()
-    logprobs = trace.logprobs.tolist()
-    top_ids = trace.top_ids.tolist()
-    if "top_ids" in lacks:
-        top_ids = [[None] * len(row) for row in top_ids]
-    top_lps = trace.top_logprobs.tolist()
-    entropy = [None] * n if "entropy" in lacks else trace.entropy.tolist()
-    pfl = [None] * n if "prompt_free_logprobs" in lacks else trace.prompt_free_logprobs.tolist()
-    logz_cols = [(_temperature_key(t), v.tolist()) for t, v in trace.logz.items()]
-    tokens = [
-        {
-            "id": token_ids[i],
-            "text": trace.token_texts[i],
-            "logprob": logprobs[i],
-            "top": [[a, b] for a, b in zip(top_ids[i], top_lps[i], strict=True)],
-            "entropy": entropy[i],
-            "logz": {key: col[i] for key, col in logz_cols},
-            "prompt_free_logprob": pfl[i],
-        }
-        for i in range(len(token_ids))
-    ]
-    out: dict[str, Any] = {
-        "id": trace.id,
-        "dataset": trace.dataset,
-        "model": trace.model,
-        "question": trace.question,
-        "references": list(trace.references),
-        "prompt": trace.prompt,
-        "answer": trace.answer,
-    }
-    if trace.correct is not None:
-        out["correct"] = trace.correct
-    out["vocab_size"] = None if "vocab_size" in lacks else trace.vocab_size
-    out["top_k"] = trace.top_k
-    out["tokens"] = tokens
-    return out
-
-
-def dump_trace_line(trace: Trace) -> str:
-    """``trace`` as one JSONL line (no trailing newline), UTF-8 text not escaped.
-
-    Uses the same layout as the shared trace files, so a line read from them
-    is reproduced byte for byte.
-    """
-    return json.dumps(trace_to_dict(trace), ensure_ascii=False, allow_nan=False)

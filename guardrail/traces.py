@@ -1,5 +1,6 @@
 """Labelled answer traces: the strict JSONL format (``guardrail/_traces.py`` documents
-it), reading and writing, answer labels, and the scores computed from a trace (lifts
+it), reading and writing (one writer for every trace line: of a :class:`Trace`, of an API
+recording, of a line relabelled), answer labels, and the scores computed from a trace (lifts
 against a skeleton, the peers' single-pass baselines)."""
 
 from __future__ import annotations
@@ -14,15 +15,21 @@ from ._scores import (
     vector_clipped_lifts,
 )
 from ._skeletons import select_skeleton_kind, type_token_ratio
+from ._trace_write import (
+    dump_trace_line,
+    label_line,
+    token_object,
+    trace_line,
+    trace_object,
+    trace_to_dict,
+)
 from ._traces import (
     Trace,
-    dump_trace_line,
     file_sha256,
     iter_traces,
     parse_trace,
     parse_trace_lines,
     read_traces,
-    trace_to_dict,
 )
 
 __all__ = [
@@ -34,12 +41,16 @@ __all__ = [
     "file_sha256",
     "is_correct",
     "iter_traces",
+    "label_line",
     "normalize_answer",
     "parse_trace",
     "parse_trace_lines",
     "read_traces",
     "select_skeleton_kind",
+    "token_object",
     "trace_clipped_lifts",
+    "trace_line",
+    "trace_object",
     "trace_skeleton_logprobs",
     "trace_to_dict",
     "type_token_ratio",

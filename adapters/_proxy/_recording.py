@@ -19,7 +19,8 @@ mode 0700 and its files mode 0600 (a directory that already exists keeps its
 mode).
 
 The line is the project's trace format (``guardrail/_traces.py``) for what an
-API stream carries, without a label, plus what the request was:
+API stream carries, without a label, plus what the request was, written by the
+format's one writer (:mod:`guardrail.traces`: key order, nulls, encoding):
 
 - ``id`` (the request id), ``dataset``, ``model`` (the certificate's model id),
   ``question`` (the last user message), ``references`` (``[]``), ``prompt``
@@ -44,7 +45,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import logging
 import os
 import queue
@@ -54,6 +54,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from guardrail.traces import token_object, trace_line, trace_object
 
 from ._metrics import ProxyMetrics
 
@@ -105,34 +107,21 @@ def record_line(record: AnswerRecord, dataset: str) -> str:
     entries = [e for e in record.entries if isinstance(e, dict)]
     alts = [_alternatives(e) for e in entries]
     k = min((len(a) for a in alts), default=0)
-    tokens: list[dict[str, Any]] = []
+    tokens = []
     for entry, alt in zip(entries, alts, strict=True):
-        lp = entry.get("logprob")
-        raw = entry.get("bytes")
+        lp, raw = entry.get("logprob"), entry.get("bytes")
         tokens.append(
-            {
-                "id": None,
-                "text": str(entry.get("token", "")),
-                "logprob": float(lp) if isinstance(lp, int | float) else None,
-                "top": [[None, v] for _, v in alt[:k]],
-                "top_text": [t for t, _ in alt[:k]],
-                "bytes": raw if isinstance(raw, list) else None,
-                "entropy": None,
-                "logz": {},
-                "prompt_free_logprob": None,
-            }
+            token_object(
+                str(entry.get("token", "")),
+                float(lp) if isinstance(lp, int | float) else None,
+                [(None, v) for _, v in alt[:k]],
+                extra={
+                    "top_text": [t for t, _ in alt[:k]],
+                    "bytes": raw if isinstance(raw, list) else None,
+                },
+            )
         )
-    line = {
-        "id": record.request_id,
-        "dataset": dataset,
-        "model": record.model_id,
-        "question": _question(record.messages),
-        "references": [],
-        "prompt": "",
-        "answer": "".join(record.text).strip(),
-        "vocab_size": record.vocab_size,
-        "top_k": k,
-        "tokens": tokens,
+    extra = {
         "messages": record.messages,
         "request": record.settings,
         "finish_reason": record.finish_reason,
@@ -140,7 +129,22 @@ def record_line(record: AnswerRecord, dataset: str) -> str:
         "verdict": record.verdict,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created)),
     }
-    return json.dumps(line, ensure_ascii=False, allow_nan=False, default=str)
+    return trace_line(
+        trace_object(
+            id=record.request_id,
+            dataset=dataset,
+            model=record.model_id,
+            question=_question(record.messages),
+            references=[],
+            prompt="",
+            answer="".join(record.text).strip(),
+            correct=None,
+            vocab_size=record.vocab_size,
+            top_k=k,
+            tokens=tokens,
+            extra=extra,
+        )
+    )
 
 
 _STOP = object()

@@ -36,7 +36,6 @@ warning naming it, and counted in the summary. A trace without
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -127,17 +126,6 @@ def _by_judge(judge: Any) -> Labeller:
     return label
 
 
-def _with_label(obj: dict[str, Any], correct: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in obj.items():
-        if key == "correct":
-            continue
-        out[key] = value
-        if key == "answer":
-            out["correct"] = correct
-    return out
-
-
 def label_file(
     traces: list[str],
     out: str,
@@ -162,6 +150,8 @@ def label_file(
 
         return skip
 
+    from guardrail.traces import label_line  # the format's one writer: order, encoding
+
     with (
         open(out, "w", encoding="utf-8") as fh,
         open(unlabelled, "w", encoding="utf-8") if unlabelled else open(os.devnull, "w") as left,
@@ -178,11 +168,11 @@ def label_file(
             correct, why = labeller(obj)
             if correct is None:
                 counts[f"unlabelled: {why}"] += 1
-                left.write(json.dumps(obj, ensure_ascii=False) + "\n")
+                left.write(label_line(obj, None) + "\n")
                 continue
             counts["labelled"] += 1
             counts["correct"] += bool(correct)
-            fh.write(json.dumps(_with_label(obj, correct), ensure_ascii=False) + "\n")
+            fh.write(label_line(obj, correct) + "\n")
     return counts
 
 
