@@ -232,11 +232,15 @@ class FittedStatistic:
     def reads(self) -> Reads:
         """What the statistic reads of each token besides its logprob (the skeleton's own
         needs come on top, once a skeleton is given)."""
-        req = self.requires
-        return Reads(
-            alternatives=self.alternatives if "alternatives" in req else 0,
-            exact_entropy="exact_entropy" in req, skeleton="skeleton" in req, group=self.group,
-        )  # fmt: skip
+        reads = self.cache.get("reads")
+        if not isinstance(reads, Reads):
+            req = self.requires
+            reads = self.cache["reads"] = Reads(
+                alternatives=self.alternatives if "alternatives" in req else 0,
+                exact_entropy="exact_entropy" in req, skeleton="skeleton" in req,
+                group=self.group,
+            )  # fmt: skip
+        return reads
 
     @property
     def group(self) -> str:

@@ -186,10 +186,20 @@ class Monitor:
             return self._over_limit(limit)
         if self._closed:
             return self._verdict
-        idx, pos = event.index, self._t + self._skipped
-        if idx is not None and idx != pos:
+        t = self._t
+        idx = event.index
+        if idx is not None and idx != t + self._skipped:
+            pos = t + self._skipped
             raise GuardrailError(f"token out of order: expected index {pos}, got {idx}")
-        return self._after(self._add_event(event, self._t + 1))
+        code = self._add_event(event, t + 1)
+        if code:
+            return self._after(code)
+        self._t = t = t + 1  # the common path, inline: no verdict yet
+        rule = self._rule
+        v = _verdict(_CONTINUE, t, rule.mean, rule.lower, rule.upper, self._tau, self._b,
+                     rule.why, False, _UNDECIDED)  # fmt: skip
+        self._verdict = v
+        return v
 
     def update_evidence(self, x: Any) -> Verdict:
         """Add one token's evidence computed elsewhere: a clipped lift in ``[0, clip]`` for

@@ -180,8 +180,8 @@ class LiftRule:
                 raise ConfigError(f"clipped lift must lie in [0, {b}], got {x!r}")
             self.missing = ("lift", x)
             return MISSING
-        self._t, self._total = t, self._total + x
-        total = self._total
+        self._t = t
+        self._total = total = self._total + x
         tau, kind = self.tau, self._kind
         self.mean = total / t
         if kind is _BETTING:
