@@ -52,6 +52,7 @@ __all__ = [
     "FEATURE_PRESETS",
     "FittedStatistic",
     "Form",
+    "moves_one_way",
     "preset_features",
 ]
 
@@ -100,11 +101,15 @@ def preset_features(group: str, form: Form = "answer") -> tuple[Feature, ...]:
         raise ConfigError(f"unknown feature group {group!r}; choose one of api, local, lift")
     feats = tuple(Feature.parse(n) for n in FEATURE_PRESETS[group])
     if form == "monotone":
-        feats = tuple(f for f in feats if _one_way(f))
+        feats = tuple(f for f in feats if moves_one_way(f))
     return feats
 
 
-def _one_way(f: Feature) -> bool:
+def moves_one_way(f: Feature) -> bool:
+    """Whether feature ``f`` moves only one way as tokens arrive (only rises, only falls, or
+    is fixed after the first token) over its base's whole range: a maximum, minimum, count,
+    first value or the length, a sum only over a base of one sign, never a mean. The
+    features a ``form="monotone"`` statistic may read."""
     if f.base == "length":
         return True
     lo, hi = base_range(f.base, 2)

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from adapters.cli import main
+from adapters.cli._progress import Progress
 from guardrail import BASELINES, Certificate, State, TokenEvent
 from guardrail._fitted_monitor import FittedMonitor
 from guardrail._fitted_state import RecordedSkeleton
-from guardrail.cli import main
-from guardrail.cli._progress import Progress
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GEMMA = str(FIXTURES / "traces_gemma3_sample.jsonl")

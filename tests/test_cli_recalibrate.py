@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from adapters.cli import main
 from guardrail import Certificate, read_traces
-from guardrail.cli import main
 from guardrail.fitting import calibrate_fitted
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -29,7 +29,7 @@ from sse_server import serving, token_entry
 
 from adapters._judge import Judge, JudgeFailure
 from adapters._proxy._recording import AnswerRecord, record_line
-from guardrail.cli import main
+from adapters.cli import main
 
 DEADLINE = 1.0
 DID_NOT_HANG = 10.0  # seconds: far past the deadline, however loaded the machine

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from adapters.cli import main
 from guardrail import BASELINES, ConfigError, StreamPolicy, read_traces
 from guardrail._evaluate import (
     MethodScores,
@@ -17,7 +18,6 @@ from guardrail._evaluate import (
     lift_method,
 )
 from guardrail._policy import shown_at
-from guardrail.cli import main
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from adapters.cli import main
 from guardrail import (
     ConfigError,
     Trace,
@@ -36,7 +37,6 @@ from guardrail._scores import (
     vector_clipped_lifts,
 )
 from guardrail._vsd_data import distributions_from_traces
-from guardrail.cli import main
 
 pytest.importorskip("prometheus_client")  # the recorder counts drops in the proxy's metrics
 

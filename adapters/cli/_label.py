@@ -100,7 +100,7 @@ def usable(obj: dict[str, Any]) -> bool:
 
 
 def _by_references(path: str) -> Labeller:
-    from .._labels import is_correct
+    from guardrail.traces import is_correct
 
     by_id, by_question = read_references(path)
 
@@ -147,7 +147,7 @@ def label_file(
     unlabelled: str | None,
 ) -> Counter[str]:
     """Label the trace files ``traces`` into ``out``; the counts of the summary."""
-    from .._trace_parse import parse_trace
+    from guardrail.traces import parse_trace
 
     counts: Counter[str] = Counter()
 

@@ -20,13 +20,18 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TextIO
 
-from .._calibration import Calibration
-from .._certificate import Certificate
-from .._errors import ConfigError
-from .._fitted_monitor import FittedMonitor
-from .._labels import is_correct
-from .._monitor import CertificateMonitor, GuardedText, State, Verdict
-from .._stream_monitor import StreamMonitor
+from guardrail import (
+    Calibration,
+    Certificate,
+    CertificateMonitor,
+    ConfigError,
+    FittedMonitor,
+    GuardedText,
+    State,
+    StreamMonitor,
+    Verdict,
+)
+from guardrail.traces import is_correct
 
 __all__ = [
     "DemoResult",
