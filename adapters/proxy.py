@@ -24,9 +24,7 @@ upstream's documented finish). The wire shapes (the error event, the
 the recorded trace lines in :mod:`adapters._proxy._recording`.
 
 Recorded answers are labelled with ``liftguard traces label`` (by reference answers,
-or by an LLM judge): :class:`Judge` asks any OpenAI-compatible endpoint whether an
-answer is correct, parsing its one-word reply strictly; :class:`JudgeFailure` is a
-judge that gave no usable verdict (the trace then stays unlabelled).
+or by an LLM judge, :class:`adapters.Judge`, which needs only httpx).
 """
 
 from __future__ import annotations
@@ -36,8 +34,6 @@ import signal
 import socket
 import threading
 from collections.abc import Callable, Iterator
-
-from ._judge import Judge, JudgeFailure
 
 INSTALL_HINT = 'the guard proxy needs its server stack: pip install "liftguard[serve]"'
 
@@ -65,8 +61,6 @@ __all__ = [
     "VERDICT_FIELD",
     "CertificateSource",
     "FileCertificate",
-    "Judge",
-    "JudgeFailure",
     "Proxy",
     "ProxyConfig",
     "StaticCertificate",
