@@ -8,14 +8,15 @@ the per-answer monitor and its verdicts, skeletons, calibration and the errors.
 The math and the diagnostics live in public submodules:
 
 - :mod:`guardrail.stats`: anytime boundaries, the streaming statistics and their
-  batch twins, Clopper-Pearson and binomial bounds, the sub-gamma fit, the
-  paper's PAC-Bayes, kappa and eta bounds;
+  batch twins, Clopper-Pearson and binomial bounds, the sub-gamma fit;
 - :mod:`guardrail.topk`: top-k compensation (entropy, log Z_T, censored tokens);
 - :mod:`guardrail.traces`: the trace format, labels, trace scores and baselines;
 - :mod:`guardrail.evaluate`: replay, ``shown_at``, Learn-then-Test, AUROC and
   the repeated-split evaluation;
 - :mod:`guardrail.fitting`: per-token features, aggregates and the fitted statistic;
 - :mod:`guardrail.vsd`: Variational Skeleton Design (PyTorch, imported lazily).
+- :mod:`guardrail.paper`: the source paper's own boundary and bounds, to reproduce
+  its numbers.
 
 Their names are also importable from :mod:`guardrail` itself for compatibility,
 but are not part of its ``__all__``. ``import guardrail`` imports neither scipy
@@ -29,16 +30,11 @@ from ._boundaries import BettingTrajectory as BettingTrajectory
 from ._boundaries import betting_bets as betting_bets
 from ._boundaries import betting_confidence_sequence as betting_confidence_sequence
 from ._boundaries import betting_log_wealth as betting_log_wealth
-from ._boundaries import paper_radius as paper_radius
 from ._bounds import binomial_pvalue as binomial_pvalue
 from ._bounds import clopper_pearson_interval as clopper_pearson_interval
 from ._bounds import clopper_pearson_upper as clopper_pearson_upper
-from ._bounds import eta_budget_shift_bound as eta_budget_shift_bound
-from ._bounds import kappa_answer_rate_bound as kappa_answer_rate_bound
 from ._bounds import min_answered_for_risk as min_answered_for_risk
 from ._bounds import mutual_information as mutual_information
-from ._bounds import pac_bayes_bound as pac_bayes_bound
-from ._bounds import paper_calibration_threshold as paper_calibration_threshold
 from ._bounds import tv_distance as tv_distance
 from ._calibration import Calibration, calibrate, calibrate_policy
 from ._calibration import LTTOutcome as LTTOutcome
@@ -96,10 +92,8 @@ from ._skeletons import type_token_ratio as type_token_ratio
 from ._statistics import BettingConfidenceSequence as BettingConfidenceSequence
 from ._statistics import BettingMean as BettingMean
 from ._statistics import LowestK as LowestK
-from ._statistics import PaperMean as PaperMean
 from ._statistics import betting_mean_path as betting_mean_path
 from ._statistics import lowest_k_path as lowest_k_path
-from ._statistics import paper_mean_path as paper_mean_path
 from ._stream_monitor import StreamMonitor
 from ._subgamma import GammaFit as GammaFit
 from ._subgamma import ModelCheck as ModelCheck
@@ -120,7 +114,6 @@ from ._topk import estimate_entropy_batch as estimate_entropy_batch
 from ._topk import estimate_logz as estimate_logz
 from ._topk import estimate_logz_batch as estimate_logz_batch
 from ._topk import fit_tail as fit_tail
-from ._topk import paper_lift_correction as paper_lift_correction
 from ._traces import Trace as Trace
 from ._traces import dump_trace_line as dump_trace_line
 from ._traces import iter_traces as iter_traces

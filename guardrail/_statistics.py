@@ -161,7 +161,7 @@ class PaperMean:
     """Running mean with the paper's sub-gamma LIL radius (``delta`` split over two sides).
 
     ``r_t = sqrt(2 v level / t) + c level / t``, ``level = log(1 + log t) + log(2/delta)``
-    (:func:`guardrail.paper_radius` at ``delta/2``). :meth:`update` returns
+    (:func:`guardrail.paper.paper_radius` at ``delta/2``). :meth:`update` returns
     ``(lower, upper) = (mean - r_t, mean + r_t)`` clamped to ``[0, clip]``; for
     ``0 < tau < clip`` the mean is shown above ``tau`` iff ``lower > tau`` and
     below iff ``upper < tau``, clamped or not.

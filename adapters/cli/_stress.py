@@ -67,7 +67,8 @@ def _decide(traces: list[Any], idx: Any, log_s: FloatArray, policy: Any, tau: fl
 
 def cmd_stress(args: argparse.Namespace) -> int:
     from guardrail import StreamPolicy, calibrate_policy
-    from guardrail.stats import eta_budget_shift_bound, tv_distance
+    from guardrail.paper import eta_budget_shift_bound
+    from guardrail.stats import tv_distance
     from guardrail.traces import read_traces, unigram_log_probs, vector_clipped_lifts
 
     from ._common import CommandError, no_traces, split_indices

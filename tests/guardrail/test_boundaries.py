@@ -14,8 +14,8 @@ from guardrail import (
     betting_bets,
     betting_confidence_sequence,
     betting_log_wealth,
-    paper_radius,
 )
+from guardrail.paper import paper_radius
 
 
 def test_paper_radius_hand_computed() -> None:

@@ -17,7 +17,6 @@ from guardrail import (
     StreamPolicy,
     betting_confidence_sequence,
     clipped_lift,
-    paper_radius,
     replay,
 )
 from guardrail._monitor import (
@@ -29,6 +28,7 @@ from guardrail._monitor import (
     Verdict,
     _verdict,
 )
+from guardrail.paper import paper_radius
 
 POLICIES = {
     "default": StreamPolicy(),
