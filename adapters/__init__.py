@@ -57,7 +57,7 @@ the proxy's server stack):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import typing as _typing
 
 from ._anthropic import (
     anthropic_scorer_prompt,
@@ -78,7 +78,7 @@ from ._prompt_free import PromptFreeSkeleton, smollm2_prompt_free_prefix
 from ._scorer import LocalTextScorer
 from ._token_ids import GGUFIds, TiktokenIds, token_ids_for
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from ._langchain import LiftGuardCallbackHandler
     from ._langchain_runnable import Abstention, guard_runnable, guard_tool
 
@@ -118,7 +118,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

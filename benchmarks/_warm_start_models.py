@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from guardrail import Trace
-from guardrail.traces import dump_trace_line, file_sha256, parse_trace_lines
+from guardrail.traces import Trace, dump_trace_line, file_sha256, parse_trace_lines
 
 
 def requantise(src: Path, dst: Path, qtype: str, threads: int) -> dict[str, Any]:

@@ -34,7 +34,7 @@ import numpy as np
 if not __package__:  # run as a script: measure the checkout this file belongs to
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from guardrail import StreamPolicy, TokenEvent, read_traces
+from guardrail import StreamPolicy, TokenEvent
 from guardrail.fitting import (
     EventReader,
     FittedMonitor,
@@ -46,6 +46,7 @@ from guardrail.fitting import (
     token_ranges,
     trace_events,
 )
+from guardrail.traces import read_traces
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "traces_smollm2_sample.jsonl"
 

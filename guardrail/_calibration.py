@@ -6,7 +6,7 @@ Two methods:
     Every calibration answer is replayed through the exact streaming policy
     (early exits included); the policy shows answer ``i`` at threshold ``tau``
     iff its score ``s_i >= tau`` (for the lift policy ``s_i`` is the answer's
-    critical threshold, see :func:`guardrail.critical_thresholds`). Candidate
+    critical threshold, see :func:`guardrail.evaluate.critical_thresholds`). Candidate
     thresholds are tested from the largest down (fixed-sequence testing, as in
     Learn-then-Test): at each candidate, with ``n`` answered and ``k`` wrong,
     ``p = P(Binomial(n, h) <= k)``; the sequence continues while ``p <= delta``

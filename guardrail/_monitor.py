@@ -380,12 +380,3 @@ class GuardedText:
         out = "".join(self._buffer)
         self._buffer.clear()
         return out
-
-
-def __getattr__(name: str) -> object:
-    """``UniformSkeleton`` moved to :mod:`guardrail._skeletons`; still importable from here."""
-    if name == "UniformSkeleton":
-        from ._skeletons import UniformSkeleton
-
-        return UniformSkeleton
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

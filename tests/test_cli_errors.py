@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from adapters.cli import main
-from guardrail import BASELINES
+from guardrail.traces import BASELINES
 
 VOCAB = 50
 

@@ -11,9 +11,10 @@ import pytest
 
 from adapters.cli import main
 from adapters.cli._progress import Progress
-from guardrail import BASELINES, Certificate, State, TokenEvent
+from guardrail import Certificate, State, TokenEvent
 from guardrail._fitted_monitor import FittedMonitor
 from guardrail._fitted_state import RecordedSkeleton
+from guardrail.traces import BASELINES
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GEMMA = str(FIXTURES / "traces_gemma3_sample.jsonl")
@@ -309,8 +310,8 @@ def test_eval_replays_answers_longer_than_the_certificates_limit_with_their_own(
     to 6 (generated with a larger limit): replayed with the context's limit, every longer
     answer would be blocked as past it; eval replays them as deployed with their own limit
     and says so."""
-    from guardrail import read_traces
     from guardrail.evaluate import fitted_method
+    from guardrail.traces import read_traces
 
     cert_path = _fit(tmp_path, capsys, "--max-tokens", "3")
     cert = Certificate.load(cert_path)

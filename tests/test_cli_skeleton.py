@@ -8,8 +8,8 @@ import pytest
 
 from adapters.cli import main
 from adapters.cli._skeleton import parse_storage_option
-from guardrail import read_traces
 from guardrail._scores import unigram_log_probs
+from guardrail.traces import read_traces
 from skeleton_store import SkeletonStore
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "traces_smollm2_sample.jsonl")

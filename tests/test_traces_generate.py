@@ -25,7 +25,8 @@ from adapters.cli._traces_cmd import (
     get_template,
     resolve_model,
 )
-from guardrail import ConfigError, read_traces
+from guardrail import ConfigError
+from guardrail.traces import read_traces
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

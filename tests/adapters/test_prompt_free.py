@@ -19,9 +19,9 @@ from guardrail import (
     Skeleton,
     StreamPolicy,
     TokenEvent,
-    read_traces,
 )
 from guardrail._traces import Trace
+from guardrail.traces import read_traces
 
 needs_llama = pytest.mark.skipif(
     importlib.util.find_spec("llama_cpp") is None, reason='needs pip install "liftguard[local]"'

@@ -25,9 +25,7 @@ from guardrail import (
     State,
     StreamPolicy,
     TokenEvent,
-    Trace,
     UniformSkeleton,
-    read_traces,
 )
 from guardrail._aggregates import Feature
 from guardrail._fitted import FEATURE_PRESETS, FittedStatistic, preset_features
@@ -42,6 +40,7 @@ from guardrail._fitted_state import FittedState, RecordedSkeleton, trace_events
 from guardrail._fitting import answer_features, fit_statistic, token_ranges
 from guardrail._stream_monitor import StreamMonitor
 from guardrail.evaluate import ltt_threshold
+from guardrail.traces import Trace, read_traces
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 SAMPLES = ("traces_smollm2_sample.jsonl", "traces_gemma3_sample.jsonl")

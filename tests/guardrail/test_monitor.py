@@ -15,20 +15,19 @@ from guardrail import (
     GuardrailError,
     MissingLogprobsError,
     StreamPolicy,
-    betting_confidence_sequence,
-    clipped_lift,
-    replay,
+    UniformSkeleton,
 )
 from guardrail._monitor import (
     CertificateMonitor,
     GuardedText,
     State,
     TokenEvent,
-    UniformSkeleton,
     Verdict,
     _verdict,
 )
+from guardrail.evaluate import replay
 from guardrail.paper import paper_radius
+from guardrail.stats import betting_confidence_sequence, clipped_lift
 
 POLICIES = {
     "default": StreamPolicy(),
