@@ -46,11 +46,18 @@ LangChain, ``pip install "liftguard[langchain]"`` (loaded on first access, so
 - :func:`guard_runnable`: an LCEL runnable that yields only certified text (buffered or
   passthrough), with a refusal or an :class:`Abstention` on a block; sync and async.
 - :func:`guard_tool`: a tool whose blocked answer becomes a ``ToolException``.
+
+Labelling recorded answers (``liftguard traces label --judge``; needs only httpx, not
+the proxy's server stack):
+
+- :class:`Judge`: asks any OpenAI-compatible endpoint whether an answer is correct,
+  parsing its one-word reply strictly; :class:`JudgeFailure` is a judge that gave no
+  usable verdict (the trace then stays unlabelled).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import typing as _typing
 
 from ._anthropic import (
     anthropic_scorer_prompt,
@@ -59,6 +66,7 @@ from ._anthropic import (
     guarded_message,
 )
 from ._errors import ProviderFormatError
+from ._judge import Judge, JudgeFailure
 from ._openai import guard_chat_stream, guard_chat_stream_sync, guarded_chat_completion
 from ._openai_events import (
     ChunkParts,
@@ -70,7 +78,7 @@ from ._prompt_free import PromptFreeSkeleton, smollm2_prompt_free_prefix
 from ._scorer import LocalTextScorer
 from ._token_ids import GGUFIds, TiktokenIds, token_ids_for
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from ._langchain import LiftGuardCallbackHandler
     from ._langchain_runnable import Abstention, guard_runnable, guard_tool
 
@@ -78,6 +86,8 @@ __all__ = [
     "Abstention",
     "ChunkParts",
     "GGUFIds",
+    "Judge",
+    "JudgeFailure",
     "LiftGuardCallbackHandler",
     "LocalTextScorer",
     "PromptFreeSkeleton",
@@ -108,7 +118,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -131,8 +131,8 @@ class Judge:
     ``CORRECT`` or ``INCORRECT`` (:func:`parse_verdict`), anything else is a
     :class:`JudgeFailure`. ``timeout`` (seconds) is the deadline of each call as a
     whole, from connecting to the last byte of the reply; a call past it is a
-    :class:`JudgeFailure` with reason ``timeout``. Public as
-    :class:`adapters.proxy.Judge`."""
+    :class:`JudgeFailure` with reason ``timeout``. Public as :class:`adapters.Judge`;
+    needs httpx only."""
 
     def __init__(
         self, base_url: str, model: str, *, api_key: str | None = None, timeout: float = 60.0
@@ -140,7 +140,7 @@ class Judge:
         try:
             import httpx
         except ImportError as exc:
-            raise ImportError('the judge needs httpx: pip install "liftguard[serve]"') from exc
+            raise ImportError("the judge needs httpx: pip install httpx") from exc
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self._httpx = httpx
         self.timeout = timeout

@@ -148,7 +148,7 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
     ``on_llm_new_token`` reads the chunk's token logprobs (the ``logprobs``
     keyword if the model passes it, else ``chunk.generation_info["logprobs"]``,
     else ``chunk.message.response_metadata["logprobs"]``) and feeds them to the
-    run's :class:`~guardrail.CertificateMonitor`, created on the run's first
+    run's :class:`~guardrail.Monitor`, created on the run's first
     token. On BLOCKED it raises :class:`~guardrail.GuardrailBlocked` carrying
     the verdict: the hook runs before the model yields the chunk, so the
     blocking token is never shown, and the model's stream stops (the HTTP

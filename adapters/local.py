@@ -25,10 +25,6 @@ imported only when a model is loaded.
 
 from __future__ import annotations
 
-from importlib import resources
-
-from guardrail import Certificate, Skeleton
-
 from ._gemma import GEMMA3_MODEL_NAME, GEMMA3_PROMPT_FREE, gemma3_fewshot_prompt, gemma3_path
 from ._local import (
     SMOLLM2_SYSTEM,
@@ -39,6 +35,12 @@ from ._local import (
     smollm2_chat_prompt,
 )
 from ._local_server import LocalChatServer
+from ._shipped import (
+    SMOLLM2_CERTIFICATE,
+    SMOLLM2_FITTED_CERTIFICATE,
+    smollm2_certificate,
+    smollm2_fitted_certificate,
+)
 
 __all__ = [
     "GEMMA3_MODEL_NAME",
@@ -57,33 +59,3 @@ __all__ = [
     "smollm2_chat_prompt",
     "smollm2_fitted_certificate",
 ]
-
-SMOLLM2_CERTIFICATE = "smollm2_certificate.json"
-"""File name of the shipped single-score certificate in ``guardrail/data`` (see its
-README)."""
-SMOLLM2_FITTED_CERTIFICATE = "smollm2_fitted_certificate.json"
-"""File name of the shipped fitted certificate in ``guardrail/data``."""
-
-
-def _shipped(name: str) -> Certificate:
-    source = resources.files("guardrail") / "data" / name
-    return Certificate.from_json(source.read_text(encoding="utf-8"))
-
-
-def smollm2_certificate() -> Certificate:
-    """The single-score certificate shipped for the bundled SmolLM2-135M-Instruct (Q4_1):
-    the weakest token's lift against the uniform skeleton; needs only logprobs."""
-    return _shipped(SMOLLM2_CERTIFICATE)
-
-
-def smollm2_fitted_certificate(*, skeleton: Skeleton | None = None) -> Certificate:
-    """The fitted certificate shipped for the bundled SmolLM2-135M-Instruct (Q4_1),
-    with its prompt-free skeleton bound: ``skeleton``, else a new
-    :class:`~adapters.PromptFreeSkeleton` (a second copy of the bundled model, loaded
-    now; it must not be the model that generates). Streams must carry each token's
-    logprob and at least 5 alternatives (``top_logprobs=5``)."""
-    if skeleton is None:
-        from ._prompt_free import PromptFreeSkeleton
-
-        skeleton = PromptFreeSkeleton()
-    return _shipped(SMOLLM2_FITTED_CERTIFICATE).with_skeleton(skeleton)

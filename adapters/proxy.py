@@ -24,22 +24,12 @@ upstream's documented finish). The wire shapes (the error event, the
 the recorded trace lines in :mod:`adapters._proxy._recording`.
 
 Recorded answers are labelled with ``liftguard traces label`` (by reference answers,
-or by an LLM judge): :class:`Judge` asks any OpenAI-compatible endpoint whether an
-answer is correct, parsing its one-word reply strictly; :class:`JudgeFailure` is a
-judge that gave no usable verdict (the trace then stays unlabelled).
+or by an LLM judge, :class:`adapters.Judge`, which needs only httpx).
 """
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import socket
-import threading
-from collections.abc import Callable, Iterator
-
-from ._judge import Judge, JudgeFailure
-
-INSTALL_HINT = 'the guard proxy needs its server stack: pip install "liftguard[serve]"'
+from ._proxy._serve import INSTALL_HINT, serve
 
 try:
     from ._proxy._app import Proxy, create_app
@@ -65,8 +55,6 @@ __all__ = [
     "VERDICT_FIELD",
     "CertificateSource",
     "FileCertificate",
-    "Judge",
-    "JudgeFailure",
     "Proxy",
     "ProxyConfig",
     "StaticCertificate",
@@ -76,61 +64,3 @@ __all__ = [
     "redact_url",
     "serve",
 ]
-
-
-def serve(
-    config: ProxyConfig,
-    *,
-    host: str = "127.0.0.1",
-    port: int = 8080,
-    log_level: str = "warning",
-    on_listen: Callable[[str], None] | None = None,
-) -> None:
-    """Run the proxy with uvicorn until SIGINT/SIGTERM, which end it cleanly (answers in
-    flight finish, the recorder writes what is queued) and make this function return
-    (uvicorn would re-raise the signal; here it is consumed).
-
-    The socket is bound first (``port=0``: a free port); ``on_listen`` then gets
-    the base URL clients use (``http://host:port/v1``)."""
-    try:
-        import uvicorn
-    except ImportError as exc:
-        raise ImportError(INSTALL_HINT) from exc
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(2048)
-        bound = sock.getsockname()[1]
-        if on_listen is not None:
-            shown = f"[{host}]" if family == socket.AF_INET6 else host
-            on_listen(f"http://{shown}:{bound}/v1")
-        server = uvicorn.Server(
-            uvicorn.Config(
-                create_app(config),
-                log_level=log_level,
-                timeout_graceful_shutdown=30,
-                backlog=2048,
-            )
-        )
-        with _signals_consumed():
-            server.run(sockets=[sock])
-    finally:
-        sock.close()
-
-
-@contextlib.contextmanager
-def _signals_consumed() -> Iterator[None]:
-    """SIGINT/SIGTERM handlers that do nothing, for uvicorn to restore and re-raise into
-    after its graceful shutdown (only the main thread can set handlers)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    handled = (signal.SIGINT, signal.SIGTERM)
-    previous = {sig: signal.signal(sig, lambda *_: None) for sig in handled}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

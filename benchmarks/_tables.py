@@ -157,7 +157,7 @@ def trace_summary(path: Path) -> dict[str, Any]:
     """What the pages say about a trace file: its size, share correct and answer lengths."""
     import numpy as np
 
-    from guardrail import read_traces
+    from guardrail.traces import read_traces
 
     traces = read_traces(path)
     lengths = np.array([t.n_tokens for t in traces])

@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from guardrail import Trace
-from guardrail.traces import dump_trace_line, file_sha256, parse_trace_lines
+from guardrail.traces import Trace, dump_trace_line, file_sha256, parse_trace_lines
 
 
 def requantise(src: Path, dst: Path, qtype: str, threads: int) -> dict[str, Any]:
@@ -73,10 +72,10 @@ def generate_traces(
 ) -> tuple[list[Trace], dict[str, Any]]:
     """Traces of ``model_path`` for the questions of ``sources`` (cached in ``cache``),
     made by the repository's trace generator, ``liftguard traces generate`` (through
-    its public entry point ``guardrail.cli.main``; it runs llama.cpp with its default
+    its public entry point ``adapters.cli.main``; it runs llama.cpp with its default
     threads, so ``threads`` does not apply here). An interrupted run resumes: the
     command writes to ``<cache>.part``, whose complete lines join the cache."""
-    from guardrail.cli import main as liftguard
+    from adapters.cli import main as liftguard
 
     del threads  # the command's default
     part = cache.with_name(cache.name + ".part")

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from guardrail import InsufficientDataError, StreamPolicy, Trace
+from guardrail import InsufficientDataError, StreamPolicy
 from guardrail.evaluate import MethodScores, critical_thresholds, evaluate_methods, lift_method
-from guardrail.traces import vector_clipped_lifts
+from guardrail.traces import Trace, vector_clipped_lifts
 from guardrail.vsd import Geometry, VSDResult, distributions_from_traces, vsd, vsd_objective
 from skeleton_store import (
     CalibrationTarget,

@@ -2,7 +2,7 @@
 
 Fits the default statistic (feature group ``lift``, or ``--group``) on one half of a
 trace file, then streams the token events of the other half's answers, repeated
-to ``--tokens`` tokens, through fresh :class:`~guardrail.FittedMonitor`
+to ``--tokens`` tokens, through fresh :class:`~guardrail.Monitor` (fitted rule)
 objects (the prompt-free skeleton reads the recorded log-probabilities). The token
 limit is set far beyond the answers (``max_tokens=10_000``) and ``tau`` to the
 median final score, so that early verdicts are rare and almost every token takes
@@ -34,7 +34,7 @@ import numpy as np
 if not __package__:  # run as a script: measure the checkout this file belongs to
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from guardrail import StreamPolicy, TokenEvent, read_traces
+from guardrail import StreamPolicy, TokenEvent
 from guardrail.fitting import (
     EventReader,
     FittedState,
@@ -46,6 +46,7 @@ from guardrail.fitting import (
     token_ranges,
     trace_events,
 )
+from guardrail.traces import read_traces
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "traces_smollm2_sample.jsonl"
 
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.form}, {len(feats)} features ({stat.group}), {n} tokens in "
           f"{len(streams)} answers")  # fmt: skip
     print(f"python {platform.python_version()} on {platform.machine()}, best of {args.repeat}")
-    print(f"  {'FittedMonitor.update (per token, all included)':<48}{mon_us:>8.2f} us")
+    print(f"  {'Monitor.update, fitted rule (per token, all)':<48}{mon_us:>8.2f} us")
     print(f"    {'answers decided early':<46}{decided:>8d} of {len(streams)}")
     steady = mon_us - answer_us * len(streams) / n
     print(f"  {'  per token, without the per-answer cost':<48}{steady:>8.2f} us")

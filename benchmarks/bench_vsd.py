@@ -43,7 +43,7 @@ if not __package__:  # run as a script: measure the checkout this file belongs t
 
 import torch
 
-from guardrail import Trace, iter_traces
+from guardrail.traces import Trace, iter_traces
 from guardrail.vsd import Geometry, VSDResult, distributions_from_traces, vsd
 
 SIZES = (50_000, 262_144)

@@ -36,7 +36,7 @@ from _tables import (
     trace_summary,
 )
 
-from guardrail import BASELINES
+from guardrail.traces import BASELINES
 
 COMMAND = "python benchmarks/eval_baselines.py"
 SAVED = RESULTS / "eval_baselines.json"

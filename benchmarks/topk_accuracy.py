@@ -42,6 +42,7 @@ import numpy.typing as npt
 if not __package__:  # run as a script: measure the checkout this file belongs to
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from guardrail.paper import topk_compensated_lift
 from guardrail.stats import DEFAULT_CLIP
 from guardrail.topk import (
     TailRule,
@@ -51,7 +52,6 @@ from guardrail.topk import (
     estimate_logz,
     estimate_logz_batch,
     fit_tail,
-    paper_lift_correction,
 )
 from guardrail.traces import read_traces
 
@@ -128,7 +128,7 @@ def accuracy_tables(d: Data) -> tuple[list[str], list[str]]:
             skel = d.logprob / t - naive_z[t]
             lifts["naive+corr"] = np.array(
                 [
-                    paper_lift_correction(float(x), float(mm), math.exp(s))
+                    topk_compensated_lift(float(x), float(mm), math.exp(s))
                     for x, mm, s in zip(lifts["naive"], np.maximum(mass, 0.0), skel, strict=True)
                 ]
             )

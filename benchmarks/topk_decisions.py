@@ -20,14 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from guardrail import (
-    InsufficientDataError,
-    StreamPolicy,
-    ltt_threshold,
-    read_traces,
-    support_clip,
-)
-from guardrail.evaluate import evaluate_methods, lift_method
+from guardrail import InsufficientDataError, StreamPolicy
+from guardrail.evaluate import evaluate_methods, lift_method, ltt_threshold
+from guardrail.stats import support_clip
+from guardrail.traces import read_traces
 
 CONFIGS = [
     ("uniform", "lowest", "default: uniform skeleton, lowest-2 aggregate"),

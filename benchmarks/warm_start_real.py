@@ -82,8 +82,9 @@ from _warm_start_report import DOCS_PAGE, docs_page, json_safe, markdown
 from _warm_start_vsd import coverage_experiment, resample_control, vsd_experiment
 
 from adapters.local import bundled_smollm2_path
-from guardrail import DEFAULT_CLIP, StreamPolicy, read_traces
-from guardrail.traces import file_sha256, is_correct
+from guardrail import StreamPolicy
+from guardrail.stats import DEFAULT_CLIP
+from guardrail.traces import file_sha256, is_correct, read_traces
 from skeleton_store import DEFAULT_MAX_CONTEXTS
 
 DEFAULT_TRACES = Path(__file__).resolve().parents[2] / "shared/data/traces/triviaqa_smollm2.jsonl"

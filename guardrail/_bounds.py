@@ -19,10 +19,10 @@ __all__ = [
     "clopper_pearson_upper",
     "eta_budget_shift_bound",
     "kappa_answer_rate_bound",
+    "mean_lift_lower_bound",
     "min_answered_for_risk",
     "mutual_information",
     "pac_bayes_bound",
-    "paper_calibration_threshold",
     "tv_distance",
 ]
 
@@ -79,11 +79,12 @@ def pac_bayes_bound(
     return _num("mean_hat", mean_hat) + sq + lin
 
 
-def paper_calibration_threshold(mean_hat: float, n: int, v: float, c: float, delta: float) -> float:
-    """Paper Algorithm 1 step 3: ``mean_hat - sqrt(2 v log(1/delta)/n) - c log(1/delta)/n``.
+def mean_lift_lower_bound(mean_hat: float, n: int, v: float, c: float, delta: float) -> float:
+    """Lower confidence bound on the mean lift,
+    ``mean_hat - sqrt(2 v log(1/delta)/n) - c log(1/delta)/n``: the paper's calibration
+    threshold (Algorithm 1 step 3, ``calibrate(method="paper")``).
 
-    This is a lower confidence bound on the mean lift. It uses no labels and
-    does NOT bound the selective risk; it is kept for comparison only.
+    It uses no labels and does NOT bound the selective risk; it is kept for comparison only.
     """
     sq, lin = _penalty(n, v, c, delta, 0.0)
     return _num("mean_hat", mean_hat) - sq - lin

@@ -6,7 +6,7 @@ Two methods:
     Every calibration answer is replayed through the exact streaming policy
     (early exits included); the policy shows answer ``i`` at threshold ``tau``
     iff its score ``s_i >= tau`` (for the lift policy ``s_i`` is the answer's
-    critical threshold, see :func:`guardrail.critical_thresholds`). Candidate
+    critical threshold, see :func:`guardrail.evaluate.critical_thresholds`). Candidate
     thresholds are tested from the largest down (fixed-sequence testing, as in
     Learn-then-Test): at each candidate, with ``n`` answered and ``k`` wrong,
     ``p = P(Binomial(n, h) <= k)``; the sequence continues while ``p <= delta``
@@ -54,10 +54,10 @@ import numpy.typing as npt
 from ._bounds import (
     clopper_pearson_upper,
     kappa_answer_rate_bound,
+    mean_lift_lower_bound,
     min_answered_for_risk,
     mutual_information,
     pac_bayes_bound,
-    paper_calibration_threshold,
 )
 from ._errors import ConfigError, InsufficientDataError
 from ._policy import StreamPolicy, critical_thresholds, shown_at
@@ -309,7 +309,7 @@ def calibrate(
     elif method == "paper":
         if budgets is None or "v" not in info:
             raise ConfigError("method='paper' needs per-answer budgets")
-        tau = paper_calibration_threshold(info["mean_budget"], n, info["v"], info["c"], delta)
+        tau = mean_lift_lower_bound(info["mean_budget"], n, info["v"], info["c"], delta)
         answered = answered_at(tau) if answered_at is not None else s >= tau
     else:
         raise ConfigError(f"method must be 'ltt' or 'paper', got {method!r}")

@@ -1,13 +1,13 @@
 """Evaluation of certification rules on labelled traces over repeated splits.
 
 Every method is calibrated by the same risk-control procedure
-(:func:`guardrail.ltt_threshold`) on the same random calibration/test splits,
+(:func:`guardrail.evaluate.ltt_threshold`) on the same random calibration/test splits,
 then measured on the test half: coverage, selective risk, whether the risk is
 above the target beyond sampling noise, AUROC of the method's final sequence
 score, and the share of each answer's tokens read before the verdict.
 
 Methods: the streaming lift certificate (:func:`lift_method`), the single-pass
-baselines of :data:`guardrail.BASELINES` (:func:`baseline_method`), and a
+baselines of :data:`guardrail.traces.BASELINES` (:func:`baseline_method`), and a
 certificate's fitted statistic held fixed (:func:`fitted_method`: only ``tau`` is
 recalibrated on each split, like every other method).
 
@@ -90,7 +90,7 @@ class MethodScores:
 
     def shown(self, idx: npt.NDArray[np.int64], tau: float) -> npt.NDArray[np.bool_]:
         """Whether answers ``idx`` are shown at ``tau``: the deployed policy
-        (:func:`guardrail.shown_at`) for a lift method, ``decision >= tau`` otherwise
+        (:func:`guardrail.evaluate.shown_at`) for a lift method, ``decision >= tau`` otherwise
         (for a fitted statistic the decision is the replayed monitor's critical score,
         exact by construction)."""
         if self.lifts is None or self.policy is None:
@@ -159,7 +159,7 @@ def fitted_method(
 
 
 def baseline_method(traces: Sequence[Trace], name: str, *, exact: bool = True) -> MethodScores:
-    """A baseline score (see :data:`guardrail.BASELINES`), decided at the end."""
+    """A baseline score (see :data:`guardrail.traces.BASELINES`), decided at the end."""
     if name not in BASELINES:
         raise ConfigError(f"unknown baseline {name!r}")
     scores = np.array([baseline_score(t, name, exact=exact) for t in traces])
@@ -271,7 +271,7 @@ def _per_split(
     ``replay_policy=False`` reads "shown" as ``decision >= tau`` for every method. The
     calibrated ``tau`` is always one of the decision scores, and a lift method's
     decision is its critical threshold on the policy's grid, at which the policy's
-    monotone answer set makes that exact (:func:`guardrail.critical_thresholds`);
+    monotone answer set makes that exact (:func:`guardrail.evaluate.critical_thresholds`);
     replaying the policy, the default, checks it again at a cost."""
     n_cal = round(ok.size * cal_fraction)
     for perm in perms:
@@ -304,7 +304,7 @@ def bootstrap_intervals(
     Each replicate draws ``n`` answers with replacement (the same draw for every
     method: the comparison is paired) and reruns :func:`evaluate_methods`'
     protocol on it: ``splits`` random calibration/test splits, ``tau`` calibrated
-    by :func:`guardrail.ltt_threshold` on each calibration half (a refusal counts
+    by :func:`guardrail.evaluate.ltt_threshold` on each calibration half (a refusal counts
     as coverage 0). Returns, per method, ``{"auroc": [lo, hi], "coverage_mean":
     [lo, hi]}`` at ``level``, and with ``reference`` (a method's name) also
     ``"<reference>_minus": {"auroc": [lo, hi], "coverage_mean": [lo, hi]}`` for

@@ -7,7 +7,7 @@ per-token features (:mod:`guardrail._features`, :mod:`guardrail._aggregates`):
 a :class:`~guardrail.Certificate` as JSON (feature names, weights,
 normalisation; never pickle) and costs O(number of features) per token.
 
-Two forms (``form``), both streamed by :class:`~guardrail._fitted_monitor.FittedMonitor`
+Two forms (``form``), both streamed by :class:`~guardrail.FittedRule`
 with an **exact** early verdict: after each token the monitor bounds the score
 over every continuation the token limit allows (each aggregate's reachable
 interval, term by term) and blocks when even the upper bound is below ``tau``,
@@ -53,6 +53,7 @@ __all__ = [
     "FEATURE_PRESETS",
     "FittedStatistic",
     "Form",
+    "moves_one_way",
     "preset_features",
 ]
 
@@ -101,11 +102,15 @@ def preset_features(group: str, form: Form = "answer") -> tuple[Feature, ...]:
         raise ConfigError(f"unknown feature group {group!r}; choose one of api, local, lift")
     feats = tuple(Feature.parse(n) for n in FEATURE_PRESETS[group])
     if form == "monotone":
-        feats = tuple(f for f in feats if _one_way(f))
+        feats = tuple(f for f in feats if moves_one_way(f))
     return feats
 
 
-def _one_way(f: Feature) -> bool:
+def moves_one_way(f: Feature) -> bool:
+    """Whether feature ``f`` moves only one way as tokens arrive (only rises, only falls, or
+    is fixed after the first token) over its base's whole range: a maximum, minimum, count,
+    first value or the length, a sum only over a base of one sign, never a mean. The
+    features a ``form="monotone"`` statistic may read."""
     if f.base == "length":
         return True
     lo, hi = base_range(f.base, 2)
@@ -284,7 +289,7 @@ class FittedStatistic:
 
     def score(self, features: npt.ArrayLike) -> FloatArray:
         """The log-odds of answer-level feature rows ``(n, features)`` (batch; for fitting
-        and AUROC; the streaming path is :class:`~guardrail._fitted_monitor.FittedState`)."""
+        and AUROC; the streaming path is :class:`~guardrail.fitting.FittedState`)."""
         x = np.atleast_2d(np.asarray(features, dtype=np.float64))
         z = (x - np.asarray(self.center)) / np.asarray(self.scale)
         return np.asarray(self.intercept + z @ np.asarray(self.weights), dtype=np.float64)

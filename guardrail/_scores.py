@@ -120,7 +120,7 @@ def token_margins(trace: Trace) -> FloatArray:
     """Each answer token's top-1 minus top-2 probability, from the trace's alternatives.
 
     With one alternative the second probability is the compensated tail's first
-    rank (:func:`guardrail.fit_tail`); with none, the emitted token stands for the
+    rank (:func:`guardrail.topk.fit_tail`); with none, the emitted token stands for the
     top one. The recorded top-20 are the true top-20, so with two or more
     alternatives the margin is exact.
     """

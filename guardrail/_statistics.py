@@ -1,7 +1,7 @@
 """Streaming statistics of clipped lifts: one small object per statistic, beside its batch twin.
 
 Each object takes one clipped lift ``x`` in ``[0, clip]`` per ``update(x)``
-(not checked: :class:`~guardrail.CertificateMonitor` validates its input) in
+(not checked: :class:`~guardrail.LiftRule` validates its input) in
 O(1) pure-Python time (O(k) for :class:`LowestK`, O(grid) for
 :class:`BettingConfidenceSequence`) and shows its state as read-only
 properties. Its batch twin is a pure numpy function of a whole recorded answer
@@ -15,9 +15,9 @@ every step.
 - :class:`LowestK`: the mean of the ``k`` lowest lifts (``"min"`` is ``k = 1``,
   ``"lowest"`` is ``lowest_k``); twin :func:`lowest_k_path`.
 - :class:`BettingConfidenceSequence`: bounds from the wealth on a grid of means
-  (``track_bounds``); twin :func:`guardrail.betting_confidence_sequence` times ``B``.
+  (``track_bounds``); twin :func:`guardrail.stats.betting_confidence_sequence` times ``B``.
 
-The arithmetic (and its order) is that of :func:`guardrail.replay`, so the
+The arithmetic (and its order) is that of :func:`guardrail.evaluate.replay`, so the
 monitor that composes these objects gives replay's verdicts exactly.
 """
 
@@ -71,7 +71,7 @@ class BettingMean:
 
     ``log K+ = sum log(1 + min(l_i, cap/m) (x_i/B - m))`` (evidence mean > tau) and
     ``log K- = sum log(1 - min(l_i, cap/(1-m)) (x_i/B - m))`` (evidence mean < tau),
-    with the predictable plug-in bet ``l_i`` of :func:`guardrail.betting_bets`.
+    with the predictable plug-in bet ``l_i`` of :func:`guardrail.stats.betting_bets`.
     :meth:`update` returns which wealth is at least ``2/delta`` now: a sum of
     :data:`ABOVE` and :data:`BELOW` (0 if neither).
     """
@@ -161,7 +161,7 @@ class PaperMean:
     """Running mean with the paper's sub-gamma LIL radius (``delta`` split over two sides).
 
     ``r_t = sqrt(2 v level / t) + c level / t``, ``level = log(1 + log t) + log(2/delta)``
-    (:func:`guardrail.paper_radius` at ``delta/2``). :meth:`update` returns
+    (:func:`guardrail.paper.paper_radius` at ``delta/2``). :meth:`update` returns
     ``(lower, upper) = (mean - r_t, mean + r_t)`` clamped to ``[0, clip]``; for
     ``0 < tau < clip`` the mean is shown above ``tau`` iff ``lower > tau`` and
     below iff ``upper < tau``, clamped or not.
@@ -298,7 +298,7 @@ class BettingConfidenceSequence:
     The grid is ``clip * (1..G) / (G + 1)``; a candidate whose ``K+`` (``K-``)
     reaches ``2/delta`` is excluded from below (above) for good, and only the
     candidates still inside are updated. :meth:`update` returns ``(lower,
-    upper)``: as :func:`guardrail.betting_confidence_sequence` times ``clip``
+    upper)``: as :func:`guardrail.stats.betting_confidence_sequence` times ``clip``
     while that hull is not empty, else one grid cell wide. Conservative to the
     grid; a confidence sequence for a mean shared by all tokens.
     """

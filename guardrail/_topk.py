@@ -34,7 +34,7 @@ __all__ = [
     "estimate_logz",
     "estimate_logz_batch",
     "fit_tail",
-    "paper_lift_correction",
+    "topk_compensated_lift",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -361,8 +361,9 @@ def censored_logprob_batch(
     return _censored(lp, la, b, vocab_size)
 
 
-def paper_lift_correction(lift: float, missing_mass: float, s_typical: float) -> float:
-    """The paper's ``L_comp = L + log(1 + M / S_typical)`` (appendix "Top-k Compensation").
+def topk_compensated_lift(lift: float, missing_mass: float, s_typical: float) -> float:
+    """The paper's top-k compensated lift ``L_comp = L + log(1 + M / S_typical)`` (appendix
+    "Top-k Compensation"), for a lift ``L`` whose token's alternatives miss mass ``M``.
 
     Ill-defined as printed: one appendix sets ``S_typical = M / (|V| - k)``,
     making the correction the constant ``log(1 + |V| - k)`` (~ log V, at or

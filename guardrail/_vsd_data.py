@@ -28,7 +28,7 @@ def distributions_from_traces(
     its top-k probabilities at their token ids, the emitted token's probability
     at its id when it is not among them, and the rest of the mass spread
     *uniformly* over the other ids. The rest is the compensated tail mass of
-    :func:`guardrail.fit_tail` (``1 - sum(top-k)``, less where ``rule`` caps the
+    :func:`guardrail.topk.fit_tail` (``1 - sum(top-k)``, less where ``rule`` caps the
     tail at ``p_k`` per token); rows are renormalised to sum to 1. Uniform,
     because a trace says how much mass lies outside the top k (and the fitted
     law says how it falls with rank) but not *which* ids hold it: spreading it

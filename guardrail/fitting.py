@@ -9,6 +9,7 @@ other rule.
 from __future__ import annotations
 
 from ._aggregates import Feature, RunningAggregates, aggregate_path
+from ._features import SOURCES as FEATURE_SOURCES
 from ._features import TokenFeaturizer
 from ._features_batch import base_features_batch
 from ._fitted import (
@@ -16,6 +17,7 @@ from ._fitted import (
     DEFAULT_L2,
     FEATURE_PRESETS,
     FittedStatistic,
+    moves_one_way,
     preset_features,
 )
 from ._fitted_replay import (
@@ -32,6 +34,7 @@ __all__ = [
     "DEFAULT_ALTERNATIVES",
     "DEFAULT_L2",
     "FEATURE_PRESETS",
+    "FEATURE_SOURCES",
     "EventReader",
     "Feature",
     "FittedPath",
@@ -46,6 +49,7 @@ __all__ = [
     "calibrate_fitted",
     "critical_score",
     "fit_statistic",
+    "moves_one_way",
     "preset_features",
     "replay_fitted",
     "stop_at",

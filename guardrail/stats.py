@@ -1,9 +1,9 @@
 """The statistics behind a certificate: anytime boundaries, the streaming statistics and
-their batch twins, finite-sample bounds, the sub-gamma fit and the paper's diagnostics.
+their batch twins, finite-sample bounds and the sub-gamma fit.
 
 Everything a guarded stream needs at run time is in :mod:`guardrail` itself; this
-module is for auditing a certificate, reproducing the paper's numbers and
-building new rules.
+module is for auditing a certificate and building new rules. The source paper's own
+boundary and bounds, to reproduce its numbers, are in :mod:`guardrail.paper`.
 """
 
 from __future__ import annotations
@@ -13,18 +13,13 @@ from ._boundaries import (
     betting_bets,
     betting_confidence_sequence,
     betting_log_wealth,
-    paper_radius,
 )
 from ._bounds import (
     binomial_pvalue,
     clopper_pearson_interval,
     clopper_pearson_upper,
-    eta_budget_shift_bound,
-    kappa_answer_rate_bound,
     min_answered_for_risk,
     mutual_information,
-    pac_bayes_bound,
-    paper_calibration_threshold,
     tv_distance,
 )
 from ._lift import DEFAULT_CLIP, budget, clipped_lift, clipped_lifts, support_clip
@@ -32,10 +27,8 @@ from ._statistics import (
     BettingConfidenceSequence,
     BettingMean,
     LowestK,
-    PaperMean,
     betting_mean_path,
     lowest_k_path,
-    paper_mean_path,
 )
 from ._subgamma import (
     GammaFit,
@@ -59,7 +52,6 @@ __all__ = [
     "GammaFit",
     "LowestK",
     "ModelCheck",
-    "PaperMean",
     "SubGammaParams",
     "bernstein_params",
     "betting_bets",
@@ -73,19 +65,13 @@ __all__ = [
     "clipped_lifts",
     "clopper_pearson_interval",
     "clopper_pearson_upper",
-    "eta_budget_shift_bound",
     "fit_gamma",
     "inflate",
     "inflation_factor",
-    "kappa_answer_rate_bound",
     "lowest_k_path",
     "min_answered_for_risk",
     "model_check",
     "mutual_information",
-    "pac_bayes_bound",
-    "paper_calibration_threshold",
-    "paper_mean_path",
-    "paper_radius",
     "subgamma_from_gamma",
     "subgamma_moments",
     "support_clip",

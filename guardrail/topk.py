@@ -15,7 +15,6 @@ from ._topk import (
     estimate_logz,
     estimate_logz_batch,
     fit_tail,
-    paper_lift_correction,
 )
 
 __all__ = [
@@ -29,5 +28,4 @@ __all__ = [
     "estimate_logz",
     "estimate_logz_batch",
     "fit_tail",
-    "paper_lift_correction",
 ]

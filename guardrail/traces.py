@@ -12,9 +12,11 @@ from ._scores import (
     baseline_score,
     trace_clipped_lifts,
     trace_skeleton_logprobs,
+    unigram_log_probs,
     vector_clipped_lifts,
 )
 from ._skeletons import select_skeleton_kind, type_token_ratio
+from ._trace_format import OPTIONAL_FIELDS
 from ._trace_write import (
     dump_trace_line,
     label_line,
@@ -34,6 +36,7 @@ from ._traces import (
 
 __all__ = [
     "BASELINES",
+    "OPTIONAL_FIELDS",
     "TRACE_SKELETONS",
     "Trace",
     "baseline_score",
@@ -54,5 +57,6 @@ __all__ = [
     "trace_skeleton_logprobs",
     "trace_to_dict",
     "type_token_ratio",
+    "unigram_log_probs",
     "vector_clipped_lifts",
 ]

@@ -40,7 +40,7 @@ from ._handle import SkeletonHandle, open_certificate, open_skeleton
 from ._names import check_alias, check_name, format_version, parse_version
 from ._resolve import SavableSkeleton, resolve_skeleton, save_skeleton
 from ._store import SkeletonStore
-from ._version import SkeletonVersion, VectorSkeleton, VersionInfo
+from ._version import SkeletonVersion, VersionInfo
 from ._warmstart import DEFAULT_MAX_CONTEXTS, CalibrationTarget, build_vsd_version, warm_start
 
 __all__ = [
@@ -58,7 +58,6 @@ __all__ = [
     "StoreError",
     "StoreNotFound",
     "StoreUnavailable",
-    "VectorSkeleton",
     "VersionInfo",
     "VersionNotFound",
     "build_vsd_version",

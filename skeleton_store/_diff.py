@@ -2,8 +2,8 @@
 
 For skeletons that are distributions (an array ``probs`` or ``log_probs``),
 ``eta`` is the total-variation distance between the two vectors and the
-budget shift bound is :func:`guardrail.eta_budget_shift_bound` ``= min(B, 2 eta
-/ alpha)`` with ``alpha`` the smallest probability of either vector (the
+budget shift bound is :func:`guardrail.paper.eta_budget_shift_bound`
+``= min(B, 2 eta / alpha)`` with ``alpha`` the smallest probability of either vector (the
 floor). A vector whose sum is off 1 by more than ``1e-6`` but less than
 ``1e-4`` (float32 rounding) is renormalised before the distance; beyond that
 it is not a distribution and the distance is not reported.
@@ -15,7 +15,8 @@ from typing import TypedDict
 
 import numpy as np
 
-from guardrail import DEFAULT_CLIP, eta_budget_shift_bound, tv_distance
+from guardrail.paper import eta_budget_shift_bound
+from guardrail.stats import DEFAULT_CLIP, tv_distance
 
 from ._version import FloatArray, SkeletonVersion
 

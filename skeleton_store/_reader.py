@@ -18,7 +18,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from guardrail import DEFAULT_CLIP, Certificate
+from guardrail import Certificate
+from guardrail.stats import DEFAULT_CLIP
 
 from . import _aliases
 from ._aliases import AliasEvent

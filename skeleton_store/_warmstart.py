@@ -32,15 +32,10 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from guardrail import (
-    DEFAULT_CLIP,
-    Calibration,
-    StreamPolicy,
-    Trace,
-    calibrate_policy,
-    clipped_lifts,
-)
+from guardrail import Calibration, StreamPolicy, calibrate_policy
+from guardrail.stats import DEFAULT_CLIP, clipped_lifts
 from guardrail.topk import TailRule
+from guardrail.traces import Trace
 from guardrail.vsd import DEFAULT_FLOOR, Geometry, distributions_from_traces, vsd
 
 from ._errors import InvalidRequest

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from adapters.cli import main, oracle_coverage
 from guardrail import Certificate
-from guardrail.cli import main, oracle_coverage
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from guardrail import BASELINES
-from guardrail.cli import main
+from adapters.cli import main
+from guardrail.traces import BASELINES
 
 VOCAB = 50
 
@@ -280,12 +280,12 @@ def test_central_handler(
     status: int,
     detail: str,
 ) -> None:
-    import guardrail.cli._eval
+    import adapters.cli._eval
 
     def boom(args: Any) -> int:
         raise exc
 
-    monkeypatch.setattr(guardrail.cli._eval, "cmd_eval", boom)
+    monkeypatch.setattr(adapters.cli._eval, "cmd_eval", boom)
     code, _, err = _run(["eval", "--traces", "t.jsonl", "--risk", "0.5"], capsys)
     assert code == status
     _assert_one_error_line(err, "eval", detail)

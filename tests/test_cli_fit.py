@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from guardrail import BASELINES, Certificate, FittedRule, State, TokenEvent
+from adapters.cli import main
+from adapters.cli._progress import Progress
+from guardrail import Certificate, FittedRule, State, TokenEvent
 from guardrail._fitted_state import RecordedSkeleton
-from guardrail.cli import main
-from guardrail.cli._progress import Progress
+from guardrail.traces import BASELINES
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GEMMA = str(FIXTURES / "traces_gemma3_sample.jsonl")
@@ -308,8 +309,8 @@ def test_eval_replays_answers_longer_than_the_certificates_limit_with_their_own(
     to 6 (generated with a larger limit): replayed with the context's limit, every longer
     answer would be blocked as past it; eval replays them as deployed with their own limit
     and says so."""
-    from guardrail import read_traces
     from guardrail.evaluate import fitted_method
+    from guardrail.traces import read_traces
 
     cert_path = _fit(tmp_path, capsys, "--max-tokens", "3")
     cert = Certificate.load(cert_path)

@@ -16,7 +16,7 @@ pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
 
 @pytest.mark.parametrize(("stop", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 0)])
 def test_local_server_answers_with_logprobs_and_stops_on_a_signal(stop: int, status: int) -> None:
-    main = "import sys; from guardrail.cli import main; sys.exit(main(sys.argv[1:]))"
+    main = "import sys; from adapters.cli import main; sys.exit(main(sys.argv[1:]))"
     cmd = [sys.executable, "-c", main, "local-server", "--port", "0"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

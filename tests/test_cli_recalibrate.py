@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from guardrail import Certificate, read_traces
-from guardrail.cli import main
+from adapters.cli import main
+from guardrail import Certificate
 from guardrail.fitting import calibrate_fitted
+from guardrail.traces import read_traces
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NQ = str(FIXTURES / "traces_gemma3_nq_sample.jsonl")

@@ -6,10 +6,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from guardrail import read_traces
+from adapters.cli import main
+from adapters.cli._skeleton import parse_storage_option
 from guardrail._scores import unigram_log_probs
-from guardrail.cli import main
-from guardrail.cli._skeleton import parse_storage_option
+from guardrail.traces import read_traces
 from skeleton_store import SkeletonStore
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "traces_smollm2_sample.jsonl")

@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from guardrail import tv_distance
-from guardrail.cli import main
-from guardrail.cli._stress import CORRUPTIONS, corrupt
+from adapters.cli import main
+from adapters.cli._stress import CORRUPTIONS, corrupt
+from guardrail.stats import tv_distance
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "traces_gemma3_sample.jsonl")
 

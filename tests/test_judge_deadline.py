@@ -12,6 +12,7 @@ a thread of its own: the test fails, rather than hangs, when it outlives its dea
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -29,7 +30,7 @@ from sse_server import serving, token_entry
 
 from adapters._judge import Judge, JudgeFailure
 from adapters._proxy._recording import AnswerRecord, record_line
-from guardrail.cli import main
+from adapters.cli import main
 
 DEADLINE = 1.0
 DID_NOT_HANG = 10.0  # seconds: far past the deadline, however loaded the machine
@@ -133,3 +134,51 @@ def test_label_leaves_the_answers_of_a_trickling_judge_unlabelled(
     left_ids = [json.loads(line)["id"] for line in left.read_text(encoding="utf-8").splitlines()]
     assert left_ids == ["r0", "r1"]
     assert "labelled 0 of 2 traces" in err and "unlabelled: judge_timeout 2" in err
+
+
+SERVER_STACK = ("starlette", "uvicorn", "pydantic", "prometheus_client")
+
+
+def test_the_judge_imports_without_the_server_stack() -> None:
+    code = (
+        "import sys\n"
+        "from adapters import Judge, JudgeFailure\n"
+        "Judge('http://127.0.0.1:9/v1', 'judge-1').close()\n"
+        f"print(','.join(m for m in {SERVER_STACK!r} if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+class _Correct(BaseHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        body = json.dumps({"choices": [{"message": {"content": "CORRECT"}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_label_by_a_judge_needs_no_server_stack(tmp_path: Path) -> None:
+    # the server stack made unimportable, as without the [serve] extra
+    traces, out = tmp_path / "rec.jsonl", tmp_path / "out.jsonl"
+    traces.write_text(_trace(0) + _trace(1), encoding="utf-8")
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), _Correct)) as srv:
+        url = f"http://127.0.0.1:{srv.server_address[1]}/v1"
+        code = (
+            "import sys\n"
+            f"sys.modules.update(dict.fromkeys({SERVER_STACK!r}))\n"
+            "from adapters.cli import main\n"
+            f"sys.exit(main(['traces', 'label', '--traces', {str(traces)!r}, '--judge', {url!r},"
+            f" '--judge-model', 'judge-1', '--out', {str(out)!r}]))\n"
+        )
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "labelled 2 of 2 traces" in done.stderr + done.stdout
+    labels = [json.loads(line)["correct"] for line in out.read_text(encoding="utf-8").splitlines()]
+    assert labels == [True, True]

@@ -1,11 +1,55 @@
 from __future__ import annotations
 
-import subprocess
-import sys
+import importlib
+from types import ModuleType
 
 import pytest
 
 import guardrail
+
+PUBLIC_MODULES = (
+    "guardrail",
+    "guardrail.evaluate",
+    "guardrail.fitting",
+    "guardrail.paper",
+    "guardrail.stats",
+    "guardrail.topk",
+    "guardrail.traces",
+    "guardrail.vsd",
+    "adapters",
+    "adapters.cli",
+    "adapters.local",
+    "adapters.proxy",
+    "skeleton_store",
+)
+
+
+def _public_names(module: ModuleType) -> set[str]:
+    """The names a module shows: not private, not a submodule, not ``annotations``;
+    ``dir()`` includes the names a module loads on first access (``__dir__``)."""
+    return {
+        name
+        for name in dir(module)
+        if not name.startswith("_")
+        and name != "annotations"
+        and not isinstance(vars(module).get(name), ModuleType)
+    }
+
+
+@pytest.mark.parametrize("name", PUBLIC_MODULES)
+def test_all_imports_are_exported(name: str) -> None:
+    # every public name is in __all__ and every name in __all__ exists: no re-export
+    # that is importable but not part of the surface (as httpx checks its own)
+    if name == "adapters.proxy":
+        pytest.importorskip("starlette")
+    module = importlib.import_module(name)
+    exported = [n for n in module.__all__ if not n.startswith("_")]
+    assert len(exported) == len(set(exported)), "a name is in __all__ twice"
+    assert _public_names(module) == set(exported)
+
+
+def test_the_core_surface_is_small() -> None:
+    assert len(_public_names(guardrail)) <= 50
 
 
 def test_all_is_sorted_and_importable() -> None:
@@ -60,18 +104,6 @@ def test_public_names_are_pinned() -> None:
     ]
 
 
-def test_import_pulls_in_no_heavy_or_vendor_module() -> None:
-    code = (
-        "import sys, guardrail, guardrail.cli\n"
-        "bad = [m for m in ('torch', 'openai', 'anthropic', 'langchain_core', 'langchain',"
-        " 'transformers', 'llama_cpp', 's3fs', 'fsspec', 'adapters', 'skeleton_store', 'scipy')"
-        " if m in sys.modules]\n"
-        "print(','.join(bad))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ""
-
-
 def test_errors_hierarchy() -> None:
     assert issubclass(guardrail.ConfigError, ValueError)
     assert issubclass(guardrail.TraceFormatError, ValueError)
@@ -95,6 +127,8 @@ def test_adapter_public_names_are_pinned() -> None:
         "Abstention",
         "ChunkParts",
         "GGUFIds",
+        "Judge",
+        "JudgeFailure",
         "LiftGuardCallbackHandler",
         "LocalTextScorer",
         "PromptFreeSkeleton",
@@ -149,8 +183,6 @@ def test_proxy_public_names_are_pinned() -> None:
         "VERDICT_FIELD",
         "CertificateSource",
         "FileCertificate",
-        "Judge",
-        "JudgeFailure",
         "Proxy",
         "ProxyConfig",
         "StaticCertificate",
@@ -164,9 +196,16 @@ def test_proxy_public_names_are_pinned() -> None:
         assert hasattr(adapters.proxy, name), name
 
 
+def test_command_line_public_names_are_pinned() -> None:
+    import adapters.cli
+
+    assert adapters.cli.__all__ == ["main", "oracle_coverage"]
+
+
 def test_public_submodules_are_pinned() -> None:
     import guardrail.evaluate
     import guardrail.fitting
+    import guardrail.paper
     import guardrail.stats
     import guardrail.topk
     import guardrail.traces
@@ -180,7 +219,6 @@ def test_public_submodules_are_pinned() -> None:
         "GammaFit",
         "LowestK",
         "ModelCheck",
-        "PaperMean",
         "SubGammaParams",
         "bernstein_params",
         "betting_bets",
@@ -194,23 +232,27 @@ def test_public_submodules_are_pinned() -> None:
         "clipped_lifts",
         "clopper_pearson_interval",
         "clopper_pearson_upper",
-        "eta_budget_shift_bound",
         "fit_gamma",
         "inflate",
         "inflation_factor",
-        "kappa_answer_rate_bound",
         "lowest_k_path",
         "min_answered_for_risk",
         "model_check",
         "mutual_information",
-        "pac_bayes_bound",
-        "paper_calibration_threshold",
-        "paper_mean_path",
-        "paper_radius",
         "subgamma_from_gamma",
         "subgamma_moments",
         "support_clip",
         "tv_distance",
+    ]
+    assert guardrail.paper.__all__ == [
+        "PaperMean",
+        "eta_budget_shift_bound",
+        "kappa_answer_rate_bound",
+        "mean_lift_lower_bound",
+        "pac_bayes_bound",
+        "paper_mean_path",
+        "paper_radius",
+        "topk_compensated_lift",
     ]
     assert guardrail.topk.__all__ == [
         "DEFAULT_R2_MIN",
@@ -223,10 +265,10 @@ def test_public_submodules_are_pinned() -> None:
         "estimate_logz",
         "estimate_logz_batch",
         "fit_tail",
-        "paper_lift_correction",
     ]
     assert guardrail.traces.__all__ == [
         "BASELINES",
+        "OPTIONAL_FIELDS",
         "TRACE_SKELETONS",
         "Trace",
         "baseline_score",
@@ -247,6 +289,7 @@ def test_public_submodules_are_pinned() -> None:
         "trace_skeleton_logprobs",
         "trace_to_dict",
         "type_token_ratio",
+        "unigram_log_probs",
         "vector_clipped_lifts",
     ]
     assert guardrail.vsd.__all__ == [
@@ -279,6 +322,7 @@ def test_public_submodules_are_pinned() -> None:
         "DEFAULT_ALTERNATIVES",
         "DEFAULT_L2",
         "FEATURE_PRESETS",
+        "FEATURE_SOURCES",
         "EventReader",
         "Feature",
         "FittedPath",
@@ -293,13 +337,14 @@ def test_public_submodules_are_pinned() -> None:
         "calibrate_fitted",
         "critical_score",
         "fit_statistic",
+        "moves_one_way",
         "preset_features",
         "replay_fitted",
         "stop_at",
         "token_ranges",
         "trace_events",
     ]
-    for module in (guardrail.stats, guardrail.topk, guardrail.traces, guardrail.vsd,
-                   guardrail.evaluate, guardrail.fitting):  # fmt: skip
+    for module in (guardrail.stats, guardrail.paper, guardrail.topk, guardrail.traces,
+                   guardrail.vsd, guardrail.evaluate, guardrail.fitting):  # fmt: skip
         for name in module.__all__:
             assert hasattr(module, name), (module.__name__, name)

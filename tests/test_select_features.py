@@ -9,8 +9,8 @@ from types import ModuleType
 
 import pytest
 
+from adapters.cli import main
 from guardrail import Certificate
-from guardrail.cli import main
 
 ROOT = Path(__file__).parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -18,14 +18,15 @@ import pytest
 
 from adapters._gemma import GEMMA3_PROMPT_FREE, gemma3_fewshot_prompt, gemma3_path
 from adapters._local import SMOLLM2_SYSTEM, gguf_architecture, smollm2_chat_prompt
-from guardrail import ConfigError, read_traces
-from guardrail.cli import main
-from guardrail.cli._traces_cmd import (
+from adapters.cli import main
+from adapters.cli._traces_cmd import (
     TEMPLATES,
     default_template,
     get_template,
     resolve_model,
 )
+from guardrail import ConfigError
+from guardrail.traces import read_traces
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -306,7 +307,7 @@ def test_two_gemma3_answers_reproduce_the_recorded_traces(tmp_path: Path) -> Non
 def test_progress_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
-    from guardrail.cli import _traces_cmd
+    from adapters.cli import _traces_cmd
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:

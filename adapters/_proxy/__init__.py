@@ -11,4 +11,5 @@
 - ``_metrics``: the Prometheus metrics of one proxy.
 - ``_recording``: answers written as trace lines by a background thread.
 - ``_app``: the starlette application.
+- ``_serve``: :func:`~adapters.proxy.serve`, the application under uvicorn until a signal.
 """

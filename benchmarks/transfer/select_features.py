@@ -33,9 +33,10 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from guardrail import ConfigError, read_traces
+from guardrail import ConfigError
 from guardrail.evaluate import auroc
 from guardrail.fitting import DEFAULT_L2, Feature, answer_features, fit_statistic, token_ranges
+from guardrail.traces import read_traces
 
 _HALF, _NINE = repr(math.log(0.5)), repr(math.log(0.9))
 CANDIDATES = (

@@ -10,9 +10,10 @@ import pytest
 
 from adapters import PromptFreeSkeleton
 from adapters._local import LocalModel, bundled_smollm2_path
-from guardrail import State, read_traces
-from guardrail.cli import main
-from guardrail.cli._demo import _Screen, load_demo_certificate, run_question
+from adapters.cli import main
+from adapters.cli._demo import _Screen, load_demo_certificate, run_question
+from guardrail import State
+from guardrail.traces import read_traces
 
 pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
 

@@ -16,12 +16,13 @@ from guardrail import (
     ConfigError,
     GuardrailError,
     Monitor,
+    Reads,
     Skeleton,
     StreamPolicy,
     TokenEvent,
-    read_traces,
 )
 from guardrail._traces import Trace
+from guardrail.traces import read_traces
 
 needs_llama = pytest.mark.skipif(
     importlib.util.find_spec("llama_cpp") is None, reason='needs pip install "liftguard[local]"'
@@ -62,7 +63,7 @@ def test_exported_and_prefix_is_the_traces_prefix() -> None:
     assert "smollm2_prompt_free_prefix" in adapters.__all__
     assert adapters.__all__ == sorted(adapters.__all__)
     assert smollm2_prompt_free_prefix() == TRACES_PREFIX
-    assert PromptFreeSkeleton.needs_top_logprobs is False
+    assert PromptFreeSkeleton.reads == Reads()  # the emitted token only: no alternatives
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +161,7 @@ def test_interleaved_streams_and_text_only_events(
 class _Recorder:
     """A skeleton that records what the prompt-free skeleton returned."""
 
-    needs_top_logprobs = False
+    reads = Reads()
 
     def __init__(self, inner: PromptFreeSkeleton) -> None:
         self.inner, self.values = inner, []

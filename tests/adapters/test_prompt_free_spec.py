@@ -27,8 +27,8 @@ from guardrail import (
     StreamPolicy,
     TokenEvent,
     UniformSkeleton,
-    read_traces,
 )
+from guardrail.traces import read_traces
 from skeleton_store import resolve_skeleton
 
 pytestmark = pytest.mark.skipif(

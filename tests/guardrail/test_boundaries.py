@@ -9,13 +9,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from guardrail import (
-    ConfigError,
-    betting_bets,
-    betting_confidence_sequence,
-    betting_log_wealth,
-    paper_radius,
-)
+from guardrail import ConfigError
+from guardrail.paper import paper_radius
+from guardrail.stats import betting_bets, betting_confidence_sequence, betting_log_wealth
 
 
 def test_paper_radius_hand_computed() -> None:

@@ -12,10 +12,10 @@ from guardrail._bounds import (
     clopper_pearson_upper,
     eta_budget_shift_bound,
     kappa_answer_rate_bound,
+    mean_lift_lower_bound,
     min_answered_for_risk,
     mutual_information,
     pac_bayes_bound,
-    paper_calibration_threshold,
     tv_distance,
 )
 from guardrail._errors import ConfigError
@@ -39,7 +39,7 @@ def test_pac_bayes_hand_computed() -> None:
 
 
 def test_paper_threshold_is_mirror_of_kl0_bound() -> None:
-    th = paper_calibration_threshold(2.0, 100, 2.0, 0.5, math.exp(-3.0))
+    th = mean_lift_lower_bound(2.0, 100, 2.0, 0.5, math.exp(-3.0))
     assert th == pytest.approx(2.0 - math.sqrt(0.12) - 0.015, abs=1e-12)
     up = pac_bayes_bound(2.0, 100, 2.0, 0.5, math.exp(-3.0))
     assert th + up == pytest.approx(4.0, abs=1e-12)
@@ -50,7 +50,7 @@ def test_pac_bayes_lower_bound_coverage_exact_gamma() -> None:
     rng = np.random.default_rng(0)
     k, theta, n, delta, reps = 0.6, 2.0, 40, 0.1, 4000
     means = rng.gamma(k, theta, size=(reps, n)).mean(axis=1)
-    lows = np.array([paper_calibration_threshold(m, n, k * theta**2, theta, delta) for m in means])
+    lows = np.array([mean_lift_lower_bound(m, n, k * theta**2, theta, delta) for m in means])
     miss = int(np.sum(lows > k * theta))
     assert miss <= stats.binom.ppf(0.999, reps, delta)
 
@@ -65,7 +65,7 @@ def test_pac_bayes_invalid(args: tuple[float, int, float, float, float]) -> None
     with pytest.raises(ConfigError):
         pac_bayes_bound(*args)
     with pytest.raises(ConfigError):
-        paper_calibration_threshold(*args)
+        mean_lift_lower_bound(*args)
 
 
 def test_pac_bayes_negative_kl() -> None:

@@ -13,10 +13,9 @@ from guardrail import (
     StreamPolicy,
     calibrate,
     calibrate_policy,
-    critical_thresholds,
-    ltt_threshold,
 )
 from guardrail._policy import shown_at
+from guardrail.evaluate import critical_thresholds, ltt_threshold
 
 
 def test_fixed_sequence_by_hand() -> None:

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from guardrail import BASELINES, ConfigError, StreamPolicy, read_traces
+from adapters.cli import main
+from guardrail import ConfigError, StreamPolicy
 from guardrail._evaluate import (
     MethodScores,
     auroc,
@@ -17,7 +18,7 @@ from guardrail._evaluate import (
     lift_method,
 )
 from guardrail._policy import shown_at
-from guardrail.cli import main
+from guardrail.traces import BASELINES, read_traces
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
@@ -94,7 +95,7 @@ def test_eval_default_clip_is_the_support_clip_for_the_uniform_skeleton(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Leaving --clip out equals passing log(0.8 |V|); another clip changes the result."""
-    from guardrail import support_clip
+    from guardrail.stats import support_clip
 
     path = str(FIXTURES / "traces_gemma3_sample.jsonl")
     args = ["eval", "--traces", path, "--risk", "0.95", "--delta", "0.2", "--splits", "3", "--json"]

@@ -11,11 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from guardrail import ConfigError, TokenEvent, read_traces
+from guardrail import ConfigError, TokenEvent
 from guardrail._aggregates import AGGREGATES, Feature, RunningAggregates, aggregate_path
 from guardrail._features import BASES, TokenFeaturizer, TopKTables, base_range
 from guardrail._features_batch import base_features_batch
 from guardrail.topk import estimate_entropy_batch, estimate_logz_batch
+from guardrail.traces import read_traces
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 SAMPLES = ("traces_smollm2_sample.jsonl", "traces_gemma3_sample.jsonl")

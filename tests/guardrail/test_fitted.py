@@ -28,9 +28,7 @@ from guardrail import (
     State,
     StreamPolicy,
     TokenEvent,
-    Trace,
     UniformSkeleton,
-    read_traces,
     skeleton_reads,
 )
 from guardrail._aggregates import Feature
@@ -44,6 +42,7 @@ from guardrail._fitted_replay import (
 from guardrail._fitted_state import FittedState, RecordedSkeleton, trace_events
 from guardrail._fitting import answer_features, fit_statistic, token_ranges
 from guardrail.evaluate import ltt_threshold
+from guardrail.traces import Trace, read_traces
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 SAMPLES = ("traces_smollm2_sample.jsonl", "traces_gemma3_sample.jsonl")

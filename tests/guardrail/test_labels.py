@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from guardrail import read_traces
 from guardrail._labels import is_correct, normalize_answer
+from guardrail.traces import read_traces
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 

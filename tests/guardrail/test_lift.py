@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from guardrail import ConfigError, budget, clipped_lift, clipped_lifts
+from guardrail import ConfigError
+from guardrail.stats import budget, clipped_lift, clipped_lifts
 
 
 @pytest.mark.parametrize(

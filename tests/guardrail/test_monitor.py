@@ -21,12 +21,11 @@ from guardrail import (
     TokenEvent,
     UniformSkeleton,
     Verdict,
-    betting_confidence_sequence,
-    clipped_lift,
-    paper_radius,
-    replay,
 )
 from guardrail._verdict import make_verdict as _verdict
+from guardrail.evaluate import replay
+from guardrail.paper import paper_radius
+from guardrail.stats import betting_confidence_sequence, clipped_lift
 
 POLICIES = {
     "default": StreamPolicy(),

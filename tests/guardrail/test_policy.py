@@ -15,11 +15,9 @@ from guardrail import (
     Monitor,
     State,
     StreamPolicy,
-    critical_thresholds,
-    replay,
-    threshold_grid,
 )
 from guardrail._policy import shown_at
+from guardrail.evaluate import critical_thresholds, replay, threshold_grid
 
 
 def _reference(policy: StreamPolicy, x: list[float], tau: float) -> tuple[bool, int]:
@@ -160,7 +158,7 @@ def test_policy_validation() -> None:
 
 
 def test_lowest_aggregate_statistic_and_validation() -> None:
-    from guardrail import running_statistic
+    from guardrail.evaluate import running_statistic
 
     pol = StreamPolicy(aggregate="lowest", lowest_k=2, clip=10.0)
     # missing lowest values count as the clip, so the statistic never rises
@@ -184,7 +182,7 @@ def test_min_aggregate_with_uniform_skeleton_ranks_like_min_logprob() -> None:
     """With a uniform skeleton the min-aggregate certificate is the min-logprob rule."""
     from pathlib import Path
 
-    from guardrail import baseline_score, read_traces, trace_clipped_lifts
+    from guardrail.traces import baseline_score, read_traces, trace_clipped_lifts
 
     traces = read_traces(Path(__file__).parents[1] / "fixtures" / "traces_gemma3_sample.jsonl")
     policy = StreamPolicy(aggregate="min")

@@ -20,15 +20,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from guardrail import (
-    ConfigError,
-    Trace,
-    TraceFormatError,
-    parse_trace,
-    parse_trace_lines,
-    read_traces,
-    trace_to_dict,
-)
+from adapters.cli import main
+from guardrail import ConfigError, TraceFormatError
 from guardrail._scores import (
     baseline_score,
     token_entropies,
@@ -36,7 +29,7 @@ from guardrail._scores import (
     vector_clipped_lifts,
 )
 from guardrail._vsd_data import distributions_from_traces
-from guardrail.cli import main
+from guardrail.traces import Trace, parse_trace, parse_trace_lines, read_traces, trace_to_dict
 
 pytest.importorskip("prometheus_client")  # the recorder counts drops in the proxy's metrics
 

@@ -6,13 +6,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from guardrail import ConfigError, TokenEvent, read_traces
+from guardrail import ConfigError, TokenEvent
 from guardrail._skeletons import (
     NGramSkeleton,
     TemperatureSkeleton,
     select_skeleton_kind,
     type_token_ratio,
 )
+from guardrail.traces import read_traces
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 

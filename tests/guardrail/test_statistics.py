@@ -8,14 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from guardrail import (
-    ConfigError,
-    StreamPolicy,
-    betting_bets,
-    betting_confidence_sequence,
-    replay,
-    threshold_grid,
-)
+from guardrail import ConfigError, StreamPolicy
 from guardrail._monitor import Monitor, State
 from guardrail._policy import shown_at
 from guardrail._statistics import (
@@ -29,6 +22,8 @@ from guardrail._statistics import (
     lowest_k_path,
     paper_mean_path,
 )
+from guardrail.evaluate import replay, threshold_grid
+from guardrail.stats import betting_bets, betting_confidence_sequence
 
 CLIP = 12.0
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from adapters.cli import main
 from guardrail import (
     Certificate,
     GenerationContext,
@@ -19,7 +20,6 @@ from guardrail import (
     SkeletonSpec,
     StreamPolicy,
 )
-from guardrail.cli import main
 from skeleton_store import SkeletonStore, open_certificate
 
 PROG = "liftguard skeleton put: error: "

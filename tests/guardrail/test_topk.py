@@ -21,7 +21,7 @@ from guardrail._topk import (
     estimate_logz,
     estimate_logz_batch,
     fit_tail,
-    paper_lift_correction,
+    topk_compensated_lift,
 )
 from guardrail._traces import read_traces
 
@@ -330,14 +330,14 @@ def test_other_invalid_arguments() -> None:
         estimate_logz_batch([[-0.5, -1.5], [-1.5, -0.5]], 10, 1.5)
 
 
-def test_paper_lift_correction() -> None:
-    assert paper_lift_correction(1.0, 0.3, 0.1) == pytest.approx(1.0 + math.log(4.0))
-    assert paper_lift_correction(2.0, 0.0, 0.5) == 2.0
+def test_topk_compensated_lift() -> None:
+    assert topk_compensated_lift(1.0, 0.3, 0.1) == pytest.approx(1.0 + math.log(4.0))
+    assert topk_compensated_lift(2.0, 0.0, 0.5) == 2.0
     vocab, k, mass = 262_144, 20, 0.3  # S_typical = M / (V - k): the constant log(1 + V - k)
-    assert paper_lift_correction(0.0, mass, mass / (vocab - k)) == pytest.approx(
+    assert topk_compensated_lift(0.0, mass, mass / (vocab - k)) == pytest.approx(
         math.log(1 + vocab - k)
     )
     with pytest.raises(ConfigError, match="missing_mass"):
-        paper_lift_correction(1.0, -0.1, 0.1)
+        topk_compensated_lift(1.0, -0.1, 0.1)
     with pytest.raises(ConfigError, match="s_typical"):
-        paper_lift_correction(1.0, 0.1, 0.0)
+        topk_compensated_lift(1.0, 0.1, 0.0)

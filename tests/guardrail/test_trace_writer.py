@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from adapters.cli import main
 from guardrail._trace_format import _TOKEN_KEYS, _TOP_LEVEL_KEYS
-from guardrail.cli import main
 from guardrail.traces import (
     Trace,
     dump_trace_line,

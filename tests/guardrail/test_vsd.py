@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from guardrail import ConfigError, read_traces
+from guardrail import ConfigError
 from guardrail._vsd import (
     Geometry,
     VSDResult,
@@ -23,6 +23,7 @@ from guardrail._vsd import (
     vsd,
     vsd_objective,
 )
+from guardrail.traces import read_traces
 
 torch = pytest.importorskip("torch")
 

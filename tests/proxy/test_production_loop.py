@@ -4,7 +4,7 @@ a certificate, ``liftguard skeleton put --promote`` publishes it into the store 
 proxy reads (``STORE#chat@production``), and the next request is decided by that version.
 
 Real parts: the proxy app under uvicorn, the openai client, the scripted SSE upstream, the
-command line (``guardrail.cli.main``) and the local skeleton store; a second test puts the
+command line (``adapters.cli.main``) and the local skeleton store; a second test puts the
 certificate into an S3 store (moto's server) that two proxy replicas read. Deterministic:
 the recorder is drained with its ``flush()`` (a condition, not a timer) and the proxy
 re-reads the alias through ``refresh_certificates()``, the hook its refresh loop calls.
@@ -29,9 +29,9 @@ from proxy_harness import GOOD, ROLE, STOP, Upstream, make_certificate, running_
 from sse_server import Reply
 from test_proxy_store import s3_store  # noqa: F401 (a fixture: moto's S3 server)
 
+from adapters.cli import main
 from adapters.proxy import certificate_source
 from guardrail import Certificate
-from guardrail.cli import main
 from skeleton_store import SkeletonStore
 
 N = 48

@@ -1,5 +1,5 @@
 """``liftguard serve`` and ``liftguard traces label`` (parsers built here with
-``add_serve_parser`` / ``add_label_parser``, as ``guardrail.cli`` registers them)."""
+``add_serve_parser`` / ``add_label_parser``, as ``adapters.cli`` registers them)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from proxy_harness import BAD, GOOD, ROLE, STOP, Upstream, make_certificate, run
 from sse_server import Reply
 
 from adapters._judge import JUDGE_PROMPT, Judge, JudgeFailure, parse_verdict
-from guardrail.cli._common import CommandError
-from guardrail.cli._label import add_label_parser
-from guardrail.cli._serve import add_serve_parser
+from adapters.cli._common import CommandError
+from adapters.cli._label import add_label_parser
+from adapters.cli._serve import add_serve_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 CLEAN = [ROLE, *tokens([GOOD] * 5), STOP]
@@ -32,7 +32,7 @@ FULL = [GOOD, GOOD, GOOD, BAD, GOOD, GOOD, GOOD]
 _RUN_SERVE = textwrap.dedent(
     """
     import argparse, sys
-    from guardrail.cli._serve import add_serve_parser
+    from adapters.cli._serve import add_serve_parser
     parser = argparse.ArgumentParser(prog="liftguard")
     add_serve_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(sys.argv[1:])

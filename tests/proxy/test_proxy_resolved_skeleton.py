@@ -173,7 +173,7 @@ def test_liftguard_serve_runs_a_certificate_file_with_a_stored_vector(
     store = SkeletonStore(tmp_path / "store")
     certificate(stored_spec(store, ids)).save(tmp_path / "cert.json")
     upstream.responder = lambda body: Reply(list(ANSWER), delay=0.0)
-    run = "import sys; from guardrail.cli import main; sys.exit(main())"
+    run = "import sys; from adapters.cli import main; sys.exit(main())"
     argv = ["serve", "--upstream", upstream.base_url, "--certificate", str(tmp_path / "cert.json"),
             "--port", "0", "--no-verdict-log"]  # fmt: skip
     proc = subprocess.Popen(

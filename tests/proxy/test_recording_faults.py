@@ -27,7 +27,7 @@ from sse_server import token_entry
 
 from adapters._proxy._metrics import ProxyMetrics
 from adapters._proxy._recording import AnswerRecord, Recorder, record_line
-from guardrail.cli import main
+from adapters.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 _real_write = os.write

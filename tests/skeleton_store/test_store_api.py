@@ -30,7 +30,6 @@ def test_all_is_sorted_importable_and_pinned() -> None:
         "StoreError",
         "StoreNotFound",
         "StoreUnavailable",
-        "VectorSkeleton",
         "VersionInfo",
         "VersionNotFound",
         "build_vsd_version",

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from _store_support import AWS_ENV, Target
 
-from guardrail.cli import main
+from adapters.cli import main
 
 P = np.array([0.5, 0.25, 0.25])
 HEAD = "s/aliases/production/e00000002.json"

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from guardrail import Calibration, StreamPolicy, Trace, read_traces
+from guardrail import Calibration, StreamPolicy
+from guardrail.traces import Trace, read_traces
 from skeleton_store import InvalidRequest, SkeletonStore
 from skeleton_store._warmstart import build_vsd_version, warm_start
 

@@ -8,11 +8,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .._calibration import Calibration
-from .._certificate import Certificate, GenerationContext, ModelIdentity, SkeletonSpec
-from .._errors import ConfigError
-from .._policy import StreamPolicy
-from .._traces import file_sha256
+from guardrail import (
+    Calibration,
+    Certificate,
+    ConfigError,
+    GenerationContext,
+    ModelIdentity,
+    SkeletonSpec,
+    StreamPolicy,
+)
+from guardrail.traces import file_sha256
+
 from ._common import CommandError
 
 __all__ = ["build_certificate", "read_context", "skeleton_spec"]

@@ -43,11 +43,11 @@ def _refuse_rule_flags(args: argparse.Namespace, defaults: dict[str, Any]) -> No
 
 def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     """Calibrate ``args.certificate``'s tau on ``args.traces``; write ``args.out``."""
-    from .._certificate import Certificate
-    from .._errors import InsufficientDataError
-    from .._evaluate import auroc
-    from .._fitted_replay import calibrate_fitted
-    from .._traces import file_sha256, read_traces
+    from guardrail import Certificate, InsufficientDataError
+    from guardrail.evaluate import auroc
+    from guardrail.fitting import calibrate_fitted
+    from guardrail.traces import file_sha256, read_traces
+
     from ._eval import _certificate_needs
 
     _refuse_rule_flags(args, defaults)

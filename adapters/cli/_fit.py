@@ -1,7 +1,7 @@
 """``liftguard fit``: fit a streaming statistic on part of a model's labelled traces,
 calibrate ``tau`` on the disjoint rest, and write the certificate.
 
-Traces recorded from an API stream (see :mod:`guardrail.cli._recorded`) fit the
+Traces recorded from an API stream (see :mod:`adapters.cli._recorded`) fit the
 ``api`` group, and the ``lift`` group with a skeleton that reads the top-k
 alternatives (``--skeleton temperature``); ``--vocab-size N`` supplies the
 vocabulary size they may lack. A group that reads a field they lack (``local``:
@@ -34,8 +34,8 @@ bundled 135M one; pass ``--risk`` for a stronger model)."""
 
 def add_fit_parser(sub: Any) -> None:
     """The ``fit`` subcommand."""
-    from .._fitted import DEFAULT_ALTERNATIVES, DEFAULT_L2
-    from .._scores import TRACE_SKELETONS
+    from guardrail.fitting import DEFAULT_ALTERNATIVES, DEFAULT_L2
+    from guardrail.traces import TRACE_SKELETONS
 
     p = sub.add_parser(
         "fit",
@@ -118,9 +118,8 @@ def add_fit_parser(sub: Any) -> None:
 def _features(args: argparse.Namespace) -> tuple[Any, ...]:
     """The features of ``--features`` (checked; one way only for ``--form monotone``), else
     ``--group``'s preset."""
-    from .._aggregates import Feature
-    from .._errors import ConfigError
-    from .._fitted import _one_way, preset_features
+    from guardrail import ConfigError
+    from guardrail.fitting import Feature, moves_one_way, preset_features
 
     if args.features is None:
         return preset_features(args.group, args.form)
@@ -134,7 +133,7 @@ def _features(args: argparse.Namespace) -> tuple[Any, ...]:
     if len(set(feats)) != len(feats):
         raise CommandError("--features: a feature is named twice", status=2)
     if args.form == "monotone":
-        both = [f.name for f in feats if not _one_way(f)]
+        both = [f.name for f in feats if not moves_one_way(f)]
         if both:
             raise CommandError(f"--features with --form monotone: {', '.join(both)} can "
                                "move either way as tokens arrive", status=2)  # fmt: skip
@@ -146,10 +145,9 @@ def _alternatives(
 ) -> tuple[int, str]:
     """The alternatives per token the statistic reads, and a note when the traces carry
     fewer than the default: it must read what the calibration and the streams see."""
-    from .._features import SOURCES
-    from .._fitted import DEFAULT_ALTERNATIVES
+    from guardrail.fitting import DEFAULT_ALTERNATIVES, FEATURE_SOURCES
 
-    reads = sorted({f.name for f in feats if SOURCES.get(f.base) == "alternatives"})
+    reads = sorted({f.name for f in feats if FEATURE_SOURCES.get(f.base) == "alternatives"})
     have = min(t.top_k for t in traces)
     if not reads:
         return args.alternatives or DEFAULT_ALTERNATIVES, ""
@@ -194,13 +192,19 @@ def _ids_sha256(ids: list[str]) -> str:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from .._certificate import Certificate, ModelIdentity
-    from .._errors import InsufficientDataError
-    from .._evaluate import auroc
-    from .._fitted_replay import calibrate_fitted, critical_score, replay_fitted, stop_at
-    from .._fitting import answer_features, fit_statistic, token_ranges
-    from .._policy import StreamPolicy
-    from .._traces import file_sha256, read_traces
+    from guardrail import Certificate, InsufficientDataError, ModelIdentity, StreamPolicy
+    from guardrail.evaluate import auroc
+    from guardrail.fitting import (
+        answer_features,
+        calibrate_fitted,
+        critical_score,
+        fit_statistic,
+        replay_fitted,
+        stop_at,
+        token_ranges,
+    )
+    from guardrail.traces import file_sha256, read_traces
+
     from ._certify import read_context, skeleton_spec
 
     if not 0.0 <= args.range_quantile < 0.5:
@@ -357,7 +361,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
 def _certifies_nothing(stat: Any, n: int, policy: Any, args: argparse.Namespace, limit: int) -> Any:
     """The calibration record of a threshold that shows no answer: the refusal's honest
     outcome (a rule that never answers has no selective risk to exceed)."""
-    from .._calibration import Calibration
+    from guardrail import Calibration
 
     tau = stat.score_bounds(limit)[1] + 1.0
     return Calibration(

@@ -58,19 +58,19 @@ def corrupt(
 
 
 def _decide(traces: list[Any], idx: Any, log_s: FloatArray, policy: Any, tau: float) -> Any:
-    from .._policy import shown_at
-    from .._scores import vector_clipped_lifts
+    from guardrail.evaluate import shown_at
+    from guardrail.traces import vector_clipped_lifts
 
     lifts = [vector_clipped_lifts(traces[i], log_s, policy.clip) for i in idx]
     return shown_at(policy, lifts, [tau])[:, 0]
 
 
 def cmd_stress(args: argparse.Namespace) -> int:
-    from .._bounds import eta_budget_shift_bound, tv_distance
-    from .._calibration import calibrate_policy
-    from .._policy import StreamPolicy
-    from .._scores import unigram_log_probs, vector_clipped_lifts
-    from .._traces import read_traces
+    from guardrail import StreamPolicy, calibrate_policy
+    from guardrail.paper import eta_budget_shift_bound
+    from guardrail.stats import tv_distance
+    from guardrail.traces import read_traces, unigram_log_probs, vector_clipped_lifts
+
     from ._common import CommandError, no_traces, split_indices
 
     traces = read_traces(args.traces)

@@ -3,7 +3,7 @@
 On traces recorded from an API stream, a score that needs a field they lack is
 refused in one line, exact ``log Z_T`` and entropies are estimated from the
 top-k alternatives (with a note), and ``--vocab-size N`` supplies the
-vocabulary size: see :mod:`guardrail.cli._recorded`.
+vocabulary size: see :mod:`adapters.cli._recorded`.
 """
 
 from __future__ import annotations
@@ -45,11 +45,10 @@ log = logging.getLogger(__name__)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from .._errors import GuardrailError
-    from .._lift import DEFAULT_CLIP
-    from .._policy import critical_thresholds
-    from .._scores import baseline_score
-    from .._traces import read_traces
+    from guardrail import GuardrailError
+    from guardrail.evaluate import critical_thresholds
+    from guardrail.stats import DEFAULT_CLIP
+    from guardrail.traces import baseline_score, read_traces
 
     if args.score != "lift" and args.method == "paper":
         raise CommandError("--method paper needs --score lift", status=2)
@@ -118,8 +117,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def _lifts(trace: Any, skeleton: str, clip: float, exact_logz: bool) -> npt.NDArray[np.float64]:
     """Clipped lifts of one trace; without exact log Z_T (an API recording) the temperature
     skeleton's log Z_T is estimated from the top-k alternatives by the deployed rule."""
-    from .._lift import clipped_lifts
-    from .._scores import trace_clipped_lifts, trace_skeleton_logprobs
+    from guardrail.stats import clipped_lifts
+    from guardrail.traces import trace_clipped_lifts, trace_skeleton_logprobs
 
     if exact_logz or not skeleton.startswith("temperature"):
         return trace_clipped_lifts(trace, skeleton, clip)
@@ -138,16 +137,16 @@ class _Run:
         self.policy: Any = None
 
     def split(self, seed: int) -> tuple[Any, dict[str, Any]]:
-        from .._calibration import calibrate, calibrate_policy
-        from .._policy import StreamPolicy, critical_thresholds, shown_at
-        from .._subgamma import checked_subgamma
+        from guardrail import StreamPolicy, calibrate, calibrate_policy
+        from guardrail.evaluate import critical_thresholds, shown_at
+        from guardrail.stats import checked_subgamma
 
         args, correct = self.args, self.correct
         cal, test = split_indices(correct.size, args.cal_fraction, seed)
         if args.n_cal is not None:
             cal = cal[: args.n_cal]
         if cal.size == 0:
-            from .._errors import InsufficientDataError
+            from guardrail import InsufficientDataError
 
             raise InsufficientDataError("the calibration split is empty")
         policy = self.policy
@@ -228,7 +227,7 @@ class _Run:
 def _print_repeats(
     args: argparse.Namespace, score_name: str, reports: list[tuple[Any, dict[str, Any]]]
 ) -> None:
-    from .._bounds import clopper_pearson_interval
+    from guardrail.stats import clopper_pearson_interval
 
     tests = [rep for _, rep in reports if rep]
     refused = sum(result is None for result, _ in reports)

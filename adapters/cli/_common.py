@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
-    from .._policy import StreamPolicy
+    from guardrail import StreamPolicy
 
 __all__ = [
     "CommandError",
@@ -158,7 +158,7 @@ def output_file(text: str) -> str:
 def resolve_clip(args: argparse.Namespace, vocab_size: int) -> float:
     """``--clip``, or when it is not given: ``support_clip(|V|)`` for the uniform
     skeleton (tokens at probability >= 0.8 fully supported), else 12."""
-    from .._lift import DEFAULT_CLIP, support_clip
+    from guardrail.stats import DEFAULT_CLIP, support_clip
 
     if args.clip is None:
         args.clip = support_clip(vocab_size) if args.skeleton == "uniform" else DEFAULT_CLIP
@@ -167,7 +167,7 @@ def resolve_clip(args: argparse.Namespace, vocab_size: int) -> float:
 
 def stream_policy(args: argparse.Namespace) -> StreamPolicy:
     """The betting-boundary policy the certificate options describe (clip resolved)."""
-    from .._policy import StreamPolicy
+    from guardrail import StreamPolicy
 
     return StreamPolicy(
         delta=args.stream_delta,

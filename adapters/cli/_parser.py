@@ -1,38 +1,20 @@
-"""The ``liftguard`` command line.
-
-The application layer on top of the core: it reads files and prints, and its
-commands import adapters and the skeleton store lazily, inside the command.
-Nothing else in :mod:`guardrail` imports them.
-
-Errors: every failure is one line on stderr, ``liftguard <cmd>: error: <message>``.
-Bad argument values are rejected when the command line is parsed (exit
-status 2); a command's library errors (:class:`~guardrail.GuardrailError`),
-``OSError`` and ``ValueError`` give exit status 1; an interrupt gives 130.
-The top-level ``-v`` also prints the traceback.
-"""
+"""The ``liftguard`` argument parser: the commands, their options and what runs each."""
 
 from __future__ import annotations
 
 import argparse
-import logging
-import shlex
-import sys
-import traceback
-from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from ._common import (
-    CommandError,
     fraction,
     integer,
     non_negative,
-    oracle_coverage,
     output_file,
     positive,
     probability,
 )
 
-__all__ = ["main", "oracle_coverage"]
+__all__ = ["build_parser"]
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
@@ -65,7 +47,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 def _add_certificate_options(parser: argparse.ArgumentParser) -> None:
     """The risk target and the streaming certificate's settings (calibrate and eval)."""
-    from .._scores import TRACE_SKELETONS
+    from guardrail.traces import TRACE_SKELETONS
 
     parser.add_argument("--risk", type=probability, required=True, help="target selective risk h*")
     parser.add_argument(
@@ -116,8 +98,8 @@ def _add_certificate_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _build_parser() -> argparse.ArgumentParser:
-    from .._scores import BASELINES
+def build_parser() -> argparse.ArgumentParser:
+    from guardrail.traces import BASELINES
 
     parser = _Parser(
         prog="liftguard", description="Certify or block LLM answers while they stream."
@@ -293,63 +275,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _command_name(args: argparse.Namespace) -> str:
-    """``liftguard <cmd>`` (with the subcommand of ``skeleton`` and ``traces``)."""
-    words = ["liftguard", str(args.command)]
-    sub = getattr(args, f"{args.command}_command", None)
-    if isinstance(sub, str):
-        words.append(sub)
-    return " ".join(words)
-
-
-def _one_line(exc: BaseException) -> str:
-    """The message of ``exc`` on one line; an ``OSError`` as ``path: reason``."""
-    if isinstance(exc, OSError) and exc.strerror:
-        where = [str(f) for f in (exc.filename, exc.filename2) if f is not None]
-        text = ": ".join([*where, exc.strerror])
-    else:
-        text = str(exc) or type(exc).__name__
-    return " ".join(text.split())
-
-
 def _subcommands(parser: argparse.ArgumentParser) -> Any:
     """The subparsers action of ``parser`` (to add a subcommand to an existing group)."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             return action
     raise LookupError(f"{parser.prog} has no subcommands")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``liftguard`` command line; returns the exit status.
-
-    Errors are reported as one line (see the module docstring); with
-    ``-v``/``--verbose`` the traceback is printed above it.
-    """
-    from .._errors import GuardrailError
-
-    parser = _build_parser()
-    raw = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(raw)
-    args.command_line = shlex.join(["liftguard", *raw])  # recorded in certificates
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
-    try:
-        return int(args.func(args))
-    except KeyboardInterrupt as exc:
-        return _fail(args, exc, 130, "interrupted")
-    except CommandError as exc:
-        return _fail(args, exc, exc.status, _one_line(exc))
-    except (GuardrailError, OSError, ValueError) as exc:
-        return _fail(args, exc, 1, _one_line(exc))
-
-
-def _fail(args: argparse.Namespace, exc: BaseException, status: int, message: str) -> int:
-    """Print the error line (under the traceback with ``-v``); return ``status``."""
-    if args.verbose:
-        traceback.print_exception(type(exc), exc, exc.__traceback__)
-    print(f"{_command_name(args)}: error: {message}", file=sys.stderr)
-    return status
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -152,8 +152,7 @@ def generate_trace(
     architecture (:func:`default_template`). The prompt and the prompt-free
     pass are each evaluated from an empty KV cache.
     """
-    from .._labels import is_correct
-    from .._traces import Trace
+    from guardrail.traces import Trace, is_correct
 
     if template is None:
         template = default_template(None, getattr(model, "architecture", None))
@@ -222,8 +221,7 @@ class _Progress:
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     from adapters.local import LocalModel, gguf_architecture
-
-    from .._traces import dump_trace_line
+    from guardrail.traces import dump_trace_line
 
     rows = _read_questions(args.questions)
     rows = rows[args.start : args.start + args.limit if args.limit else None]
@@ -274,7 +272,7 @@ def _read_questions(path: str) -> list[tuple[str, list[str]]]:
 
     A line is an object with a string ``"question"`` and the references as
     ``"answer"`` or ``"references"`` (a string or a list of strings). Errors
-    raise :class:`~guardrail.cli._common.CommandError` naming ``path:line``.
+    raise :class:`~adapters.cli._common.CommandError` naming ``path:line``.
     """
     from ._common import CommandError, json_lines
 

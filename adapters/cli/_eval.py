@@ -1,7 +1,7 @@
 """``liftguard eval``.
 
 On traces that lack fields (recorded from an API stream; see
-:mod:`guardrail.cli._recorded`) a method that needs one is not evaluated: it is
+:mod:`adapters.cli._recorded`) a method that needs one is not evaluated: it is
 reported as refused on every split, with ``refusal_reason`` naming what is
 missing and ``missing_fields``; exact entropies and ``log Z_T`` are estimated
 from the top-k alternatives, as with ``--top-k``.
@@ -34,7 +34,7 @@ MIN_REPLICATES = 20
 
 
 def _read_certificate(path: str) -> Any:
-    from .._certificate import Certificate
+    from guardrail import Certificate
 
     cert = Certificate.load(path)
     if cert.statistic is None:
@@ -48,7 +48,7 @@ def _read_certificate(path: str) -> Any:
 def _check_certificate(args: argparse.Namespace, cert: Any, traces: list[Any]) -> None:
     """Refuse traces of another vocabulary; warn (stderr) when the traces are from another
     model or are the very traces the certificate was made on (not a held-out evaluation)."""
-    from .._traces import file_sha256
+    from guardrail.traces import file_sha256
 
     model, vocab = traces[0].model, traces[0].vocab_size
     if cert.statistic is not None and vocab != cert.statistic.vocab_size:
@@ -104,17 +104,17 @@ def _unavailable(reason: str, fields: tuple[str, ...], splits: int) -> dict[str,
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from .._evaluate import (
+    from guardrail import StreamPolicy
+    from guardrail.evaluate import (
         baseline_method,
         bootstrap_intervals,
         evaluate_methods,
         fitted_method,
         lift_method,
     )
-    from .._lift import DEFAULT_CLIP
-    from .._policy import StreamPolicy
-    from .._scores import BASELINES
-    from .._traces import read_traces
+    from guardrail.stats import DEFAULT_CLIP
+    from guardrail.traces import BASELINES, read_traces
+
     from ._progress import Progress
 
     if args.boundary == "paper":
@@ -322,7 +322,7 @@ def _refusal_note(args: argparse.Namespace, n: int, results: dict[str, dict[str,
     """Mark each method whose calibration refused on every split (``all_refused``,
     and then ``refusal_reason`` and ``needed_answered``) and return a note that
     says which methods and why; ``""`` if every method calibrated at least once."""
-    from .._bounds import min_answered_for_risk
+    from guardrail.stats import min_answered_for_risk
 
     needed = min_answered_for_risk(args.risk, args.delta)
     n_cal = round(n * 0.5)  # the calibration half of each split

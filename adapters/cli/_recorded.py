@@ -125,7 +125,7 @@ def score_needs(
 
 def absent(traces: Sequence[Any], fields: Sequence[str]) -> list[str]:
     """The words for those of ``fields`` that some trace lacks (e.g. ``"vocabulary size"``)."""
-    from .._trace_format import OPTIONAL_FIELDS
+    from guardrail.traces import OPTIONAL_FIELDS
 
     return [OPTIONAL_FIELDS[f] for f in dict.fromkeys(fields) if not carries(traces, f)]
 

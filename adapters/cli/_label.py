@@ -18,12 +18,12 @@ Labelling by references: ``FILE`` is JSONL with ``"question"`` (or ``"id"``) and
 the references as ``"answer"`` or ``"references"`` (a string or a list), as
 ``liftguard traces generate`` reads; a trace matches by ``id`` first, then by
 its question text (surrounding whitespace ignored); ``correct`` comes from the
-project's normaliser (:func:`guardrail.is_correct`) and the trace's
-``references`` are filled in. By judge: see :class:`adapters.proxy.Judge` for the
+project's normaliser (:func:`guardrail.traces.is_correct`) and the trace's
+``references`` are filled in. By judge: see :class:`adapters.Judge` for the
 prompt and the strict parsing; the key comes from ``--judge-key-env``.
 ``--unlabelled FILE`` writes the traces left without a label (to retry).
 
-Every other line must be a trace (:func:`guardrail.parse_trace`, without a
+Every other line must be a trace (:func:`guardrail.traces.parse_trace`, without a
 label; what an API stream lacks may be null): a malformed one stops the command
 with one line naming the file, the line and the field. The one exception is a
 **torn last line** (a file's last line, without its newline, that is not JSON:
@@ -99,7 +99,7 @@ def usable(obj: dict[str, Any]) -> bool:
 
 
 def _by_references(path: str) -> Labeller:
-    from .._labels import is_correct
+    from guardrail.traces import is_correct
 
     by_id, by_question = read_references(path)
 
@@ -114,7 +114,7 @@ def _by_references(path: str) -> Labeller:
 
 
 def _by_judge(judge: Any) -> Labeller:
-    from adapters.proxy import JudgeFailure
+    from adapters import JudgeFailure
 
     def label(obj: dict[str, Any]) -> tuple[bool | None, str]:
         refs = [r for r in obj.get("references") or () if isinstance(r, str)]
@@ -135,7 +135,7 @@ def label_file(
     unlabelled: str | None,
 ) -> Counter[str]:
     """Label the trace files ``traces`` into ``out``; the counts of the summary."""
-    from .._trace_parse import parse_trace
+    from guardrail.traces import parse_trace
 
     counts: Counter[str] = Counter()
 
@@ -190,7 +190,7 @@ def cmd_label(args: argparse.Namespace) -> int:
             include_incomplete=args.include_incomplete, unlabelled=args.unlabelled,
         )  # fmt: skip
     else:
-        from adapters.proxy import Judge
+        from adapters import Judge
 
         key = os.environ.get(args.judge_key_env) or None
         with Judge(args.judge, args.judge_model, api_key=key, timeout=args.judge_timeout) as j:

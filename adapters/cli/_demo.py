@@ -20,11 +20,16 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TextIO
 
-from .._calibration import Calibration
-from .._certificate import Certificate
-from .._errors import ConfigError
-from .._labels import is_correct
-from .._monitor import GuardedText, Monitor, State, Verdict
+from guardrail import (
+    Calibration,
+    Certificate,
+    ConfigError,
+    GuardedText,
+    Monitor,
+    State,
+    Verdict,
+)
+from guardrail.traces import is_correct
 
 __all__ = [
     "DemoResult",

@@ -2,7 +2,7 @@
 
 Store errors (:class:`skeleton_store.StoreError`: a missing store or version, a
 damaged file, an unreachable backend; each one line naming the file or URL)
-propagate to :func:`guardrail.cli.main`, which prints
+propagate to :func:`adapters.cli.main`, which prints
 ``liftguard skeleton <cmd>: error: <message>`` and exits with status 1.
 Warnings of the store (a version that ``latest`` skips, an alias left out of a
 listing, a repair) are printed as ``liftguard skeleton <cmd>: warning: <message>``
@@ -81,11 +81,8 @@ def _print(obj: Any) -> None:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from .._calibration import calibrate_policy
-    from .._errors import GuardrailError
-    from .._policy import StreamPolicy
-    from .._scores import unigram_log_probs, vector_clipped_lifts
-    from .._traces import read_traces
+    from guardrail import GuardrailError, StreamPolicy, calibrate_policy
+    from guardrail.traces import read_traces, unigram_log_probs, vector_clipped_lifts
 
     traces = read_traces(args.traces)
     if not traces:
@@ -138,7 +135,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _target(args: argparse.Namespace) -> Any:
-    from .._policy import StreamPolicy
+    from guardrail import StreamPolicy
 
     if args.risk is None:
         return None
@@ -180,9 +177,8 @@ def _build_vsd(args: argparse.Namespace, traces: Any) -> int:
 
 
 def _cmd_warm_start(args: argparse.Namespace) -> int:
+    from guardrail.traces import read_traces
     from skeleton_store import warm_start
-
-    from .._traces import read_traces
 
     traces = read_traces(args.traces)
     if not traces:
@@ -198,9 +194,8 @@ def _cmd_put(args: argparse.Namespace) -> int:
     """Store a certificate file (``calibrate``/``fit --out``) as a new version; print its number."""
     from pathlib import Path
 
+    from guardrail import Certificate
     from skeleton_store import check_alias
-
-    from .._certificate import Certificate
 
     if args.promote is not None:
         check_alias(args.promote, settable=True)  # before anything is written

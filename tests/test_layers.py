@@ -1,0 +1,87 @@
+"""The layers: guardrail -> (nothing of ours); adapters and skeleton_store on top of it;
+the command line (adapters.cli) above all three, through their public API only."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).parents[1]
+
+
+def test_import_pulls_in_no_heavy_or_vendor_module() -> None:
+    code = (
+        "import sys, guardrail\n"
+        "bad = [m for m in ('torch', 'openai', 'anthropic', 'langchain_core', 'langchain',"
+        " 'transformers', 'llama_cpp', 's3fs', 'fsspec', 'adapters', 'skeleton_store', 'scipy')"
+        " if m in sys.modules]\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_the_command_line_imports_its_commands_lazily() -> None:
+    # building the parser imports every command's module: none may pull in a vendor SDK,
+    # the server stack or the store's optional backends
+    code = (
+        "import sys, adapters.cli._parser\n"
+        "adapters.cli._parser.build_parser()\n"
+        "bad = [m for m in ('torch', 'openai', 'anthropic', 'langchain_core', 'langchain',"
+        " 'llama_cpp', 's3fs', 'fsspec', 'scipy', 'starlette', 'uvicorn', 'httpx', 'pydantic',"
+        " 'prometheus_client', 'matplotlib') if m in sys.modules]\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def _imported_modules(package: str) -> Iterator[tuple[str, int, str, tuple[str, ...]]]:
+    """``(file, line, module, names)`` of every import in ``package``'s source, lazy imports
+    inside functions included; relative imports resolved to absolute module names."""
+    root = ROOT / package
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        here = parts[:-1]  # the package the file is in
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    yield str(path), node.lineno, alias.name, ()
+            elif isinstance(node, ast.ImportFrom):
+                base = here[: len(here) - node.level + 1] if node.level else ()
+                module = ".".join([*base, *([node.module] if node.module else [])])
+                yield str(path), node.lineno, module, tuple(a.name for a in node.names)
+
+
+def test_the_core_imports_nothing_built_on_it() -> None:
+    # guardrail -> (nothing of ours): adapters and skeleton_store are built on the core
+    bad = [
+        f"{path}:{line}: {module}"
+        for path, line, module, _ in _imported_modules("guardrail")
+        if module.split(".")[0] in ("adapters", "skeleton_store")
+    ]
+    assert bad == []
+
+
+def test_the_command_line_uses_only_public_names() -> None:
+    # the CLI sits above the three packages: it imports their public modules' public names
+    public = {
+        "guardrail", "guardrail.evaluate", "guardrail.fitting", "guardrail.paper",
+        "guardrail.stats", "guardrail.topk", "guardrail.traces", "guardrail.vsd",
+        "adapters", "adapters.local", "adapters.proxy", "skeleton_store",
+    }  # fmt: skip
+    bad = []
+    for path, line, module, names in _imported_modules("adapters/cli"):
+        ours = module.split(".")[0] in ("guardrail", "adapters", "skeleton_store")
+        if not ours or module.startswith("adapters.cli"):
+            continue
+        if module not in public:
+            bad.append(f"{path}:{line}: {module}")
+            continue
+        exported = importlib.import_module(module).__all__
+        bad += [f"{path}:{line}: {module}.{name}" for name in names if name not in exported]
+    assert bad == []
