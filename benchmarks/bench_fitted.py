@@ -34,11 +34,10 @@ import numpy as np
 if not __package__:  # run as a script: measure the checkout this file belongs to
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from guardrail import StreamPolicy, TokenEvent
+from guardrail import Monitor, StreamPolicy, TokenEvent
 from guardrail.fitting import (
     EventReader,
     FittedState,
-    Monitor,
     RecordedSkeleton,
     answer_features,
     fit_statistic,
@@ -108,14 +107,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     reader_cache = [(EventReader(stat, skel), events, ent) for events, skel, ent in streams]
-    values = [[r.read(ev, e) for ev, e in zip(events, ent, strict=True)]
-              for r, events, ent in reader_cache]  # fmt: skip
+    values = [[r.read(ev) for ev in events] for r, events, _ in reader_cache]  # fmt: skip
 
     def run_features() -> int:
-        for r, events, ent in reader_cache:
+        for r, events, _ in reader_cache:
             read = r.read
-            for ev, e in zip(events, ent, strict=True):
-                read(ev, e)
+            for ev in events:
+                read(ev)
         return 0
 
     def run_state() -> int:

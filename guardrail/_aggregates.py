@@ -21,19 +21,18 @@ aggregate       value after ``t`` tokens                    as tokens arrive
 length ``count`` ``t``; ``log``: ``log(1 + t)``              only rise
 ==============  ==========================================  ===================
 
-:class:`RunningAggregates` keeps every aggregate of one base feature in O(1)
-per token; :meth:`RunningAggregates.bounds` gives the interval an aggregate can
-still reach after at most ``m`` more tokens whose values lie in the base's range
-``[lo, hi]`` (stopping now included). Each bound is attained or exceeded by some
-continuation, so a score that combines aggregates linearly can be bounded term
-by term (a valid, if conservative, bound). :func:`aggregate_path` is the batch
-twin: the value after every token.
+One object per aggregate (:mod:`guardrail._aggregate_kinds`) keeps it in O(1) per
+token and says what it can still reach after at most ``m`` more tokens whose values
+lie in the base's range ``[lo, hi]`` (stopping now included). Each such bound is
+attained or exceeded by some continuation, so a score that combines aggregates
+linearly can be bounded term by term (a valid, if conservative, bound).
+:func:`aggregate_path` and :func:`reach_path` are the batch twins: the value, and the
+reachable end, after every token.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +41,7 @@ import numpy.typing as npt
 from ._errors import ConfigError
 from ._features import BASES
 
-__all__ = ["AGGREGATES", "Feature", "RunningAggregates", "aggregate_path"]
+__all__ = ["AGGREGATES", "Feature", "aggregate_path", "reach_path"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -116,122 +115,10 @@ class Feature:
         return None
 
 
-class RunningAggregates:
-    """Every aggregate of one base feature, updated in O(1) per token (levels: O(levels)).
-
-    Values are assumed to lie in ``[lo, hi]`` (the caller clamps them).
-    """
-
-    __slots__ = ("counts", "first", "hi", "high", "levels", "lo", "low", "low1", "low2", "t",
-                 "total")  # fmt: skip
-
-    def __init__(self, lo: float, hi: float, levels: Sequence[float] = ()) -> None:
-        if not (lo <= hi):
-            raise ConfigError(f"empty range [{lo}, {hi}]")
-        self.lo, self.hi = float(lo), float(hi)
-        self.levels = tuple(float(v) for v in levels)
-        self.counts = [0] * len(self.levels)
-        self.t = 0
-        self.total = self.first = 0.0
-        self.low, self.high = math.inf, -math.inf
-        self.low1 = self.low2 = self.hi
-
-    def update(self, x: float) -> None:
-        t = self.t
-        self.t = t + 1
-        self.total += x
-        if not t:
-            self.first = x
-        if x < self.low:
-            self.low = x
-        if x > self.high:
-            self.high = x
-        if x < self.low2:
-            if x < self.low1:
-                self.low2, self.low1 = self.low1, x
-            else:
-                self.low2 = x
-        if self.levels:
-            counts = self.counts
-            for i, level in enumerate(self.levels):
-                if x < level:
-                    counts[i] += 1
-
-    def value(self, aggregate: str, level_index: int = -1) -> float:
-        """The aggregate after the tokens so far (``t >= 1``)."""
-        t = self.t
-        if aggregate == "mean":
-            return self.total / t
-        if aggregate == "sum":
-            return self.total
-        if aggregate == "min":
-            return self.low
-        if aggregate == "max":
-            return self.high
-        if aggregate == "first":
-            return self.first
-        if aggregate == "lowest2":
-            return (self.low1 + self.low2) / 2.0
-        if aggregate == "count_below":
-            return float(self.counts[level_index])
-        if aggregate == "frac_below":
-            return self.counts[level_index] / t
-        raise ConfigError(f"unknown aggregate {aggregate!r}")
-
-    def bounds(self, aggregate: str, m: float, level_index: int = -1) -> tuple[float, float]:
-        """``(low, high)``: what the aggregate can reach after at most ``m`` more tokens
-        (``m`` may be ``inf``), including stopping now (``t >= 1``)."""
-        v = self.value(aggregate, level_index)
-        if m <= 0:
-            return v, v
-        lo, hi, t = self.lo, self.hi, self.t
-        if aggregate == "mean":
-            if m == math.inf:
-                return min(v, lo), max(v, hi)
-            s = self.total
-            return min(v, (s + m * lo) / (t + m)), max(v, (s + m * hi) / (t + m))
-        if aggregate == "sum":
-            return v + (m * lo if lo < 0.0 else 0.0), v + (m * hi if hi > 0.0 else 0.0)
-        if aggregate == "min":
-            return min(v, lo), v
-        if aggregate == "max":
-            return v, max(v, hi)
-        if aggregate == "first":
-            return v, v
-        if aggregate == "lowest2":
-            if m >= 2:
-                return lo, v
-            return (lo + self.low1) / 2.0, v
-        level = self.levels[level_index]
-        c = self.counts[level_index]
-        can_below, can_above = lo < level, hi >= level
-        if aggregate == "count_below":
-            return v, (c + m if can_below else v)
-        # frac_below: monotone in the number of added tokens, extremes at 0 or m
-        if m == math.inf:
-            low = 0.0 if can_above else v
-            high = 1.0 if can_below else v
-        else:
-            low = c / (t + m) if can_above else v
-            high = (c + m) / (t + m) if can_below else v
-        return min(v, low), max(v, high)
-
-
-def length_value(aggregate: str, t: int) -> float:
-    return float(t) if aggregate == "count" else math.log1p(t)
-
-
-def length_bounds(aggregate: str, t: int, m: float) -> tuple[float, float]:
-    end = t + m
-    if aggregate == "count":
-        return float(t), float(end)
-    return math.log1p(t), (math.inf if end == math.inf else math.log1p(end))
-
-
 def aggregate_path(values: npt.ArrayLike, feature: Feature, hi: float) -> FloatArray:
-    """Batch twin of :class:`RunningAggregates`: ``feature`` after each token of one
-    answer whose base-feature values (already clamped to a range with top ``hi``) are
-    ``values``."""
+    """Batch twin of the running aggregates (:mod:`guardrail._aggregate_kinds`):
+    ``feature`` after each token of one answer whose base-feature values (already
+    clamped to a range with top ``hi``) are ``values``."""
     x = np.asarray(values, dtype=np.float64)
     n = x.size
     t = np.arange(1, n + 1, dtype=np.float64)
@@ -256,3 +143,46 @@ def aggregate_path(values: npt.ArrayLike, feature: Feature, hi: float) -> FloatA
     assert feature.level is not None
     below = np.cumsum(x < feature.level).astype(np.float64)
     return below if agg == "count_below" else below / t
+
+
+def reach_path(
+    values: npt.ArrayLike, feature: Feature, lo: float, hi: float, m: float, *, up: bool
+) -> FloatArray:
+    """Batch twin of ``upper_end(m)`` (``up``) or ``lower_end(m)`` of the running
+    aggregates: after each token of ``values`` (clamped to ``[lo, hi]``), the farthest
+    end value the aggregate can reach that way within ``m`` more tokens."""
+    x = np.asarray(values, dtype=np.float64)
+    t = np.arange(1, x.size + 1, dtype=np.float64)
+    v = aggregate_path(x, feature, hi)
+    agg, inf = feature.aggregate, m == math.inf
+    if feature.base == "length":
+        if not up:
+            return v
+        if agg == "count":
+            return t + m
+        return np.full(x.size, math.inf) if inf else np.log1p(t + m)
+    if agg == "mean":
+        bound = hi if up else lo
+        e = np.full(x.size, bound) if inf else (np.cumsum(x) + m * bound) / (t + m)
+        return np.maximum(e, v) if up else np.minimum(e, v)
+    if agg == "frac_below":
+        assert feature.level is not None
+        below = np.cumsum(x < feature.level).astype(np.float64)
+        if up:
+            return np.maximum(np.full(x.size, 1.0) if inf else (below + m) / (t + m), v)
+        if not hi >= feature.level:  # no value can be at or above the level
+            return v
+        return np.minimum(np.zeros(x.size) if inf else below / (t + m), v)
+    if agg == "sum":
+        moves = hi > 0.0 if up else lo < 0.0
+        return v + m * (hi if up else lo) if moves else v
+    if agg == "count_below":
+        assert feature.level is not None
+        return v + m if up and lo < feature.level else v
+    if up:
+        return np.full(x.size, hi) if agg == "max" else v
+    if agg == "min":
+        return np.full(x.size, lo)
+    if agg == "lowest2":
+        return np.full(x.size, lo) if m >= 2 else (lo + np.minimum.accumulate(x)) / 2.0
+    return v

@@ -11,13 +11,13 @@ arithmetic is the same.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ._aggregates import RunningAggregates
+from ._aggregate_kinds import AGGREGATE_CLASSES, Aggregate, aggregate_of
 from ._errors import ConfigError
 from ._features import TokenFeaturizer
 from ._fitted import FittedStatistic
@@ -28,62 +28,41 @@ from ._verdict import TokenEvent
 __all__ = ["EventReader", "FittedState", "RecordedSkeleton", "plan_of", "trace_events"]
 
 
-_KINDS = ("mean", "sum", "min", "max", "first", "lowest2", "count_below", "frac_below")
-
-
 class _Plan:
-    """What every answer's state of one statistic shares, compiled once: the bases, their
-    clamp ranges and count levels, the terms (kind, base index or -1 for the length,
-    level index, coefficient, level) grouped by kind, the terms each bound visits, and
-    the featurizer (its tail tables)."""
+    """What every answer's state of one statistic shares, compiled once: the bases and
+    their clamp ranges, how to build each nonzero term's aggregate (in feature order),
+    the order the score sums them in, the terms each bound visits, and the featurizer
+    (its tail tables)."""
 
-    __slots__ = ("b0", "bases", "by_kind", "down", "featurizer", "levels", "ranges",
-                 "requires", "terms", "up")  # fmt: skip
+    __slots__ = ("b0", "bases", "down", "featurizer", "lengths", "makers", "ranges",
+                 "requires", "summed", "up")  # fmt: skip
 
     def __init__(self, statistic: FittedStatistic) -> None:
         b0, coefs = statistic.coefficients()
         self.b0, self.bases, self.requires = b0, statistic.bases, statistic.requires
-        levels: dict[str, list[float]] = {b: [] for b in self.bases}
-        for f in statistic.features:
-            if f.level is not None and f.level not in levels[f.base]:
-                levels[f.base].append(f.level)
-        self.levels = [tuple(levels[b]) for b in self.bases]
         self.ranges = [statistic.range_of(b) for b in self.bases]
-        self.terms: list[tuple[int, int, int, float, float]] = []
+        self.makers: list[tuple[type[Aggregate], tuple[float, ...]]] = []
+        terms: list[tuple[int, Aggregate, float, int]] = []  # (term index, proto, c, base)
         for f, c in zip(statistic.features, coefs, strict=True):
             if c == 0.0:
                 continue
-            if f.base == "length":
-                self.terms.append((8 if f.aggregate == "count" else 9, -1, -1, c, 0.0))
-                continue
-            bi = self.bases.index(f.base)
-            li = -1 if f.level is None else levels[f.base].index(f.level)
-            lvl = 0.0 if f.level is None else f.level
-            self.terms.append((_KINDS.index(f.aggregate), bi, li, c, lvl))
-        self.by_kind: list[list[tuple[int, int, float, int]]] = [[] for _ in range(10)]
-        for j, (kind, bi, li, c, _) in enumerate(self.terms):
-            self.by_kind[kind].append((j, bi, c, li))
-        self.up, self.down = self._moving(True), self._moving(False)
+            bi = -1 if f.base == "length" else self.bases.index(f.base)
+            lo, hi = self.ranges[bi] if bi >= 0 else (0.0, 0.0)
+            proto = aggregate_of(f, lo, hi)
+            args = (lo, hi) if f.level is None else (lo, hi, f.level)
+            terms.append((len(self.makers), proto, c, bi))
+            self.makers.append((type(proto), args))
+        # the score sums the terms class by class (AGGREGATE_CLASSES), each in feature order
+        order = sorted(terms, key=lambda term: AGGREGATE_CLASSES.index(type(term[1])))
+        self.summed = [(j, c, bi) for j, _, c, bi in order if bi >= 0]
+        self.lengths = [(j, c) for j, _, c, bi in order if bi < 0]
+        # a bound visits only the terms that can move its way, in feature order
+        self.up = [(j, c, c > 0) for j, a, c, _ in terms if (a.rises if c > 0 else a.falls)]
+        self.down = [(j, c, c < 0) for j, a, c, _ in terms if (a.rises if c < 0 else a.falls)]
         self.featurizer = TokenFeaturizer(
             self.bases, statistic.vocab_size, temperature=statistic.temperature,
             tables=statistic.tables,
         )  # fmt: skip
-
-    def _moving(self, up: bool) -> list[tuple[int, int, int, int, float, float, bool]]:
-        """Terms that can move the score ``up`` (or down), with the side they move to
-        (``True``: the aggregate's top)."""
-        out = []
-        for j, (kind, bi, li, c, lvl) in enumerate(self.terms):
-            to_top = (c > 0) == up
-            lo, hi = self.ranges[bi] if bi >= 0 else (0.0, 0.0)
-            if kind == 4 or (kind in (2, 5) and to_top) or (kind in (3, 6, 8, 9) and not to_top):
-                continue  # first; a min / lowest2 that cannot rise; a max / count / length fall
-            if kind == 1 and ((to_top and hi <= 0.0) or (not to_top and lo >= 0.0)):
-                continue  # a sum that cannot move that way
-            if kind == 6 and not lo < lvl:
-                continue  # no value can fall below the level
-            out.append((j, kind, bi, li, c, lvl, to_top))
-        return out
 
 
 def plan_of(statistic: FittedStatistic) -> _Plan:
@@ -95,78 +74,49 @@ def plan_of(statistic: FittedStatistic) -> _Plan:
     return plan
 
 
+_Ends = list[tuple[float, Callable[[float], float], Aggregate]]
+
+
 class FittedState:
-    """Running aggregates of one answer and the fitted score with its bounds (no tau).
+    """The running aggregates of one answer and the fitted score with its bounds (no tau).
 
-    The terms are compiled by kind once per statistic (:func:`plan_of`); a bound
-    visits only the terms that can move its way (e.g. a minimum with a positive
-    weight never raises the upper bound)."""
+    One aggregate object per nonzero term (:mod:`guardrail._aggregate_kinds`); the
+    per-token loop calls their bound ``update`` methods, collected once per answer
+    from the statistic's plan (:func:`plan_of`); a bound visits only the terms that
+    can move its way (e.g. a minimum with a positive weight never raises the upper
+    bound), through their ``upper_end`` / ``lower_end``."""
 
-    __slots__ = ("_aggs", "_b0", "_by_kind", "_clamp", "_down", "_limit", "_up", "_values",
+    __slots__ = ("_b0", "_clamp", "_down", "_lengths", "_limit", "_terms", "_up", "aggregates",
                  "score", "t")  # fmt: skip
 
     def __init__(self, statistic: FittedStatistic, max_tokens: int | None = None) -> None:
         if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
             raise ConfigError(f"max_tokens must be an integer >= 1 or None, got {max_tokens!r}")
         plan = plan_of(statistic)
-        aggs = [RunningAggregates(lo, hi, lv) for (lo, hi), lv in zip(plan.ranges, plan.levels,
-                                                                        strict=True)]  # fmt: skip
-        self._aggs, self._clamp = aggs, plan.ranges
-        by_kind: list[list[Any]] = []
-        for kind, rows in enumerate(plan.by_kind):
-            if kind >= 8:
-                by_kind.append([(j, c) for j, _, c, _ in rows])
-            elif kind >= 6:
-                by_kind.append([(j, aggs[bi], c, li) for j, bi, c, li in rows])
-            else:
-                by_kind.append([(j, aggs[bi], c) for j, bi, c, _ in rows])
-        self._by_kind = tuple(by_kind)
-        self._up = [(j, k, aggs[bi] if bi >= 0 else None, li, c, lvl, top)
-                    for j, k, bi, li, c, lvl, top in plan.up]  # fmt: skip
-        self._down = [(j, k, aggs[bi] if bi >= 0 else None, li, c, lvl, top)
-                      for j, k, bi, li, c, lvl, top in plan.down]  # fmt: skip
+        aggs = [cls(*args) for cls, args in plan.makers]
+        self.aggregates: tuple[Aggregate, ...] = tuple(aggs)
+        """The nonzero terms' aggregates, in the statistic's feature order."""
+        self._clamp = plan.ranges
+        self._terms = [(c, aggs[j].update, bi) for j, c, bi in plan.summed]
+        self._lengths = [(c, aggs[j].update) for j, c in plan.lengths]
+        self._up: _Ends = [(c, aggs[j].upper_end if top else aggs[j].lower_end, aggs[j])
+                           for j, c, top in plan.up]  # fmt: skip
+        self._down: _Ends = [(c, aggs[j].upper_end if top else aggs[j].lower_end, aggs[j])
+                             for j, c, top in plan.down]  # fmt: skip
         self._b0, self._limit = plan.b0, max_tokens
-        self._values = [0.0] * len(plan.terms)
         self.t = 0
         self.score = math.nan
 
     def update(self, values: Sequence[float]) -> float:
         """Add one token's base features (in ``statistic.bases`` order); the score."""
-        for agg, (lo, hi), x in zip(self._aggs, self._clamp, values, strict=True):
-            agg.update(lo if x < lo else (hi if x > hi else x))
-        self.t = t = self.t + 1
-        s, vals = self._b0, self._values
-        mean, total, low, high, first, low2, count, frac, length, log_len = self._by_kind
-        for j, agg, c in mean:
-            vals[j] = v = agg.total / t
-            s += c * v
-        for j, agg, c in total:
-            vals[j] = v = agg.total
-            s += c * v
-        for j, agg, c in low:
-            vals[j] = v = agg.low
-            s += c * v
-        for j, agg, c in high:
-            vals[j] = v = agg.high
-            s += c * v
-        for j, agg, c in first:
-            vals[j] = v = agg.first
-            s += c * v
-        for j, agg, c in low2:
-            vals[j] = v = (agg.low1 + agg.low2) / 2.0
-            s += c * v
-        for j, agg, c, li in count:
-            vals[j] = v = float(agg.counts[li])
-            s += c * v
-        for j, agg, c, li in frac:
-            vals[j] = v = agg.counts[li] / t
-            s += c * v
-        for j, c in length:
-            vals[j] = v = float(t)
-            s += c * v
-        for j, c in log_len:
-            vals[j] = v = math.log1p(t)
-            s += c * v
+        xs = [lo if x < lo else (hi if x > hi else x)
+              for (lo, hi), x in zip(self._clamp, values, strict=True)]  # fmt: skip
+        self.t += 1
+        s = self._b0
+        for c, update, i in self._terms:
+            s += c * update(xs[i])
+        for c, update_length in self._lengths:
+            s += c * update_length(0.0)
         self.score = s
         return s
 
@@ -190,37 +140,12 @@ class FittedState:
         """The smallest score any continuation within the token limit can end with."""
         return self._bound(self._down)
 
-    def _bound(self, terms: list[tuple[int, int, RunningAggregates | None, int, float, float,
-                                        bool]]) -> float:  # fmt: skip
+    def _bound(self, terms: _Ends) -> float:
         m, s = self._remaining(), self.score
         if m == 0.0:
             return s
-        t, vals, inf = self.t, self._values, m == math.inf
-        for j, kind, agg, li, c, lvl, top in terms:
-            v = vals[j]
-            if agg is None:  # the length: it can only rise
-                e = t + m if kind == 8 else (math.inf if inf else math.log1p(t + m))
-            else:
-                bound = agg.hi if top else agg.lo
-                if kind == 0:  # mean: the end value moves monotonically with the added count
-                    e = bound if inf else (agg.total + m * bound) / (t + m)
-                    e = (e if e > v else v) if top else (e if e < v else v)
-                elif kind == 1:
-                    e = v + m * bound
-                elif kind == 2 or kind == 3:
-                    e = bound
-                elif kind == 5:
-                    e = bound if m >= 2 else (bound + agg.low1) / 2.0
-                elif kind == 6:
-                    e = v + m
-                else:  # frac_below: all further tokens below the level (top) or not
-                    c_n = agg.counts[li]
-                    if top:
-                        e = 1.0 if inf else (c_n + m) / (t + m)
-                    else:
-                        e = (0.0 if inf else c_n / (t + m)) if agg.hi >= lvl else v
-                    e = (e if e > v else v) if top else (e if e < v else v)
-            s += c * (e - v)
+        for c, end, agg in terms:
+            s += c * (end(m) - agg.value)
         return s
 
 

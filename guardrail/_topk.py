@@ -22,6 +22,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ._errors import ConfigError
+from ._reads import LOGPROB_SLACK
+from ._trace_format import CENSORED_LOGPROB
 
 __all__ = [
     "DEFAULT_R2_MIN",
@@ -46,9 +48,7 @@ DEFAULT_R2_MIN = 0.8
 
 _MASS_FLOOR = 1e-12  # missing mass used when rounding makes 1 - sum(top-k) <= 0
 _SUM_TOL = 1e-4  # top-k probabilities may sum to 1 + _SUM_TOL (rounding)
-_LOGPROB_TOL = 1e-6  # log-probabilities may exceed 0 by this much (rounding)
 _HEAD = 32  # tail ranks summed directly before Euler-Maclaurin takes over
-_CENSORED = -9999.0  # OpenAI's sentinel for a log-probability it does not report
 _EM = {1: 1 / 12, 3: -1 / 720, 5: 1 / 30240}  # Euler-Maclaurin B_{2j} / (2j)!
 
 
@@ -92,9 +92,9 @@ def _check_top(top_logprobs: npt.ArrayLike, vocab_size: int, ndim: int) -> Float
         raise ConfigError(f"vocab_size must be >= max(k, 1) = {max(k, 1)}, got {vocab_size}")
     if not np.isfinite(lp).all():
         raise ConfigError("top_logprobs contains NaN or infinite values")
-    if (lp == _CENSORED).any():
-        raise ConfigError(f"top_logprobs contains the censored sentinel {_CENSORED}")
-    if (lp > _LOGPROB_TOL).any():
+    if (lp == CENSORED_LOGPROB).any():
+        raise ConfigError(f"top_logprobs contains the censored sentinel {CENSORED_LOGPROB}")
+    if (lp > LOGPROB_SLACK).any():
         raise ConfigError("top_logprobs contains log-probabilities > 0")
     if k > 1 and (np.diff(lp, axis=-1) > 0).any():
         raise ConfigError("top_logprobs must be sorted in descending order")

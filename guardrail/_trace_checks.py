@@ -14,12 +14,11 @@ from typing import Any
 import numpy as np
 
 from ._errors import TraceFormatError
+from ._reads import LOGPROB_SLACK
 from ._trace_format import CENSORED_LOGPROB, FloatArray
 
 __all__: list[str] = []  # private helpers of the parser, imported by name
 
-# Log-probabilities are stored rounded to 6 decimals, so allow this much above 0.
-_LOGPROB_TOL = 1e-6
 # Entropies likewise may round to a tiny negative number.
 _ENTROPY_TOL = 1e-6
 
@@ -110,7 +109,7 @@ def _check_logprobs(values: FloatArray, paths: Any, ctx: _Ctx) -> None:
 
     ``paths(index_tuple)`` gives the field path of an entry.
     """
-    bad = ~(np.isfinite(values) & (values <= _LOGPROB_TOL)) | (values == CENSORED_LOGPROB)
+    bad = ~(np.isfinite(values) & (values <= LOGPROB_SLACK)) | (values == CENSORED_LOGPROB)
     _raise_first(bad, values, paths, lambda x: _bad_logprob_message(float(x)), ctx)
 
 

@@ -1,5 +1,6 @@
 """Fitted certificates: per-token features a stream carries, their running aggregates
-(each beside its batch twin), the fitted statistic and its exact streaming replay.
+(one small object per aggregate, :func:`aggregate_of`, each beside its batch twin),
+the fitted statistic and its exact streaming replay.
 
 ``liftguard fit`` is the command-line front end; a fitted statistic is stored in a
 :class:`~guardrail.Certificate` and deployed through ``certificate.monitor()`` like any
@@ -8,7 +9,8 @@ other rule.
 
 from __future__ import annotations
 
-from ._aggregates import Feature, RunningAggregates, aggregate_path
+from ._aggregate_kinds import Aggregate, aggregate_of
+from ._aggregates import Feature, aggregate_path, reach_path
 from ._features import SOURCES as FEATURE_SOURCES
 from ._features import TokenFeaturizer
 from ._features_batch import base_features_batch
@@ -35,14 +37,15 @@ __all__ = [
     "DEFAULT_L2",
     "FEATURE_PRESETS",
     "FEATURE_SOURCES",
+    "Aggregate",
     "EventReader",
     "Feature",
     "FittedPath",
     "FittedState",
     "FittedStatistic",
     "RecordedSkeleton",
-    "RunningAggregates",
     "TokenFeaturizer",
+    "aggregate_of",
     "aggregate_path",
     "answer_features",
     "base_features_batch",
@@ -51,6 +54,7 @@ __all__ = [
     "fit_statistic",
     "moves_one_way",
     "preset_features",
+    "reach_path",
     "replay_fitted",
     "stop_at",
     "token_ranges",

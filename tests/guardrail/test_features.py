@@ -1,6 +1,6 @@
-"""Per-token features and running aggregates: each incremental object against its batch
-twin at every token, the compensated entropy against guardrail.topk, and the bounds
-of every aggregate against brute-force continuations."""
+"""Per-token features: the incremental featurizer against its batch twin at every token,
+the compensated entropy against guardrail.topk, and the feature names (the running
+aggregates are in test_aggregates.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from guardrail import ConfigError, TokenEvent
-from guardrail._aggregates import AGGREGATES, Feature, RunningAggregates, aggregate_path
+from guardrail._aggregates import AGGREGATES, Feature
 from guardrail._features import BASES, TokenFeaturizer, TopKTables, base_range
 from guardrail._features_batch import base_features_batch
 from guardrail.topk import estimate_entropy_batch, estimate_logz_batch
@@ -88,94 +88,17 @@ def test_featurizer_edge_cases() -> None:
         TokenFeaturizer(("entropy",), 10, tables=TopKTables(11))
 
 
-# --- running aggregates ----------------------------------------------------------------------
-
-RANGE = (-3.0, 2.0)
-LEVELS = (-1.0, 0.5)
+# --- feature names ---------------------------------------------------------------------------
 
 
 def _feature_set() -> list[Feature]:
     out = []
     for agg in AGGREGATES:
         if agg in ("count_below", "frac_below"):
-            out += [Feature("lift", agg, lvl) for lvl in LEVELS]
+            out += [Feature("lift", agg, lvl) for lvl in (-1.0, 0.5)]
         else:
             out.append(Feature("lift", agg))
     return out
-
-
-def _sequences(seed: int, n: int = 80) -> list[list[float]]:
-    """Seeded answers of 1..30 values in RANGE with ties and values at the range's ends."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n):
-        x = rng.uniform(*RANGE, int(rng.integers(1, 31)))
-        x[rng.random(x.size) < 0.15] = RANGE[0]
-        x[rng.random(x.size) < 0.15] = RANGE[1]
-        if rng.random() < 0.4:
-            x = np.round(x * 2) / 2
-        out.append(np.clip(x, *RANGE).tolist())
-    return out
-
-
-def _value(agg: RunningAggregates, f: Feature) -> float:
-    li = -1 if f.level is None else LEVELS.index(f.level)
-    return agg.value(f.aggregate, li)
-
-
-def test_running_aggregates_equal_their_batch_twins_at_every_token() -> None:
-    feats = _feature_set()
-    for x in _sequences(1):
-        agg = RunningAggregates(*RANGE, LEVELS)
-        paths = {f.name: aggregate_path(x, f, RANGE[1]) for f in feats}
-        for t, v in enumerate(x):
-            agg.update(v)
-            assert agg.t == t + 1
-            for f in feats:
-                assert _value(agg, f) == pytest.approx(paths[f.name][t], rel=1e-12, abs=1e-12)
-    np.testing.assert_array_equal(aggregate_path([], Feature("length", "count"), 0.0), [])
-    np.testing.assert_allclose(aggregate_path([1.0] * 3, Feature("length", "log"), 0.0),
-                               np.log1p([1, 2, 3]))  # fmt: skip
-
-
-def test_lowest2_counts_a_missing_value_as_the_top_of_the_range() -> None:
-    agg = RunningAggregates(*RANGE)
-    agg.update(-1.0)
-    assert agg.value("lowest2") == (-1.0 + RANGE[1]) / 2
-    agg.update(-2.0)
-    agg.update(1.0)
-    assert agg.value("lowest2") == -1.5
-
-
-@pytest.mark.parametrize("m", [0, 1, 2, 5, math.inf])
-def test_aggregate_bounds_contain_every_continuation(m: float) -> None:
-    """Whatever the next (at most m) values in the range, the aggregate ends inside
-    bounds(m); extreme and random continuations of every length are tried."""
-    feats = _feature_set()
-    rng = np.random.default_rng(7)
-    ends = [RANGE[0], RANGE[1], *LEVELS, LEVELS[0] - 1e-9]
-    for x in _sequences(2, 40):
-        base = RunningAggregates(*RANGE, LEVELS)
-        for v in x:
-            base.update(v)
-        bounds = {f.name: base.bounds(f.aggregate, m, -1 if f.level is None else
-                                      LEVELS.index(f.level)) for f in feats}  # fmt: skip
-        lengths = range(0, int(min(m, 12)) + 1)
-        conts: list[list[float]] = []
-        for n in lengths:
-            conts += [[e] * n for e in ends]
-            conts += [rng.uniform(*RANGE, n).tolist() for _ in range(3)]
-        for cont in conts:
-            agg = RunningAggregates(*RANGE, LEVELS)
-            for v in x + cont:
-                agg.update(v)
-            for f in feats:
-                lo, hi = bounds[f.name]
-                got = _value(agg, f)
-                assert lo - 1e-12 <= got <= hi + 1e-12, (f.name, m, len(cont))
-        for f in feats:  # stopping now is a continuation: the current value is inside
-            lo, hi = bounds[f.name]
-            assert lo <= _value(base, f) <= hi
 
 
 def test_feature_names_round_trip_and_directions() -> None:
@@ -201,8 +124,6 @@ def test_feature_names_round_trip_and_directions() -> None:
     ):
         with pytest.raises(ConfigError, match=match):
             Feature.parse(bad)
-    with pytest.raises(ConfigError, match="empty range"):
-        RunningAggregates(1.0, 0.0)
 
 
 def test_events_with_unsorted_alternatives_give_the_sorted_features() -> None:
