@@ -114,7 +114,7 @@ def _stream_step(
     mode: Mode,
     on_block: OnBlock,
     max_token_chars: int,
-) -> GuardStep:
+) -> GuardStep[str]:
     """The step of :func:`guard_chat_stream` and its sync twin (checked now)."""
     monitor = monitor_for(monitor, certificate, _stream_supplies(top_logprobs))
     parse = _chunk_parser(monitor)

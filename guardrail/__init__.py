@@ -61,6 +61,7 @@ from ._errors import (
     TraceFormatError,
 )
 from ._fitted import FittedStatistic
+from ._guarded import Guarded, GuardedText
 from ._labels import is_correct as is_correct
 from ._labels import normalize_answer as normalize_answer
 from ._lift import DEFAULT_CLIP as DEFAULT_CLIP
@@ -68,7 +69,7 @@ from ._lift import budget as budget
 from ._lift import clipped_lift as clipped_lift
 from ._lift import clipped_lifts as clipped_lifts
 from ._lift import support_clip as support_clip
-from ._monitor import GuardedText, Monitor
+from ._monitor import Monitor
 from ._policy import ReplayResult as ReplayResult
 from ._policy import StreamPolicy
 from ._policy import critical_thresholds as critical_thresholds
@@ -147,6 +148,7 @@ __all__ = [
     "FittedRule",
     "FittedStatistic",
     "GenerationContext",
+    "Guarded",
     "GuardedText",
     "GuardrailBlocked",
     "GuardrailError",

@@ -23,8 +23,9 @@ from typing import Any, TextIO
 from .._calibration import Calibration
 from .._certificate import Certificate
 from .._errors import ConfigError
+from .._guarded import GuardedText
 from .._labels import is_correct
-from .._monitor import GuardedText, Monitor, State, Verdict
+from .._monitor import Monitor, State, Verdict
 
 __all__ = [
     "DemoResult",
