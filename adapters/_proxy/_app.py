@@ -47,7 +47,7 @@ from ._chat import (
     verdict_headers,
 )
 from ._config import ProxyConfig
-from ._guarded import AnswerGuard
+from ._guarded import AnswerGuard, decode_chunk
 from ._metrics import ProxyMetrics
 from ._recording import Recorder
 from ._request import BadRequest, parse_json, read_body, validate_chat
@@ -57,7 +57,6 @@ from ._upstream import (
     UpstreamAnswer,
     UpstreamFailure,
     aclose_response,
-    decode_chunk,
 )
 from ._wire import (
     DONE,
