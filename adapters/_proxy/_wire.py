@@ -186,24 +186,18 @@ def _trim_entries(entries: Any, k: int) -> Any:
 
 def strip_chunk(chunk: dict[str, Any], want_logprobs: bool, top_k: int) -> dict[str, Any]:
     """``chunk`` without what the client did not ask for: ``logprobs`` (null) unless
-    it asked for them, and at most ``top_k`` alternatives per token. The upstream
-    chunk is not modified (the recorder keeps it)."""
+    it asked for them, and at most ``top_k`` alternatives per token. Its choices are
+    changed in place (no copy per chunk); the logprob entries themselves are not (the
+    recorder keeps them)."""
     choices = chunk.get("choices")
     if not isinstance(choices, list):
         return chunk
-    changed = False
-    out = []
     for choice in choices:
         lp = choice.get("logprobs") if isinstance(choice, dict) else None
         if lp is None:
-            out.append(choice)
             continue
-        changed = True
         if not want_logprobs:
-            out.append({**choice, "logprobs": None})
+            choice["logprobs"] = None
         elif isinstance(lp, dict):
-            trimmed = {key: _trim_entries(value, top_k) for key, value in lp.items()}
-            out.append({**choice, "logprobs": trimmed})
-        else:
-            out.append(choice)
-    return {**chunk, "choices": out} if changed else chunk
+            choice["logprobs"] = {key: _trim_entries(value, top_k) for key, value in lp.items()}
+    return chunk
