@@ -77,9 +77,7 @@ SCORER_SUPPLIES = Supplies(
 )
 
 
-def _scorer_monitor(
-    monitor: Monitor | None, certificate: Certificate | None
-) -> Monitor:
+def _scorer_monitor(monitor: Monitor | None, certificate: Certificate | None) -> Monitor:
     """The monitor of a scored Claude answer. Its tokens are the scorer's, which no
     request limit counts (Anthropic's ``max_tokens`` counts Claude's), so a fresh monitor
     of a fitted certificate assumes no token limit and judges the whole answer."""
@@ -145,7 +143,7 @@ def _event_text(event: Any) -> str:
     return text
 
 
-class _ScoredStep(GuardStep):
+class _ScoredStep(GuardStep[str]):
     """:class:`GuardStep` whose parser scores text deltas with a :class:`LocalTextScorer`."""
 
     __slots__ = ("_scorer",)
@@ -173,9 +171,9 @@ class _ScoredStep(GuardStep):
             return _with_text(scorer.finish(), text)
         return _with_text(scorer.feed(text), "")
 
-    def end(self) -> str:
+    def end(self) -> list[str]:
         """Score the held tail, then apply the final rule (after a documented stop only)."""
-        out = self._feed_parts(self._parse_item(_FLUSH))
+        out = self._feed_parts(_FLUSH, self._parse_item(_FLUSH))
         return out + super().end()
 
 
@@ -310,7 +308,7 @@ def guarded_message(
 
 
 async def _stream_message(
-    client: Any, step: GuardStep, kwargs: dict[str, Any]
+    client: Any, step: GuardStep[str], kwargs: dict[str, Any]
 ) -> AsyncGenerator[str, None]:
     stream = await cast(Any, client).messages.create(**kwargs)
     async with contextlib.aclosing(aguard(stream, step)) as texts:

@@ -5,9 +5,9 @@ A :class:`Guard` is built once per adapter from ``certificate=`` (or, for a
 hand-made rule, from ``policy``/``tau``/``skeleton``) and gives one fresh monitor
 per answer. :func:`apply_context` fills a Chat Completions request with the
 certificate's generation context where the caller left a setting unset, and
-warns (:class:`~guardrail.ContextMismatchWarning`) where the caller set it to
-something else: the guarantee covers only answers generated like the
-calibration's.
+returns the settings the caller set to something else (:class:`Mismatch`; an
+adapter warns, :func:`warn_mismatch`, the proxy reports them): the guarantee
+covers only answers generated like the calibration's.
 
 What a rule reads per token (its :class:`~guardrail.Reads`: every rule reads the
 token's logprob; a fitted statistic may read ``statistic.alternatives``
@@ -23,7 +23,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from guardrail import (
     Certificate,
@@ -43,6 +43,7 @@ from guardrail.fitting import DEFAULT_ALTERNATIVES
 
 __all__ = [
     "Guard",
+    "Mismatch",
     "Supplies",
     "apply_context",
     "check_supplies",
@@ -261,35 +262,46 @@ def filled_limit(certificate: Certificate, settings: Mapping[str, Any]) -> int |
     return certificate.context.max_tokens if limit is None else limit
 
 
-def warn_mismatch(field: str, requested: object, calibrated: object) -> None:
+class Mismatch(NamedTuple):
+    """A setting a request changed from the certificate's generation context."""
+
+    setting: str
+    requested: object
+    calibrated: object
+
+
+def warn_mismatch(field: str, requested: object, calibrated: object, stacklevel: int = 4) -> None:
     """Warn that a request changes a setting the certificate was calibrated with."""
     warnings.warn(
         f"the request sets {field}={requested!r} but the certificate was calibrated with "
         f"{field}={calibrated!r}: its risk guarantee does not cover these answers",
         ContextMismatchWarning,
-        stacklevel=4,
+        stacklevel=stacklevel,
     )
 
 
-def apply_context(certificate: Certificate, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+def apply_context(
+    certificate: Certificate, kwargs: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[Mismatch]]:
     """``kwargs`` of ``chat.completions.create`` with the certificate's generation context
-    filled in where unset; a :class:`~guardrail.ContextMismatchWarning` for each setting
-    the caller changed (model, system prompt, temperature, top_p, max_tokens, stop,
-    repeat_penalty)."""
+    filled in where unset, and each setting the caller changed (model, system prompt,
+    temperature, top_p, max_tokens, stop, repeat_penalty): the caller warns
+    (:func:`warn_mismatch`) or reports them."""
     out = dict(kwargs)
     ctx = certificate.context
+    found: list[Mismatch] = []
     api_model = certificate.model.api_model
     if api_model is not None:
         if "model" not in out:
             out["model"] = api_model
         elif out["model"] != api_model:
-            warn_mismatch("model", out["model"], api_model)
+            found.append(Mismatch("model", out["model"], api_model))
     for key, value in ctx.request_settings().items():
         given = out.get(key, out.get("max_completion_tokens") if key == "max_tokens" else None)
         if given is None:
             out[key] = value
         elif given != value:
-            warn_mismatch(key, given, value)
+            found.append(Mismatch(key, given, value))
     if ctx.repeat_penalty is not None:  # llama.cpp's setting, sent in the body
         extra = dict(out.get("extra_body") or {})
         given = extra.get("repeat_penalty")
@@ -297,19 +309,19 @@ def apply_context(certificate: Certificate, kwargs: Mapping[str, Any]) -> dict[s
             extra["repeat_penalty"] = ctx.repeat_penalty
             out["extra_body"] = extra
         elif given != ctx.repeat_penalty:
-            warn_mismatch("repeat_penalty", given, ctx.repeat_penalty)
+            found.append(Mismatch("repeat_penalty", given, ctx.repeat_penalty))
     if ctx.system_prompt is not None and "messages" in out:
-        out["messages"] = _with_system(list(out["messages"]), ctx.system_prompt)
-    return out
+        out["messages"] = _with_system(list(out["messages"]), ctx.system_prompt, found)
+    return out, found
 
 
-def _with_system(messages: list[Any], system: str) -> list[Any]:
+def _with_system(messages: list[Any], system: str, found: list[Mismatch]) -> list[Any]:
     """The messages with ``system`` first unless they have a system message (checked)."""
     for message in messages:
         role = message.get("role") if isinstance(message, Mapping) else None
         if role in ("system", "developer"):
             content = message.get("content")
             if content != system:
-                warn_mismatch("system prompt", content, system)
+                found.append(Mismatch("system prompt", content, system))
             return messages
     return [{"role": "system", "content": system}, *messages]

@@ -32,6 +32,7 @@ from ._context import (
     filled_limit,
     monitor_for,
     request_limit,
+    warn_mismatch,
 )
 from ._openai_events import ChunkParts, chat_chunk_parts
 from ._stream import DEFAULT_MAX_TOKEN_CHARS, GuardStep, Mode, OnBlock, Parser, aguard, guard
@@ -114,7 +115,7 @@ def _stream_step(
     mode: Mode,
     on_block: OnBlock,
     max_token_chars: int,
-) -> GuardStep:
+) -> GuardStep[str]:
     """The step of :func:`guard_chat_stream` and its sync twin (checked now)."""
     monitor = monitor_for(monitor, certificate, _stream_supplies(top_logprobs))
     parse = _chunk_parser(monitor)
@@ -302,7 +303,9 @@ async def guarded_chat_completion(
     supplies = _request_supplies(kwargs["top_logprobs"])
     monitor = monitor_for(monitor, certificate, supplies, max_tokens=limit)
     if applied is not None:
-        kwargs = apply_context(applied, kwargs)
+        kwargs, mismatches = apply_context(applied, kwargs)
+        for m in mismatches:
+            warn_mismatch(m.setting, m.requested, m.calibrated, stacklevel=3)
     step = GuardStep(
         monitor, mode, on_block, _chunk_parser(monitor), max_token_chars=max_token_chars
     )

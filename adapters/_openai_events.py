@@ -82,13 +82,18 @@ class ChunkParts(NamedTuple):
 
 def _get(obj: Any, key: str) -> Any:
     """``obj[key]`` for a mapping, ``obj.key`` otherwise; ``_MISSING`` if absent."""
-    if isinstance(obj, Mapping):
+    if type(obj) is dict or isinstance(obj, Mapping):  # (a plain dict: no ABC check)
         return obj.get(key, _MISSING)
     return getattr(obj, key, _MISSING)
 
 
 def _is_record(obj: Any) -> bool:
-    return isinstance(obj, Mapping) or hasattr(obj, "__dict__") or hasattr(obj, "__slots__")
+    return (
+        type(obj) is dict
+        or isinstance(obj, Mapping)
+        or hasattr(obj, "__dict__")
+        or hasattr(obj, "__slots__")
+    )
 
 
 def _bad(expected: str, value: Any, field: str) -> ProviderFormatError:

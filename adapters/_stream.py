@@ -3,7 +3,8 @@
 :class:`GuardStep` is the whole decision logic and does no I/O: each provider
 item (a chunk or an event) is parsed into :class:`~guardrail.TokenEvent` objects
 and the text it shows, every event goes to the monitor, and
-:class:`~guardrail.GuardedText` says what may be shown now. The loops
+:class:`~guardrail.Guarded` says which units (by default the text each item adds)
+may be shown now. The loops
 :func:`aguard` / :func:`guard` only iterate, yield and close the upstream
 stream: after a BLOCK (so that the server stops generating), after an error
 (the error then propagates unchanged, except a chunk that is not valid JSON,
@@ -20,12 +21,12 @@ import inspect
 import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterable, Callable, Generator, Iterable
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar, overload
 
 from guardrail import (
     Cause,
     ConfigError,
-    GuardedText,
+    Guarded,
     GuardrailBlocked,
     Monitor,
     State,
@@ -53,6 +54,7 @@ logger = logging.getLogger(__name__)
 
 Mode = Literal["passthrough", "buffered", "final"]
 OnBlock = Literal["raise", "stop"]
+U = TypeVar("U")
 Parser = Callable[[Any], ChunkParts]
 """Provider item -> its token events, text, finish reason and refusal flag."""
 DEFAULT_MAX_TOKEN_CHARS = 4096
@@ -60,8 +62,17 @@ DEFAULT_MAX_TOKEN_CHARS = 4096
 hundred characters); a longer one is a malformed stream, not an answer."""
 
 
-class GuardStep:
-    """Feed provider items to ``monitor`` and say what text may be shown (pure, no I/O).
+class GuardStep(Generic[U]):
+    """Feed provider items to ``monitor``; say which of their units may be shown (pure, no I/O).
+
+    Each item is parsed once (``parse``) and ``unit(item, parts)`` gives what the
+    caller shows of it: by default the text it adds (a ``GuardStep[str]``); the proxy
+    gives the chunk itself. :class:`~guardrail.Guarded` holds and releases those
+    units per ``mode``; :meth:`feed` and :meth:`end` return the units released now.
+    ``hold_finish``: the unit of an item that carries a finish reason (and every one
+    after it) is held until :meth:`end`, which releases it only with a certified
+    final verdict; ``enforce=False`` reports the verdict and blocks nothing (the
+    proxy's ``observe`` mode).
 
     ``blocked`` holds the BLOCKED verdict once there is one; the loops then stop
     reading and close the upstream stream. ``finish_reason`` is the last finish
@@ -77,9 +88,34 @@ class GuardStep:
     """
 
     __slots__ = (
-        "_items", "_max_chars", "_monitor", "_parse", "_text", "blocked",
-        "finish_reason", "on_block",
+        "_held", "_hold_finish", "_items", "_max_chars", "_monitor", "_parse", "_unit",
+        "blocked", "finish_reason", "on_block",
     )  # fmt: skip
+
+    @overload
+    def __init__(
+        self: GuardStep[str],
+        monitor: Monitor,
+        mode: Mode,
+        on_block: OnBlock,
+        parse: Parser,
+        *,
+        max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        monitor: Monitor,
+        mode: Mode,
+        on_block: OnBlock,
+        parse: Parser,
+        *,
+        unit: Callable[[Any, ChunkParts], U],
+        max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
+        hold_finish: bool = False,
+        enforce: bool = True,
+    ) -> None: ...
 
     def __init__(
         self,
@@ -88,7 +124,10 @@ class GuardStep:
         on_block: OnBlock,
         parse: Parser,
         *,
+        unit: Callable[[Any, ChunkParts], Any] | None = None,
         max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
+        hold_finish: bool = False,
+        enforce: bool = True,
     ) -> None:
         if not isinstance(monitor, Monitor):
             raise ConfigError(f"monitor must be a guardrail.Monitor, got {type(monitor).__name__}")
@@ -96,7 +135,10 @@ class GuardStep:
             raise ConfigError(f"on_block must be 'raise' or 'stop', got {on_block!r}")
         self._max_chars = check_max_token_chars(max_token_chars)
         self._monitor, self._parse, self.on_block = monitor, parse, on_block
-        self._text = GuardedText(monitor, mode)  # validates mode (and early=False for "final")
+        self._unit: Callable[[Any, ChunkParts], U] = _text if unit is None else unit  # type: ignore[assignment]
+        # validates mode (and early=False for "final")
+        self._held: Guarded[U] = Guarded(monitor, mode, enforce=enforce)
+        self._hold_finish = hold_finish
         self.blocked: Verdict | None = None
         self.finish_reason: str | None = None
         self._items = 0
@@ -105,40 +147,42 @@ class GuardStep:
     def monitor(self) -> Monitor:
         return self._monitor
 
-    def feed(self, item: Any) -> str:
-        """One provider item: update the monitor with each of its tokens; the text to show."""
+    def feed(self, item: Any) -> list[U]:
+        """One provider item: update the monitor with each of its tokens; the units to
+        show now."""
         self._items += 1
-        return self._feed_parts(self._parse(item))
+        return self._feed_parts(item, self._parse(item))
 
-    def _feed_parts(self, parts: ChunkParts) -> str:
+    def _feed_parts(self, item: Any, parts: ChunkParts) -> list[U]:
         events, shown, finish, refusal, *more = parts  # (a parser's 4-tuple: no tool call)
         tool_call = bool(more and more[0])
+        unit = self._unit(item, parts)
         if finish is not None:
             self.finish_reason = finish
+            if self._hold_finish:
+                self._held.hold_to_end()
         monitor = self._monitor
         if tool_call:
             verdict = monitor.abort(Cause.TOOL_CALL, TOOL_CALL_REASON)
-            self._text.push("", verdict)
-            self._block(verdict)
-            return ""
-        if not events:
-            return ""
-        if refusal:
+        elif not events:
+            verdict = monitor.verdict
+        elif refusal:
             verdict = monitor.abort(Cause.REFUSAL, "the model refused to answer (refusal text)")
         else:
             verdict = feed_events(monitor, events, shown, self._max_chars)
-        out = self._text.push(shown, verdict)
+        out = self._held.push(unit, verdict)
         if verdict.state is State.BLOCKED:
             self._block(verdict)
         return out
 
-    def end(self) -> str:
-        """End of stream: the final rule after a documented finish; the held text to release."""
+    def end(self) -> list[U]:
+        """End of stream: the final rule after a documented finish; the held units to
+        release."""
         monitor = self._monitor
         if self._items == 0:
             monitor.abort(Cause.EMPTY_STREAM, EMPTY_STREAM_REASON)
         verdict = monitor.finish(self.finish_reason)
-        out = self._text.close(verdict)
+        out = self._held.close(verdict)
         if verdict.state is State.BLOCKED:
             self._block(verdict)
         return out
@@ -153,6 +197,12 @@ class GuardStep:
         if self.blocked is None:
             self.blocked = verdict
             logger.info("guarded stream blocked after %d tokens: %s", verdict.t, verdict.reason)
+
+
+def _text(item: Any, parts: ChunkParts) -> str:
+    """The default unit: the text an item adds to the answer (a parser may give a plain
+    tuple in :class:`ChunkParts`' order)."""
+    return parts[1]
 
 
 EMPTY_STREAM_REASON = (
@@ -247,7 +297,7 @@ def _malformed(exc: ValueError) -> ProviderFormatError:
     return ProviderFormatError(f"malformed stream chunk, not valid JSON ({exc})", field="chunk")
 
 
-async def aguard(stream: AsyncIterable[Any], step: GuardStep) -> AsyncGenerator[str, None]:
+async def aguard(stream: AsyncIterable[Any], step: GuardStep[str]) -> AsyncGenerator[str, None]:
     """Async loop around ``step``; the upstream stream is closed on every exit path.
 
     A chunk that is not valid JSON (the SDK raises :class:`json.JSONDecodeError`
@@ -258,13 +308,13 @@ async def aguard(stream: AsyncIterable[Any], step: GuardStep) -> AsyncGenerator[
             try:
                 item = await anext(items)
             except StopAsyncIteration:
-                out = step.end()
+                out = "".join(step.end())
                 if out:
                     yield out
                 break
             except json.JSONDecodeError as exc:
                 raise _malformed(exc) from exc
-            out = step.feed(item)
+            out = "".join(step.feed(item))
             if out:
                 yield out
             if step.blocked is not None:
@@ -274,7 +324,7 @@ async def aguard(stream: AsyncIterable[Any], step: GuardStep) -> AsyncGenerator[
     step.outcome()
 
 
-def guard(stream: Iterable[Any], step: GuardStep) -> Generator[str, None, None]:
+def guard(stream: Iterable[Any], step: GuardStep[str]) -> Generator[str, None, None]:
     """Sync twin of :func:`aguard` (same step, same order)."""
     items = iter(stream)
     try:
@@ -282,13 +332,13 @@ def guard(stream: Iterable[Any], step: GuardStep) -> Generator[str, None, None]:
             try:
                 item = next(items)
             except StopIteration:
-                out = step.end()
+                out = "".join(step.end())
                 if out:
                     yield out
                 break
             except json.JSONDecodeError as exc:
                 raise _malformed(exc) from exc
-            out = step.feed(item)
+            out = "".join(step.feed(item))
             if out:
                 yield out
             if step.blocked is not None:

@@ -42,7 +42,8 @@ from ._errors import (
     TraceFormatError,
 )
 from ._fitted import FittedStatistic
-from ._monitor import GuardedText, Monitor
+from ._guarded import Guarded, GuardedText
+from ._monitor import Monitor
 from ._policy import StreamPolicy
 from ._reads import Reads, Skeleton, skeleton_reads
 from ._rules import EvidenceRule, FittedRule, LiftRule
@@ -69,6 +70,7 @@ __all__ = [
     "FittedRule",
     "FittedStatistic",
     "GenerationContext",
+    "Guarded",
     "GuardedText",
     "GuardrailBlocked",
     "GuardrailError",

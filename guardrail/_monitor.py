@@ -1,4 +1,4 @@
-"""One answer's monitor: :class:`Monitor`, and :class:`GuardedText`, what of it may be shown.
+"""One answer's monitor: :class:`Monitor` (what of it may be shown: :mod:`guardrail._guarded`).
 
 A :class:`Monitor` owns one streamed answer's lifecycle and applies one evidence rule
 (:mod:`guardrail._rules`: :class:`~guardrail.LiftRule` or
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any
 
 from ._errors import ConfigError, GuardrailError, MissingLogprobsError
 from ._fitted import FittedStatistic
@@ -40,9 +40,7 @@ from ._traces import CENSORED_LOGPROB
 from ._verdict import Cause, State, TokenEvent, Verdict, end_cause
 from ._verdict import make_verdict as _verdict
 
-__all__ = ["GuardedText", "Monitor", "Skeleton", "State", "TokenEvent", "Verdict"]
-
-StreamMode = Literal["passthrough", "buffered", "final"]
+__all__ = ["Monitor", "Skeleton", "State", "TokenEvent", "Verdict"]
 
 _CONTINUE, _UNDECIDED = State.CONTINUE, Cause.UNDECIDED
 _AFTER_FINISH = "update after the verdict was finished: use one monitor per answer"
@@ -294,79 +292,3 @@ class Monitor:
             return self._verdict
         why, v = f"blocked: {desc}; policy on_missing_logprobs='block'", self._verdict
         return self._final(State.BLOCKED, why, v.lower, v.upper, Cause.MISSING_LOGPROBS)
-
-
-class GuardedText:
-    """What of a streamed answer may be shown now, per streaming mode (pure, no I/O).
-
-    ``passthrough``: each token at once; nothing from a BLOCKED verdict on (its
-    token included). ``buffered``: held until CERTIFIED, then the buffer and every
-    later token flow; after BLOCKED nothing held is ever released. ``final``: all
-    held until :meth:`close` releases it iff CERTIFIED (needs ``early=False``).
-    """
-
-    __slots__ = ("_blocked", "_buffer", "_closed", "_mode", "_monitor", "_open")
-
-    def __init__(self, monitor: Monitor, mode: StreamMode = "buffered") -> None:
-        if mode not in ("passthrough", "buffered", "final"):
-            raise ConfigError(f"mode must be 'passthrough', 'buffered' or 'final', got {mode!r}")
-        if mode == "final" and monitor.policy.early:
-            raise ConfigError(
-                "mode 'final' decides only at the end: use StreamPolicy(early=False) "
-                "so that calibration replays the same rule"
-            )
-        self._monitor, self._mode = monitor, mode
-        self._buffer: list[str] = []
-        self._open = mode == "passthrough"
-        self._blocked = self._closed = False
-
-    @property
-    def mode(self) -> StreamMode:
-        return self._mode
-
-    @property
-    def blocked(self) -> bool:
-        return self._blocked
-
-    @property
-    def pending(self) -> str:
-        """Text held back so far."""
-        return "".join(self._buffer)
-
-    def push(self, text: str, verdict: Verdict) -> str:
-        """Record ``text`` (its token gave ``verdict``); return the text to show now."""
-        if self._closed:
-            raise GuardrailError("push() after close()")
-        if self._blocked:
-            return ""
-        if verdict.state is State.BLOCKED:
-            return self._block()
-        if self._open:
-            return text
-        self._buffer.append(text)
-        if verdict.state is State.CERTIFIED and self._mode == "buffered":
-            self._open = True
-            return self._drain()
-        return ""
-
-    def close(self, final_verdict: Verdict | None = None) -> str:
-        """End of stream: the held text to show (the monitor is finished if no verdict given)."""
-        if self._closed:
-            return ""
-        verdict = self._monitor.finish() if final_verdict is None else final_verdict
-        if not verdict.final:
-            raise GuardrailError(f"close() needs a final verdict, got {verdict.state.value}")
-        self._closed = True
-        if self._blocked or verdict.state is not State.CERTIFIED:
-            return self._block()
-        return self._drain()
-
-    def _block(self) -> str:
-        self._blocked = True
-        self._buffer.clear()
-        return ""
-
-    def _drain(self) -> str:
-        out = "".join(self._buffer)
-        self._buffer.clear()
-        return out

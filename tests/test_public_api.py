@@ -71,6 +71,7 @@ def test_public_names_are_pinned() -> None:
         "FittedRule",
         "FittedStatistic",
         "GenerationContext",
+        "Guarded",
         "GuardedText",
         "GuardrailBlocked",
         "GuardrailError",

@@ -15,17 +15,15 @@ non-streamed one is decided on the whole answer and answered with one
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
-import warnings
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from starlette.responses import JSONResponse, Response
 
-from guardrail import Certificate, ConfigError, ContextMismatchWarning, Monitor, Reads
+from guardrail import Certificate, ConfigError, Monitor, Reads
 
 from .._context import Supplies, apply_context, check_supplies, filled_limit
 from .._openai import logprobs_refused, refuses_logprobs
@@ -65,7 +63,6 @@ __all__ = [
 
 _SETTINGS = ("model", "temperature", "top_p", "max_tokens", "max_completion_tokens", "stop",
              "repeat_penalty", "seed")  # fmt: skip
-_FIELD = re.compile(r"^the request sets (.+?)=")
 DEFAULT_UPSTREAM_TOP = 20
 """Alternatives asked of the upstream per token when the proxy's ``top_logprobs`` is unset
 (and the rule reads them)."""
@@ -151,15 +148,8 @@ def prepare(
     }  # fmt: skip
     if "repeat_penalty" in kwargs:  # llama.cpp's setting: apply_context reads it in extra_body
         kwargs["extra_body"] = {"repeat_penalty": kwargs.pop("repeat_penalty")}
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ContextMismatchWarning)
-        out = apply_context(certificate, kwargs)
-    mismatches = []
-    for w in caught:
-        if issubclass(w.category, ContextMismatchWarning):
-            found = _FIELD.match(str(w.message))
-            mismatches.append(found.group(1) if found else "unknown")
-    mismatches += sampling_changes(body)
+    out, changed = apply_context(certificate, kwargs)
+    mismatches = [m.setting for m in changed] + sampling_changes(body)
     out.update(out.pop("extra_body", None) or {})
     out.update(stream=True, logprobs=True, top_logprobs=upstream_top)
     if stream and isinstance(body.get("stream_options"), dict):

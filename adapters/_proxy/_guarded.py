@@ -1,8 +1,8 @@
 """One guarded answer, sans I/O: upstream chunks in, the chunks the client may see out.
 
-:class:`AnswerGuard` wraps the adapters' :class:`~adapters._stream.GuardStep`
-(every stream-ending rule lives there) and maps the text it releases back onto
-whole chunks, so that the client gets the upstream's own chunks (ids, roles,
+:class:`AnswerGuard` drives the adapters' :class:`~adapters._stream.GuardStep`
+(every stream-ending rule lives there) with the chunks themselves as the units it
+holds and releases, so that the client gets the upstream's own chunks (ids, roles,
 finish reasons) minus what it did not ask for:
 
 - ``buffered``: chunks are held until the answer is certified, then the held
@@ -20,7 +20,6 @@ error event otherwise.
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -64,7 +63,10 @@ class AnswerGuard:
     """Feed upstream chunks (decoded JSON objects); get the chunks to send now.
 
     ``monitor`` is the answer's fresh ``certificate.monitor()`` (any monitor the
-    adapters' :class:`GuardStep` takes).
+    adapters' :class:`GuardStep` takes). The step holds the chunks themselves, as
+    the client will get them (without the alternatives it did not ask for: in
+    buffered mode an answer is held whole, and alternatives are most of its bytes),
+    and parses each chunk once.
 
     :meth:`feed` and :meth:`end` raise what :class:`GuardStep` raises
     (``ProviderFormatError`` for a malformed chunk, ``MissingLogprobsError``);
@@ -82,16 +84,13 @@ class AnswerGuard:
     ) -> None:
         self.info = info
         self.monitor = monitor
-        self._parse_chunk = partial(chat_chunk_parts, with_top=monitor.reads.uses_alternatives)
+        parse = partial(chat_chunk_parts, with_top=monitor.reads.uses_alternatives)
         step_mode: Mode = "buffered" if info.mode == "buffered" else "passthrough"
-        self.step = GuardStep(
-            self.monitor, step_mode, "stop", self._parse, max_token_chars=max_token_chars
-        )
         self._observe = info.mode == "observe"
-        self._open = info.mode != "buffered"
-        self._pending: deque[tuple[dict[str, Any], int, bool]] = deque()
-        self._released = self._flushed = 0
-        self._last: ChunkParts | None = None
+        self.step: GuardStep[dict[str, Any]] = GuardStep(
+            monitor, step_mode, "stop", parse, unit=self._unit, max_token_chars=max_token_chars,
+            hold_finish=True, enforce=not self._observe,
+        )  # fmt: skip
         self._record = record
         self.heavy = _scores_with_a_model(monitor)
         """The monitor evaluates a local model per token (milliseconds, not microseconds)."""
@@ -105,11 +104,6 @@ class AnswerGuard:
 
     # -- feeding ---------------------------------------------------------------------------
 
-    def _parse(self, item: Any) -> ChunkParts:
-        parts = self._parse_chunk(item)
-        self._last = parts
-        return parts
-
     @property
     def blocked(self) -> bool:
         return self.error is not None or (self.step.blocked is not None and not self._observe)
@@ -121,23 +115,20 @@ class AnswerGuard:
 
     def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
         """One upstream chunk: the chunks the client may see now."""
-        self._last = None
         out = self.step.feed(chunk)
-        parts = self._last
-        n = 0
-        if parts is not None:
-            n = len(parts.text)
-            self.tokens_read += len(parts.events)
-            if self._record and parts.text:
+        return [] if self.error is not None else out
+
+    def _unit(self, chunk: dict[str, Any], parts: ChunkParts) -> dict[str, Any]:
+        """What the step holds of ``chunk``: the chunk as the client will get it."""
+        count = len(parts.events)
+        self.tokens_read += count
+        if self._record:
+            if parts.text:
                 self.text.append(parts.text)
-            if self._record and parts.events:
-                self._keep_entries(chunk, len(parts.events), parts.text)
-        # held as the client will get it: without the alternatives it did not ask for (in
-        # buffered mode an answer is held whole, and alternatives are most of its bytes)
-        finish = parts is not None and parts.finish is not None
-        self._pending.append((self._client(chunk), n, finish))
-        self._released += len(out)
-        return self._flush()
+            if count:
+                self._keep_entries(chunk, count, parts.text)
+        info = self.info
+        return strip_chunk(chunk, info.want_logprobs, info.top_k)
 
     def _keep_entries(self, chunk: dict[str, Any], count: int, text: str) -> None:
         """The raw ``logprobs`` entries of choice 0 (converted by the recorder, later)."""
@@ -152,40 +143,15 @@ class AnswerGuard:
             entries = [{"token": text, "logprob": None, "bytes": None, "top_logprobs": []}]
         self.entries += entries
 
-    def _flush(self) -> list[dict[str, Any]]:
-        if self.blocked:
-            return []
-        if not self._open:
-            if self._released == 0:
-                return []
-            self._open = True
-        out = []
-        pending = self._pending
-        while pending:
-            chunk, n, finish = pending[0]
-            if finish or (not self._observe and self._flushed + n > self._released):
-                break
-            pending.popleft()
-            self._flushed += n
-            out.append(chunk)
-        return out
-
-    def _client(self, chunk: dict[str, Any]) -> dict[str, Any]:
-        info = self.info
-        return strip_chunk(chunk, info.want_logprobs, info.top_k)
-
     # -- ending ----------------------------------------------------------------------------
 
     def end(self) -> list[dict[str, Any]]:
         """The upstream stream ended: the final verdict; the rest of the chunks if the
         answer stands (the verdict attached to the last one), else nothing."""
         self.ended = True
-        self.step.end()
+        out = self.step.end()
         if self.blocked:
-            self._pending.clear()
             return []
-        out = [chunk for chunk, _, _ in self._pending]
-        self._pending.clear()
         if not out:  # observe mode, no finish chunk held (a cut-off stream): say so anyway
             out = [self._verdict_chunk()]
         last = next((i for i in range(len(out) - 1, -1, -1) if _has_finish(out[i])), len(out) - 1)
@@ -202,7 +168,6 @@ class AnswerGuard:
         if self.error is None:
             self.error = error
         self.monitor.abort(cause, reason)
-        self._pending.clear()
 
     @property
     def finish_reason(self) -> str | None:

@@ -9,7 +9,6 @@ broke), ``upstream_error`` (an in-stream error event) or ``malformed_chunk``
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
@@ -17,6 +16,8 @@ from typing import Any
 import anyio
 import httpcore
 import httpx
+
+from ._wire import loads
 
 __all__ = [
     "OneRequestPerIdleConnection",
@@ -299,7 +300,7 @@ def decode_chunk(event: str | None, data: str) -> dict[str, Any] | None:
     if data.startswith("[DONE]"):
         return None
     try:
-        chunk = json.loads(data)
+        chunk = loads(data)  # orjson: decoding is most of what the proxy spends per chunk
     except ValueError as exc:
         raise UpstreamFailure(
             "malformed_chunk", f"the upstream sent a chunk that is not valid JSON ({exc})"

@@ -33,6 +33,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import orjson
+
 from guardrail import Verdict
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "VERDICT_FIELD",
     "error_body",
     "header_value",
+    "loads",
     "redact_secrets",
     "redact_url",
     "sse",
@@ -151,8 +154,22 @@ def error_body(
 
 
 def sse(obj: Mapping[str, Any]) -> bytes:
-    """One server-sent event carrying ``obj`` as JSON."""
-    return b"data: " + json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n\n"
+    """One server-sent event carrying ``obj`` as JSON (UTF-8; orjson, or the standard
+    library for what orjson does not encode: keys that are not strings, huge integers)."""
+    try:
+        data = orjson.dumps(obj)
+    except TypeError:
+        data = json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    return b"data: " + data + b"\n\n"
+
+
+def loads(data: str) -> Any:
+    """``data`` decoded as JSON (orjson; the standard library for what only it reads:
+    ``NaN``, ``Infinity``, integers past 64 bits). A ``ValueError`` if it is not JSON."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
 
 
 def _trim_entries(entries: Any, k: int) -> Any:
@@ -169,24 +186,18 @@ def _trim_entries(entries: Any, k: int) -> Any:
 
 def strip_chunk(chunk: dict[str, Any], want_logprobs: bool, top_k: int) -> dict[str, Any]:
     """``chunk`` without what the client did not ask for: ``logprobs`` (null) unless
-    it asked for them, and at most ``top_k`` alternatives per token. The upstream
-    chunk is not modified (the recorder keeps it)."""
+    it asked for them, and at most ``top_k`` alternatives per token. Its choices are
+    changed in place (no copy per chunk); the logprob entries themselves are not (the
+    recorder keeps them)."""
     choices = chunk.get("choices")
     if not isinstance(choices, list):
         return chunk
-    changed = False
-    out = []
     for choice in choices:
         lp = choice.get("logprobs") if isinstance(choice, dict) else None
         if lp is None:
-            out.append(choice)
             continue
-        changed = True
         if not want_logprobs:
-            out.append({**choice, "logprobs": None})
+            choice["logprobs"] = None
         elif isinstance(lp, dict):
-            trimmed = {key: _trim_entries(value, top_k) for key, value in lp.items()}
-            out.append({**choice, "logprobs": trimmed})
-        else:
-            out.append(choice)
-    return {**chunk, "choices": out} if changed else chunk
+            choice["logprobs"] = {key: _trim_entries(value, top_k) for key, value in lp.items()}
+    return chunk

@@ -381,7 +381,7 @@ def test_guarded_text_and_the_stream_step_accept_a_fitted_monitor() -> None:
 
     step = GuardStep(Monitor.fitted(stat, StreamPolicy(on_length="answer"), -50.0), "buffered",
                      "raise", parse)  # type: ignore[arg-type]  # fmt: skip
-    shown = "".join(step.feed(e) for e in events) + step.end()
+    shown = "".join(piece for e in events for piece in step.feed(e)) + "".join(step.end())
     assert shown == "".join(t.token_texts) and step.blocked is None
 
 
