@@ -133,13 +133,13 @@ def prepare(
     # the answer's token limit once apply_context (below) has filled the request in
     limit = filled_limit(certificate, body)
     try:
-        needs = check_upstream(certificate, top_logprobs)
+        check_upstream(certificate, top_logprobs)
         monitor = certificate.monitor(max_tokens=limit)
     except ConfigError as exc:
         message = f"the proxy's certificate {label} cannot guard this upstream: {exc}"
         return error_response(500, message, "liftguard_config_error", "certificate_unsupported")
-    reads = monitor.reads
-    default = max(DEFAULT_UPSTREAM_TOP, needs.alternatives) if reads.uses_alternatives else 1
+    reads = monitor.reads  # the certificate's, and its skeleton's
+    default = max(DEFAULT_UPSTREAM_TOP, reads.alternatives) if reads.uses_alternatives else 1
     # at least one alternative: llama.cpp's server sends no logprobs at all for 0
     upstream_top = max(top_logprobs if top_logprobs is not None else default, top_k, 1)
     kwargs = {
