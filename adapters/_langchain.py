@@ -52,7 +52,6 @@ from guardrail import (
     ConfigError,
     GuardrailError,
     MissingDependencyError,
-    Monitor,
     Skeleton,
     State,
     StreamPolicy,
@@ -76,32 +75,30 @@ from ._langchain_parts import (
 )
 from ._langchain_parts import blocked as _blocked
 from ._openai import logprobs_refused, refuses_logprobs
+from ._openai_events import ChunkParts
 from ._stream import (
     DEFAULT_MAX_TOKEN_CHARS,
     EMPTY_STREAM_REASON,
-    TOOL_CALL_REASON,
+    GuardStep,
     blocked_error,
     check_max_token_chars,
-    feed_events,
 )
 
 INSTALL_HINT = 'the LangChain adapter needs langchain-core: pip install "liftguard[langchain]"'
 
 try:
-    from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
+    from langchain_core.callbacks import BaseCallbackHandler
     from langchain_core.messages import BaseMessage
 except ImportError as exc:  # pragma: no cover - exercised with the extra missing
     raise MissingDependencyError(INSTALL_HINT) from exc
 
 if TYPE_CHECKING:
-    from langchain_core.callbacks import Callbacks
     from langchain_core.outputs import ChatGenerationChunk, GenerationChunk, LLMResult
     from langchain_core.runnables import Runnable
 
 __all__ = [
     "INSTALL_HINT",
     "LiftGuardCallbackHandler",
-    "add_handler",
     "content_text",
     "token_events",
 ]
@@ -114,25 +111,18 @@ _NO_CHUNKS = ("No generation chunks were returned", "No generations found in str
 """langchain-core's errors for a stream without a chunk (``stream`` / ``invoke`` paths)."""
 
 
-def add_handler(callbacks: Callbacks, handler: BaseCallbackHandler) -> Callbacks:
-    """``callbacks`` (None, a list or a manager) plus ``handler``, inherited by child runs."""
-    if callbacks is None:
-        return [handler]
-    if isinstance(callbacks, BaseCallbackManager):
-        # langchain-core annotates copy() with typing.Self, which a Python 3.10 type check
-        # cannot see (it reads as Any); the copy is a BaseCallbackManager either way.
-        manager: BaseCallbackManager = callbacks.copy()
-        manager.add_handler(handler, inherit=True)
-        return manager
-    return [*callbacks, handler]
+def _given(parts: ChunkParts) -> ChunkParts:
+    """The handler parses each chunk itself (it knows the run's tool-call state)."""
+    return parts
 
 
 class _Run:
-    __slots__ = ("fed", "finish", "monitor", "tool_call")
+    """One run: its :class:`GuardStep` and what the handler knows beyond one chunk."""
 
-    def __init__(self, monitor: Monitor) -> None:
-        self.monitor, self.fed, self.tool_call = monitor, False, False
-        self.finish: str | None = None
+    __slots__ = ("fed", "step", "tool_call")
+
+    def __init__(self, step: GuardStep[str]) -> None:
+        self.step, self.fed, self.tool_call = step, False, False
 
 
 class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
@@ -230,13 +220,16 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
     def guard(self) -> Guard:
         return self._guard
 
-    def _new_monitor(self, run_id: UUID) -> Monitor:
-        """A monitor for one run; a skeleton with per-answer state (``for_stream()``, as
-        :class:`~guardrail.NGramSkeleton` and :class:`~adapters.PromptFreeSkeleton`
-        have) gives each run a fresh stream of its own. Its token limit is the run's
-        ``max_tokens`` (read when the run started), else none: the handler does not make
-        the request, so a limit it was not told of is not assumed."""
-        return self._guard.monitor(max_tokens=self._limits.pop(run_id, None))
+    def _new_run(self, run_id: UUID) -> _Run:
+        """One run's stream step and monitor; a skeleton with per-answer state
+        (``for_stream()``, as :class:`~guardrail.NGramSkeleton` and
+        :class:`~adapters.PromptFreeSkeleton` have) gives each run a fresh stream of its
+        own. Its token limit is the run's ``max_tokens`` (read when the run started),
+        else none: the handler does not make the request, so a limit it was not told of
+        is not assumed. The step's units are ignored: a callback cannot hold text back."""
+        monitor = self._guard.monitor(max_tokens=self._limits.pop(run_id, None))
+        step = GuardStep(monitor, self.mode, "raise", _given, max_token_chars=self._max_chars)
+        return _Run(step)
 
     def on_chat_model_start(
         self,
@@ -277,16 +270,13 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
     ) -> None:
         run = self._runs.get(run_id)
         if run is None:
-            run = self._runs[run_id] = _Run(self._new_monitor(run_id))
+            run = self._runs[run_id] = self._new_run(run_id)
         logprobs = kwargs.get("logprobs")
         if logprobs is None and chunk is not None:
             logprobs = logprobs_of(chunk)
-        finish = finish_of(chunk)
-        if finish is not None:
-            run.finish = finish
         text = token if isinstance(token, str) else getattr(chunk, "text", "") or ""
         run.tool_call = run.tool_call or has_tool_calls(chunk)
-        self._feed(run, text, logprobs, refusal=refusal_of(chunk))
+        self._feed(run, text, logprobs, finish_of(chunk), refusal_of(chunk))
 
     def on_llm_end(
         self,
@@ -304,14 +294,18 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
             if generation is None or (not generation.text and has_tool_calls(generation)):
                 self._limits.pop(run_id, None)
                 return
-            run = run or _Run(self._new_monitor(run_id))
+            run = run or self._new_run(run_id)
             refusal = refusal_of(generation)
-            self._feed(run, generation.text, logprobs_of(generation), end=True, refusal=refusal)
-        if generation is not None and has_tool_calls(generation):
-            run.tool_call = True
-            self._feed(run, "", None, end=True)
-        finish = run.finish or (finish_of(generation) if generation is not None else None)
-        verdict = run.monitor.finish(finish)
+            self._feed(run, generation.text, logprobs_of(generation), None, refusal, end=True)
+        step = run.step
+        if generation is not None:
+            if has_tool_calls(generation):
+                run.tool_call = True
+                self._feed(run, "", None, None, False, end=True)
+            if step.finish_reason is None:  # the chunks' finish reason, else the result's
+                step.finish_reason = finish_of(generation)
+        step.end()
+        verdict = step.monitor.verdict
         self._record(run_id, verdict)
         if verdict.state is State.BLOCKED:
             raise _blocked(verdict)
@@ -333,8 +327,8 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
         ``error`` (``raise_error``); other errors pass unchanged."""
         run = self._runs.pop(run_id, None)
         self._limits.pop(run_id, None)
-        if run is not None and run.monitor.verdict.final:
-            self._record(run_id, run.monitor.verdict)
+        if run is not None and run.step.monitor.verdict.final:
+            self._record(run_id, run.step.monitor.verdict)
         if isinstance(error, GuardrailError):
             return
         if isinstance(error, json.JSONDecodeError):
@@ -344,32 +338,33 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
         if refuses_logprobs(error):
             raise logprobs_refused(error, "(LangChain chat model)") from error
         if isinstance(error, ValueError) and str(error).startswith(_NO_CHUNKS):
-            run = run or _Run(self._guard.monitor(max_tokens=None))
-            verdict = run.monitor.abort(Cause.EMPTY_STREAM, EMPTY_STREAM_REASON)
+            step = run.step if run is not None else self._new_run(run_id).step
+            verdict = step.monitor.abort(Cause.EMPTY_STREAM, EMPTY_STREAM_REASON)
             self._record(run_id, verdict)
             raise blocked_error(verdict) from error
 
     def _feed(
-        self, run: _Run, text: str, logprobs: Any, *, end: bool = False, refusal: bool = False
+        self,
+        run: _Run,
+        text: str,
+        logprobs: Any,
+        finish: str | None,
+        refusal: bool,
+        *,
+        end: bool = False,
     ) -> None:
+        """One chunk (or the final generation) to the run's step; raise on a BLOCK unless
+        ``end`` (``on_llm_end`` raises after the final rule). A tool call blocks the run
+        once it has text (nothing certifies the call); a run of tool calls alone is an
+        agent's tool step, not an answer, and is not judged."""
         events, refusal_tokens = token_parts(text, logprobs)
-        monitor = run.monitor
-        if run.fed and run.tool_call:  # text and a tool call: nothing certifies the call
-            verdict = monitor.abort(Cause.TOOL_CALL, TOOL_CALL_REASON)
-            if not end:
-                raise _blocked(verdict)
-            return
-        if not events:
-            return
-        run.fed = True
-        if run.tool_call:  # a tool call, then text
-            verdict = monitor.abort(Cause.TOOL_CALL, TOOL_CALL_REASON)
-        elif refusal or refusal_tokens:
-            verdict = monitor.abort(Cause.REFUSAL, "the model refused to answer (refusal text)")
-        else:
-            verdict = feed_events(monitor, events, text, self._max_chars)
-        if verdict.state is State.BLOCKED and not end:
-            raise _blocked(verdict)
+        run.fed = run.fed or bool(events)
+        step = run.step
+        step.feed(
+            ChunkParts(events, text, finish, refusal or refusal_tokens, run.tool_call and run.fed)
+        )
+        if step.blocked is not None and not end:
+            raise _blocked(step.blocked)
 
     def _record(self, run_id: UUID, verdict: Verdict) -> None:
         self.verdicts.append((run_id, verdict))
@@ -377,7 +372,7 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
         logger.info("run %s %s after %d tokens: %s", run_id, state, t, why)
 
     def _verdicts(self) -> list[Verdict]:
-        return [r.monitor.verdict for r in self._runs.values()] + [v for _, v in self.verdicts]
+        return [r.step.monitor.verdict for r in self._runs.values()] + [v for _, v in self.verdicts]
 
     def _blocked_run(self) -> Verdict | None:
         """The verdict of a blocked run among those seen (None if none is blocked)."""
@@ -396,13 +391,9 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
         verdict = self._blocked_run()
         if verdict is not None:
             return verdict
-        policy, tau = self._guard.certificate.policy, self._guard.certificate.tau
         why = (
-            "blocked: a language-model run did not finish"
+            "a language-model run did not finish"
             if self._runs
-            else "blocked: no language-model run with text was observed (nothing to certify)"
+            else "no language-model run with text was observed (nothing to certify)"
         )
-        return Verdict(
-            State.BLOCKED, 0, 0.0, 0.0, policy.clip, tau, policy.boundary, why, True,
-            Cause.NOT_OBSERVED,
-        )  # fmt: skip
+        return self._guard.monitor(max_tokens=None).abort(Cause.NOT_OBSERVED, why)

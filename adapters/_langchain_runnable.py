@@ -42,13 +42,13 @@ from ._langchain import (
     INSTALL_HINT,
     LiftGuardCallbackHandler,
     MissingPolicy,
-    add_handler,
     content_text,
 )
 from ._langchain_parts import LANGCHAIN_STREAM, check_model
 from ._stream import aclose_upstream, close_upstream
 
 try:
+    from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager, Callbacks
     from langchain_core.messages import BaseMessage
     from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
     from langchain_core.tools import BaseTool, ToolException
@@ -71,6 +71,19 @@ class Abstention:
     @property
     def reason(self) -> str:
         return self.verdict.reason
+
+
+def add_handler(callbacks: Callbacks, handler: BaseCallbackHandler) -> Callbacks:
+    """``callbacks`` (None, a list or a manager) plus ``handler``, inherited by child runs."""
+    if callbacks is None:
+        return [handler]
+    if isinstance(callbacks, BaseCallbackManager):
+        # langchain-core annotates copy() with typing.Self, which a Python 3.10 type check
+        # cannot see (it reads as Any); the copy is a BaseCallbackManager either way.
+        manager: BaseCallbackManager = callbacks.copy()
+        manager.add_handler(handler, inherit=True)
+        return manager
+    return [*callbacks, handler]
 
 
 def _chunk_text(chunk: Any) -> str:

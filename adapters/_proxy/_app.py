@@ -1,6 +1,7 @@
-"""The starlette application: routes, lifecycle, and the guarded answer loop.
+"""The starlette application: routes and lifecycle.
 
-Routes: ``POST /v1/chat/completions`` (guarded), ``GET /v1/models`` (passed
+Routes: ``POST /v1/chat/completions`` (guarded; each answer then runs in the
+:class:`~adapters._proxy._answers.AnswerLoop`), ``GET /v1/models`` (passed
 through), ``GET /healthz``, ``GET /metrics`` (Prometheus). The app's lifespan
 starts the upstream client, the recorder thread and the certificate refresh
 loop, and stops them in reverse order (the recorder writes what is queued).
@@ -10,15 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import logging
-import time
-from collections.abc import AsyncGenerator, AsyncIterator
-from functools import partial
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
-import anyio
 import httpx
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
@@ -29,22 +25,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from guardrail import Cause, GuardrailError, MissingLogprobsError
-
-from .._errors import ProviderFormatError
+from ._answers import AnswerLoop
 from ._auth import Auth
-from ._certs import CertificateSource
+from ._certs import CertificateSource, CertificateTable
 from ._chat import (
-    answer_record,
-    assemble,
-    blocked_response,
     check_upstream,
-    error_event,
     error_response,
     prepare,
-    refusal_chunk,
     upstream_status_response,
-    verdict_headers,
 )
 from ._config import ProxyConfig
 from ._guarded import AnswerGuard
@@ -52,15 +40,11 @@ from ._metrics import ProxyMetrics
 from ._recording import Recorder
 from ._request import BadRequest, parse_json, read_body, validate_chat
 from ._upstream import (
-    TOO_LARGE,
     Upstream,
     UpstreamAnswer,
-    UpstreamFailure,
     aclose_response,
-    decode_chunk,
 )
 from ._wire import (
-    DONE,
     HEADER_CERTIFICATE,
     HEADER_MODE,
     HEADER_REQUEST_ID,
@@ -68,16 +52,9 @@ from ._wire import (
     header_value,
     redact_secrets,
     redact_url,
-    sse,
 )
 
 __all__ = ["Proxy", "create_app"]
-
-logger = logging.getLogger(__name__)
-SCORING_THREADS = 4
-"""Worker threads that score answers whose certificate evaluates a local model."""
-verdict_logger = logging.getLogger("adapters.proxy.verdicts")
-"""One JSON line per verdict (INFO); the command line prints them on stderr."""
 
 
 class Proxy:
@@ -106,9 +83,8 @@ class Proxy:
             entries["*"] = config.certificate
         for source in entries.values():  # a rule the upstream cannot feed: refused now
             check_upstream(source.current()[0], config.top_logprobs)
-        self.sources = entries
-        self._shown: dict[str, str] = {}
-        self._scoring = anyio.CapacityLimiter(SCORING_THREADS)
+        self.certificates = CertificateTable(entries, self.metrics)
+        self.answers = AnswerLoop(config, self.metrics, self.recorder)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -117,11 +93,9 @@ class Proxy:
         await self.upstream.start()
         if self.recorder is not None:
             self.recorder.start()
-        self._publish_versions()
+        self.certificates.publish()
         task = None
-        if self.config.refresh_interval_s > 0 and any(
-            type(s).refresh is not CertificateSource.refresh for s in self.sources.values()
-        ):
+        if self.config.refresh_interval_s > 0 and self.certificates.refreshable:
             task = asyncio.create_task(self._refresh_loop(self.config.refresh_interval_s))
         try:
             yield
@@ -140,34 +114,9 @@ class Proxy:
             await self.refresh_certificates()
 
     async def refresh_certificates(self) -> dict[str, bool]:
-        """Re-read every store alias now; ``{model entry: changed}``. A failing store
-        keeps its current certificate (logged, counted)."""
-        out: dict[str, bool] = {}
-        seen: dict[int, bool] = {}
-        for name, source in self.sources.items():
-            if id(source) not in seen:
-                try:
-                    seen[id(source)] = await asyncio.to_thread(source.refresh)
-                    result = "changed" if seen[id(source)] else "unchanged"
-                except Exception as exc:
-                    seen[id(source)] = False
-                    result = "failed"
-                    logger.warning("refreshing %s failed: %s", source.describe(), exc)
-                self.metrics.refreshes.labels(result=result).inc()
-            out[name] = seen[id(source)]
-        self._publish_versions()
-        return out
-
-    def _publish_versions(self) -> None:
-        gauge = self.metrics.certificate_info
-        for name, source in self.sources.items():
-            label = source.current()[1]
-            old = self._shown.get(name)
-            if old is not None and old != label:
-                gauge.remove(name, old)
-                logger.info("model %s: certificate %s -> %s", name, old, label)
-            gauge.labels(model=name, certificate=label).set(1)
-            self._shown[name] = label
+        """Re-read every store alias now; ``{model entry: changed}`` (see
+        :meth:`CertificateTable.refresh`)."""
+        return await self.certificates.refresh()
 
     # -- simple endpoints ------------------------------------------------------------------
 
@@ -178,7 +127,7 @@ class Proxy:
                 "status": "ok",
                 "mode": self.config.mode,
                 "upstream": redact_url(self.config.upstream),
-                "certificates": {n: s.current()[1] for n, s in self.sources.items()},
+                "certificates": self.certificates.labels(),
                 "recording": None
                 if rec is None
                 else {"dir": str(rec.directory), "written": rec.written, "dropped": rec.dropped},
@@ -279,7 +228,7 @@ class Proxy:
         self.metrics.active_streams.inc()
         if info.stream:
             return StreamingResponse(
-                self._sse(guard, answer),
+                self.answers.sse(guard, answer),
                 media_type="text/event-stream",
                 headers={
                     HEADER_REQUEST_ID: info.request_id,
@@ -287,145 +236,12 @@ class Proxy:
                     HEADER_MODE: info.mode,
                     "cache-control": "no-cache",
                 },
-                background=BackgroundTask(self._finish, guard, answer),
+                background=BackgroundTask(self.answers.finish, guard, answer),
             )
-        return await self._complete(guard, answer, request)
-
-    async def _step(self, guard: AnswerGuard, chunk: dict[str, Any] | None) -> list[Any]:
-        """``guard.feed(chunk)`` (``guard.end()`` for None), in a worker thread when the
-        certificate scores with a local model, so that the event loop never waits on it
-        (other requests, ``/healthz`` and shutdown stay responsive)."""
-        if not guard.heavy:
-            return guard.end() if chunk is None else guard.feed(chunk)
-        call = guard.end if chunk is None else partial(guard.feed, chunk)
-        return await anyio.to_thread.run_sync(call, limiter=self._scoring)
-
-    async def _guarded(
-        self, guard: AnswerGuard, upstream: UpstreamAnswer
-    ) -> AsyncGenerator[list[dict[str, Any]], None]:
-        """The chunks the client may see, in batches (a buffer released at certification
-        goes out in one write). The upstream is closed at once on a block or a failure;
-        after a clean end its connection is kept for reuse (see :meth:`_finish`)."""
-        clock = time.perf_counter
-        try:
-            async for event, data in upstream.events:
-                t0 = clock()
-                chunk = decode_chunk(event, data)
-                if chunk is None:
-                    break
-                out = await self._step(guard, chunk)
-                guard.busy_s += clock() - t0
-                if guard.blocked:
-                    return  # (nothing is released on a block)
-                if guard.tokens_read > guard.info.max_tokens:
-                    raise UpstreamFailure(
-                        TOO_LARGE,
-                        f"the upstream sent more than {guard.info.max_tokens} tokens for one "
-                        "answer (the request's token limit, or the proxy's max_answer_tokens)",
-                    )
-                if out:
-                    yield out
-            upstream.clean = True
-            out = await self._step(guard, None)
-            if out:
-                yield out
-        except UpstreamFailure as exc:
-            self.metrics.upstream_errors.labels(kind=exc.kind).inc()
-            cause = Cause.OVER_TOKEN_LIMIT if exc.kind == TOO_LARGE else Cause.TRUNCATED
-            guard.fail(exc.kind, str(exc), cause)
-        except ProviderFormatError as exc:
-            self.metrics.upstream_errors.labels(kind="malformed_chunk").inc()
-            guard.fail("malformed_chunk", str(exc))
-        except MissingLogprobsError as exc:
-            guard.fail("missing_logprobs", str(exc), Cause.MISSING_LOGPROBS)
-        except GuardrailError as exc:
-            logger.error("request %s: the guard failed: %s", guard.info.request_id, exc)
-            guard.fail("guard_error", str(exc), Cause.NO_VERDICT)
-        finally:
-            if not upstream.clean:
-                await upstream.close()
-
-    async def _sse(self, guard: AnswerGuard, upstream: UpstreamAnswer) -> AsyncIterator[bytes]:
-        clock = time.perf_counter
-        chunks = self._guarded(guard, upstream)
-        try:
-            last: dict[str, Any] | None = None
-            async for batch in chunks:
-                t0 = clock()
-                data = b"".join([sse(chunk) for chunk in batch])
-                guard.busy_s += clock() - t0
-                last = batch[-1]
-                yield data
-            if not guard.blocked:
-                yield DONE
-            elif guard.error is None and self.config.on_block == "refusal":
-                yield sse(refusal_chunk(guard, self.config.refusal_message, last))
-                yield DONE
-            else:
-                yield sse(error_event(guard))
-        finally:
-            with anyio.CancelScope(shield=True):
-                await chunks.aclose()
-                await self._finish(guard, upstream)
-
-    async def _complete(
-        self, guard: AnswerGuard, upstream: UpstreamAnswer, request: Request
-    ) -> Response:
-        """The whole answer, decided; a client that disconnects meanwhile ends it at once
-        (the upstream is closed, the answer counted as abandoned, never certified)."""
-        chunks = self._guarded(guard, upstream)
-        out: list[dict[str, Any]] = []
-        try:
-            async with anyio.create_task_group() as tasks:
-
-                async def watch() -> None:
-                    while (await request.receive())["type"] != "http.disconnect":
-                        pass
-                    tasks.cancel_scope.cancel()
-
-                tasks.start_soon(watch)
-                async for batch in chunks:
-                    out += batch
-                tasks.cancel_scope.cancel()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await chunks.aclose()
-                await self._finish(guard, upstream)
-        if guard.blocked:
-            return blocked_response(guard, self.config.on_block, self.config.refusal_message)
-        return JSONResponse(assemble(out, guard), headers=verdict_headers(guard))
-
-    async def _finish(self, guard: AnswerGuard, upstream: UpstreamAnswer) -> None:
-        """Once per answer: close the upstream (after ``[DONE]``, reading the rest of its
-        body first, briefly, so that the connection goes back to the pool); count, log
-        and record the verdict."""
-        await upstream.finish()
-        if guard.finalized:
-            return
-        guard.finalized = True
-        self.metrics.active_streams.dec()
-        if not guard.ended and not guard.blocked:
-            self.metrics.client_disconnects.inc()
-            guard.fail("client_closed", "the client closed the connection before the end")
-        m, verdict = self.metrics, guard.verdict
-        m.verdicts.labels(state=verdict.state.value, cause=verdict.cause.value).inc()
-        m.verdict_tokens.observe(verdict.t)
-        if guard.tokens_read:
-            m.tokens_read.inc(guard.tokens_read)
-            m.latency_per_token.observe(guard.busy_s / guard.tokens_read)
-        field = guard.verdict_field()
-        info = guard.info
-        self._log(
-            {"event": "verdict", **field, "model": info.model, "stream": info.stream,
-             "finish_reason": guard.finish_reason}
-        )  # fmt: skip
-        if self.recorder is not None:
-            self.recorder.submit(answer_record(guard, field))
+        return await self.answers.complete(guard, answer, request)
 
     def _log(self, record: dict[str, Any]) -> None:
-        if verdict_logger.isEnabledFor(logging.INFO):
-            record = {"ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **record}
-            verdict_logger.info(json.dumps(record, ensure_ascii=False, default=str))
+        self.answers.log(record)
 
 
 def create_app(config: ProxyConfig, *, registry: CollectorRegistry | None = None) -> Starlette:

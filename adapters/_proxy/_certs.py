@@ -20,7 +20,9 @@ at a refresh, which then keeps the certificate in force), never in an answer.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 import os
 import threading
 from collections.abc import Mapping
@@ -30,8 +32,11 @@ from typing import Any
 
 from guardrail import Certificate, ConfigError, SkeletonResolver, WithTokenIds, skeleton_reads
 
+from ._metrics import ProxyMetrics
+
 __all__ = [
     "CertificateSource",
+    "CertificateTable",
     "FileCertificate",
     "StaticCertificate",
     "StoreCertificate",
@@ -40,6 +45,8 @@ __all__ = [
     "parse_store_spec",
     "skeleton_resolvers",
 ]
+
+logger = logging.getLogger(__name__)
 
 
 def skeleton_resolvers(
@@ -98,6 +105,55 @@ class CertificateSource:
     def describe(self) -> str:
         """Where the certificate comes from (for logs and ``/healthz``)."""
         raise NotImplementedError
+
+
+class CertificateTable:
+    """The certificates a proxy serves, by model entry (``"*"``: any other model), with
+    their refresh and the ``certificate_info`` gauge naming the version each serves."""
+
+    def __init__(self, entries: Mapping[str, CertificateSource], metrics: ProxyMetrics) -> None:
+        self.sources = dict(entries)
+        self._metrics = metrics
+        self._shown: dict[str, str] = {}
+
+    @property
+    def refreshable(self) -> bool:
+        """Some source can change (a store alias): worth a refresh loop."""
+        return any(type(s).refresh is not CertificateSource.refresh for s in self.sources.values())
+
+    def labels(self) -> dict[str, str]:
+        """``{model entry: label of the version in force}``."""
+        return {name: source.current()[1] for name, source in self.sources.items()}
+
+    async def refresh(self) -> dict[str, bool]:
+        """Re-read every source now (each once, in a worker thread); ``{model entry:
+        changed}``. A failing source keeps its current certificate (logged, counted)."""
+        out: dict[str, bool] = {}
+        seen: dict[int, bool] = {}
+        for name, source in self.sources.items():
+            if id(source) not in seen:
+                try:
+                    seen[id(source)] = await asyncio.to_thread(source.refresh)
+                    result = "changed" if seen[id(source)] else "unchanged"
+                except Exception as exc:
+                    seen[id(source)] = False
+                    result = "failed"
+                    logger.warning("refreshing %s failed: %s", source.describe(), exc)
+                self._metrics.refreshes.labels(result=result).inc()
+            out[name] = seen[id(source)]
+        self.publish()
+        return out
+
+    def publish(self) -> None:
+        """Set ``certificate_info`` to the versions in force (an old label is removed)."""
+        gauge = self._metrics.certificate_info
+        for name, label in self.labels().items():
+            old = self._shown.get(name)
+            if old is not None and old != label:
+                gauge.remove(name, old)
+                logger.info("model %s: certificate %s -> %s", name, old, label)
+            gauge.labels(model=name, certificate=label).set(1)
+            self._shown[name] = label
 
 
 def _digest(cert: Certificate) -> str:

@@ -1,0 +1,192 @@
+"""The guarded answer loop: upstream chunks through the answer's guard to the client.
+
+:class:`AnswerLoop` reads the upstream's events, feeds each chunk to the answer's
+:class:`AnswerGuard` (in a worker thread when the certificate scores with a local
+model), and writes what the guard releases: as server-sent events for a stream,
+or as one JSON answer. Once per answer it counts, logs and records the verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from functools import partial
+from typing import Any
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from guardrail import Cause, GuardrailError, MissingLogprobsError
+
+from .._errors import ProviderFormatError
+from ._chat import (
+    answer_record,
+    assemble,
+    blocked_response,
+    error_event,
+    refusal_chunk,
+    verdict_headers,
+)
+from ._config import ProxyConfig
+from ._guarded import AnswerGuard
+from ._metrics import ProxyMetrics
+from ._recording import Recorder
+from ._upstream import TOO_LARGE, UpstreamAnswer, UpstreamFailure, decode_chunk
+from ._wire import DONE, sse
+
+__all__ = ["SCORING_THREADS", "AnswerLoop"]
+
+logger = logging.getLogger(__name__)
+SCORING_THREADS = 4
+"""Worker threads that score answers whose certificate evaluates a local model."""
+verdict_logger = logging.getLogger("adapters.proxy.verdicts")
+"""One JSON line per verdict (INFO); the command line prints them on stderr."""
+
+
+class AnswerLoop:
+    """The per-answer work of one proxy: guard, write, count, log and record."""
+
+    def __init__(
+        self, config: ProxyConfig, metrics: ProxyMetrics, recorder: Recorder | None
+    ) -> None:
+        self.config, self.metrics, self.recorder = config, metrics, recorder
+        self._scoring = anyio.CapacityLimiter(SCORING_THREADS)
+
+    async def _step(self, guard: AnswerGuard, chunk: dict[str, Any] | None) -> list[Any]:
+        """``guard.feed(chunk)`` (``guard.end()`` for None), in a worker thread when the
+        certificate scores with a local model, so that the event loop never waits on it
+        (other requests, ``/healthz`` and shutdown stay responsive)."""
+        if not guard.heavy:
+            return guard.end() if chunk is None else guard.feed(chunk)
+        call = guard.end if chunk is None else partial(guard.feed, chunk)
+        return await anyio.to_thread.run_sync(call, limiter=self._scoring)
+
+    async def _guarded(
+        self, guard: AnswerGuard, upstream: UpstreamAnswer
+    ) -> AsyncGenerator[list[dict[str, Any]], None]:
+        """The chunks the client may see, in batches (a buffer released at certification
+        goes out in one write). The upstream is closed at once on a block or a failure;
+        after a clean end its connection is kept for reuse (see :meth:`_finish`)."""
+        clock = time.perf_counter
+        try:
+            async for event, data in upstream.events:
+                t0 = clock()
+                chunk = decode_chunk(event, data)
+                if chunk is None:
+                    break
+                out = await self._step(guard, chunk)
+                guard.busy_s += clock() - t0
+                if guard.blocked:
+                    return  # (nothing is released on a block)
+                if guard.tokens_read > guard.info.max_tokens:
+                    raise UpstreamFailure(
+                        TOO_LARGE,
+                        f"the upstream sent more than {guard.info.max_tokens} tokens for one "
+                        "answer (the request's token limit, or the proxy's max_answer_tokens)",
+                    )
+                if out:
+                    yield out
+            upstream.clean = True
+            out = await self._step(guard, None)
+            if out:
+                yield out
+        except UpstreamFailure as exc:
+            self.metrics.upstream_errors.labels(kind=exc.kind).inc()
+            cause = Cause.OVER_TOKEN_LIMIT if exc.kind == TOO_LARGE else Cause.TRUNCATED
+            guard.fail(exc.kind, str(exc), cause)
+        except ProviderFormatError as exc:
+            self.metrics.upstream_errors.labels(kind="malformed_chunk").inc()
+            guard.fail("malformed_chunk", str(exc))
+        except MissingLogprobsError as exc:
+            guard.fail("missing_logprobs", str(exc), Cause.MISSING_LOGPROBS)
+        except GuardrailError as exc:
+            logger.error("request %s: the guard failed: %s", guard.info.request_id, exc)
+            guard.fail("guard_error", str(exc), Cause.NO_VERDICT)
+        finally:
+            if not upstream.clean:
+                await upstream.close()
+
+    async def sse(self, guard: AnswerGuard, upstream: UpstreamAnswer) -> AsyncIterator[bytes]:
+        clock = time.perf_counter
+        chunks = self._guarded(guard, upstream)
+        try:
+            last: dict[str, Any] | None = None
+            async for batch in chunks:
+                t0 = clock()
+                data = b"".join([sse(chunk) for chunk in batch])
+                guard.busy_s += clock() - t0
+                last = batch[-1]
+                yield data
+            if not guard.blocked:
+                yield DONE
+            elif guard.error is None and self.config.on_block == "refusal":
+                yield sse(refusal_chunk(guard, self.config.refusal_message, last))
+                yield DONE
+            else:
+                yield sse(error_event(guard))
+        finally:
+            with anyio.CancelScope(shield=True):
+                await chunks.aclose()
+                await self.finish(guard, upstream)
+
+    async def complete(
+        self, guard: AnswerGuard, upstream: UpstreamAnswer, request: Request
+    ) -> Response:
+        """The whole answer, decided; a client that disconnects meanwhile ends it at once
+        (the upstream is closed, the answer counted as abandoned, never certified)."""
+        chunks = self._guarded(guard, upstream)
+        out: list[dict[str, Any]] = []
+        try:
+            async with anyio.create_task_group() as tasks:
+
+                async def watch() -> None:
+                    while (await request.receive())["type"] != "http.disconnect":
+                        pass
+                    tasks.cancel_scope.cancel()
+
+                tasks.start_soon(watch)
+                async for batch in chunks:
+                    out += batch
+                tasks.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await chunks.aclose()
+                await self.finish(guard, upstream)
+        if guard.blocked:
+            return blocked_response(guard, self.config.on_block, self.config.refusal_message)
+        return JSONResponse(assemble(out, guard), headers=verdict_headers(guard))
+
+    async def finish(self, guard: AnswerGuard, upstream: UpstreamAnswer) -> None:
+        """Once per answer: close the upstream (after ``[DONE]``, reading the rest of its
+        body first, briefly, so that the connection goes back to the pool); count, log
+        and record the verdict."""
+        await upstream.finish()
+        if guard.finalized:
+            return
+        guard.finalized = True
+        self.metrics.active_streams.dec()
+        if not guard.ended and not guard.blocked:
+            self.metrics.client_disconnects.inc()
+            guard.fail("client_closed", "the client closed the connection before the end")
+        m, verdict = self.metrics, guard.verdict
+        m.verdicts.labels(state=verdict.state.value, cause=verdict.cause.value).inc()
+        m.verdict_tokens.observe(verdict.t)
+        if guard.tokens_read:
+            m.tokens_read.inc(guard.tokens_read)
+            m.latency_per_token.observe(guard.busy_s / guard.tokens_read)
+        field = guard.verdict_field()
+        info = guard.info
+        self.log(
+            {"event": "verdict", **field, "model": info.model, "stream": info.stream,
+             "finish_reason": guard.finish_reason}
+        )  # fmt: skip
+        if self.recorder is not None:
+            self.recorder.submit(answer_record(guard, field))
+
+    def log(self, record: dict[str, Any]) -> None:
+        if verdict_logger.isEnabledFor(logging.INFO):
+            record = {"ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **record}
+            verdict_logger.info(json.dumps(record, ensure_ascii=False, default=str))
