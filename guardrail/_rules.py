@@ -31,8 +31,9 @@ from ._errors import ConfigError
 from ._fitted import FittedStatistic
 from ._fitted_state import EventReader, FittedState
 from ._policy import StreamPolicy
-from ._reads import LOGPROB_SLACK, Reads, Skeleton, skeleton_reads, usable_logprob
+from ._reads import LOGPROB_SLACK, Reads, Skeleton, skeleton_reads
 from ._statistics import ABOVE, BELOW, BettingConfidenceSequence, BettingMean, LowestK, PaperMean
+from ._trace_format import CENSORED_LOGPROB
 from ._verdict import TokenEvent
 
 __all__ = ["BLOCK", "CERTIFY", "CONTINUE", "MISSING", "EvidenceRule", "FittedRule", "LiftRule"]
@@ -163,7 +164,7 @@ class LiftRule:
         if skel is None:
             raise ConfigError(_NO_SKELETON)
         lp = event.logprob
-        if lp is None or not usable_logprob(lp):
+        if lp is None or not (CENSORED_LOGPROB < lp <= LOGPROB_SLACK):  # not usable_logprob(lp)
             self.missing = ("logprob", lp)
             return MISSING
         ls = skel.log_prob(event)
@@ -185,8 +186,9 @@ class LiftRule:
         tau, kind = self.tau, self._kind
         self.mean = total / t
         if kind is _BETTING:
-            track = self._track
-            lower, upper = (0.0, b) if track is None else track(x)
+            lower, upper, track = 0.0, b, self._track
+            if track is not None:
+                self.lower, self.upper = lower, upper = track(x)
             if self._early:
                 hit = self._step(x)
                 if hit and t >= self._min_tokens:
@@ -197,15 +199,14 @@ class LiftRule:
                     # both at once: undecided, as replay() treats simultaneous first crossings
                     self._early, self._reason = False, (_CONFLICT, _CONFLICT)
         elif kind is _PAPER:
-            lower, upper = self._step(x)
+            self.lower, self.upper = lower, upper = self._step(x)
             if (lower > tau or upper < tau) and self._early and t >= self._min_tokens:
                 return self._decide(lower > tau, t, lower, upper)
-        else:
-            lower, upper = 0.0, b
+        else:  # bounds stay [0, B]
             low = self._step(x)
             if low < tau and self._early and t >= self._min_tokens:
                 return self._decide(False, t, 0.0, b, low)
-        self.lower, self.upper, self.why = lower, upper, self._reason[t >= self._min_tokens]
+        self.why = self._reason[t >= self._min_tokens]
         return CONTINUE
 
     def final(self, t: int) -> tuple[bool, str, float, float]:
