@@ -126,25 +126,36 @@ def _number_or_none(value: Any, field: str) -> float | None:
     return float(value)
 
 
-def _token_bytes(value: Any, field: str) -> bytes | None:
-    if value is None:
-        return None
-    if isinstance(value, list | tuple) and all(
-        isinstance(b, int) and not isinstance(b, bool) and 0 <= b <= 255 for b in value
-    ):
-        return bytes(value)
-    raise ProviderFormatError("expected a list of integers in 0..255 or null", field=field)
+def _token_bytes(value: Any, field: str, index: int) -> bytes:
+    """``bytes`` of entry ``index`` of ``field``: a list of integers in 0..255."""
+    # (map(type, ...): one C-level pass; a bool is not a byte)
+    if isinstance(value, list | tuple) and set(map(type, value)) <= _INT:
+        try:
+            return bytes(value)
+        except ValueError:  # outside 0..255
+            pass
+    raise ProviderFormatError(
+        "expected a list of integers in 0..255 or null", field=f"{field}[{index}].bytes"
+    )
+
+
+_INT = frozenset({int})
 
 
 def _top_logprobs(value: Any, field: str) -> tuple[tuple[str | int, float], ...]:
     entries = _list_or_none(value, field)
     out: list[tuple[str | int, float]] = []
     for i, entry in enumerate(entries or ()):
-        where = f"{field}[{i}]"
-        if not _is_record(entry):
-            raise _bad("an object", entry, where)
-        token = _str_or_none(_opt(entry, "token"), f"{where}.token")
-        logprob = _number_or_none(_opt(entry, "logprob"), f"{where}.logprob")
+        if type(entry) is dict:
+            token, logprob = entry.get("token"), entry.get("logprob")
+        elif _is_record(entry):
+            token, logprob = _opt(entry, "token"), _opt(entry, "logprob")
+        else:
+            raise _bad("an object", entry, f"{field}[{i}]")
+        if type(token) is not str:
+            token = _str_or_none(token, f"{field}[{i}].token")
+        if type(logprob) is not float:
+            logprob = _number_or_none(logprob, f"{field}[{i}].logprob")
         if token is not None and logprob is not None:  # an entry without both tells nothing
             out.append((token, logprob))
     return tuple(out)
@@ -156,21 +167,30 @@ def _token_events(
     """One TokenEvent per logprob entry (``token``, ``logprob``, ``bytes``, ``top_logprobs``).
 
     ``with_top=False`` skips the alternatives (most of the parsing cost) for
-    skeletons that do not read them."""
+    skeletons that do not read them. Field names for errors are built only on an
+    error (this runs once per token)."""
     events: list[TokenEvent] = []
+    append = events.append
     for i, entry in enumerate(entries):
-        where = f"{field}[{i}]"
-        if not _is_record(entry):
-            raise _bad("an object", entry, where)
-        token = _get(entry, "token")
+        if type(entry) is dict:  # what JSON decoding gives: no ABC checks
+            get = entry.get
+            token, logprob, raw, top = get("token", _MISSING), get("logprob"), get("bytes"), \
+                get("top_logprobs")  # fmt: skip
+        elif _is_record(entry):
+            token, logprob = _get(entry, "token"), _opt(entry, "logprob")
+            raw, top = _opt(entry, "bytes"), _opt(entry, "top_logprobs")
+        else:
+            raise _bad("an object", entry, f"{field}[{i}]")
         if not isinstance(token, str):
-            raise _bad("a string", token, f"{where}.token")
-        logprob = _number_or_none(_opt(entry, "logprob"), f"{where}.logprob")
-        raw = _token_bytes(_opt(entry, "bytes"), f"{where}.bytes") if with_bytes else None
-        top = (
-            _top_logprobs(_opt(entry, "top_logprobs"), f"{where}.top_logprobs") if with_top else ()
-        )
-        events.append(TokenEvent(text=token, logprob=logprob, bytes=raw, top_logprobs=top))
+            raise _bad("a string", token, f"{field}[{i}].token")
+        if type(logprob) is not float:
+            logprob = _number_or_none(logprob, f"{field}[{i}].logprob")
+        raw = _token_bytes(raw, field, i) if with_bytes and raw is not None else None
+        alternatives = (
+            _top_logprobs(top, f"{field}[{i}].top_logprobs") if with_top and top is not None
+            else ()
+        )  # fmt: skip
+        append(TokenEvent(text=token, logprob=logprob, bytes=raw, top_logprobs=alternatives))
     return events
 
 
@@ -192,6 +212,57 @@ def chat_chunk_parts(chunk: Any, choice: int = 0, *, with_top: bool = True) -> C
 
     ``with_top=False`` leaves ``top_logprobs`` empty (for skeletons that never
     read the alternatives; parsing them is most of the guard's per-token cost)."""
+    if type(chunk) is dict:
+        parts = _plain_chunk_parts(chunk, choice, with_top)
+        if parts is not None:
+            return parts
+    return _chunk_parts(chunk, choice, with_top)
+
+
+def _plain_chunk_parts(chunk: dict[str, Any], choice: int, with_top: bool) -> ChunkParts | None:
+    """:func:`chat_chunk_parts` of the common chunk, fast (it runs once per token): decoded
+    JSON whose chosen choice has a dict ``delta`` with text or nothing, no refusal and no
+    tool call. None for anything else, which :func:`_chunk_parts` then reads or rejects
+    with the field it names (the two agree: ``tests/adapters/test_openai_events_fast.py``)."""
+    choices = chunk.get("choices")
+    if type(choices) is not list:
+        return None
+    for pos, ch in enumerate(choices):
+        if type(ch) is not dict:
+            return None
+        index = ch.get("index")
+        if index is None:
+            index = pos
+        elif type(index) is not int:
+            return None
+        if index == choice:
+            break
+    else:
+        return ChunkParts([], "")
+    finish, delta, logprobs = ch.get("finish_reason"), ch.get("delta"), ch.get("logprobs")
+    if type(delta) is not dict or not (finish is None or type(finish) is str):
+        return None
+    entries = None
+    if logprobs is not None:
+        if type(logprobs) is not dict or logprobs.get("refusal"):
+            return None
+        entries = logprobs.get("content")
+    text = delta.get("content")
+    if (
+        not (text is None or type(text) is str)
+        or not (entries is None or type(entries) is list)
+        or delta.get("refusal")
+        or any(delta.get(key) for key in _NOT_TEXT)
+    ):
+        return None
+    where = f"choices[{pos}].logprobs.content"
+    events, shown = _segment(text, entries, where, with_bytes=True, with_top=with_top)
+    return ChunkParts(events, shown, finish)
+
+
+def _chunk_parts(chunk: Any, choice: int, with_top: bool) -> ChunkParts:
+    """:func:`chat_chunk_parts` of any chunk record (a dict, an SDK object), every field
+    checked: a malformed chunk is a :class:`ProviderFormatError` naming the field."""
     if not _is_record(chunk):
         raise _bad("a chunk object", chunk, "chunk")
     choices = _get(chunk, "choices")
