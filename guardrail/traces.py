@@ -1,11 +1,12 @@
 """Labelled answer traces: the strict JSONL format (``guardrail/_traces.py`` documents
 it), reading and writing (one writer for every trace line: of a :class:`Trace`, of an API
-recording, of a line relabelled), answer labels, and the scores computed from a trace (lifts
-against a skeleton, the peers' single-pass baselines)."""
+recording, of a line relabelled), answer labels (the contains and token-F1 rules against
+references), and the scores computed from a trace (lifts against a skeleton, the peers'
+single-pass baselines)."""
 
 from __future__ import annotations
 
-from ._labels import is_correct, normalize_answer
+from ._labels import DEFAULT_F1_THRESHOLD, is_correct, is_correct_f1, normalize_answer, token_f1
 from ._scores import (
     BASELINES,
     TRACE_SKELETONS,
@@ -36,6 +37,7 @@ from ._traces import (
 
 __all__ = [
     "BASELINES",
+    "DEFAULT_F1_THRESHOLD",
     "OPTIONAL_FIELDS",
     "TRACE_SKELETONS",
     "Trace",
@@ -43,6 +45,7 @@ __all__ = [
     "dump_trace_line",
     "file_sha256",
     "is_correct",
+    "is_correct_f1",
     "iter_traces",
     "label_line",
     "normalize_answer",
@@ -50,6 +53,7 @@ __all__ = [
     "parse_trace_lines",
     "read_traces",
     "select_skeleton_kind",
+    "token_f1",
     "token_object",
     "trace_clipped_lifts",
     "trace_line",

@@ -269,6 +269,7 @@ def test_public_submodules_are_pinned() -> None:
     ]
     assert guardrail.traces.__all__ == [
         "BASELINES",
+        "DEFAULT_F1_THRESHOLD",
         "OPTIONAL_FIELDS",
         "TRACE_SKELETONS",
         "Trace",
@@ -276,6 +277,7 @@ def test_public_submodules_are_pinned() -> None:
         "dump_trace_line",
         "file_sha256",
         "is_correct",
+        "is_correct_f1",
         "iter_traces",
         "label_line",
         "normalize_answer",
@@ -283,6 +285,7 @@ def test_public_submodules_are_pinned() -> None:
         "parse_trace_lines",
         "read_traces",
         "select_skeleton_kind",
+        "token_f1",
         "token_object",
         "trace_clipped_lifts",
         "trace_line",

@@ -17,11 +17,19 @@ and counted in the summary on stderr:
 Labelling by references: ``FILE`` is JSONL with ``"question"`` (or ``"id"``) and
 the references as ``"answer"`` or ``"references"`` (a string or a list), as
 ``liftguard traces generate`` reads; a trace matches by ``id`` first, then by
-its question text (surrounding whitespace ignored); ``correct`` comes from the
-project's normaliser (:func:`guardrail.traces.is_correct`) and the trace's
-``references`` are filled in. By judge: see :class:`adapters.Judge` for the
-prompt and the strict parsing; the key comes from ``--judge-key-env``.
-``--unlabelled FILE`` writes the traces left without a label (to retry).
+its question text (surrounding whitespace ignored); the trace's ``references``
+are filled in and ``correct`` comes from ``--rule``: ``contains`` (the default,
+the trace format's rule, :func:`guardrail.traces.is_correct`: the answer names a
+reference) or ``f1`` (SQuAD token F1 against the best reference at least
+``--f1-threshold``, :func:`guardrail.traces.is_correct_f1`). By judge: see
+:class:`adapters.Judge` for the prompt and the strict parsing; the key comes
+from ``--judge-key-env``. ``--unlabelled FILE`` writes the traces left without
+a label (to retry).
+
+Each labelled line names what labelled it in ``label_rule``, a key the trace
+format does not name (so it goes after the documented keys, and readers ignore
+it): ``"contains"``, ``"f1>=0.6"`` (the threshold used) or ``"judge:MODEL"``;
+the summary on stderr names it too.
 
 Every other line must be a trace (:func:`guardrail.traces.parse_trace`, without a
 label; what an API stream lacks may be null): a malformed one stops the command
@@ -98,17 +106,31 @@ def usable(obj: dict[str, Any]) -> bool:
     return True
 
 
-def _by_references(path: str) -> Labeller:
-    from guardrail.traces import is_correct
+#: The key of a labelled line that names what labelled it (see the module docstring).
+_RULE_KEY = "label_rule"
+
+
+def _rule_name(rule: str, f1_threshold: float) -> str:
+    """What ``label_rule`` says for labelling by references with ``rule``."""
+    return f"f1>={f1_threshold:g}" if rule == "f1" else rule
+
+
+def _by_references(path: str, rule: str, f1_threshold: float) -> Labeller:
+    from guardrail.traces import is_correct, is_correct_f1
 
     by_id, by_question = read_references(path)
+
+    def correct(answer: str, refs: list[str], question: str) -> bool:
+        if rule == "f1":
+            return is_correct_f1(answer, refs, question, threshold=f1_threshold)
+        return is_correct(answer, refs, question)
 
     def label(obj: dict[str, Any]) -> tuple[bool | None, str]:
         refs = by_id.get(str(obj.get("id"))) or by_question.get(obj["question"].strip())
         if not refs:
             return None, "no_reference"
         obj["references"] = list(dict.fromkeys(refs))
-        return is_correct(obj["answer"], refs, obj["question"]), ""
+        return correct(obj["answer"], refs, obj["question"]), ""
 
     return label
 
@@ -133,8 +155,10 @@ def label_file(
     *,
     include_incomplete: bool,
     unlabelled: str | None,
+    rule: str,
 ) -> Counter[str]:
-    """Label the trace files ``traces`` into ``out``; the counts of the summary."""
+    """Label the trace files ``traces`` into ``out``, each labelled line naming ``rule``
+    (``label_rule``); the counts of the summary."""
     from guardrail.traces import parse_trace
 
     counts: Counter[str] = Counter()
@@ -172,8 +196,18 @@ def label_file(
                 continue
             counts["labelled"] += 1
             counts["correct"] += bool(correct)
+            obj[_RULE_KEY] = rule
             fh.write(label_line(obj, correct) + "\n")
     return counts
+
+
+def _check_rule(args: argparse.Namespace) -> None:
+    """``--rule`` and ``--f1-threshold`` go with ``--references``, the threshold with
+    ``--rule f1``."""
+    if args.judge is not None and args.rule is not None:
+        raise CommandError("--rule labels by --references; a --judge labels on its own", status=2)
+    if args.f1_threshold is not None and args.rule != "f1":
+        raise CommandError("--f1-threshold goes with --rule f1", status=2)
 
 
 def cmd_label(args: argparse.Namespace) -> int:
@@ -181,27 +215,35 @@ def cmd_label(args: argparse.Namespace) -> int:
         raise CommandError("give --references FILE or --judge URL --judge-model NAME", status=2)
     if args.judge is not None and not args.judge_model:
         raise CommandError("--judge needs --judge-model NAME", status=2)
+    _check_rule(args)
     for path in args.traces:
         if not os.path.isfile(path):
             raise CommandError(f"{path}: no such file")
-    if args.references is not None:
-        counts = label_file(
-            args.traces, args.out, _by_references(args.references),
+
+    def run(labeller: Labeller, rule: str) -> Counter[str]:
+        return label_file(
+            args.traces, args.out, labeller, rule=rule,
             include_incomplete=args.include_incomplete, unlabelled=args.unlabelled,
         )  # fmt: skip
+
+    if args.references is not None:
+        from guardrail.traces import DEFAULT_F1_THRESHOLD
+
+        how = args.rule or "contains"
+        threshold = DEFAULT_F1_THRESHOLD if args.f1_threshold is None else args.f1_threshold
+        rule = _rule_name(how, threshold)
+        counts = run(_by_references(args.references, how, threshold), rule)
     else:
         from adapters import Judge
 
+        rule = f"judge:{args.judge_model}"
         key = os.environ.get(args.judge_key_env) or None
         with Judge(args.judge, args.judge_model, api_key=key, timeout=args.judge_timeout) as j:
-            counts = label_file(
-                args.traces, args.out, _by_judge(j),
-                include_incomplete=args.include_incomplete, unlabelled=args.unlabelled,
-            )  # fmt: skip
+            counts = run(_by_judge(j), rule)
     skipped = {k: v for k, v in sorted(counts.items()) if k.startswith(("skipped", "unlabelled"))}
     rest = "; ".join(f"{k} {v}" for k, v in skipped.items())
     print(
-        f"labelled {counts['labelled']} of {counts['read']} traces into {args.out} "
+        f"labelled {counts['labelled']} of {counts['read']} traces into {args.out} by {rule} "
         f"({counts['correct']} correct){'; ' + rest if rest else ''}",
         file=sys.stderr,
     )
@@ -210,13 +252,15 @@ def cmd_label(args: argparse.Namespace) -> int:
 
 def add_label_parser(cmds: Any) -> None:
     """Register ``label`` on the subparsers of ``liftguard traces``."""
-    from ._common import output_file, positive
+    from guardrail.traces import DEFAULT_F1_THRESHOLD
+
+    from ._common import fraction, output_file, positive
 
     lb = cmds.add_parser(
         "label",
         help="add correctness labels to recorded traces (by references or an LLM judge)",
         description="Label the traces that 'liftguard serve --record' writes, by reference "
-        "answers (the project's normaliser) or by an LLM judge behind any OpenAI-compatible "
+        "answers (--rule contains or f1) or by an LLM judge behind any OpenAI-compatible "
         "endpoint; the output feeds 'liftguard calibrate'. Incomplete answers, answers "
         "without usable logprobs and answers the labeller could not label are left out "
         "and counted.",
@@ -236,6 +280,22 @@ def add_label_parser(cmds: Any) -> None:
         help='JSONL with "question" (or "id") and "answer"/"references"',
     )
     how.add_argument("--judge", metavar="URL", help="OpenAI-compatible base URL of the judge")
+    lb.add_argument(
+        "--rule",
+        choices=("contains", "f1"),
+        default=None,
+        help="how --references label: 'contains' (default; the answer names a reference, "
+        "as the shared traces and the shipped certificates are labelled) or 'f1' (SQuAD "
+        "token F1 against the best reference at least --f1-threshold)",
+    )
+    lb.add_argument(
+        "--f1-threshold",
+        type=fraction,
+        default=None,
+        metavar="F",
+        help=f"the token F1 that --rule f1 counts as correct, in (0, 1] "
+        f"(default {DEFAULT_F1_THRESHOLD:g})",
+    )
     lb.add_argument("--judge-model", metavar="NAME", help="the judge's model name")
     lb.add_argument(
         "--judge-key-env",

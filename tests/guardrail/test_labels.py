@@ -1,38 +1,106 @@
+"""The two reference rules of :mod:`guardrail._labels` on hand-checked cases: ``contains``
+(:func:`is_correct`) and token F1 (:func:`token_f1`, :func:`is_correct_f1`)."""
+
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import pytest
 
-from guardrail._labels import is_correct, normalize_answer
-from guardrail.traces import read_traces
+from guardrail import ConfigError
+from guardrail.traces import (
+    DEFAULT_F1_THRESHOLD,
+    is_correct,
+    is_correct_f1,
+    normalize_answer,
+    token_f1,
+)
 
-FIXTURES = Path(__file__).parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 @pytest.mark.parametrize(
-    ("text", "expected"),
+    ("answer", "references", "f1"),
     [
-        ("The Phantom of the Opera!", "phantom of opera"),
-        ("  Sunset   Blvd. ", "sunset blvd"),
-        ("An apple, a day", "apple day"),
-        ("Théâtre — “quoted”", "théâtre — “quoted”"),  # non-ASCII punctuation is kept
+        # the issue's short answers: one of a two-word reference's words, 2 * 1 / (1 + 2)
+        ("fusion", ["nuclear fusion"], 2 / 3),
+        ("pressure", ["air pressure"], 2 / 3),
+        ("Paris", ["Paris"], 1.0),
+        # punctuation deleted, articles dropped, case folded
+        ("The Beatles!", ["beatles"], 1.0),
+        ("U.S.A.", ["USA"], 1.0),
+        ("an apple, a pear", ["Apple pear"], 1.0),
+        # the best reference counts
+        ("fusion", ["nuclear fusion", "cold fusion reactor", "Fusion"], 1.0),
+        # a sentence that names the answer: one token of five, 2 * 1 / (5 + 1)
+        ("The capital of France is Paris.", ["Paris"], 1 / 3),
+        # one shared word of two against two: the band the default threshold leaves out
+        ("George III", ["George V"], 0.5),
+        # tokens count with multiplicity: 2 * 1 / (2 + 1)
+        ("paris paris", ["Paris"], 2 / 3),
+        ("red and white", ["white and red"], 1.0),
+        ("London", ["Paris", "Rome"], 0.0),
     ],
 )
-def test_normalize(text: str, expected: str) -> None:
-    assert normalize_answer(text) == expected
+def test_token_f1_on_hand_checked_cases(answer: str, references: list[str], f1: float) -> None:
+    assert token_f1(answer, references) == pytest.approx(f1, abs=1e-12)
 
 
-def test_is_correct_rules() -> None:
-    assert is_correct("Sunset Boulevard", ["Sunset Blvd", "Sunset Boulevard"])
-    assert is_correct("It is Paris, of course.", ["Paris"])
-    assert not is_correct("Parisian", ["Paris"])  # whole words only
-    assert not is_correct("", ["Paris"])
-    # a reference already in the question does not count
-    assert not is_correct("The capital of France", ["France"], "What is the capital of France?")
+@pytest.mark.parametrize("answer", ["", "   ", "The", "a an the", "...", "?!"])
+def test_an_answer_that_normalises_to_nothing_scores_zero(answer: str) -> None:
+    assert normalize_answer(answer) == ""
+    assert token_f1(answer, ["the", "x"]) == 0.0
+    assert not is_correct_f1(answer, ["x"], threshold=1e-9) and not is_correct(answer, ["x"])
 
 
-@pytest.mark.parametrize("model", ["gemma3", "smollm2"])
-def test_labels_reproduce_the_fixture_traces(model: str) -> None:
-    for t in read_traces(FIXTURES / f"traces_{model}_sample.jsonl"):
-        assert is_correct(t.answer, t.references, t.question) == t.correct, t.id
+def test_no_usable_reference_scores_zero() -> None:
+    assert token_f1("Paris", []) == 0.0
+    assert token_f1("Paris", ["", "The", "!"]) == 0.0
+    # a reference the question already holds is skipped, as the contains rule skips it
+    question = "Is the capital of France Paris or Lyon?"
+    assert token_f1("Paris", ["Paris"], question) == 0.0
+    assert not is_correct("Paris", ["Paris"], question)
+    assert token_f1("Paris", ["Paris", "Paris, France"], question) == pytest.approx(2 / 3)
+
+
+def test_the_rules_disagree_both_ways() -> None:
+    assert not is_correct("fusion", ["nuclear fusion"])
+    assert is_correct_f1("fusion", ["nuclear fusion"])
+    assert not is_correct("pressure", ["air pressure"])
+    assert is_correct_f1("pressure", ["air pressure"])
+    sentence = "The capital of France is Paris."
+    assert is_correct(sentence, ["Paris"]) and not is_correct_f1(sentence, ["Paris"])
+
+
+def test_the_threshold() -> None:
+    assert DEFAULT_F1_THRESHOLD == 0.6
+    # inclusive: exactly the threshold is correct
+    assert is_correct_f1("George III", ["George V"], threshold=0.5)
+    assert not is_correct_f1("George III", ["George V"])
+    assert is_correct_f1("Paris", ["paris"], threshold=1.0)
+    assert not is_correct_f1("Paris France", ["paris"], threshold=1.0)
+    for bad in (0.0, -0.1, 1.5, math.nan, math.inf):
+        with pytest.raises(ConfigError, match=r"threshold: expected a number in \(0, 1\]"):
+            is_correct_f1("Paris", ["Paris"], threshold=bad)
+
+
+@pytest.mark.parametrize("name", ["gemma3", "smollm2", "gemma3_nq", "smollm2_nq"])
+def test_an_answer_that_equals_a_reference_is_correct_by_both_rules(name: str) -> None:
+    """On the committed samples: contains still gives each file's own labels; where the
+    normalised answer equals a usable reference, F1 is 1; F1 is 0 exactly when no
+    reference shares a token."""
+    path = FIXTURES / f"traces_{name}_sample.jsonl"
+    for line in path.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        answer, refs, question = row["answer"], row["references"], row["question"]
+        assert is_correct(answer, refs, question) == row["correct"]
+        f1 = token_f1(answer, refs, question)
+        assert 0.0 <= f1 <= 1.0
+        a, q = normalize_answer(answer), normalize_answer(question)
+        usable = [r for r in map(normalize_answer, refs) if r and f" {r} " not in f" {q} "]
+        if a and a in usable:
+            assert f1 == 1.0
+        shared = any(set(a.split()) & set(r.split()) for r in usable)
+        assert (f1 > 0.0) == shared

@@ -1,0 +1,57 @@
+"""``docs/results/label_agreement.md`` is what ``benchmarks/label_agreement.py`` writes from
+its saved JSON, and the JSON is what the script measures on the shared traces now."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED_TRACES = ROOT.parent / "shared" / "data" / "traces"
+
+
+@pytest.fixture
+def script(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    path = ROOT / "benchmarks" / "label_agreement.py"
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_page_is_what_the_saved_run_gives(script: ModuleType) -> None:
+    saved = json.loads(script.SAVED.read_text(encoding="utf-8"))
+    assert saved["generated_by"] == script.COMMAND
+    written = script.OUT.read_text(encoding="utf-8")
+    assert script.COMMAND in written.splitlines()[0]
+    assert written == script.render(saved), f"stale: run `{script.COMMAND} --docs-only`"
+    assert '--8<-- "results/label_agreement.md"' in (ROOT / "docs" / "fitting.md").read_text(
+        encoding="utf-8"
+    )
+    for model in saved["models"].values():  # the shared labels are the contains rule's
+        assert model["labels_not_contains"] == 0
+
+
+def test_kappa_on_hand_checked_tables(script: ModuleType) -> None:
+    # 10 items: both say yes on 4, both no on 4, one disagreement each way
+    a = [True] * 5 + [False] * 5
+    b = [True] * 4 + [False] + [True] + [False] * 4
+    assert script.kappa(a, b) == pytest.approx(0.6)
+    assert script.kappa(a, a) == pytest.approx(1.0)
+    assert script.kappa([True] * 3, [True] * 3) is None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (SHARED_TRACES / "triviaqa_qwen25coder.jsonl").exists(),
+    reason="shared trace data not available",
+)
+def test_the_saved_run_is_what_the_shared_traces_give_now(script: ModuleType) -> None:
+    saved = json.loads(script.SAVED.read_text(encoding="utf-8"))
+    assert json.loads(json.dumps(script.run(str(SHARED_TRACES)))) == saved
