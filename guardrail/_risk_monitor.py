@@ -38,7 +38,7 @@ at 1, so the earliest start keeps its weight 1/2: after a long good history the 
 comes about as fast as after a short one. The discounted rates adapt within a
 half-life of the drift; the mixture over half-lives covers small and large drifts.
 On simulated streams (target 0.3, alpha 0.05, error rate 0.2 then 0.4 after 1,000
-answers) the median delay is about 240 labelled answers (``benchmarks/bench_risk_monitor.py``).
+answers) the median delay is about 230 labelled answers (``benchmarks/bench_risk_monitor.py``).
 
 **Bounds** (:attr:`RiskMonitor.bounds`): an anytime-valid interval for the average
 conditional error probability ``(1/n) sum_{s < i <= t} P(X_i = 1 | F_{i-1})`` of the
