@@ -4,7 +4,8 @@ Pure math and small stateful objects; no network, no vendor SDKs. Provider
 integrations live in :mod:`adapters`, storage in :mod:`skeleton_store`.
 
 The runtime surface (``__all__``): the :class:`Certificate` and what it holds,
-the per-answer monitor and its verdicts, skeletons, calibration and the errors.
+the per-answer monitor and its verdicts, the :class:`RiskMonitor` that watches the
+labels of shown answers, skeletons, calibration and the errors.
 The math and the diagnostics live in public submodules:
 
 - :mod:`guardrail.stats`: anytime boundaries, the streaming statistics and their
@@ -46,6 +47,7 @@ from ._guarded import Guarded, GuardedText
 from ._monitor import Monitor
 from ._policy import StreamPolicy
 from ._reads import Reads, Skeleton, skeleton_reads
+from ._risk_monitor import RiskMonitor
 from ._rules import EvidenceRule, FittedRule, LiftRule
 from ._skeleton_spec import SkeletonResolver
 from ._skeletons import (
@@ -82,6 +84,7 @@ __all__ = [
     "Monitor",
     "NGramSkeleton",
     "Reads",
+    "RiskMonitor",
     "Skeleton",
     "SkeletonResolver",
     "SkeletonSpec",

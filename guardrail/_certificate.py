@@ -53,6 +53,7 @@ from ._fitted import FittedStatistic
 from ._monitor import Monitor
 from ._policy import OnMissing, StreamPolicy
 from ._reads import Reads, Skeleton
+from ._risk_monitor import RiskMonitor
 from ._rules import EvidenceRule, FittedRule, LiftRule
 from ._skeleton_spec import Resolvers
 
@@ -182,6 +183,25 @@ class Certificate:
         limit = self.context.max_tokens if max_tokens == "context" else max_tokens
         rule = FittedRule(stat, self.policy, self.tau, skeleton=fitted_skel, max_tokens=limit)
         return Monitor(rule, self.policy, on_missing_logprobs=on_missing_logprobs)
+
+    def risk_monitor(self, alpha: float = 0.05) -> RiskMonitor:
+        """A fresh :class:`~guardrail.RiskMonitor` of this certificate's promise: target the
+        calibration's risk level, expected coverage the one-sided ``1 - delta``
+        Clopper-Pearson lower bound on the calibration's coverage (so that sampling error
+        in the calibration set alone does not raise the coverage warning; none when that
+        bound is 0). A ConfigError for an uncalibrated certificate (it promises nothing)."""
+        cal = self.calibration
+        if cal is None:
+            raise ConfigError(
+                "the certificate holds no calibration, so it promises no risk to monitor: "
+                "calibrate it first ('liftguard calibrate')"
+            )
+        from ._bounds import clopper_pearson_interval
+
+        low = 0.0
+        if 0 < cal.n_answered <= cal.n:
+            low = clopper_pearson_interval(cal.n_answered, cal.n, 2.0 * cal.delta)[0]
+        return RiskMonitor(cal.risk, alpha, coverage=low if 0.0 < low < 1.0 else None)
 
     @property
     def reads(self) -> Reads:

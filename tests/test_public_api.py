@@ -83,6 +83,7 @@ def test_public_names_are_pinned() -> None:
         "Monitor",
         "NGramSkeleton",
         "Reads",
+        "RiskMonitor",
         "Skeleton",
         "SkeletonResolver",
         "SkeletonSpec",

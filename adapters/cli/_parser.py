@@ -256,6 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_traces_parser(sub)
 
+    from ._monitor import add_monitor_parser
+
+    add_monitor_parser(sub)
+
     from ._label import add_label_parser
     from ._local_server import add_local_server_parser
     from ._serve import add_serve_parser

@@ -1,0 +1,205 @@
+"""``liftguard monitor``: replay labelled recordings through a certificate and its
+:class:`~guardrail.RiskMonitor`.
+
+Each recorded answer is decided by the certificate as calibration replays it (the lift
+policy's ``shown_at`` on the trace's clipped lifts, or a fitted statistic's replay through
+the deployed monitor's objects, as ``calibrate`` and ``eval`` do); every verdict goes to
+``update_shown`` and the label of every shown answer to ``update``, in order. The
+report says where the alarm fired (the answer's position in the merged order, its id and
+``file:line``, and how many labelled shown answers it took), the final bounds, the
+coverage and whether it drew a warning.
+
+Order: several files (e.g. one per proxy replica) are merged by the ``created`` time the
+proxy's recorder writes on every line (ISO 8601; ties keep the files' order). If any
+line has no ``created``, the files are taken one after the other, each in file order,
+and the report says so (``"order": "file"``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ._common import CommandError, integer, probability
+from ._recorded import lacking_message, recorded_lines, score_needs, supply_vocab_size
+
+__all__ = ["add_monitor_parser", "cmd_monitor"]
+
+_TRACE_SKELETON = {"uniform": "uniform", "prompt_free": "prompt-free"}
+
+
+def add_monitor_parser(sub: Any) -> None:
+    """The ``monitor`` subcommand."""
+    p = sub.add_parser(
+        "monitor",
+        help="replay labelled recordings through a certificate's risk monitor",
+        description="Decide each recorded answer with the certificate, feed the labels of "
+        "the shown ones, in order, to an anytime-valid risk monitor at the certificate's "
+        "target, and report where its alarm fired, the final bounds and the coverage. "
+        "Several --traces files are merged by the lines' 'created' time.",
+    )
+    p.add_argument(
+        "--traces", action="append", required=True, metavar="LABELLED.jsonl",
+        help="labelled trace file (repeatable: the replicas' recordings)",
+    )  # fmt: skip
+    p.add_argument("--certificate", required=True, metavar="CERT", help="certificate file")
+    p.add_argument(
+        "--alpha", type=probability, default=0.05,
+        help="false-alarm probability over any horizon (default 0.05)",
+    )  # fmt: skip
+    p.add_argument(
+        "--vocab-size", type=integer(2), default=None, metavar="N",
+        help="the model's vocabulary size, for traces that do not carry it (default: the "
+        "certificate's)",
+    )  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_monitor)
+
+
+def _created(value: object, where: str) -> datetime:
+    if not isinstance(value, str):
+        raise CommandError(f"{where}: created: expected an ISO 8601 time, got {value!r}")
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise CommandError(f"{where}: created: not an ISO 8601 time ({value!r})") from exc
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
+
+
+def read_merged(paths: list[str]) -> tuple[list[Any], list[str], str]:
+    """The labelled traces of ``paths`` in time order, each one's ``file:line``, and the
+    order used (``"created"`` or ``"file"``)."""
+    from guardrail.traces import parse_trace
+
+    rows: list[tuple[Any, str, object]] = []
+    for path in paths:
+
+        def torn(lineno: int, path: str = path) -> None:
+            print(f"liftguard monitor: {path}:{lineno}: skipped a torn last line", file=sys.stderr)
+
+        for lineno, obj in recorded_lines(path, torn):
+            trace = parse_trace(obj, source=path, line=lineno)  # type: ignore[arg-type]
+            created = obj.get("created") if isinstance(obj, dict) else None
+            rows.append((trace, f"{path}:{lineno}", created))
+    if not rows:
+        raise CommandError(f"{', '.join(paths)}: holds no traces")
+    order = "file"
+    if all(created is not None for *_, created in rows):
+        times = [_created(created, where) for _, where, created in rows]
+        keys = sorted(range(len(rows)), key=times.__getitem__)  # stable: ties keep file order
+        rows = [rows[i] for i in keys]
+        order = "created"
+    return [r[0] for r in rows], [r[1] for r in rows], order
+
+
+def _trace_skeleton(kind: str, params: Any) -> str:
+    """The trace skeleton (``guardrail.traces.TRACE_SKELETONS``) a lift certificate's
+    skeleton spec was calibrated with (the inverse of ``calibrate``'s choice)."""
+    if kind == "temperature":
+        t = float(params.get("temperature", 1.5))
+        return "temperature" if t == 1.5 else f"temperature-{t:.1f}"
+    if kind not in _TRACE_SKELETON:
+        raise CommandError(f"the certificate's {kind!r} skeleton cannot be replayed from traces")
+    return _TRACE_SKELETON[kind]
+
+
+def shown_by(cert: Any, traces: list[Any], where: str) -> npt.NDArray[np.bool_]:
+    """Whether the certificate shows each answer, replayed as calibration replays it."""
+    from guardrail.evaluate import fitted_method, shown_at
+
+    from ._calibrate import _lifts
+    from ._eval import _certificate_needs
+    from ._recorded import carries
+
+    name = ""
+    if cert.statistic is not None:
+        fields, what = _certificate_needs(cert)
+        fields = ("vocab_size", *fields)
+        hint = ""
+    else:
+        name = _trace_skeleton(cert.skeleton.kind, cert.skeleton.params)
+        fields, what, hint = score_needs("lift", name, traces)
+    refusal = lacking_message(where, traces, fields, what, hint)
+    if refusal:
+        raise CommandError(refusal)
+    if cert.statistic is not None:
+        method = fitted_method(traces, cert)
+        return method.shown(np.arange(len(traces)), cert.tau)
+    exact = carries(traces, "logz")
+    lifts = [_lifts(t, name, cert.policy.clip, exact) for t in traces]
+    return np.asarray(shown_at(cert.policy, lifts, [cert.tau])[:, 0], dtype=bool)
+
+
+def cmd_monitor(args: argparse.Namespace) -> int:
+    from guardrail import Certificate
+
+    cert = Certificate.load(args.certificate)
+    monitor = cert.risk_monitor(alpha=args.alpha)  # a ConfigError if uncalibrated
+    traces, sources, order = read_merged(args.traces)
+    where = ", ".join(args.traces)
+    vocab = cert.model.vocab_size
+    if args.vocab_size is None and vocab is not None:  # the certificate's model is the traces'
+        for t, source in zip(traces, sources, strict=True):
+            if "vocab_size" not in t.missing and t.vocab_size != vocab:
+                raise CommandError(
+                    f"{source}: a trace of vocabulary size {t.vocab_size}; the certificate is "
+                    f"for {vocab} tokens (certificates are per model)"
+                )
+    traces = supply_vocab_size(traces, args.vocab_size or vocab, where)
+    shown = shown_by(cert, traces, where)
+    alarm: dict[str, Any] | None = None
+    warning: dict[str, Any] | None = None
+    for i, (trace, is_shown) in enumerate(zip(traces, shown.tolist(), strict=True)):
+        if monitor.update_shown(is_shown) and warning is None:
+            warning = {"answer": i + 1, "id": trace.id, "source": sources[i]}
+        if is_shown and monitor.update(correct=bool(trace.correct)) and alarm is None:
+            alarm = {"answer": i + 1, "labelled": monitor.n, "id": trace.id,
+                     "source": sources[i]}  # fmt: skip
+    lower, upper = monitor.bounds
+    report = {
+        "certificate": args.certificate, "traces": list(args.traces), "order": order,
+        "target": monitor.target, "alpha": monitor.alpha, "answers": monitor.answers,
+        "shown": monitor.shown, "errors": monitor.errors, "coverage": monitor.shown_rate,
+        "expected_coverage": monitor.coverage, "alarm": alarm,
+        "coverage_warning": warning, "log_e_value": monitor.log_e_value,
+        "bounds": {"lower": lower, "upper": upper, "after": monitor.bounds_since,
+                   "labelled": monitor.n},
+    }  # fmt: skip
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        print(_text(report))
+    return 0
+
+
+def _text(r: dict[str, Any]) -> str:
+    merged = "merged by 'created' time" if r["order"] == "created" else "in file order"
+    expected = r["expected_coverage"]
+    cov = f"coverage {r['coverage']:.1%}" + (
+        f", expected at least {expected:.1%}" if expected is not None else ""
+    )
+    wrong = f" ({r['errors'] / r['shown']:.1%})" if r["shown"] else ""
+    a, w, b = r["alarm"], r["coverage_warning"], r["bounds"]
+    alarm = (
+        f"fired at answer {a['answer']} ({a['id']}, {a['source']}), labelled shown "
+        f"answer {a['labelled']}"
+        if a
+        else "none"
+    )
+    warn = f"fewer shown than expected from answer {w['answer']} ({w['source']})" if w else "none"
+    return (
+        f"liftguard monitor: {r['answers']} answers {merged}; certificate "
+        f"{r['certificate']} (target risk {r['target']:g}, alpha {r['alpha']:g})\n"
+        f"  shown            {r['shown']} of {r['answers']} ({cov})\n"
+        f"  wrong            {r['errors']} of {r['shown']} shown{wrong}\n"
+        f"  risk alarm       {alarm}\n"
+        f"  bounds           [{b['lower']:.3f}, {b['upper']:.3f}] on the error probability of "
+        f"the {b['labelled'] - b['after']} labelled answers after the first {b['after']}\n"
+        f"  coverage         {warn}"
+    )
