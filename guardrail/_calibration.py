@@ -8,31 +8,50 @@ Two methods:
     iff its score ``s_i >= tau`` (for the lift policy ``s_i`` is the answer's
     critical threshold, see :func:`guardrail.evaluate.critical_thresholds`). Candidate
     thresholds are tested from the largest down (fixed-sequence testing, as in
-    Learn-then-Test): at each candidate, with ``n`` answered and ``k`` wrong,
-    ``p = P(Binomial(n, h) <= k)``; the sequence continues while ``p <= delta``
-    and ``tau_hat`` is the last candidate that passed.
+    Learn-then-Test, with a fallback start): at each candidate, with ``n``
+    answered and ``k`` wrong, ``p = P(Binomial(n, h) <= k)`` is compared with the
+    level the candidate holds; ``tau_hat`` is the last (lowest) candidate that
+    passed.
+
+    Levels (Wiens' fallback procedure): ``delta`` is split between two start
+    positions fixed before seeing the labels, half at the ``start``-th highest
+    score and half at four times that count (:data:`FALLBACK_STARTS`). A
+    candidate's level is the share of a start that falls on it plus the level of
+    the candidate before it if that one passed; a failure drops the carried level
+    to 0, so the sequence stops there unless a later start gives it a fresh
+    share. Where the first run passes all the way down, every candidate past the
+    second start is tested at the full ``delta``, as plain fixed-sequence testing
+    would; where a cluster of errors among the very top answers makes the first
+    run fail (a ranking good overall but wrong at its top), the second start still
+    certifies what lies below it instead of refusing.
 
     Guarantee: ``P(selective risk of the deployed rule at tau_hat > h) <= delta``
     over the draw of the calibration set (i.i.d. from the deployment
     distribution). Argument: write ``r(s) = P(error | score = s)`` and assume it
     is non-increasing (a higher score is never more error-prone), so the risk
     ``R(t) = P(error | score >= t)`` is non-increasing and the thresholds with
-    ``R(t) > h`` lie below some ``t*``. Because testing stops at the first
-    failure, a bad threshold is returned only if the first bad candidate that
-    is tested, ``q``, passes. With continuous scores, ``q`` answers the
-    ``N = #{s_i > t*}`` examples above ``t*`` -- given ``N`` their errors are
-    i.i.d. Bernoulli(``R(t*) = h``) -- plus examples at or below ``t*``, each
-    wrong with probability ``r(s_i) >= r(t*) >= h``. So the error count at ``q``
-    is stochastically at least ``Binomial(|q|, h)`` and ``p <= delta`` there has
-    probability at most ``delta``. This holds for any start position fixed in
-    advance, which is why the sequence may start at the ``start``-th highest
-    score instead of the top one: a test on the single top-scored example can
-    never pass (``n >= log(delta)/log(1-h)`` answered examples are needed even
-    with zero errors), so starting there would stop at once with no coverage.
-    Ties are tested as whole groups. Pass ``grid=`` (a descending array fixed
-    before seeing the data) for classic Learn-then-Test over a fixed grid,
-    which needs no monotonicity assumption. The seeded simulations in the test
-    suite count violations against a binomial interval.
+    ``R(t) > h`` lie below some ``t*``. A candidate that answers ``m`` examples
+    and lies below ``t*`` answers the ``N = #{s_i > t*}`` examples above ``t*``
+    -- given ``N`` their errors are i.i.d. Bernoulli(``R(t*) = h``) -- plus
+    examples at or below ``t*``, each wrong with probability ``r(s_i) >= r(t*) >=
+    h``; so its error count is stochastically at least ``Binomial(m, h)`` and,
+    if its position is fixed in advance, it passes a test at level ``a`` with
+    probability at most ``a``. A bad threshold is returned only if some bad
+    candidate passes, and then the first bad candidate of some run passes: the
+    first bad candidate overall (a position fixed by ``t*``), tested at no more
+    than ``delta`` times the shares of the starts at or above it; or, after that
+    one failed, the candidate at a later start (a count fixed in advance), tested
+    at no more than ``delta`` times the shares of that start and the ones before
+    it that have not yet been counted. These levels add up to at most ``delta``
+    times the total share, 1, so the union has probability at most ``delta``.
+    Starting below the top is what makes a pass possible at all: a test on the
+    single top-scored example can never pass (``n >= log(delta)/log(1-h)``
+    answered examples are needed even with zero errors). Ties are tested as
+    whole groups. Pass ``start=`` for one start at that count with the whole
+    level (plain fixed-sequence testing), or ``grid=`` (a descending array fixed
+    before seeing the data) for classic Learn-then-Test over a fixed grid, which
+    needs no monotonicity assumption. The seeded simulations in the test suite
+    count violations against a binomial interval.
 
 ``"paper"``: the source paper's Algorithm 1
     ``tau = mean_budget - sqrt(2 v log(1/delta)/n) - c log(1/delta)/n`` with
@@ -63,7 +82,14 @@ from ._errors import ConfigError, InsufficientDataError
 from ._policy import StreamPolicy, critical_thresholds, shown_at
 from ._subgamma import checked_subgamma
 
-__all__ = ["Calibration", "LTTOutcome", "calibrate", "calibrate_policy", "ltt_threshold"]
+__all__ = [
+    "FALLBACK_STARTS",
+    "Calibration",
+    "LTTOutcome",
+    "calibrate",
+    "calibrate_policy",
+    "ltt_threshold",
+]
 
 FloatArray = npt.NDArray[np.float64]
 Method = Literal["ltt", "paper"]
@@ -88,6 +114,13 @@ def default_start(n: int, risk: float, delta: float) -> int:
     is the fewest answered examples that can pass at all.
     """
     return max(min_answered_for_risk(risk, delta), math.ceil(math.sqrt(n)))
+
+
+FALLBACK_STARTS: tuple[tuple[int, float], ...] = ((1, 0.5), (4, 0.5))
+"""The default starts of the fixed sequence: ``(multiple of the default start count,
+share of delta)``. Chosen on the shared TriviaQA traces of three models (refusals and
+coverage over 50 splits, single scores and fitted statistics); the guarantee holds
+for any fixed choice whose shares sum to at most 1."""
 
 
 def _check_target(risk: float, delta: float) -> None:
@@ -130,7 +163,8 @@ def ltt_threshold(
         answered = s[None, :] >= cand[:, None]
         n_ans = answered.sum(axis=1)
         n_err = (answered & e[None, :]).sum(axis=1)
-        first = 0
+        share = np.zeros(cand.size)
+        share[0] = 1.0
         start_count = int(n_ans[0])
     else:
         finite = np.isfinite(s)
@@ -150,28 +184,34 @@ def ltt_threshold(
         start_count = default_start(s.size, risk, delta) if start is None else int(start)
         if start_count < 1:
             raise ConfigError(f"start must be >= 1, got {start!r}")
-        reach = np.flatnonzero(n_ans >= start_count)
-        first = int(reach[0]) if reach.size else len(cand) - 1
+        share = np.zeros(cand.size)
+        for multiple, part in FALLBACK_STARTS if start is None else ((1, 1.0),):
+            reach = np.flatnonzero(n_ans >= multiple * start_count)
+            share[int(reach[0]) if reach.size else len(cand) - 1] += part  # past all: the last
     from scipy import stats
 
     pvals = stats.binom.cdf(n_err, n_ans, risk)
     pvals = np.where(n_ans > 0, pvals, 1.0)
-    last = -1
-    n_tested = 0
+    first = int(np.flatnonzero(share)[0])
+    last, level, n_tested = -1, 0.0, 0
     for j in range(first, len(cand)):
+        level += delta * share[j]
+        if level <= 0.0:
+            continue
         n_tested += 1
-        if pvals[j] <= delta:
+        if pvals[j] <= level:
             last = j
         else:
-            break
+            level = 0.0  # this run stops; a later start may begin another
     if last < 0:
         j = first
         raise InsufficientDataError(
             f"no threshold passed the risk test: at the first candidate {int(n_ans[j])} "
             f"examples are answered with {int(n_err[j])} errors (p = {float(pvals[j]):.3g} "
-            f"> delta = {delta}). Risk {risk} at delta {delta} needs at least {n_min} "
-            f"answered calibration examples even with zero errors, and more when some "
-            f"answered examples are wrong; add calibration data or relax the target.",
+            f"> its level {delta * share[j]:.3g}, of delta = {delta}). Risk {risk} at "
+            f"delta {delta} needs at least {n_min} answered calibration examples even "
+            f"with zero errors, and more when some answered examples are wrong; add "
+            f"calibration data or relax the target.",
             needed=n_min,
         )
     return LTTOutcome(

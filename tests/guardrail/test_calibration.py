@@ -193,3 +193,52 @@ def test_calibration_record_round_trips_and_reports() -> None:
     assert paper.n_answered == int(shown.sum())
     assert paper.n_errors == int((shown & ~correct).sum())
     assert paper.policy is not None and paper.policy["on_missing_logprobs"] == "block"
+
+
+@pytest.mark.parametrize("risk", [0.3, 0.7])
+def test_the_fallback_start_keeps_the_guarantee_near_the_boundary(risk: float) -> None:
+    """Seeded simulation in a least favourable monotone case: the top 10% of scores are
+    never wrong and the rest wrong with one probability ``c``, so ``R(t)`` rises slowly
+    past ``risk`` at ``t*`` and stays just above it: every run of the sequence meets
+    many barely-bad candidates. ``tau < t*`` is a violation; their count stays within
+    the binomial interval for delta (shares summing to 2 instead of 1 give 87 and 113
+    violations of 600 here, which this test rejects)."""
+    rng = np.random.default_rng(4242)
+    reps, n, delta = 600, 600, 0.1
+    c = (risk + 0.05) / 0.9
+    t_star = (0.9 * c - risk) / (c - risk)  # R(t) = c (0.9 - t) / (1 - t) = risk
+    violations = 0
+    for _ in range(reps):
+        s = rng.random(n)
+        err = rng.random(n) < np.where(s > 0.9, 0.0, c)
+        violations += ltt_threshold(s, err, risk, delta).tau < t_star
+    assert stats.binom.sf(violations - 1, reps, delta) > 1e-3, violations
+    assert violations > reps * delta / 3  # the case is tight: the test can fail
+
+
+def test_a_cluster_of_errors_at_the_top_does_not_refuse_the_whole_ranking() -> None:
+    """The top 40 answers hold 12 errors, the next 960 are right 97 times in 100: plain
+    fixed-sequence testing from the default start fails at once and refuses; the second
+    start (four times the count) certifies most of the ranking, at risk 0.2."""
+    rng = np.random.default_rng(7)
+    n = 1000
+    scores = np.arange(n, 0, -1, dtype=np.float64)
+    errors = np.r_[np.isin(np.arange(40) % 10, (0, 3, 6)), rng.random(n - 40) < 0.03]
+    start = 32  # the default start for n = 1000: ceil(sqrt(1000))
+    with pytest.raises(InsufficientDataError):
+        ltt_threshold(scores, errors, 0.2, 0.05, start=start)
+    out = ltt_threshold(scores, errors, 0.2, 0.05)
+    assert out.start == start and out.n_answered > 800
+    assert out.n_errors / out.n_answered <= 0.2
+
+
+def test_a_clean_ranking_is_tested_at_the_full_level_past_the_second_start() -> None:
+    """With no error in the first run, the fallback returns what plain fixed-sequence
+    testing returns once the boundary lies past the second start."""
+    rng = np.random.default_rng(11)
+    s = rng.random(2000)
+    err = rng.random(2000) < 0.9 - 0.8 * s
+    plain = ltt_threshold(s, err, 0.3, 0.05, start=45)
+    fallback = ltt_threshold(s, err, 0.3, 0.05)
+    assert plain.n_answered > 4 * 45
+    assert fallback.tau == plain.tau
