@@ -19,12 +19,8 @@ import pytest
 from adapters._gemma import GEMMA3_PROMPT_FREE, gemma3_fewshot_prompt, gemma3_path
 from adapters._local import SMOLLM2_SYSTEM, gguf_architecture, smollm2_chat_prompt
 from adapters.cli import main
-from adapters.cli._traces_cmd import (
-    TEMPLATES,
-    default_template,
-    get_template,
-    resolve_model,
-)
+from adapters.cli._prompt_templates import TEMPLATES, default_template, get_template
+from adapters.cli._traces_cmd import resolve_model
 from guardrail import ConfigError
 from guardrail.traces import read_traces
 

@@ -15,7 +15,8 @@ import pytest
 from test_traces_generate import _check_against_fixture, _run
 from test_traces_generate import _questions_file as _questions
 
-from adapters.cli._traces_cmd import default_template, get_template, resolve_model
+from adapters.cli._prompt_templates import default_template, get_template
+from adapters.cli._traces_cmd import resolve_model
 from adapters.local import QWEN_SYSTEM, ChatTemplate
 
 FIXTURES = Path(__file__).parent / "fixtures"
