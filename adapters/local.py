@@ -21,10 +21,18 @@ imported only when a model is loaded.
 - Gemma 3 270M (base, ``pip install "liftguard[gemma]"``): :func:`gemma3_path`
   and :func:`gemma3_fewshot_prompt`, the model and the 5-shot prompt of the
   shared Gemma traces; :func:`gguf_architecture` reads a GGUF's architecture.
+- Qwen2.5-Coder-1.5B-Instruct (``pip install "liftguard[qwen]"``, 22 part
+  packages): :func:`qwen_path` assembles and checks the GGUF once in the user's
+  cache directory; :data:`QWEN_SYSTEM` and :data:`QWEN_MODEL_NAME` are the system
+  line and model name of the shared Qwen traces, whose prompts are the model's own
+  chat template (:meth:`LocalModel.chat_template`, a :class:`ChatTemplate`).
+- :func:`packaged_model_path`: the file of a packaged model by name
+  (:data:`PACKAGED_MODELS`: ``smollm2``, ``gemma3``, ``qwen``).
 """
 
 from __future__ import annotations
 
+from ._chat_template import ChatTemplate
 from ._gemma import GEMMA3_MODEL_NAME, GEMMA3_PROMPT_FREE, gemma3_fewshot_prompt, gemma3_path
 from ._local import (
     SMOLLM2_SYSTEM,
@@ -35,6 +43,8 @@ from ._local import (
     smollm2_chat_prompt,
 )
 from ._local_server import LocalChatServer
+from ._packaged import PACKAGED_MODELS, packaged_model_path
+from ._qwen import QWEN_MODEL_NAME, QWEN_SYSTEM, qwen_path
 from ._shipped import (
     SMOLLM2_CERTIFICATE,
     SMOLLM2_FITTED_CERTIFICATE,
@@ -45,9 +55,13 @@ from ._shipped import (
 __all__ = [
     "GEMMA3_MODEL_NAME",
     "GEMMA3_PROMPT_FREE",
+    "PACKAGED_MODELS",
+    "QWEN_MODEL_NAME",
+    "QWEN_SYSTEM",
     "SMOLLM2_CERTIFICATE",
     "SMOLLM2_FITTED_CERTIFICATE",
     "SMOLLM2_SYSTEM",
+    "ChatTemplate",
     "LocalChatServer",
     "LocalModel",
     "LocalToken",
@@ -55,6 +69,8 @@ __all__ = [
     "gemma3_fewshot_prompt",
     "gemma3_path",
     "gguf_architecture",
+    "packaged_model_path",
+    "qwen_path",
     "smollm2_certificate",
     "smollm2_chat_prompt",
     "smollm2_fitted_certificate",

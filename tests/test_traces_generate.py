@@ -19,12 +19,8 @@ import pytest
 from adapters._gemma import GEMMA3_PROMPT_FREE, gemma3_fewshot_prompt, gemma3_path
 from adapters._local import SMOLLM2_SYSTEM, gguf_architecture, smollm2_chat_prompt
 from adapters.cli import main
-from adapters.cli._traces_cmd import (
-    TEMPLATES,
-    default_template,
-    get_template,
-    resolve_model,
-)
+from adapters.cli._prompt_templates import TEMPLATES, default_template, get_template
+from adapters.cli._traces_cmd import resolve_model
 from guardrail import ConfigError
 from guardrail.traces import read_traces
 
@@ -136,7 +132,7 @@ def test_templates_rebuild_the_recorded_prompts(sample: str, template: str) -> N
 
 
 def test_unknown_template() -> None:
-    assert TEMPLATES == ("smollm2-chat", "gemma3-5shot")
+    assert TEMPLATES == ("smollm2-chat", "gemma3-5shot", "gguf-chat")
     with pytest.raises(ValueError, match="unknown template 'chatml'"):
         get_template("chatml")
 
@@ -210,7 +206,7 @@ def test_bad_model_and_template_arguments(
     assert code == 1
     assert err.splitlines() == [
         f"liftguard traces generate: error: --model: no such file: {tmp_path / 'missing.gguf'} "
-        "(a GGUF file, or one of: smollm2, gemma3)"
+        "(a GGUF file, or one of: smollm2, gemma3, qwen)"
     ]
     code, _, err = _run([*base, "--template", "chatml"], capsys)
     assert code == 2 and "argument --template: invalid choice: 'chatml'" in err

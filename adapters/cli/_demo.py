@@ -7,7 +7,11 @@ alternatives and the prompt-free lift, which a second copy of the same model
 scores without the question), and shows the tokens, the running evidence
 against ``tau`` and the verdict. ``--certificate FILE`` runs another
 certificate of the same model (for instance the single-score
-``smollm2_certificate.json``). Nothing is downloaded at run time.
+``smollm2_certificate.json``). ``--model qwen`` runs Qwen2.5-Coder-1.5B-Instruct
+(``pip install "liftguard[qwen]"``; its GGUF is assembled once into the user's cache
+directory) through its own chat template and the certificate shipped for it,
+``qwen_fitted_certificate.json`` (logprob and top-5 alternatives: no second model).
+Nothing is downloaded at run time.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TextIO
@@ -41,6 +46,14 @@ __all__ = [
 
 CERTIFICATE_FILE = "smollm2_fitted_certificate.json"
 QUESTIONS_FILE = "demo_questions.jsonl"
+DEMO_MODELS = {
+    "smollm2": ("SmolLM2-135M-Instruct", CERTIFICATE_FILE),
+    "qwen": ("Qwen2.5-Coder-1.5B-Instruct", "qwen_fitted_certificate.json"),
+}
+"""``--model`` name -> (title, the shipped certificate the demo runs)."""
+
+Prompter = Callable[[str, "str | None"], str]
+"""``prompter(question, system line or None)``: the prompt the model answers."""
 
 
 def _data_text(name: str) -> str:
@@ -122,21 +135,19 @@ def run_question(
     screen: _Screen,
     max_tokens: int = 24,
     skeleton: Any = None,
+    prompter: Prompter | None = None,
 ) -> DemoResult:
     """Stream one answer through the monitor and the chosen display mode; ``skeleton``
     (for a certificate whose statistic reads lifts): the skeleton object, which gets a
-    stream of its own for this answer."""
-    from adapters.local import smollm2_chat_prompt
-
+    stream of its own for this answer; ``prompter``: how the question becomes the
+    prompt (default: the SmolLM2 chat prompt)."""
     monitor = certificate.monitor(skeleton=skeleton, exact_entropy=True, max_tokens=max_tokens)
     system = certificate.context.system_prompt
     guard = GuardedText(monitor, mode)  # type: ignore[arg-type]
     start = time.perf_counter()
     shown, answer, n = "", "", 0
     screen.line(f"Q: {question}")
-    prompt = (
-        smollm2_chat_prompt(question) if system is None else smollm2_chat_prompt(question, system)
-    )
+    prompt = (prompter or _smollm2_prompter)(question, system)
     for i, tok in enumerate(model.generate(prompt, max_tokens=max_tokens)):
         verdict = monitor.update(tok.event(i))  # the local model gives exact entropies too
         answer += tok.text
@@ -169,9 +180,25 @@ def run_question(
     return DemoResult(question, answer.strip(), final, n, shown.strip(), ok, seconds, withheld)
 
 
+def _smollm2_prompter(question: str, system: str | None) -> str:
+    from adapters.local import smollm2_chat_prompt
+
+    return smollm2_chat_prompt(question, *(() if system is None else (system,)))
+
+
+def _chat_prompter(model: Any) -> Prompter:
+    """The model's own chat template (a system line of None: the shared traces' line)."""
+    from adapters.local import QWEN_SYSTEM
+
+    template = model.chat_template()
+    return lambda question, system: str(
+        template.prompt(question, QWEN_SYSTEM if system is None else system)
+    )
+
+
 def _skeleton_for(certificate: Certificate) -> Any:
     """The skeleton object a certificate's statistic needs, or None: the prompt-free
-    skeleton is a second copy of the bundled model (its own KV cache)."""
+    skeleton is a second copy of the model its spec names (its own KV cache)."""
     stat = certificate.statistic
     if stat is None or "skeleton" not in stat.requires:
         return None
@@ -179,7 +206,22 @@ def _skeleton_for(certificate: Certificate) -> Any:
         return certificate.skeleton.build()
     from adapters import PromptFreeSkeleton
 
-    return PromptFreeSkeleton()
+    return PromptFreeSkeleton.from_spec(certificate.skeleton)
+
+
+def _load_model(name: str) -> Any:
+    """The demo's model by ``--model`` name, with progress while the Qwen file is
+    assembled (the first time only)."""
+    from adapters.local import LocalModel, packaged_model_path
+
+    from ._progress import Progress
+
+    bar = Progress("assembling the model file, MiB")
+    try:
+        path = packaged_model_path(name, progress=lambda d, t: bar(d >> 20, t >> 20))
+    finally:
+        bar.close()
+    return LocalModel(path)
 
 
 def _summary(results: list[DemoResult], calibration: Calibration, out: TextIO) -> None:
@@ -219,13 +261,17 @@ def _summary(results: list[DemoResult], calibration: Calibration, out: TextIO) -
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from adapters.local import LocalModel
+    from ._common import CommandError
 
     out = sys.stdout
+    name = getattr(args, "model", None) or "smollm2"
+    if name not in DEMO_MODELS:
+        raise CommandError(f"--model: expected one of {', '.join(DEMO_MODELS)}, got {name!r}")
+    title, shipped = DEMO_MODELS[name]
     if args.certificate:
         certificate = Certificate.load(args.certificate)
     else:
-        certificate = load_demo_certificate()
+        certificate = load_demo_certificate(shipped)
     calibration = load_demo_calibration(certificate)
     if args.question:
         items: list[dict[str, Any]] = [{"question": q, "answer": []} for q in args.question]
@@ -234,11 +280,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     live = out.isatty() and not args.plain
     screen = _Screen(out, live)
     screen.line(
-        f"liftguard demo: SmolLM2-135M-Instruct (local, llama.cpp), mode {args.mode}, "
+        f"liftguard demo: {title} (local, llama.cpp), mode {args.mode}, "
         f"tau {calibration.tau:g} (target risk {calibration.risk:g}, delta {calibration.delta:g})"
     )
     screen.line("loading the model ...")
-    model = LocalModel()
+    model = _load_model(name)
+    prompter = _chat_prompter(model) if name != "smollm2" else None
     skeleton = _skeleton_for(certificate)
     screen.line()
     results = [
@@ -251,6 +298,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             screen=screen,
             max_tokens=args.max_tokens,
             skeleton=skeleton,
+            prompter=prompter,
         )
         for item in items
     ]

