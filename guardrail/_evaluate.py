@@ -206,7 +206,10 @@ def evaluate_methods(
     (of the final sequence score on all answers), ``tokens_read_fraction``
     (mean share of tokens read before the verdict, over test answers of
     splits that calibrated), ``tokens_read_median`` (the median of those
-    shares, pooled over the splits), and ``refused`` (splits where calibration had too
+    shares, pooled over the splits), ``blocked_read_mean`` / ``blocked_read_median``
+    (the same shares over the test answers that were not shown only: how much of a
+    wrong or unproven answer a passthrough user sees before it is stopped; NaN where
+    nothing was blocked), and ``refused`` (splits where calibration had too
     little data; they count as showing nothing). ``progress(done, total)`` is called
     after each method.
     """
@@ -216,6 +219,7 @@ def evaluate_methods(
     for m in methods:
         cov, rsk, viol = [], [], 0
         read: list[float] = []
+        blocked: list[float] = []
         refused = 0
         for test, tau, shown in _per_split(m, ok, perms, cal_fraction, risk, delta):
             if tau is None:
@@ -230,6 +234,7 @@ def evaluate_methods(
             if s and clopper_pearson_interval(k, s, 0.05)[0] > risk:
                 viol += 1
             read.extend(_tokens_read(m, test, tau))
+            blocked.extend(_tokens_read(m, test[~shown], tau))
         shown_risks = [r for r, c in zip(rsk, cov, strict=True) if c > 0]
         out[m.name] = {
             "coverage_mean": float(np.mean(cov)),
@@ -238,6 +243,8 @@ def evaluate_methods(
             "auroc": auroc(m.final, ok),
             "tokens_read_fraction": float(np.mean(read)) if read else 1.0,
             "tokens_read_median": float(np.median(read)) if read else 1.0,
+            "blocked_read_mean": float(np.mean(blocked)) if blocked else float("nan"),
+            "blocked_read_median": float(np.median(blocked)) if blocked else float("nan"),
             "refused": refused,
         }
         if progress is not None:

@@ -98,7 +98,8 @@ def _unavailable(reason: str, fields: tuple[str, ...], splits: int) -> dict[str,
     nan = float("nan")
     return {
         "coverage_mean": 0.0, "risk_mean": nan, "risk_violation_rate": 0.0, "auroc": nan,
-        "tokens_read_fraction": nan, "tokens_read_median": nan, "refused": splits,
+        "tokens_read_fraction": nan, "tokens_read_median": nan, "blocked_read_mean": nan,
+        "blocked_read_median": nan, "refused": splits,
         "all_refused": True, "refusal_reason": reason, "missing_fields": sorted(fields),
     }  # fmt: skip
 
@@ -248,22 +249,33 @@ def cmd_eval(args: argparse.Namespace) -> int:
         f"delta {args.delta:g}  splits {args.splits}"
     )
     print(
-        f"  {'method':<14}{'coverage':>9}{'risk':>8}{'violations':>12}{'AUROC':>8}"
-        f"{'read':>7}{'median':>8}"
+        f"  {'method':<14}{'coverage':>9}{'refused':>8}{'risk':>8}{'violations':>12}"
+        f"{'AUROC':>8}{'read':>7}{'median':>8}{'blocked':>9}{'median':>8}"
     )
     for name, r in results.items():
         if r["all_refused"]:  # nothing was ever calibrated: no coverage, risk or reading
             auc = f"{r['auroc']:>8.3f}" if math.isfinite(r["auroc"]) else f"{'-':>8}"
-            print(f"  {name:<14}{'refused':>9}{'-':>8}{'-':>12}{auc}{'-':>7}{'-':>8}")
+            print(f"  {name:<14}{'refused':>9}{r['refused']:>8}{'-':>8}{'-':>12}{auc}"
+                  f"{'-':>7}{'-':>8}{'-':>9}{'-':>8}")  # fmt: skip
             continue
+        blocked = [
+            _share(r[k], w) for k, w in (("blocked_read_mean", 9), ("blocked_read_median", 8))
+        ]
         print(
-            f"  {name:<14}{r['coverage_mean']:>9.1%}{r['risk_mean']:>8.3f}"
+            f"  {name:<14}{r['coverage_mean']:>9.1%}{r['refused']:>8}{r['risk_mean']:>8.3f}"
             f"{r['risk_violation_rate']:>12.0%}{r['auroc']:>8.3f}{r['tokens_read_fraction']:>7.0%}"
-            f"{r['tokens_read_median']:>8.0%}"
+            f"{r['tokens_read_median']:>8.0%}{blocked[0]}{blocked[1]}"
         )
+    print(f"  refused: splits (of {args.splits}) whose calibration passed no threshold; read: "
+          "share of an answer's tokens\n  read before its verdict, over all test answers "
+          "and over the blocked ones")  # fmt: skip
     if intervals:
         _print_intervals(intervals, reference, args.bootstrap)
     return 0
+
+
+def _share(value: float, width: int) -> str:
+    return f"{value:>{width}.0%}" if math.isfinite(value) else f"{'-':>{width}}"
 
 
 def _replay_limit(cert: Any, traces: list[Any]) -> int | None:

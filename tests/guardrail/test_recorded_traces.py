@@ -274,7 +274,7 @@ def test_eval_refuses_methods_by_missing_field_and_matches_top_k_otherwise(
     status, out, err = _run(["eval", "--risk", "0.9", "--delta", "0.2", "--splits", "5",
                              "--traces", labelled], capsys)  # fmt: skip
     assert status == 0
-    rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[2:]}
+    rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[2:-2]}
     refused = {"lift", "lift_paper", "entropy", "max_entropy", "pmi"}
     assert {k for k, v in rows.items() if v == "refused"} == refused
     assert err == (
