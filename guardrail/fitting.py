@@ -31,6 +31,7 @@ from ._fitted_replay import (
 )
 from ._fitted_state import EventReader, FittedState, RecordedSkeleton, trace_events
 from ._fitting import answer_features, fit_statistic, token_ranges
+from ._selection import Candidate, CandidateScore, cv_coverage, select_statistic
 
 __all__ = [
     "DEFAULT_ALTERNATIVES",
@@ -38,6 +39,8 @@ __all__ = [
     "FEATURE_PRESETS",
     "FEATURE_SOURCES",
     "Aggregate",
+    "Candidate",
+    "CandidateScore",
     "EventReader",
     "Feature",
     "FittedPath",
@@ -51,11 +54,13 @@ __all__ = [
     "base_features_batch",
     "calibrate_fitted",
     "critical_score",
+    "cv_coverage",
     "fit_statistic",
     "moves_one_way",
     "preset_features",
     "reach_path",
     "replay_fitted",
+    "select_statistic",
     "stop_at",
     "token_ranges",
     "trace_events",

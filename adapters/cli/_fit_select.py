@@ -1,0 +1,63 @@
+"""``liftguard fit --select coverage``: the statistic chosen by cross-validated coverage.
+
+The candidates: the feature set ``fit`` would use (``--group`` or ``--features``) at
+three L2 penalties (``--l2`` divided by 10, as given, times 10), and the single scores a
+user could threshold by hand, as one-feature statistics: the sequence log-likelihood
+(``logprob.sum``), the lowest token logprob (``logprob.min``) and, for ``--form
+answer``, the mean logprob. Each is scored on the fitting answers only by
+:func:`guardrail.fitting.select_statistic` at the command's ``--risk`` and ``--delta``;
+the calibration answers are never read.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["SINGLE_SCORES", "choose_statistic", "selection_line"]
+
+SINGLE_SCORES = ("logprob.sum", "logprob.min", "logprob.mean")
+"""One-feature candidates: sequence log-likelihood, lowest token logprob, mean logprob."""
+
+
+def choose_statistic(
+    args: argparse.Namespace, fit_tr: list[Any], feats: tuple[Any, ...],
+    ranges: dict[str, tuple[float, float]], kw: dict[str, Any], vocab: int,
+) -> tuple[tuple[Any, ...], float, list[dict[str, Any]]]:  # fmt: skip
+    """``(features, l2, table)`` of the candidate with the largest cross-validated coverage;
+    ``table`` holds every candidate's measurements (stored in the certificate)."""
+    from guardrail.fitting import (
+        Candidate,
+        Feature,
+        answer_features,
+        moves_one_way,
+        select_statistic,
+    )
+
+    name = "features" if args.features is not None else f"group {args.group}"
+    candidates = [Candidate(f"{name}, l2 {l2:g}", feats, l2)
+                  for l2 in (args.l2 / 10, args.l2, args.l2 * 10)]  # fmt: skip
+    for single in SINGLE_SCORES:
+        f = Feature.parse(single)
+        if args.form == "monotone" and not moves_one_way(f):
+            continue
+        candidates.append(Candidate(single, (f,), args.l2))
+    columns = list(dict.fromkeys([*feats, *(f for c in candidates for f in c.features)]))
+    x = answer_features(fit_tr, columns, ranges=ranges, **kw)
+    correct = [bool(t.correct) for t in fit_tr]
+    best, scored = select_statistic(x, correct, candidates, columns, vocab_size=vocab,
+                                    risk=args.risk, delta=args.delta, seed=args.seed)  # fmt: skip
+    table = [{"candidate": s.candidate.name, "cv_coverage": s.coverage, "refused": s.refused,
+              "cv_auroc": s.auroc, "chosen": s.candidate is best} for s in scored]  # fmt: skip
+    return best.features, best.l2, table
+
+
+def selection_line(table: list[dict[str, Any]] | None, risk: float) -> str:
+    """The summary's line for the selection (empty without one)."""
+    if not table:
+        return ""
+    best = next(r for r in table if r["chosen"])
+    return (
+        f"  selection        {best['candidate']}: cross-validated coverage "
+        f"{best['cv_coverage']:.1%} at risk {risk:g}, best of {len(table)} candidates\n"
+    )
