@@ -32,8 +32,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ._aggregates import Feature
-from ._calibration import ltt_threshold
-from ._errors import ConfigError, InsufficientDataError
+from ._errors import ConfigError
+from ._evaluate import MethodScores, _per_split, auroc
 from ._fitting import fit_statistic
 
 __all__ = ["Candidate", "CandidateScore", "cv_coverage", "select_statistic"]
@@ -94,8 +94,6 @@ def cv_coverage(
     """Cross-validated coverage of ``candidate`` at ``(risk, delta)`` (see the module
     docstring). ``x``: one row per answer, one column per feature in ``columns`` (rows
     with a non-finite value, empty answers, are scored as never shown)."""
-    from ._evaluate import auroc
-
     if folds < 2 or splits < 1:
         raise ConfigError("folds must be >= 2 and splits >= 1")
     cols = list(columns)
@@ -107,18 +105,12 @@ def cv_coverage(
     y = np.asarray(correct, dtype=bool)
     rng = np.random.default_rng(seed)
     scores = _oof_scores(xs, y, candidate.features, candidate.l2, vocab_size, folds, rng)
-    half = y.size // 2
+    perms = [rng.permutation(y.size) for _ in range(splits)]
+    method = MethodScores(candidate.name, scores, scores)
     coverage, refused = [], 0
-    for _ in range(splits):
-        perm = rng.permutation(y.size)
-        cal, test = perm[:half], perm[half:]
-        try:
-            tau = ltt_threshold(scores[cal], ~y[cal], risk, delta).tau
-        except InsufficientDataError:
-            refused += 1
-            coverage.append(0.0)
-            continue
-        coverage.append(float(np.mean(scores[test] >= tau)))
+    for test, tau, shown in _per_split(method, y, perms, 0.5, risk, delta, replay_policy=False):
+        refused += tau is None
+        coverage.append(float(shown.sum()) / test.size)
     return CandidateScore(candidate, float(np.mean(coverage)), refused, auroc(scores, y))
 
 
