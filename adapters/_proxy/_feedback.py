@@ -185,13 +185,8 @@ class RiskWatch:
                 )
             watch = self._watch(answer.entry)
             monitor = answer.monitor
-            if monitor is None or watch.monitor is not monitor:
-                raise FeedbackRefused(
-                    409, "certificate_changed",
-                    f"answer {answer_id!r} was certified by {answer.label}, which model entry "
-                    f"{answer.entry!r} no longer serves ({watch.label} does): its label does "
-                    "not bear on the promise in force",
-                )  # fmt: skip
+            if monitor is None or watch.monitor is not monitor:  # a new version since
+                raise _refusal("certificate_changed", answer_id, answer)
             fired = monitor.alarm
             monitor.update(correct=correct)
             answer.labelled = True
@@ -288,20 +283,23 @@ def _state(entry: str, watch: _Watch) -> RiskState:
 
 
 def _refuse_unless_shown(answer_id: str, answer: _Answer) -> None:
-    status = answer.status
-    if status == _SHOWN:
-        return
+    if answer.status != _SHOWN:
+        raise _refusal(answer.status, answer_id, answer)
+
+
+def _refusal(code: str, answer_id: str, answer: _Answer) -> FeedbackRefused:
     message = {
         "answer_not_certified": f"answer {answer_id!r} was not certified (cause "
         f"{answer.cause}): only answers the certificate let through bear on its risk",
         "answer_not_covered": f"answer {answer_id!r} was made with settings the certificate "
         "was not calibrated for (see its context_mismatches): its promise does not cover it",
         "certificate_changed": f"answer {answer_id!r} was certified by {answer.label}, which "
-        f"model entry {answer.entry!r} no longer served when it ended",
+        f"model entry {answer.entry!r} no longer serves: its label does not bear on the "
+        "promise in force",
         "no_risk_monitor": f"the certificate of model entry {answer.entry!r} ({answer.label}) "
         "is not calibrated: it promises no risk, and there is no monitor to feed",
-    }[status]
-    raise FeedbackRefused(409, status, message)
+    }[code]
+    return FeedbackRefused(409, code, message)
 
 
 def _validate(body: Any) -> tuple[str, bool]:
