@@ -232,18 +232,18 @@ class RiskWatch:
             return [_state(entry, watch) for entry, watch in self._current() if watch.monitor]
 
     def health(self) -> dict[str, Any]:
-        """``{model entry: its monitor's alarm state}`` for ``/healthz`` (``monitored``
-        false for an uncalibrated certificate)."""
+        """``{model entry: its monitor's alarm state}`` for ``/healthz`` (which needs no key,
+        so no counts: those are in ``/metrics``); ``monitored`` is false for an
+        uncalibrated certificate."""
         out: dict[str, Any] = {}
         with self._lock:
             for entry, watch in self._current():
-                out[entry] = {"certificate": watch.label, "monitored": False, "alarm": None}
-                if watch.monitor is not None:
-                    s = _state(entry, watch)
-                    out[entry].update(
-                        monitored=True, alarm=s.alarm, labels=s.labels, errors=s.errors,
-                        coverage_warning=s.coverage_warning,
-                    )  # fmt: skip
+                m = watch.monitor
+                out[entry] = {
+                    "certificate": watch.label, "monitored": m is not None,
+                    "alarm": m.alarm if m else None,
+                    "coverage_warning": m.coverage_warning if m else None,
+                }  # fmt: skip
         return out
 
     def _current(self) -> list[tuple[str, _Watch]]:
