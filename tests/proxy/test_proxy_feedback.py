@@ -29,8 +29,8 @@ from proxy_harness import (
 )
 from sse_server import Reply
 
-from adapters.proxy import CertificateSource, StaticCertificate
-from guardrail import Calibration, Certificate
+from adapters.proxy import CertificateSource, ProxyConfig, StaticCertificate
+from guardrail import Calibration, Certificate, ConfigError
 
 CLEAN = [ROLE, *tokens([GOOD] * 5), STOP]
 BLOCKED = [ROLE, *tokens([GOOD, GOOD, GOOD, BAD, GOOD, GOOD, GOOD]), STOP]
@@ -64,9 +64,7 @@ async def ask(
 
 
 def request_id(resp: httpx.Response) -> str:
-    rid = resp.headers["x-liftguard-request-id"]
-    assert rid.startswith("lg-")
-    return rid
+    return str(resp.headers["x-liftguard-request-id"])
 
 
 async def label(
@@ -226,7 +224,7 @@ async def test_a_run_of_wrong_labels_fires_the_alarm(
     assert fired.json()["alarm"] is True and again.json()["alarm"] is True
     assert metric(loud, "liftguard_risk_alarm", **MONITOR) == 1.0
     assert metric(loud, "liftguard_risk_labels", **MONITOR) == needed + 1
-    assert metric(loud, "liftguard_risk_log_evalue", **MONITOR) >= math.log(1 / ALPHA)
+    assert (metric(loud, "liftguard_risk_log_evalue", **MONITOR) or 0.0) >= math.log(1 / ALPHA)
     assert health["status"] == "ok" and health["risk"]["*"]["alarm"] is True
     alarms = [r for r in caplog.records if r.name == "adapters._proxy._feedback"]
     assert len(alarms) == 1 and alarms[0].levelno == logging.WARNING
@@ -252,8 +250,7 @@ async def test_feedback_needs_the_client_key(upstream: Upstream) -> None:
 
 
 async def test_a_malformed_feedback_body_is_refused(upstream: Upstream) -> None:
-    url = FEEDBACK
-    json_type = {"content-type": "application/json"}
+    url, json_type = FEEDBACK, {"content-type": "application/json"}
     with serving(upstream) as proxy:
         async with httpx.AsyncClient(base_url=proxy.url, timeout=30) as client:
             out = {
@@ -329,7 +326,8 @@ class Swappable(CertificateSource):
     """A source whose next refresh swaps in another certificate (as a promoted alias does)."""
 
     def __init__(self, first: Certificate) -> None:
-        self.pair, self.next = (first, "chat@production=v1"), None
+        self.pair = (first, "chat@production=v1")
+        self.next: tuple[Certificate, str] | None = None
 
     def current(self) -> tuple[Certificate, str]:
         return self.pair
@@ -370,3 +368,31 @@ async def test_a_new_certificate_version_starts_a_new_monitor(
     lines = [r.getMessage() for r in caplog.records if r.name == "adapters._proxy._feedback"]
     assert any("v1 -> chat@production=v2: a new risk monitor" in m and "took 1 labels" in m
                for m in lines), lines  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "expected"),
+    [("--risk-alpha", "1.5", "in (0, 1)"), ("--feedback-ids", "0", "integer >= 1")],
+)
+def test_bad_serve_flags_are_one_line_errors(
+    flag: str, value: str, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from adapters.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", "--upstream", "http://127.0.0.1:9/v1", "--certificate", "c.json",
+              flag, value])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2
+    assert len(err.splitlines()) == 1 and err.startswith("liftguard serve: error:")
+    assert flag in err and expected in err
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("risk_alpha", 0.0), ("risk_alpha", 1.0), ("risk_alpha", True), ("feedback_ids", 0)],
+)
+def test_bad_risk_settings_name_the_field(field: str, value: Any) -> None:
+    source = StaticCertificate(calibrated(), "cal-cert")
+    with pytest.raises(ConfigError, match=field):
+        ProxyConfig(upstream="http://127.0.0.1:9/v1", certificate=source, **{field: value})
