@@ -10,6 +10,8 @@
 - ``_auth``: client key check and the upstream's headers.
 - ``_metrics``: the Prometheus metrics of one proxy.
 - ``_recording``: answers written as trace lines by a background thread.
+- ``_feedback``: labels after the fact (``POST /v1/liftguard/feedback``) and the live
+  risk monitor of each model entry.
 - ``_app``: the starlette application.
 - ``_serve``: :func:`~adapters.proxy.serve`, the application under uvicorn until a signal.
 """

@@ -3,7 +3,8 @@
 :class:`AnswerLoop` reads the upstream's events, feeds each chunk to the answer's
 :class:`AnswerGuard` (in a worker thread when the certificate scores with a local
 model), and writes what the guard releases: as server-sent events for a stream,
-or as one JSON answer. Once per answer it counts, logs and records the verdict.
+or as one JSON answer. Once per answer it counts, logs and records the verdict, and
+hands it to the risk monitors (:class:`~._feedback.RiskWatch`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ._chat import (
     verdict_headers,
 )
 from ._config import ProxyConfig
+from ._feedback import RiskWatch
 from ._guarded import AnswerGuard
 from ._metrics import ProxyMetrics
 from ._recording import Recorder
@@ -50,9 +52,13 @@ class AnswerLoop:
     """The per-answer work of one proxy: guard, write, count, log and record."""
 
     def __init__(
-        self, config: ProxyConfig, metrics: ProxyMetrics, recorder: Recorder | None
+        self,
+        config: ProxyConfig,
+        metrics: ProxyMetrics,
+        recorder: Recorder | None,
+        risk: RiskWatch | None = None,
     ) -> None:
-        self.config, self.metrics, self.recorder = config, metrics, recorder
+        self.config, self.metrics, self.recorder, self.risk = config, metrics, recorder, risk
         self._scoring = anyio.CapacityLimiter(SCORING_THREADS)
 
     async def _step(self, guard: AnswerGuard, chunk: dict[str, Any] | None) -> list[Any]:
@@ -162,7 +168,7 @@ class AnswerLoop:
     async def finish(self, guard: AnswerGuard, upstream: UpstreamAnswer) -> None:
         """Once per answer: close the upstream (after ``[DONE]``, reading the rest of its
         body first, briefly, so that the connection goes back to the pool); count, log
-        and record the verdict."""
+        and record the verdict; hand it to the risk monitors."""
         await upstream.finish()
         if guard.finalized:
             return
@@ -185,6 +191,8 @@ class AnswerLoop:
         )  # fmt: skip
         if self.recorder is not None:
             self.recorder.submit(answer_record(guard, field))
+        if self.risk is not None:
+            self.risk.answer_finished(guard)
 
     def log(self, record: dict[str, Any]) -> None:
         if verdict_logger.isEnabledFor(logging.INFO):

@@ -2,9 +2,11 @@
 
 Routes: ``POST /v1/chat/completions`` (guarded; each answer then runs in the
 :class:`~adapters._proxy._answers.AnswerLoop`), ``GET /v1/models`` (passed
-through), ``GET /healthz``, ``GET /metrics`` (Prometheus). The app's lifespan
-starts the upstream client, the recorder thread and the certificate refresh
-loop, and stops them in reverse order (the recorder writes what is queued).
+through), ``POST /v1/liftguard/feedback`` (labels for the risk monitors,
+:mod:`~adapters._proxy._feedback`), ``GET /healthz``, ``GET /metrics``
+(Prometheus). The app's lifespan starts the upstream client, the recorder thread
+and the certificate refresh loop, and stops them in reverse order (the recorder
+writes what is queued).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from ._chat import (
     upstream_status_response,
 )
 from ._config import ProxyConfig
+from ._feedback import FEEDBACK_PATH, RiskWatch
 from ._guarded import AnswerGuard
 from ._metrics import ProxyMetrics
 from ._recording import Recorder
@@ -84,7 +87,8 @@ class Proxy:
         for source in entries.values():  # a rule the upstream cannot feed: refused now
             check_upstream(source.current()[0], config.top_logprobs)
         self.certificates = CertificateTable(entries, self.metrics)
-        self.answers = AnswerLoop(config, self.metrics, self.recorder)
+        self.risk = RiskWatch(config, self.certificates, self.metrics)
+        self.answers = AnswerLoop(config, self.metrics, self.recorder, self.risk)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -115,8 +119,11 @@ class Proxy:
 
     async def refresh_certificates(self) -> dict[str, bool]:
         """Re-read every store alias now; ``{model entry: changed}`` (see
-        :meth:`CertificateTable.refresh`)."""
-        return await self.certificates.refresh()
+        :meth:`CertificateTable.refresh`); an entry whose certificate changed gets a new
+        risk monitor."""
+        changed = await self.certificates.refresh()
+        self.risk.sync()
+        return changed
 
     # -- simple endpoints ------------------------------------------------------------------
 
@@ -128,6 +135,7 @@ class Proxy:
                 "mode": self.config.mode,
                 "upstream": redact_url(self.config.upstream),
                 "certificates": self.certificates.labels(),
+                "risk": self.risk.health(),
                 "recording": None
                 if rec is None
                 else {"dir": str(rec.directory), "written": rec.written, "dropped": rec.dropped},
@@ -140,6 +148,12 @@ class Proxy:
         if not self.auth.allows(request.headers):
             return self._unauthorized()
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def feedback(self, request: Request) -> Response:
+        """``POST /v1/liftguard/feedback``: one label of an answer (see :mod:`._feedback`)."""
+        if not self.auth.allows(request.headers):
+            return self._unauthorized()
+        return await self.risk.endpoint(request)
 
     def _secrets(self, request: Request) -> list[str]:
         """What an upstream's error body must not echo to the client: the keys and the
@@ -251,6 +265,7 @@ def create_app(config: ProxyConfig, *, registry: CollectorRegistry | None = None
     routes = [
         Route("/v1/chat/completions", proxy.chat_completions, methods=["POST"]),
         Route("/v1/models", proxy.models, methods=["GET"]),
+        Route(FEEDBACK_PATH, proxy.feedback, methods=["POST"]),
         Route("/healthz", proxy.healthz, methods=["GET"]),
         Route("/metrics", proxy.metrics_endpoint, methods=["GET"]),
     ]

@@ -87,6 +87,14 @@ class ProxyConfig:
     written, more are dropped and counted). ``refresh_interval_s``: how often
     store aliases are re-read (0: never; :meth:`Proxy.refresh_certificates` on
     demand).
+
+    ``risk_alpha``: the level of the live risk monitor of each calibrated model
+    entry (:meth:`~guardrail.Certificate.risk_monitor`; its alarm is false with
+    probability at least ``1 - risk_alpha``, over any horizon, while the promise
+    holds). ``feedback_ids``: how many of the latest answers ``POST
+    /v1/liftguard/feedback`` can still label (their ids are kept in a bounded
+    store, the oldest dropped first, about half a kilobyte each: some 27 MB at
+    the default 50,000; a label for a dropped answer is refused as unknown).
     """
 
     upstream: str
@@ -112,6 +120,8 @@ class ProxyConfig:
     record_queue: int = 10_000
     record_dataset: str = "proxy"
     refresh_interval_s: float = 10.0
+    risk_alpha: float = 0.05
+    feedback_ids: int = 50_000
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.upstream) if isinstance(self.upstream, str) else None
@@ -166,6 +176,17 @@ class ProxyConfig:
             raise ConfigError(f"record_dir must be a path string, got {self.record_dir!r}")
         if not isinstance(self.record_dataset, str) or not self.record_dataset:
             raise ConfigError("record_dataset must be a non-empty string")
+        alpha = self.risk_alpha
+        if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 1:
+            raise ConfigError(f"risk_alpha must be a number strictly inside (0, 1), got {alpha!r}")
+        _integer("feedback_ids", self.feedback_ids, 1)
+
+    def entry_for(self, model: object) -> str | None:
+        """The model entry serving a requested model name: the name itself if it has a
+        certificate of its own, else ``"*"`` (the default), or None without a default."""
+        if isinstance(model, str) and model in self.model_certificates:
+            return model
+        return "*" if self.certificate is not None else None
 
     def source_for(self, model: object) -> CertificateSource | None:
         """The certificate source of a requested model name (the default if unmapped)."""

@@ -31,7 +31,10 @@ from .._stream import GuardStep, Mode
 from ._upstream import DEFAULT_MAX_ANSWER_TOKENS
 from ._wire import VERDICT_FIELD, strip_chunk, verdict_info
 
-__all__ = ["AnswerGuard", "RequestInfo", "chunk_frame"]
+__all__ = ["MAX_ID_CHARS", "AnswerGuard", "RequestInfo", "chunk_frame"]
+
+MAX_ID_CHARS = 256
+"""The longest answer id the proxy keeps for feedback (an upstream's id may be longer)."""
 
 
 @dataclass
@@ -101,6 +104,7 @@ class AnswerGuard:
         self.ended = False
         self.finalized = False
         self.busy_s = 0.0
+        self._upstream_id: str | None = None  # the first chunk's "id" ("" for none usable)
 
     # -- feeding ---------------------------------------------------------------------------
 
@@ -115,6 +119,9 @@ class AnswerGuard:
 
     def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
         """One upstream chunk: the chunks the client may see now."""
+        if self._upstream_id is None:
+            uid = chunk.get("id")
+            self._upstream_id = uid if isinstance(uid, str) and 0 < len(uid) <= MAX_ID_CHARS else ""
         out = self.step.feed(chunk)
         return [] if self.error is not None else out
 
@@ -172,6 +179,13 @@ class AnswerGuard:
     @property
     def finish_reason(self) -> str | None:
         return self.step.finish_reason
+
+    @property
+    def completion_id(self) -> str:
+        """The ``id`` the client's answer carries: the upstream's (its first chunk's), or
+        ``chatcmpl-<request id>`` when the upstream sent none (or one over
+        :data:`MAX_ID_CHARS` characters, which is not kept)."""
+        return self._upstream_id or f"chatcmpl-{self.info.request_id}"
 
     @property
     def certified(self) -> bool:

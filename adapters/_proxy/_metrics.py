@@ -18,13 +18,41 @@
   ``failed``): store alias re-reads.
 - ``liftguard_certificate_info{model, certificate}`` (gauge): 1 for the
   certificate version in force per model entry (``*``: the default).
+- ``liftguard_feedback_total{result}``: labels sent to ``POST
+  /v1/liftguard/feedback``: ``accepted``, or the error code of a refused one
+  (``unknown_answer``, ``answer_not_certified``, ``duplicate_feedback``, ...).
+
+The live risk monitor of each calibrated model entry (gauges with labels
+``model`` and ``certificate``, the version the monitor watches; a new version
+starts a new monitor, and the old series disappear):
+
+- ``liftguard_risk_target``: the selective risk the certificate promises.
+- ``liftguard_risk_labels``, ``liftguard_risk_errors``: labelled shown answers
+  the monitor has taken, and the wrong ones among them.
+- ``liftguard_risk_lower_bound``, ``liftguard_risk_upper_bound``: anytime-valid
+  bounds on the recent error probability of shown answers (0 and 1 before any
+  label).
+- ``liftguard_risk_log_evalue``: the log of the monitor's e-value (``-Inf``
+  before any label); the alarm fires when it reaches ``log(1/alpha)``.
+- ``liftguard_risk_alarm``: 1 once the realised risk is shown to exceed the
+  target (sticky), else 0.
+- ``liftguard_risk_answers``: answers whose verdict the monitor took (shown or
+  not); ``liftguard_risk_shown_ratio``: the share shown (NaN before any).
+- ``liftguard_risk_coverage_warning``: 1 once the share shown is shown to fall
+  below the calibration's (a warning, not a risk alarm), else 0.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
-__all__ = ["ProxyMetrics"]
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+__all__ = ["ProxyMetrics", "RiskState"]
 
 _TOKEN_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 _LATENCY_BUCKETS = (1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1)
@@ -78,3 +106,68 @@ class ProxyMetrics:
             "1 for the certificate version in force per model entry",
             ["model", "certificate"], registry=reg,
         )  # fmt: skip
+        self.feedback = Counter(
+            "liftguard_feedback", "Labels sent to the feedback endpoint", ["result"],
+            registry=reg,
+        )  # fmt: skip
+
+    def watch_risk(self, states: Callable[[], list[RiskState]]) -> None:
+        """Export the ``liftguard_risk_*`` gauges, read from ``states()`` at each scrape."""
+        self.registry.register(_RiskCollector(states))
+
+
+@dataclass(frozen=True)
+class RiskState:
+    """One model entry's risk monitor, as ``/metrics`` shows it."""
+
+    model: str
+    certificate: str
+    target: float
+    labels: int
+    errors: int
+    lower: float
+    upper: float
+    log_evalue: float
+    alarm: bool
+    answers: int
+    shown: int
+    coverage_warning: bool
+
+
+_RISK_GAUGES: tuple[tuple[str, str, Callable[[RiskState], float]], ...] = (
+    ("target", "The selective risk the certificate promises", lambda s: s.target),
+    ("labels", "Labelled shown answers the risk monitor took", lambda s: s.labels),
+    ("errors", "Wrong answers among the labelled shown ones", lambda s: s.errors),
+    ("lower_bound", "Anytime-valid lower bound on the recent risk", lambda s: s.lower),
+    ("upper_bound", "Anytime-valid upper bound on the recent risk", lambda s: s.upper),
+    ("log_evalue", "Log e-value of the risk monitor (alarm at log(1/alpha))",
+     lambda s: s.log_evalue),
+    ("alarm", "1 once the realised risk is shown to exceed the target", lambda s: s.alarm),
+    ("answers", "Answers whose verdict the risk monitor took", lambda s: s.answers),
+    ("shown_ratio", "Share of those answers that were shown",
+     lambda s: s.shown / s.answers if s.answers else math.nan),
+    ("coverage_warning", "1 once fewer answers are shown than calibrated",
+     lambda s: s.coverage_warning),
+)  # fmt: skip
+
+
+class _RiskCollector(Collector):
+    """The ``liftguard_risk_*`` gauges of every monitored model entry, read at scrape time
+    (no series is left behind when a new certificate replaces a monitor)."""
+
+    def __init__(self, states: Callable[[], list[RiskState]]) -> None:
+        self._states = states
+
+    def describe(self) -> Iterator[Metric]:
+        for name, doc, _ in _RISK_GAUGES:
+            yield GaugeMetricFamily(f"liftguard_risk_{name}", doc, labels=["model", "certificate"])
+
+    def collect(self) -> Iterator[Metric]:
+        states = self._states()
+        for name, doc, value in _RISK_GAUGES:
+            family = GaugeMetricFamily(
+                f"liftguard_risk_{name}", doc, labels=["model", "certificate"]
+            )
+            for state in states:
+                family.add_metric([state.model, state.certificate], float(value(state)))
+            yield family

@@ -76,6 +76,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         record_queue=args.record_queue,
         record_dataset=args.record_dataset,
         refresh_interval_s=args.refresh_interval,
+        risk_alpha=args.risk_alpha,
+        feedback_ids=args.feedback_ids,
     )
     if not args.no_verdict_log:
         _verdict_lines_to_stderr()
@@ -104,7 +106,7 @@ def _default_hosts(bind: str) -> list[str]:
 
 def add_serve_parser(sub: Any) -> None:
     """Register ``liftguard serve`` on the top-level subparsers ``sub``."""
-    from ._common import integer, non_negative, positive
+    from ._common import integer, non_negative, positive, probability
     from ._skeleton import _StorageOptionAction
 
     p = sub.add_parser(
@@ -115,7 +117,9 @@ def add_serve_parser(sub: Any) -> None:
         "the upstream is asked for logprobs, the certificate's generation context fills "
         "unset settings, and an answer that is not certified ends with an in-stream error "
         "event (or a refusal). Also /metrics (Prometheus), /healthz and one JSON line per "
-        f"verdict on stderr. Keys: ${UPSTREAM_KEY_ENV} (sent upstream; without it the "
+        "verdict on stderr. POST /v1/liftguard/feedback takes labels of certified answers "
+        "for each calibrated certificate's live risk monitor (alarm in /metrics, /healthz). "
+        f"Keys: ${UPSTREAM_KEY_ENV} (sent upstream; without it the "
         f"client's Authorization is passed through), ${CLIENT_KEY_ENV} (required of clients).",
     )
     p.add_argument(
@@ -185,6 +189,12 @@ def add_serve_parser(sub: Any) -> None:
         metavar="SECONDS",
         help="re-read store aliases this often (0: never)",
     )
+    p.add_argument("--risk-alpha", type=probability, default=0.05, metavar="ALPHA",
+                   help="level of the live risk monitors: while a certificate's promise holds, "
+                   "its alarm fires with probability at most ALPHA (default 0.05)")  # fmt: skip
+    p.add_argument("--feedback-ids", type=integer(1), default=50_000, metavar="N",
+                   help="answers that POST /v1/liftguard/feedback can still label (the "
+                   "oldest are dropped; about 0.5 kB each; default 50000)")  # fmt: skip
     p.add_argument(
         "--log-level",
         default="warning",

@@ -1,0 +1,316 @@
+"""Labels after the fact, and the live risk monitor of each model entry.
+
+Each calibrated model entry of the proxy (``"*"``: the default certificate) has a
+:class:`~guardrail.RiskMonitor` made from the certificate in force
+(:meth:`~guardrail.Certificate.risk_monitor` at the proxy's ``risk_alpha``). When a
+store alias moves to another version, the entry's promise changed: its monitor is
+replaced by a fresh one (logged). An uncalibrated certificate promises no risk and
+has no monitor.
+
+Every answer the certificate decided (it ended, or the certificate blocked it; not one
+cut off by the upstream or the client) under a context the certificate was calibrated
+for feeds ``update_shown(certified)``: the monitor's coverage watch.
+``POST /v1/liftguard/feedback`` with ``{"id": ..., "correct": true|false}`` then feeds
+the label of one certified answer to ``update(correct=...)``, once. The ``id`` is the
+proxy's request id (``x-liftguard-request-id``, ``liftguard.request_id`` of the verdict)
+or the ``id`` of the answer the client got (``chatcmpl-...``) when no other kept answer
+carries the same one (some upstreams reuse ids).
+
+:class:`RiskWatch` keeps the latest ``feedback_ids`` answers (the oldest dropped first),
+so memory stays bounded whatever the traffic; a label for a dropped answer is refused as
+unknown. One lock covers the monitors and the store: answers end, labels arrive and
+``/metrics`` reads from any thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from guardrail import ConfigError, RiskMonitor
+
+from ._certs import CertificateTable
+from ._chat import error_response
+from ._guarded import MAX_ID_CHARS, AnswerGuard
+from ._metrics import ProxyMetrics, RiskState
+from ._request import BadRequest, parse_json, read_body
+
+if TYPE_CHECKING:
+    from ._config import ProxyConfig
+
+__all__ = ["FEEDBACK_PATH", "MAX_FEEDBACK_BYTES", "FeedbackRefused", "RiskWatch"]
+
+logger = logging.getLogger(__name__)
+
+FEEDBACK_PATH = "/v1/liftguard/feedback"
+MAX_FEEDBACK_BYTES = 16 * 1024
+"""The largest feedback body (at most the proxy's ``max_body_bytes``): HTTP 413 beyond."""
+
+_SHOWN = "shown"
+
+
+class FeedbackRefused(Exception):
+    """A label the proxy does not take: HTTP ``status`` with ``code`` and a message."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
+@dataclass
+class _Watch:
+    """The monitor of one model entry, for the certificate version ``label``."""
+
+    label: str
+    monitor: RiskMonitor | None  # None: the certificate is not calibrated
+
+
+class _Answer:
+    """What the store keeps of one finished answer."""
+
+    __slots__ = ("cause", "completion_id", "entry", "label", "labelled", "monitor", "status")
+
+    def __init__(
+        self, completion_id: str, entry: str, label: str, status: str, cause: str,
+        monitor: RiskMonitor | None,
+    ) -> None:  # fmt: skip
+        self.completion_id, self.entry, self.label = completion_id, entry, label
+        self.status, self.cause, self.monitor = status, cause, monitor
+        self.labelled = False
+
+
+class RiskWatch:
+    """The risk monitors of a proxy's model entries and the store of recent answer ids."""
+
+    def __init__(
+        self, config: ProxyConfig, certificates: CertificateTable, metrics: ProxyMetrics
+    ) -> None:
+        self._config, self._table, self._metrics = config, certificates, metrics
+        self._lock = threading.Lock()
+        self._watches: dict[str, _Watch] = {}
+        self._answers: OrderedDict[str, _Answer] = OrderedDict()  # by request id, oldest first
+        self._by_completion: dict[str, tuple[str, int]] = {}  # id -> (latest request id, count)
+        self.sync()
+        metrics.watch_risk(self.states)
+
+    # -- monitors --------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        """Give every entry whose certificate version changed a fresh monitor."""
+        with self._lock:
+            for entry in self._table.sources:
+                self._watch(entry)
+
+    def _watch(self, entry: str) -> _Watch:
+        """The entry's watch for the certificate in force now (a new one if it changed)."""
+        certificate, label = self._table.sources[entry].current()
+        watch = self._watches.get(entry)
+        if watch is not None and watch.label == label:
+            return watch
+        try:
+            monitor = certificate.risk_monitor(self._config.risk_alpha)
+        except ConfigError:  # uncalibrated: it promises no risk
+            monitor = None
+        if watch is not None:
+            old = watch.monitor
+            logger.info(
+                "model %s: certificate %s -> %s: %s (the promise changed; the last monitor "
+                "took %d labels, alarm %s)", entry, watch.label, label,
+                "a new risk monitor" if monitor else "no risk monitor (not calibrated)",
+                old.n if old else 0, "on" if old is not None and old.alarm else "off",
+            )  # fmt: skip
+        self._watches[entry] = watch = _Watch(label, monitor)
+        return watch
+
+    def answer_finished(self, guard: AnswerGuard) -> None:
+        """Once per answer, after its verdict: feed its coverage event to its entry's monitor
+        and keep its ids for feedback."""
+        info = guard.info
+        entry = self._config.entry_for(info.model)
+        if entry is None or entry not in self._table.sources:
+            return
+        with self._lock:
+            watch = self._watch(entry)
+            current = watch.label == info.label
+            monitor = watch.monitor if current else None
+            if monitor is not None and guard.error is None and info.covered:
+                monitor.update_shown(guard.certified)
+            if not guard.certified:
+                status = "answer_not_certified"
+            elif not current:
+                status = "certificate_changed"
+            elif monitor is None:
+                status = "no_risk_monitor"
+            elif info.mismatches:
+                status = "answer_not_covered"
+            else:
+                status = _SHOWN
+            cause = guard.verdict.cause.value
+            self._keep(info.request_id, _Answer(
+                guard.completion_id, entry, info.label, status, cause, monitor
+            ))  # fmt: skip
+
+    def _keep(self, request_id: str, answer: _Answer) -> None:
+        self._answers[request_id] = answer
+        cid = answer.completion_id
+        count = self._by_completion.get(cid, ("", 0))[1]
+        self._by_completion[cid] = (request_id, count + 1)
+        while len(self._answers) > self._config.feedback_ids:
+            _, old = self._answers.popitem(last=False)
+            # the oldest answer is never the latest of its completion id unless it is alone
+            latest, count = self._by_completion[old.completion_id]
+            if count == 1:
+                del self._by_completion[old.completion_id]
+            else:
+                self._by_completion[old.completion_id] = (latest, count - 1)
+
+    # -- labels ----------------------------------------------------------------------------
+
+    def label(self, answer_id: str, correct: bool) -> dict[str, Any]:
+        """Feed the label of answer ``answer_id`` (a request id or a completion id) to its
+        monitor; what the monitor says now. :class:`FeedbackRefused` (nothing changes) for
+        an answer that is unknown, was not certified, or was labelled already, ..."""
+        with self._lock:
+            request_id, answer = self._find(answer_id)
+            _refuse_unless_shown(answer_id, answer)
+            if answer.labelled:
+                raise FeedbackRefused(
+                    409, "duplicate_feedback", f"answer {answer_id!r} was labelled already"
+                )
+            watch = self._watch(answer.entry)
+            monitor = answer.monitor
+            if monitor is None or watch.monitor is not monitor:  # a new version since
+                raise _refusal("certificate_changed", answer_id, answer)
+            fired = monitor.alarm
+            monitor.update(correct=correct)
+            answer.labelled = True
+            if monitor.alarm and not fired:
+                logger.warning(
+                    "risk alarm: model %s, certificate %s: after %d labelled answers (%d wrong) "
+                    "the error rate of shown answers exceeds the promised %g (level %g); "
+                    "recalibrate on recent labelled traffic or roll back", answer.entry,
+                    watch.label, monitor.n, monitor.errors, monitor.target, monitor.alpha,
+                )  # fmt: skip
+            low, high = monitor.bounds
+            return {
+                "id": answer_id, "request_id": request_id, "correct": correct,
+                "model": answer.entry, "certificate": watch.label, "labels": monitor.n,
+                "errors": monitor.errors, "bounds": [low, high], "alarm": monitor.alarm,
+            }  # fmt: skip
+
+    def _find(self, answer_id: str) -> tuple[str, _Answer]:
+        answer = self._answers.get(answer_id)
+        if answer is not None:
+            return answer_id, answer
+        request_id, count = self._by_completion.get(answer_id, ("", 0))
+        if count > 1:
+            raise FeedbackRefused(
+                409, "ambiguous_id",
+                f"{count} recent answers carry the id {answer_id!r} (the upstream reuses "
+                "ids): send the proxy's request id instead (x-liftguard-request-id, or "
+                "liftguard.request_id of the verdict)",
+            )  # fmt: skip
+        if count == 0:
+            raise FeedbackRefused(
+                404, "unknown_answer",
+                f"no answer {answer_id!r} among the last {self._config.feedback_ids} this "
+                "proxy served (unknown, or dropped from its feedback store: feedback_ids)",
+            )  # fmt: skip
+        return request_id, self._answers[request_id]
+
+    # -- reports ---------------------------------------------------------------------------
+
+    def states(self) -> list[RiskState]:
+        """Every monitored entry's monitor, for ``/metrics``."""
+        with self._lock:
+            return [_state(entry, watch) for entry, watch in self._current() if watch.monitor]
+
+    def health(self) -> dict[str, Any]:
+        """``{model entry: its monitor's alarm state}`` for ``/healthz`` (which needs no key,
+        so no counts: those are in ``/metrics``); ``monitored`` is false for an
+        uncalibrated certificate."""
+        out: dict[str, Any] = {}
+        with self._lock:
+            for entry, watch in self._current():
+                m = watch.monitor
+                out[entry] = {
+                    "certificate": watch.label, "monitored": m is not None,
+                    "alarm": m.alarm if m else None,
+                    "coverage_warning": m.coverage_warning if m else None,
+                }  # fmt: skip
+        return out
+
+    def _current(self) -> list[tuple[str, _Watch]]:
+        return [(entry, self._watch(entry)) for entry in self._table.sources]
+
+    # -- the endpoint ----------------------------------------------------------------------
+
+    async def endpoint(self, request: Request) -> Response:
+        """``POST /v1/liftguard/feedback`` (the caller has checked the client's key)."""
+        config = self._config
+        try:
+            raw = await read_body(
+                request, max_bytes=min(MAX_FEEDBACK_BYTES, config.max_body_bytes),
+                timeout_s=config.body_timeout_s,
+            )  # fmt: skip
+            answer_id, correct = _validate(parse_json(raw))
+        except BadRequest as exc:
+            self._metrics.feedback.labels(result=exc.code).inc()
+            return error_response(exc.status, str(exc), code=exc.code, param=exc.param)
+        try:
+            out = self.label(answer_id, correct)
+        except FeedbackRefused as exc:
+            self._metrics.feedback.labels(result=exc.code).inc()
+            return error_response(exc.status, str(exc), code=exc.code, param="id")
+        self._metrics.feedback.labels(result="accepted").inc()
+        return JSONResponse(out)
+
+
+def _state(entry: str, watch: _Watch) -> RiskState:
+    m = watch.monitor
+    assert m is not None
+    low, high = m.bounds
+    return RiskState(
+        entry, watch.label, m.target, m.n, m.errors, low, high, m.log_e_value, m.alarm,
+        m.answers, m.shown, m.coverage_warning,
+    )  # fmt: skip
+
+
+def _refuse_unless_shown(answer_id: str, answer: _Answer) -> None:
+    if answer.status != _SHOWN:
+        raise _refusal(answer.status, answer_id, answer)
+
+
+def _refusal(code: str, answer_id: str, answer: _Answer) -> FeedbackRefused:
+    message = {
+        "answer_not_certified": f"answer {answer_id!r} was not certified (cause "
+        f"{answer.cause}): only answers the certificate let through bear on its risk",
+        "answer_not_covered": f"answer {answer_id!r} was made with settings the certificate "
+        "was not calibrated for (see its context_mismatches): its promise does not cover it",
+        "certificate_changed": f"answer {answer_id!r} was certified by {answer.label}, which "
+        f"model entry {answer.entry!r} no longer serves: its label does not bear on the "
+        "promise in force",
+        "no_risk_monitor": f"the certificate of model entry {answer.entry!r} ({answer.label}) "
+        "is not calibrated: it promises no risk, and there is no monitor to feed",
+    }[code]
+    return FeedbackRefused(409, code, message)
+
+
+def _validate(body: Any) -> tuple[str, bool]:
+    """``(id, correct)`` of a feedback body, else :class:`BadRequest` naming the field."""
+    if not isinstance(body, dict):
+        raise BadRequest('the feedback body must be a JSON object {"id": ..., "correct": ...}')
+    answer_id, correct = body.get("id"), body.get("correct")
+    if not isinstance(answer_id, str) or not answer_id:
+        raise BadRequest("id: the answer's id (a non-empty string) is required", param="id")
+    if len(answer_id) > MAX_ID_CHARS:
+        raise BadRequest(f"id: longer than {MAX_ID_CHARS} characters", param="id")
+    if not isinstance(correct, bool):
+        raise BadRequest(f"correct: must be true or false (got {correct!r:.40})", param="correct")
+    return answer_id, correct
