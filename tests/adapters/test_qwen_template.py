@@ -117,3 +117,26 @@ def test_the_real_model_carries_this_template() -> None:
     )
     for row in _sample():
         assert template.prompt(str(row["question"]), QWEN_SYSTEM) == row["prompt"]
+
+
+def test_the_local_server_renders_requests_with_the_models_own_template() -> None:
+    """``local-server --model PATH.gguf`` renders a request's messages with the GGUF's
+    chat template: the whole conversation, the template's default system line when the
+    request sends none, and a 400-worthy ValueError for messages it cannot render."""
+    from adapters._local_server import _prompt_from_messages
+
+    template = ChatTemplate(QWEN_TEMPLATE, "<|endoftext|>", "<|im_end|>")
+    row = _sample()[0]
+    messages = [{"role": "system", "content": QWEN_SYSTEM},
+                {"role": "user", "content": row["question"]}]  # fmt: skip
+    assert _prompt_from_messages(messages, template) == row["prompt"]
+    no_system = _prompt_from_messages(messages[1:], template)
+    assert no_system == template.render(messages[1:]) != smollm2_chat_prompt(row["question"])
+    assert "You are Qwen" in no_system  # the template's own default, not SmolLM2's format
+    turns = [*messages, {"role": "assistant", "content": "Cats"},
+             {"role": "user", "content": "Sure?"}]  # fmt: skip
+    assert "<|im_start|>assistant\nCats<|im_end|>" in _prompt_from_messages(turns, template)
+    with pytest.raises(ValueError, match="string role and content"):
+        _prompt_from_messages([{"role": "user", "content": None}], template)
+    # without a template (the bundled SmolLM2, a base model): SmolLM2's ChatML, as before
+    assert _prompt_from_messages(messages) == smollm2_chat_prompt(row["question"], QWEN_SYSTEM)
