@@ -59,7 +59,6 @@ alarm is :attr:`RiskMonitor.coverage_warning`, a warning (logged once), never a 
 
 from __future__ import annotations
 
-import logging
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -71,7 +70,6 @@ from ._errors import ConfigError
 
 __all__ = ["RiskMonitor"]
 
-logger = logging.getLogger(__name__)
 
 FloatArray = npt.NDArray[np.float64]
 BET_CAP = 0.8
@@ -305,11 +303,7 @@ class RiskMonitor:
             self._starts.append((n, self.errors))
         self.errors += wrong
         if self._risk.update(wrong) >= self._threshold and self.alarm_at is None:
-            self.alarm_at = self._risk.n
-            logger.warning(
-                "risk alarm after %d labelled answers: the error rate of shown answers "
-                "exceeds the target %g (level %g)", self.alarm_at, self.target, self.alpha,
-            )  # fmt: skip
+            self.alarm_at = self._risk.n  # (reported by the caller: the proxy logs it)
         while len(self._starts) > 1 and self.n - self._starts[1][0] >= self.window:
             self._starts.popleft()
         return self.alarm
@@ -323,11 +317,6 @@ class RiskMonitor:
             return False
         if self._shown.update(not was_shown) >= self._threshold and not self.coverage_warning:
             self.coverage_warning_at = self.answers
-            logger.warning(
-                "coverage warning after %d answers: fewer are shown than the expected %g "
-                "(level %g); the risk guarantee is not at stake", self.answers, self.coverage,
-                self.alpha,
-            )  # fmt: skip
         return self.coverage_warning
 
     @property

@@ -140,7 +140,14 @@ class RiskWatch:
             current = watch.label == info.label
             monitor = watch.monitor if current else None
             if monitor is not None and guard.error is None and info.covered:
-                monitor.update_shown(guard.certified)
+                warned = monitor.coverage_warning
+                if monitor.update_shown(guard.certified) and not warned:
+                    logger.warning(
+                        "coverage warning: model %s, certificate %s: after %d answers fewer "
+                        "are shown (%d) than the calibration promised (%g); the risk guarantee "
+                        "is not at stake, but the traffic may have drifted", entry, watch.label,
+                        monitor.answers, monitor.shown, monitor.coverage,
+                    )  # fmt: skip
             if not guard.certified:
                 status = "answer_not_certified"
             elif not current:
