@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,9 +38,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "proxy"))
 
 from proxy_harness import make_certificate
 
-from guardrail import GenerationContext
+from guardrail import Certificate, GenerationContext
 
-__all__ = ["GUARDRAILS", "OFFLINE_ENV", "LiteLLM", "ScriptedUpstream", "running_litellm"]
+__all__ = [
+    "GUARDRAILS",
+    "OFFLINE_ENV",
+    "LiteLLM",
+    "ScriptedUpstream",
+    "running_litellm",
+    "write_config",
+]
 
 OFFLINE_ENV = {
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # the bundled price list, not a download
@@ -97,11 +104,20 @@ class LiteLLM:
     log: Path
 
 
-def write_config(directory: Path, upstream: str, *, timeout_s: float = 3.0) -> Path:
-    """``config.yaml`` (and ``cert.json``) for :data:`GUARDRAILS` and the ``plain`` model."""
-    make_certificate(context=CONTEXT).save(directory / "cert.json")
+def write_config(
+    directory: Path,
+    upstream: str,
+    certificate: Certificate,
+    guardrails: Mapping[str, Mapping[str, str]],
+    *,
+    timeout_s: float = 3.0,
+) -> Path:
+    """``config.yaml`` (and ``cert.json``, ``certificate``) in ``directory``: a ``plain``
+    model, and one model per entry of ``guardrails`` with the liftguard guardrail attached
+    (``guardrails[name]``: its settings), all of them in front of ``upstream``."""
+    certificate.save(directory / "cert.json")
     lines = ["model_list:"]
-    for name in ("plain", *GUARDRAILS):
+    for name in ("plain", *guardrails):
         lines += [
             f"  - model_name: {name}",
             "    litellm_params:",
@@ -114,7 +130,7 @@ def write_config(directory: Path, upstream: str, *, timeout_s: float = 3.0) -> P
         if name != "plain":
             lines.append(f"      guardrails: [lg-{name}]")
     lines.append("guardrails:")
-    for name, settings in GUARDRAILS.items():
+    for name, settings in guardrails.items():
         lines += [
             f"  - guardrail_name: lg-{name}",
             "    litellm_params:",
@@ -153,9 +169,18 @@ def _alive(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def running_litellm(directory: Path, upstream: str, *, timeout_s: float = 3.0) -> Iterator[LiteLLM]:
-    """``litellm --config`` in ``directory`` until the block ends (then terminated)."""
-    config = write_config(directory, upstream, timeout_s=timeout_s)
+def running_litellm(
+    directory: Path,
+    upstream: str,
+    *,
+    certificate: Certificate | None = None,
+    guardrails: Mapping[str, Mapping[str, str]] = GUARDRAILS,
+    timeout_s: float = 3.0,
+) -> Iterator[LiteLLM]:
+    """``litellm --config`` (:func:`write_config`; by default the test certificate and
+    :data:`GUARDRAILS`) in ``directory`` until the block ends (then terminated)."""
+    certificate = make_certificate(context=CONTEXT) if certificate is None else certificate
+    config = write_config(directory, upstream, certificate, guardrails, timeout_s=timeout_s)
     executable = shutil.which("litellm", path=str(Path(sys.executable).parent))
     assert executable is not None, "the litellm command is not installed next to python"
     key = f"sk-{secrets.token_hex(24)}"
