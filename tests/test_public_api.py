@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 from types import ModuleType
 
 import pytest
@@ -18,6 +19,7 @@ PUBLIC_MODULES = (
     "guardrail.vsd",
     "adapters",
     "adapters.cli",
+    "adapters.litellm",
     "adapters.local",
     "adapters.proxy",
     "skeleton_store",
@@ -42,6 +44,8 @@ def test_all_imports_are_exported(name: str) -> None:
     # that is importable but not part of the surface (as httpx checks its own)
     if name == "adapters.proxy":
         pytest.importorskip("starlette")
+    if name == "adapters.litellm":
+        _import_litellm_offline()
     module = importlib.import_module(name)
     exported = [n for n in module.__all__ if not n.startswith("_")]
     assert len(exported) == len(set(exported)), "a name is in __all__ twice"
@@ -202,6 +206,22 @@ def test_proxy_public_names_are_pinned() -> None:
     ]
     for name in adapters.proxy.__all__:
         assert hasattr(adapters.proxy, name), name
+
+
+def _import_litellm_offline() -> None:
+    """Skip without LiteLLM; keep its import from fetching the model price list."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    pytest.importorskip("litellm")
+    pytest.importorskip("fastapi")
+
+
+def test_litellm_public_names_are_pinned() -> None:
+    _import_litellm_offline()
+    import adapters.litellm
+
+    assert adapters.litellm.__all__ == ["BLOCKED_STATUS", "INSTALL_HINT", "LiftGuardGuardrail"]
+    for name in adapters.litellm.__all__:
+        assert hasattr(adapters.litellm, name), name
 
 
 def test_command_line_public_names_are_pinned() -> None:

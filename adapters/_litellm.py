@@ -1,0 +1,293 @@
+"""The LiteLLM proxy guardrail: LiteLLM's hooks around :mod:`adapters._litellm_answer`.
+
+Checked against litellm 1.110.2 (the version the ``litellm`` extra pins):
+
+- ``async_pre_call_hook`` runs before the request is routed; what it returns is what
+  LiteLLM sends on (``logprobs`` and ``top_logprobs`` included).
+- ``async_post_call_streaming_iterator_hook`` gets every chunk as a
+  ``ModelResponseStream`` with ``choices[0].logprobs`` as the upstream sent them (LiteLLM
+  passes logprobs through unchanged, also those the client did not ask for); what it
+  yields is what the client gets; an extra attribute of a chunk (``liftguard``) reaches
+  the client as a field of the chunk.
+- A stream that ends without a finish reason (cut off, with or without ``[DONE]``)
+  raises in the iterator (``APIConnectionError``: "Stream ended before a finish_reason
+  was received"), as does an upstream error event: the error goes through the hook.
+- An ``HTTPException`` raised in the iterator hook closes the upstream request and
+  reaches the client as an in-stream error event (``{"error": {...}}``; the openai SDK
+  raises ``openai.APIError``), or, when nothing was sent yet, as an HTTP error with that
+  status (``openai.UnprocessableEntityError`` for 422); the exception's ``type``
+  attribute becomes ``error.type`` and its ``detail`` ``error.provider_specific_fields``.
+- ``async_post_call_success_hook`` gets a non-streamed ``ModelResponse``; an attribute
+  set on it reaches the client as a field of the completion.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, Callable, Mapping
+from functools import partial
+from typing import Any
+
+from fastapi import HTTPException
+from litellm.integrations.custom_guardrail import CustomGuardrail
+from litellm.types.utils import Delta, ModelResponseStream, StreamingChoices
+
+from guardrail import Cause, ConfigError, GuardrailError
+
+from ._litellm_answer import Answer, GuardedRequest, completion_chunk, prepare_request, strip_choice
+from ._proxy._certs import CertificateSource, certificate_source
+from ._proxy._chat import check_upstream
+from ._proxy._config import DEFAULT_REFUSAL
+from ._proxy._wire import BLOCKED_TYPE, UPSTREAM_TYPE, VERDICT_FIELD, error_body
+from ._stream import DEFAULT_MAX_TOKEN_CHARS, aclose_upstream, check_max_token_chars
+
+__all__ = ["BLOCKED_STATUS", "LiftGuardGuardrail"]
+
+logger = logging.getLogger(__name__)
+
+BLOCKED_STATUS = 422
+"""The HTTP status of a blocked answer (the proxy's, for a non-streamed request)."""
+_HOOKS = ("pre_call", "post_call")
+_CHAT_CALLS = ("completion", "acompletion")
+_MAX_PENDING = 10_000
+"""Requests between the pre-call and post-call hooks kept at once (the oldest is dropped
+past it: a request whose post-call hook never ran, e.g. a client that left)."""
+
+
+class GuardrailHTTPError(HTTPException):  # type: ignore[misc]  # (fastapi is not type-checked)
+    """An error LiteLLM relays to the client with OpenAI's error shape: ``type`` becomes
+    ``error.type``, ``detail`` (the proxy's error body) ``error.provider_specific_fields``."""
+
+    def __init__(self, status: int, detail: dict[str, Any]) -> None:
+        super().__init__(status_code=status, detail=detail)
+        self.type = detail["error"]["type"]
+        self.param = None
+
+
+class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is not type-checked)
+    """Certify or block every chat answer that goes through a LiteLLM proxy.
+
+    In ``config.yaml``::
+
+        guardrails:
+          - guardrail_name: liftguard
+            litellm_params:
+              guardrail: adapters.litellm.LiftGuardGuardrail
+              mode: [pre_call, post_call]    # LiteLLM's hooks: both are needed
+              default_on: true
+              certificate: cert.json         # or STORE_URL#NAME@ALIAS
+              guard_mode: buffered           # or passthrough
+              on_block: error                # or refusal
+
+    ``certificate``: a certificate file (``liftguard calibrate --out``) or a store alias
+    ``STORE_URL#NAME[@ALIAS]``, read once when LiteLLM starts, its skeleton built
+    (the proxy's certificate sources); ``storage_options`` for an fsspec store.
+    ``guard_mode``: ``buffered`` (nothing reaches the client before the answer is
+    certified) or ``passthrough`` (chunks flow at once; a block ends the stream). (LiteLLM's
+    own ``mode`` names its hooks.) ``on_block``: ``error`` (the stream ends with an error the
+    openai SDK raises as ``openai.APIError``, type ``liftguard_blocked``, status 422; a
+    non-streamed request gets HTTP 422) or ``refusal`` (``refusal_message`` as the answer,
+    ``finish_reason`` ``content_filter``). ``top_logprobs``: alternatives asked of the
+    upstream per token (``None``: 20, or more if the certificate reads more).
+
+    The pre-call hook asks the upstream for logprobs and fills the certificate's generation
+    context in where the client left a setting unset; a setting the client changed is
+    reported in the verdict (``covered: false``). The post-call hooks guard the answer with
+    the stream step every adapter uses: only an answer that ended with a documented finish
+    can be certified. The verdict travels in the ``liftguard`` field (the proxy's shape): on
+    the last chunk of a certified stream, on a non-streamed completion, in a refusal, and
+    under ``error.provider_specific_fields.error.liftguard`` of a block.
+    """
+
+    def __init__(
+        self,
+        *,
+        certificate: str | CertificateSource | None = None,
+        guard_mode: str = "buffered",
+        on_block: str = "error",
+        refusal_message: str = DEFAULT_REFUSAL,
+        top_logprobs: int | None = None,
+        max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
+        storage_options: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if certificate is None:
+            raise ConfigError("the liftguard guardrail needs certificate: (a file or STORE#NAME)")
+        if guard_mode not in ("buffered", "passthrough"):
+            raise ConfigError(f"guard_mode must be buffered or passthrough, got {guard_mode!r}")
+        if on_block not in ("error", "refusal"):
+            raise ConfigError(f"on_block must be error or refusal, got {on_block!r}")
+        if not isinstance(refusal_message, str) or not refusal_message:
+            raise ConfigError("refusal_message must be a non-empty string")
+        if top_logprobs is not None and (
+            isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int)
+            or not 0 <= top_logprobs <= 20
+        ):  # fmt: skip
+            raise ConfigError(f"top_logprobs must be an integer in 0..20, got {top_logprobs!r}")
+        hooks = kwargs.get("event_hook")
+        hooks = [hooks] if isinstance(hooks, str) else list(hooks or ())
+        if hooks and not all(h in hooks for h in _HOOKS):
+            raise ConfigError(
+                f"the liftguard guardrail needs LiteLLM's mode: [pre_call, post_call] (the "
+                f"pre-call hook asks the upstream for logprobs), got {hooks}"
+            )
+        super().__init__(**kwargs)
+        self.source = certificate_source(certificate, storage_options=storage_options)
+        self.guard_mode: str = guard_mode
+        self.on_block: str = on_block
+        self.refusal_message = refusal_message
+        self.top_logprobs = top_logprobs
+        self.max_token_chars = check_max_token_chars(max_token_chars)
+        check_upstream(self.source.current()[0], top_logprobs)  # refused now, not per request
+        self._pending: OrderedDict[str, GuardedRequest] = OrderedDict()
+        logger.info("liftguard guardrail: certificate %s, %s", self.source.describe(), guard_mode)
+
+    # -- pre-call ----------------------------------------------------------------------------
+
+    async def async_pre_call_hook(
+        self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: str
+    ) -> dict[str, Any]:
+        """Ask the upstream for the logprobs the certificate reads, with its context."""
+        if call_type not in _CHAT_CALLS:
+            return data
+        certificate, label = self.source.current()
+        request_id = str(data.get("litellm_call_id") or id(data))
+        try:
+            request = prepare_request(
+                data, certificate, label, request_id=request_id,
+                mode="buffered" if self.guard_mode == "buffered" else "passthrough",
+                top_logprobs=self.top_logprobs,
+            )  # fmt: skip
+        except ConfigError as exc:
+            body = error_body(str(exc), "liftguard_config_error", "certificate_unsupported")
+            raise GuardrailHTTPError(500, body) from exc
+        except ValueError as exc:
+            body = error_body(str(exc), "invalid_request_error", "invalid_request", param="n")
+            raise GuardrailHTTPError(400, body) from exc
+        if request.mismatches:
+            logger.info("request %s changes %s: not covered", request_id, request.mismatches)
+        self._pending[request_id] = request
+        while len(self._pending) > _MAX_PENDING:
+            self._pending.popitem(last=False)
+        return data
+
+    def _request(self, data: Mapping[str, Any]) -> GuardedRequest | None:
+        return self._pending.pop(str(data.get("litellm_call_id")), None)
+
+    async def async_post_call_failure_hook(
+        self,
+        request_data: dict[str, Any],
+        original_exception: Exception,
+        user_api_key_dict: Any,
+        traceback_str: str | None = None,
+    ) -> None:
+        self._request(request_data)  # the answer failed before a post-call hook took it
+
+    # -- streamed answers --------------------------------------------------------------------
+
+    async def async_post_call_streaming_iterator_hook(
+        self, user_api_key_dict: Any, response: Any, request_data: dict[str, Any]
+    ) -> AsyncGenerator[Any, None]:
+        """Guard the stream: hold or pass chunks, end a blocked answer, close the upstream."""
+        request = self._request(request_data)
+        if request is None:  # not a request the pre-call hook prepared (another route)
+            async for chunk in response:
+                yield chunk
+            return
+        answer = Answer(request, max_token_chars=self.max_token_chars)
+        last: Any = None
+        try:
+            async for chunk in response:
+                last = chunk
+                for out in self._step(answer, partial(answer.feed, chunk)):
+                    yield out
+                if answer.blocked is not None:
+                    break
+            else:
+                held = self._step(answer, answer.end)
+                if held and answer.blocked is None:  # on the chunk with the finish reason
+                    last_finish = next((c for c in reversed(held) if _finishes(c)), held[-1])
+                    setattr(last_finish, VERDICT_FIELD, answer.verdict_field())
+                for out in held:
+                    yield out
+        finally:  # a block, an error, the client gone: no more tokens generated or paid for
+            await aclose_upstream(response)
+        if answer.blocked is not None:
+            yield self._blocked(answer, last)
+
+    def _step(self, answer: Answer, step: Callable[[], list[Any]]) -> list[Any]:
+        """``step()``; a malformed chunk (or a missing logprob under policy ``error``) ends
+        the answer with the proxy's upstream error (HTTP 502), never certified."""
+        try:
+            return step()
+        except GuardrailError as exc:
+            answer.monitor.abort(Cause.TRUNCATED, f"the upstream's answer was unusable: {exc}")
+            body = error_body(
+                str(exc), UPSTREAM_TYPE, "malformed_chunk",
+                verdict=answer.verdict_field(error="malformed_chunk"),
+            )  # fmt: skip
+            raise GuardrailHTTPError(502, body) from exc
+
+    def _blocked(self, answer: Answer, like: Any) -> Any:
+        """The end of a blocked stream: the refusal chunk, or the error LiteLLM relays."""
+        verdict = answer.verdict
+        logger.info("answer %s blocked: %s", answer.request.request_id, verdict.reason)
+        if self.on_block == "refusal":
+            return self._refusal_chunk(answer, like)
+        raise GuardrailHTTPError(BLOCKED_STATUS, self._blocked_body(answer))
+
+    @staticmethod
+    def _blocked_body(answer: Answer) -> dict[str, Any]:
+        verdict = answer.verdict
+        return error_body(
+            f"liftguard {verdict.reason}", BLOCKED_TYPE, verdict.cause.value,
+            verdict=answer.verdict_field(),
+        )  # fmt: skip
+
+    def _refusal_chunk(self, answer: Answer, like: Any) -> Any:
+        """The chunk that ends a blocked answer with the refusal (``content_filter``)."""
+        choice = StreamingChoices(
+            index=0,
+            delta=Delta(role="assistant", content=self.refusal_message),
+            finish_reason="content_filter",
+        )
+        chunk = ModelResponseStream(choices=[choice])
+        for name in ("id", "created", "model"):
+            value = getattr(like, name, None)
+            if value is not None:
+                setattr(chunk, name, value)
+        setattr(chunk, VERDICT_FIELD, answer.verdict_field())
+        return chunk
+
+    # -- whole answers -----------------------------------------------------------------------
+
+    async def async_post_call_success_hook(
+        self, data: dict[str, Any], user_api_key_dict: Any, response: Any
+    ) -> Any:
+        """Decide on a whole (non-streamed) answer; the verdict travels with the response."""
+        request = self._request(data)
+        if request is None or not hasattr(response, "choices"):
+            return response
+        answer = Answer(request, max_token_chars=self.max_token_chars)
+        self._step(answer, partial(answer.feed, completion_chunk(response)))
+        if answer.blocked is None:
+            self._step(answer, answer.end)
+        for choice in response.choices:
+            strip_choice(choice, request.want_logprobs, request.top_k)
+        if answer.blocked is not None:
+            logger.info("answer %s blocked: %s", request.request_id, answer.verdict.reason)
+            if self.on_block == "error":
+                raise GuardrailHTTPError(BLOCKED_STATUS, self._blocked_body(answer))
+            for choice in response.choices:
+                choice.message.content = self.refusal_message
+                choice.finish_reason = "content_filter"
+                choice.logprobs = None
+        setattr(response, VERDICT_FIELD, answer.verdict_field())
+        return response
+
+
+def _finishes(chunk: Any) -> bool:
+    """``chunk`` carries a finish reason (the usage chunk after it does not, and LiteLLM drops
+    the usage chunk it asked for itself)."""
+    return any(getattr(c, "finish_reason", None) for c in getattr(chunk, "choices", None) or ())

@@ -1,0 +1,215 @@
+"""The LiteLLM guardrail's rules, sans I/O (no LiteLLM import): the upstream request a client
+request becomes, and one guarded answer, chunks in, the chunks the client may see out.
+
+:func:`prepare_request` is the proxy's preparation (:func:`adapters._proxy._chat.prepare`)
+for a request that LiteLLM sends on: the same helpers fill in the certificate's generation
+context (:func:`~adapters._context.apply_context`, the model left out: LiteLLM's ``model`` is
+a routing name), report the settings the client changed (``sampling_changes``), and ask the
+upstream for the logprobs and alternatives the certificate reads. Unlike the proxy it keeps
+``stream`` as the client asked: LiteLLM hands a streamed answer to the iterator hook and a
+whole one to the success hook.
+
+:class:`Answer` drives the adapters' :class:`~adapters._stream.GuardStep` (every stream-ending
+rule lives there) with LiteLLM's chunk objects as the units it holds and releases, as the
+proxy's :class:`~adapters._proxy._guarded.AnswerGuard` does with decoded chunks:
+``hold_finish=True``, so the chunk with ``finish_reason`` is released only with a certified
+final verdict, and what the client did not ask for (logprobs, alternatives past its
+``top_logprobs``) is stripped from every chunk it gets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from guardrail import Certificate, Monitor, Verdict
+
+from ._context import apply_context, filled_limit
+from ._openai_events import ChunkParts, chat_chunk_parts
+from ._proxy._chat import DEFAULT_UPSTREAM_TOP, check_upstream, sampling_changes
+from ._proxy._wire import verdict_info
+from ._stream import DEFAULT_MAX_TOKEN_CHARS, GuardStep, Mode
+
+__all__ = ["Answer", "GuardedRequest", "completion_chunk", "prepare_request", "strip_choice"]
+
+
+@dataclass
+class GuardedRequest:
+    """What one request asked for and which rule applies to it (kept from the pre-call hook
+    to the post-call hooks)."""
+
+    request_id: str
+    certificate: Certificate
+    label: str
+    mode: Mode
+    want_logprobs: bool = False
+    top_k: int = 0
+    upstream_top: int = 1
+    limit: int | None = None
+    mismatches: list[str] = field(default_factory=list)
+
+    @property
+    def covered(self) -> bool:
+        """The certificate's guarantee applies: calibrated, and the context kept."""
+        return self.certificate.calibrated and not self.mismatches
+
+    def monitor(self) -> Monitor:
+        """A fresh monitor of the certificate for this answer."""
+        return self.certificate.monitor(max_tokens=self.limit)
+
+
+def prepare_request(
+    data: dict[str, Any],
+    certificate: Certificate,
+    label: str,
+    *,
+    request_id: str,
+    mode: Mode,
+    top_logprobs: int | None,
+) -> GuardedRequest:
+    """Fill ``data`` (LiteLLM's request, changed in place) with the certificate's generation
+    context and the logprobs it reads; what the post-call hooks need to guard the answer.
+
+    A certificate the upstream cannot feed is a :class:`~guardrail.ConfigError` (as the
+    proxy's :func:`check_upstream`); a request for several answers (``n`` > 1) is a
+    ``ValueError`` (the guard certifies one answer per request)."""
+    if data.get("n") not in (None, 1):
+        raise ValueError("liftguard certifies one answer per request: n must be 1")
+    reads = check_upstream(certificate, top_logprobs)
+    want = bool(data.get("logprobs"))
+    top_k = int(data.get("top_logprobs") or 0) if want else 0
+    default = max(DEFAULT_UPSTREAM_TOP, reads.alternatives) if reads.uses_alternatives else 1
+    # at least one alternative: llama.cpp's server sends no logprobs at all for 0
+    upstream_top = max(top_logprobs if top_logprobs is not None else default, top_k, 1)
+    mismatches = sampling_changes(data)
+    body = {k: v for k, v in data.items() if k != "model"}
+    if "repeat_penalty" in body:  # llama.cpp's setting: apply_context reads it in extra_body
+        extra = dict(body.get("extra_body") or {})
+        extra["repeat_penalty"] = body.pop("repeat_penalty")
+        body["extra_body"] = extra
+        del data["repeat_penalty"]
+    out, changed = apply_context(certificate, body)
+    out.pop("model", None)
+    data.update(out)
+    data.update(logprobs=True, top_logprobs=upstream_top)
+    return GuardedRequest(
+        request_id=request_id,
+        certificate=certificate,
+        label=label,
+        mode=mode,
+        want_logprobs=want,
+        top_k=top_k,
+        upstream_top=upstream_top,
+        limit=filled_limit(certificate, out),
+        mismatches=[m.setting for m in changed] + mismatches,
+    )
+
+
+class Answer:
+    """One guarded answer: feed LiteLLM's chunk objects (or :func:`completion_chunk` of a
+    whole response), get the ones the client may see, stripped of what it did not ask
+    for. ``blocked`` holds the BLOCKED verdict once there is one."""
+
+    def __init__(
+        self, request: GuardedRequest, *, max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS
+    ) -> None:
+        self.request = request
+        self.monitor = request.monitor()
+        parse = partial(chat_chunk_parts, with_top=self.monitor.reads.uses_alternatives)
+        self.step: GuardStep[Any] = GuardStep(
+            self.monitor, request.mode, "stop", parse, unit=self._unit,
+            max_token_chars=max_token_chars, hold_finish=True,
+        )  # fmt: skip
+        self.tokens_read = 0
+
+    @property
+    def blocked(self) -> Verdict | None:
+        return self.step.blocked
+
+    @property
+    def verdict(self) -> Verdict:
+        verdict: Verdict = self.monitor.verdict
+        return verdict
+
+    def feed(self, chunk: Any) -> list[Any]:
+        """One upstream chunk: the chunks the client may see now."""
+        return self.step.feed(chunk)
+
+    def end(self) -> list[Any]:
+        """The upstream ended: the final verdict; the held chunks if it is certified."""
+        return self.step.end()
+
+    def _unit(self, chunk: Any, parts: ChunkParts) -> Any:
+        self.tokens_read += len(parts.events)
+        for choice in _field(chunk, "choices") or ():
+            strip_choice(choice, self.request.want_logprobs, self.request.top_k)
+        return chunk
+
+    def verdict_field(self, error: str | None = None) -> dict[str, Any]:
+        """The documented ``liftguard`` field (the proxy's shape)."""
+        request = self.request
+        return verdict_info(
+            self.verdict,
+            request_id=request.request_id,
+            certificate=request.label,
+            mode=request.mode,
+            tokens_read=self.tokens_read,
+            statistic=self.monitor.value,
+            covered=request.covered,
+            mismatches=list(request.mismatches),
+            error=error,
+        )
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def _set(obj: Any, name: str, value: Any) -> None:
+    if isinstance(obj, dict):
+        obj[name] = value
+    else:
+        setattr(obj, name, value)
+
+
+def strip_choice(choice: Any, want_logprobs: bool, top_k: int) -> None:
+    """``choice`` (a chunk's or a completion's, an object or a dict) without what the
+    client did not ask for: its ``logprobs`` (None) unless it asked for them, else at most
+    ``top_k`` alternatives per token. Changed in place."""
+    logprobs = _field(choice, "logprobs")
+    if logprobs is None:
+        return
+    if not want_logprobs:
+        _set(choice, "logprobs", None)
+        return
+    for key in ("content", "refusal"):
+        for entry in _field(logprobs, key) or ():
+            top = _field(entry, "top_logprobs")
+            if isinstance(top, list) and len(top) > top_k:
+                _set(entry, "top_logprobs", top[:top_k])
+
+
+def completion_chunk(response: Any) -> dict[str, Any]:
+    """A whole (non-streamed) completion as the one chunk of its answer: choice 0's message
+    as its ``delta``, with its ``logprobs`` and ``finish_reason``, so that it goes through
+    the same step as a stream."""
+    choices = _field(response, "choices") or []
+    choice = next((c for c in choices if (_field(c, "index") or 0) == 0), None)
+    if choice is None:
+        return {"choices": []}
+    message = _field(choice, "message")
+    delta = {
+        key: _field(message, key)
+        for key in ("content", "refusal", "tool_calls", "function_call", "audio")
+    }
+    return {
+        "choices": [
+            {
+                "index": 0,
+                "delta": delta,
+                "logprobs": _field(choice, "logprobs"),
+                "finish_reason": _field(choice, "finish_reason"),
+            }
+        ]
+    }

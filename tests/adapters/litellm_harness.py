@@ -1,0 +1,210 @@
+"""A real LiteLLM proxy process (``litellm --config``) in front of the scripted SSE upstream.
+
+:func:`running_litellm` writes a ``config.yaml`` (and the certificate file it names) into a
+directory, starts ``litellm --config config.yaml --port P`` as a child process with a random
+master key, offline (no model price list fetched, no telemetry), and waits for
+``/health/liveliness``. Its models all point at one upstream (the scripted server of
+``sse_server.py``, whose replies a test scripts per question):
+
+- ``plain``: no guardrail (LiteLLM alone);
+- ``guarded`` / ``passthrough`` / ``refusal``: the liftguard guardrail attached to the model
+  (LiteLLM's model-level ``guardrails``), buffered with ``on_block: error``, passthrough with
+  ``on_block: error``, buffered with ``on_block: refusal``.
+
+The certificate is the proxy tests' (``tests/proxy/proxy_harness.py``): a token at ``GOOD``
+passes, one at ``BAD`` blocks at once, and a clean answer is certified only at its end; its
+generation context sets ``temperature=0`` (filled in where a client leaves it unset).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sse_server import Record, Reply, SSEServer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "proxy"))
+
+from proxy_harness import make_certificate
+
+from guardrail import Certificate, GenerationContext
+
+__all__ = [
+    "GUARDRAILS",
+    "OFFLINE_ENV",
+    "LiteLLM",
+    "ScriptedUpstream",
+    "running_litellm",
+    "write_config",
+]
+
+OFFLINE_ENV = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # the bundled price list, not a download
+    "LITELLM_OFFLINE_MODE": "true",
+    "LITELLM_TELEMETRY_DISABLED": "true",
+    "LITELLM_DONT_SHOW_FEEDBACK_BOX": "true",
+}
+"""What keeps a LiteLLM process (and ``import litellm``) off the network."""
+
+GUARDRAILS = {
+    "guarded": {"guard_mode": "buffered", "on_block": "error"},
+    "passthrough": {"guard_mode": "passthrough", "on_block": "error"},
+    "refusal": {"guard_mode": "buffered", "on_block": "refusal"},
+}
+"""Model name -> the liftguard guardrail settings attached to it."""
+CONTEXT = GenerationContext(temperature=0.0)
+START_TIMEOUT_S = 120.0
+
+
+class ScriptedUpstream(SSEServer):
+    """The scripted SSE server answering each request by its last user message
+    (``script[question]``; a stream of ``default`` otherwise)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.script: dict[str, Reply] = {}
+        self.default: Reply | None = None
+        self.responder = self._answer
+
+    def _answer(self, body: dict[str, Any]) -> Reply:
+        question = body["messages"][-1]["content"]
+        reply = self.script.get(question, self.default)
+        assert reply is not None, f"no scripted reply for {question!r}"
+        return reply
+
+    def request(self, question: str, timeout: float = 10.0) -> Record:
+        """The last request that asked ``question``, once the server stopped serving it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                found = [r for r in self.records if r.body["messages"][-1]["content"] == question]
+            if found:
+                assert found[-1].done.wait(max(deadline - time.monotonic(), 0.1))
+                return found[-1]
+            time.sleep(0.02)
+        raise AssertionError(f"the upstream never got {question!r}")
+
+
+@dataclass
+class LiteLLM:
+    process: subprocess.Popen[bytes]
+    base_url: str
+    key: str
+    log: Path
+
+
+def write_config(
+    directory: Path,
+    upstream: str,
+    certificate: Certificate,
+    guardrails: Mapping[str, Mapping[str, str]],
+    *,
+    timeout_s: float = 3.0,
+) -> Path:
+    """``config.yaml`` (and ``cert.json``, ``certificate``) in ``directory``: a ``plain``
+    model, and one model per entry of ``guardrails`` with the liftguard guardrail attached
+    (``guardrails[name]``: its settings), all of them in front of ``upstream``."""
+    certificate.save(directory / "cert.json")
+    lines = ["model_list:"]
+    for name in ("plain", *guardrails):
+        lines += [
+            f"  - model_name: {name}",
+            "    litellm_params:",
+            "      model: openai/gpt-test",
+            f"      api_base: {upstream}",
+            "      api_key: upstream-key",
+            f"      timeout: {timeout_s}",
+            f"      stream_timeout: {timeout_s}",
+        ]
+        if name != "plain":
+            lines.append(f"      guardrails: [lg-{name}]")
+    lines.append("guardrails:")
+    for name, settings in guardrails.items():
+        lines += [
+            f"  - guardrail_name: lg-{name}",
+            "    litellm_params:",
+            "      guardrail: adapters.litellm.LiftGuardGuardrail",
+            "      mode: [pre_call, post_call]",
+            "      default_on: false",
+            "      certificate: cert.json",
+            *(f"      {key}: {value}" for key, value in settings.items()),
+        ]
+    lines += [
+        "litellm_settings:",
+        "  num_retries: 0",
+        "router_settings:",
+        "  num_retries: 0",
+        "general_settings:",
+        "  master_key: os.environ/LITELLM_MASTER_KEY",
+    ]
+    path = directory / "config.yaml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _alive(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health/liveliness", timeout=1) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def running_litellm(
+    directory: Path,
+    upstream: str,
+    *,
+    certificate: Certificate | None = None,
+    guardrails: Mapping[str, Mapping[str, str]] = GUARDRAILS,
+    timeout_s: float = 3.0,
+) -> Iterator[LiteLLM]:
+    """``litellm --config`` (:func:`write_config`; by default the test certificate and
+    :data:`GUARDRAILS`) in ``directory`` until the block ends (then terminated)."""
+    certificate = make_certificate(context=CONTEXT) if certificate is None else certificate
+    config = write_config(directory, upstream, certificate, guardrails, timeout_s=timeout_s)
+    executable = shutil.which("litellm", path=str(Path(sys.executable).parent))
+    assert executable is not None, "the litellm command is not installed next to python"
+    key = f"sk-{secrets.token_hex(24)}"
+    env = {**os.environ, **OFFLINE_ENV, "LITELLM_MASTER_KEY": key, "NO_PROXY": "127.0.0.1"}
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = directory / "litellm.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [executable, "--config", str(config), "--host", "127.0.0.1", "--port", str(port)],
+            cwd=directory, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _alive(url):
+            if process.poll() is not None or time.monotonic() > deadline:
+                tail = log.read_text(errors="replace")[-3000:]
+                raise AssertionError(f"LiteLLM did not start:\n{tail}")
+            time.sleep(0.2)
+        yield LiteLLM(process, f"{url}/v1", key, log)
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
