@@ -62,9 +62,8 @@ Two methods:
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -78,6 +77,7 @@ from ._bounds import (
     mutual_information,
     pac_bayes_bound,
 )
+from ._calibration_record import Calibration, guarantee_text
 from ._errors import ConfigError, InsufficientDataError
 from ._policy import StreamPolicy, critical_thresholds, shown_at
 from ._subgamma import checked_subgamma
@@ -224,69 +224,6 @@ def ltt_threshold(
     )
 
 
-@dataclass(frozen=True)
-class Calibration:
-    """A calibrated threshold with everything needed to audit it (JSON-serialisable)."""
-
-    method: str
-    tau: float
-    risk: float
-    delta: float
-    score: str
-    n: int
-    n_answered: int
-    n_errors: int
-    coverage: float
-    empirical_risk: float
-    risk_upper: float
-    mean_budget: float | None = None
-    v: float | None = None
-    c: float | None = None
-    subgamma_method: str | None = None
-    model_check: dict[str, float] | None = None
-    pac_bayes_bound: float | None = None
-    kappa: float | None = None
-    kappa_bound: float | None = None
-    start: int | None = None
-    n_tested: int | None = None
-    seed: int = 0
-    policy: dict[str, Any] | None = None
-    guarantee: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Calibration:
-        try:
-            return cls(**data)
-        except TypeError as exc:
-            raise ConfigError(f"not a calibration record: {exc}") from exc
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> Calibration:
-        return cls.from_dict(json.loads(text))
-
-
-def _guarantee_text(method: str, risk: float, delta: float) -> str:
-    if method == "ltt":
-        return (
-            f"With probability at least {1 - delta:g} over the calibration draw, the rule "
-            f"'show the answer iff it is certified at tau' makes errors on at most "
-            f"{risk:g} of the answers it shows (selective risk), for new questions from "
-            f"the calibration distribution. It bounds how often shown answers are wrong, "
-            f"not how wrong they are."
-        )
-    return (
-        "Paper Algorithm 1: tau is a lower confidence bound on the mean lift. It uses no "
-        "labels and gives no guarantee on the selective risk."
-    )
-
-
 def calibrate(
     scores: npt.ArrayLike,
     correct: npt.ArrayLike,
@@ -376,7 +313,7 @@ def calibrate(
         kappa_bound=kappa_answer_rate_bound(kappa, risk),
         seed=seed,
         policy=policy.to_dict() if policy is not None else None,
-        guarantee=_guarantee_text(method, risk, delta),
+        guarantee=guarantee_text(method, risk, delta),
         **info,
     )
 
