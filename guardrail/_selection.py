@@ -33,7 +33,6 @@ import numpy.typing as npt
 
 from ._aggregates import Feature
 from ._errors import ConfigError
-from ._evaluate import MethodScores, _per_split, auroc
 from ._fitting import fit_statistic
 
 __all__ = ["Candidate", "CandidateScore", "cv_coverage", "select_statistic"]
@@ -94,6 +93,8 @@ def cv_coverage(
     """Cross-validated coverage of ``candidate`` at ``(risk, delta)`` (see the module
     docstring). ``x``: one row per answer, one column per feature in ``columns`` (rows
     with a non-finite value, empty answers, are scored as never shown)."""
+    from ._evaluate import MethodScores, _per_split, auroc  # (scipy: only when selecting)
+
     if folds < 2 or splits < 1:
         raise ConfigError("folds must be >= 2 and splits >= 1")
     cols = list(columns)
