@@ -63,6 +63,26 @@ def test_the_shipped_certificate_is_reproduced_by_its_documented_command(tmp_pat
     )
 
 
+@pytest.mark.skipif(not SHARED.is_dir(), reason="shared traces not available")
+def test_the_single_score_certificate_is_reproduced_by_its_documented_command(
+    tmp_path: Path,
+) -> None:
+    """``qwen_certificate.json``: the minimum lift against the uniform skeleton, calibrated
+    on all 2,000 shared answers by the command guardrail/data/README.md names."""
+    shipped = Certificate.load(DATA / "qwen_certificate.json")
+    assert shipped.statistic is None and shipped.policy.aggregate == "min"
+    assert shipped.reads.alternatives == 0  # nothing but each token's logprob
+    out = tmp_path / "cert.json"
+    args = ["calibrate", "--traces", str(SHARED / "triviaqa_qwen25coder.jsonl"), "--risk", "0.5"]
+    args += ["--delta", "0.05", "--cal-fraction", "1.0", "--aggregate", "min", "--clip", "12"]
+    args += ["--context", str(DATA / "qwen_context.json"), "--model-id", MODEL_ID]
+    args += ["--out", str(out)]
+    assert main(args) == 0
+    made = Certificate.load(out)
+    assert made.provenance["traces_sha256"] == shipped.provenance["traces_sha256"]
+    assert replace(made, provenance={}) == replace(shipped, provenance={})
+
+
 def test_local_server_without_the_model_is_one_error_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
