@@ -148,18 +148,8 @@ class Answer:
 
     def verdict_field(self, error: str | None = None) -> dict[str, Any]:
         """The documented ``liftguard`` field (the proxy's shape)."""
-        request = self.request
-        return verdict_info(
-            self.verdict,
-            request_id=request.request_id,
-            certificate=request.label,
-            mode=request.mode,
-            tokens_read=self.tokens_read,
-            statistic=self.monitor.value,
-            covered=request.covered,
-            mismatches=list(request.mismatches),
-            error=error,
-        )
+        return verdict_info(self.verdict, self.request, tokens_read=self.tokens_read,
+                            statistic=self.monitor.value, error=error)  # fmt: skip
 
 
 def _field(obj: Any, name: str) -> Any:

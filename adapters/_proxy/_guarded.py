@@ -192,18 +192,8 @@ class AnswerGuard:
         return self.error is None and self.ended and self.verdict.state is State.CERTIFIED
 
     def verdict_field(self) -> dict[str, Any]:
-        info = self.info
-        return verdict_info(
-            self.verdict,
-            request_id=info.request_id,
-            certificate=info.label,
-            mode=info.mode,
-            tokens_read=self.tokens_read,
-            statistic=self.monitor.value,
-            covered=info.covered,
-            mismatches=list(info.mismatches),
-            error=self.error,
-        )
+        return verdict_info(self.verdict, self.info, tokens_read=self.tokens_read,
+                            statistic=self.monitor.value, error=self.error)  # fmt: skip
 
 
 def chunk_frame(info: RequestInfo, like: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -29,8 +29,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
@@ -101,19 +101,31 @@ def _finite(x: float | None) -> float | None:
     return round(x, 6) if x is not None and math.isfinite(x) else None
 
 
+class VerdictRequest(Protocol):
+    """What the ``liftguard`` field says of the request an answer belongs to."""
+
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def label(self) -> str: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def covered(self) -> bool: ...
+    @property
+    def mismatches(self) -> Sequence[str]: ...
+
+
 def verdict_info(
     verdict: Verdict,
+    request: VerdictRequest,
     *,
-    request_id: str,
-    certificate: str,
-    mode: str,
     tokens_read: int,
     statistic: float | None,
-    covered: bool,
-    mismatches: list[str],
     error: str | None,
 ) -> dict[str, Any]:
-    """The documented ``liftguard`` field: the verdict and what it applies to.
+    """The documented ``liftguard`` field: the verdict and what it applies to (the proxy's
+    answers and the LiteLLM guardrail's).
 
     ``tokens``: tokens read before the verdict; ``tokens_read``: all tokens read
     from the upstream; ``covered``: the certificate is calibrated and the request
@@ -122,7 +134,7 @@ def verdict_info(
     upstream failure that ended the answer, if any.
     """
     return {
-        "request_id": request_id,
+        "request_id": request.request_id,
         "state": verdict.state.value,
         "cause": verdict.cause.value,
         "reason": verdict.reason,
@@ -130,10 +142,10 @@ def verdict_info(
         "tokens_read": tokens_read,
         "statistic": _finite(statistic),
         "tau": verdict.tau,
-        "certificate": certificate,
-        "mode": mode,
-        "covered": covered,
-        "context_mismatches": mismatches,
+        "certificate": request.label,
+        "mode": request.mode,
+        "covered": request.covered,
+        "context_mismatches": list(request.mismatches),
         "error": error,
     }
 
