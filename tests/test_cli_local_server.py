@@ -16,7 +16,10 @@ pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
 
 @pytest.mark.parametrize(("stop", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 0)])
 def test_local_server_answers_with_logprobs_and_stops_on_a_signal(stop: int, status: int) -> None:
-    main = "import sys; from adapters.cli import main; sys.exit(main(sys.argv[1:]))"
+    # Ctrl-C in a terminal: a shell that starts the suite as a background job hands its
+    # children SIGINT ignored, and a child with SIGINT ignored never sees the interrupt
+    main = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "from adapters.cli import main; sys.exit(main(sys.argv[1:]))")  # fmt: skip
     cmd = [sys.executable, "-c", main, "local-server", "--port", "0"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
