@@ -166,23 +166,24 @@ def baseline_method(traces: Sequence[Trace], name: str, *, exact: bool = True) -
     return MethodScores(name, scores, scores)
 
 
-def _tokens_read(method: MethodScores, idx: npt.NDArray[np.int64], tau: float) -> list[float]:
-    """Share of each (non-empty) answer's tokens read before its verdict at ``tau``."""
+def _tokens_read(method: MethodScores, idx: npt.NDArray[np.int64], tau: float) -> FloatArray:
+    """Share of each answer's tokens read before its verdict at ``tau``, aligned with
+    ``idx``; NaN for an empty answer of a streaming method (it has no share)."""
     if method.paths is not None and method.policy is not None:
         pol, paths = method.policy, method.paths
-        return [stop_at(paths[i], pol, tau) / paths[i].scores.size for i in idx
-                if paths[i].scores.size]  # fmt: skip
+        return np.array([stop_at(paths[i], pol, tau) / paths[i].scores.size
+                         if paths[i].scores.size else np.nan for i in idx])  # fmt: skip
     if method.lifts is None or method.policy is None:
-        return [1.0] * len(idx)
-    shares = []
-    for i in idx:
+        return np.ones(len(idx))
+    shares = np.full(len(idx), np.nan)
+    for j, i in enumerate(idx):
         x = method.lifts[i]
         if x.size == 0:
             continue
         if 0.0 < tau < method.policy.clip:
-            shares.append(int(replay(method.policy, x, [tau]).stop[0]) / x.size)
+            shares[j] = int(replay(method.policy, x, [tau]).stop[0]) / x.size
         else:
-            shares.append(1.0)
+            shares[j] = 1.0
     return shares
 
 
@@ -233,8 +234,10 @@ def evaluate_methods(
             rsk.append(k / s if s else 0.0)
             if s and clopper_pearson_interval(k, s, 0.05)[0] > risk:
                 viol += 1
-            read.extend(_tokens_read(m, test, tau))
-            blocked.extend(_tokens_read(m, test[~shown], tau))
+            shares = _tokens_read(m, test, tau)  # replayed once: all answers, then the blocked
+            has = ~np.isnan(shares)
+            read.extend(shares[has].tolist())
+            blocked.extend(shares[has & ~shown].tolist())
         shown_risks = [r for r, c in zip(rsk, cov, strict=True) if c > 0]
         out[m.name] = {
             "coverage_mean": float(np.mean(cov)),
