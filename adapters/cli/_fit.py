@@ -258,9 +258,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
     l2 = args.l2
     if args.select == "coverage":
         progress.step("liftguard fit: selection")
-        feats, l2, info["selection"] = choose_statistic(args, fit_tr, feats, ranges, kw, vocab)
+        chosen = choose_statistic(args, fit_tr, feats, ranges, kw, vocab)
+        feats, l2, x, info["selection"] = chosen
         ranges = {b: r for b, r in ranges.items() if b in {f.base for f in feats}}
-    x = answer_features(fit_tr, feats, ranges=ranges, **kw)
+    else:
+        x = answer_features(fit_tr, feats, ranges=ranges, **kw)
     stat = fit_statistic(
         x, [bool(t.correct) for t in fit_tr], feats, vocab_size=vocab, form=args.form,
         l2=l2, ranges=ranges, alternatives=alternatives, info=info,

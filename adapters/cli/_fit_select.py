@@ -23,9 +23,10 @@ SINGLE_SCORES = ("logprob.sum", "logprob.min", "logprob.mean")
 def choose_statistic(
     args: argparse.Namespace, fit_tr: list[Any], feats: tuple[Any, ...],
     ranges: dict[str, tuple[float, float]], kw: dict[str, Any], vocab: int,
-) -> tuple[tuple[Any, ...], float, list[dict[str, Any]]]:  # fmt: skip
-    """``(features, l2, table)`` of the candidate with the largest cross-validated coverage;
-    ``table`` holds every candidate's measurements (stored in the certificate)."""
+) -> tuple[tuple[Any, ...], float, Any, list[dict[str, Any]]]:  # fmt: skip
+    """``(features, l2, x, table)`` of the candidate with the largest cross-validated
+    coverage: ``x`` its answer features on ``fit_tr`` (computed once, for every candidate),
+    ``table`` every candidate's measurements (stored in the certificate)."""
     from guardrail.fitting import (
         Candidate,
         Feature,
@@ -49,7 +50,8 @@ def choose_statistic(
                                     risk=args.risk, delta=args.delta, seed=args.seed)  # fmt: skip
     table = [{"candidate": s.candidate.name, "cv_coverage": s.coverage, "refused": s.refused,
               "cv_auroc": s.auroc, "chosen": s.candidate is best} for s in scored]  # fmt: skip
-    return best.features, best.l2, table
+    chosen = x[:, [columns.index(f) for f in best.features]]
+    return best.features, best.l2, chosen, table
 
 
 def selection_line(table: list[dict[str, Any]] | None, risk: float) -> str:
