@@ -4,7 +4,7 @@
 :class:`AnswerGuard` (in a worker thread when the certificate scores with a local
 model), and writes what the guard releases: as server-sent events for a stream,
 or as one JSON answer. Once per answer it counts, logs and records the verdict, and
-hands it to the risk monitors (:class:`~._feedback.RiskWatch`).
+hands it to the risk monitors (:class:`~._feedback.ProxyRiskWatch`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from ._chat import (
     verdict_headers,
 )
 from ._config import ProxyConfig
-from ._feedback import RiskWatch
+from ._feedback import ProxyRiskWatch
 from ._guarded import AnswerGuard
 from ._metrics import ProxyMetrics
 from ._recording import Recorder
@@ -56,7 +56,7 @@ class AnswerLoop:
         config: ProxyConfig,
         metrics: ProxyMetrics,
         recorder: Recorder | None,
-        risk: RiskWatch | None = None,
+        risk: ProxyRiskWatch | None = None,
     ) -> None:
         self.config, self.metrics, self.recorder, self.risk = config, metrics, recorder, risk
         self._scoring = anyio.CapacityLimiter(SCORING_THREADS)

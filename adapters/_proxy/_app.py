@@ -37,7 +37,7 @@ from ._chat import (
     upstream_status_response,
 )
 from ._config import ProxyConfig
-from ._feedback import FEEDBACK_PATH, RiskWatch
+from ._feedback import FEEDBACK_PATH, ProxyRiskWatch
 from ._guarded import AnswerGuard
 from ._metrics import ProxyMetrics
 from ._recording import Recorder
@@ -87,7 +87,7 @@ class Proxy:
         for source in entries.values():  # a rule the upstream cannot feed: refused now
             check_upstream(source.current()[0], config.top_logprobs)
         self.certificates = CertificateTable(entries, self.metrics)
-        self.risk = RiskWatch(config, self.certificates, self.metrics)
+        self.risk = ProxyRiskWatch(config, self.certificates.sources, self.metrics)
         self.answers = AnswerLoop(config, self.metrics, self.recorder, self.risk)
 
     # -- lifecycle -------------------------------------------------------------------------

@@ -1,20 +1,24 @@
 """Labels after the fact, and the live risk monitor of each model entry.
 
-Each calibrated model entry of the proxy (``"*"``: the default certificate) has a
+Each calibrated model entry (the proxy's; ``"*"``: its default certificate; a LiteLLM
+guardrail is one entry, its name) has a
 :class:`~guardrail.RiskMonitor` made from the certificate in force
-(:meth:`~guardrail.Certificate.risk_monitor` at the proxy's ``risk_alpha``). When a
+(:meth:`~guardrail.Certificate.risk_monitor` at ``risk_alpha``). When a
 store alias moves to another version, the entry's promise changed: its monitor is
 replaced by a fresh one (logged). An uncalibrated certificate promises no risk and
 has no monitor.
 
 Every answer the certificate decided (it ended, or the certificate blocked it; not one
 cut off by the upstream or the client) under a context the certificate was calibrated
-for feeds ``update_shown(certified)``: the monitor's coverage watch.
+for feeds ``update_shown(certified)``: the monitor's coverage watch. What the watch keeps
+of an answer is a :class:`FinishedAnswer`, so the proxy and the LiteLLM guardrail feed it
+the same way.
 ``POST /v1/liftguard/feedback`` with ``{"id": ..., "correct": true|false}`` then feeds
 the label of one certified answer to ``update(correct=...)``, once. The ``id`` is the
-proxy's request id (``x-liftguard-request-id``, ``liftguard.request_id`` of the verdict)
-or the ``id`` of the answer the client got (``chatcmpl-...``) when no other kept answer
-carries the same one (some upstreams reuse ids).
+request id (``liftguard.request_id`` of the verdict; the proxy's ``x-liftguard-request-id``,
+LiteLLM's ``x-litellm-call-id``) or the ``id`` of the answer the client got
+(``chatcmpl-...``) when no other kept answer carries the same one (some upstreams reuse
+ids).
 
 :class:`RiskWatch` keeps the latest ``feedback_ids`` answers (the oldest dropped first),
 so memory stays bounded whatever the traffic; a label for a dropped answer is refused as
@@ -27,6 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,16 +40,19 @@ from starlette.responses import JSONResponse, Response
 
 from guardrail import ConfigError, RiskMonitor
 
-from ._certs import CertificateTable
+from ._certs import CertificateSource
 from ._chat import error_response
 from ._guarded import MAX_ID_CHARS, AnswerGuard
-from ._metrics import ProxyMetrics, RiskState
+from ._metrics import RiskState
 from ._request import BadRequest, parse_json, read_body
 
 if TYPE_CHECKING:
     from ._config import ProxyConfig
 
-__all__ = ["FEEDBACK_PATH", "MAX_FEEDBACK_BYTES", "FeedbackRefused", "RiskWatch"]
+__all__ = [
+    "FEEDBACK_PATH", "MAX_FEEDBACK_BYTES", "FeedbackRefused", "FinishedAnswer",
+    "ProxyRiskWatch", "RiskWatch",
+]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +79,25 @@ class _Watch:
     monitor: RiskMonitor | None  # None: the certificate is not calibrated
 
 
+@dataclass(frozen=True)
+class FinishedAnswer:
+    """What the watch takes of one answer once its verdict is final.
+
+    ``decided``: the certificate decided it (it ended, or the certificate blocked it),
+    not an upstream failure or a client gone; ``covered``: under a context the
+    certificate was calibrated for (``mismatched``: a setting the client changed);
+    ``label``: the certificate version that judged it; ``cause``: the verdict's cause."""
+
+    request_id: str
+    completion_id: str
+    label: str
+    certified: bool
+    decided: bool
+    covered: bool
+    mismatched: bool
+    cause: str
+
+
 class _Answer:
     """What the store keeps of one finished answer."""
 
@@ -86,35 +113,51 @@ class _Answer:
 
 
 class RiskWatch:
-    """The risk monitors of a proxy's model entries and the store of recent answer ids."""
+    """The risk monitors of some model entries and the store of recent answer ids.
+
+    ``sources``: the certificate of each model entry; ``risk_alpha``: the monitors'
+    false-alarm level; ``feedback_ids``: answers kept for labels (the oldest dropped
+    first); ``count(result)``: called once per label sent, with ``accepted`` or the
+    refusal's code (a metric); ``max_body_bytes``, ``body_timeout_s``: the feedback
+    endpoint's limits on a body (at most :data:`MAX_FEEDBACK_BYTES`)."""
 
     def __init__(
-        self, config: ProxyConfig, certificates: CertificateTable, metrics: ProxyMetrics
+        self,
+        sources: Mapping[str, CertificateSource],
+        *,
+        risk_alpha: float,
+        feedback_ids: int,
+        count: Callable[[str], object] | None = None,
+        max_body_bytes: int = MAX_FEEDBACK_BYTES,
+        body_timeout_s: float = 30.0,
     ) -> None:
-        self._config, self._table, self._metrics = config, certificates, metrics
+        self._sources = sources
+        self._max_bytes = min(max_body_bytes, MAX_FEEDBACK_BYTES)
+        self._body_timeout_s = body_timeout_s
+        self.risk_alpha, self.feedback_ids = risk_alpha, feedback_ids
+        self._count = count if count is not None else (lambda result: None)
         self._lock = threading.Lock()
         self._watches: dict[str, _Watch] = {}
         self._answers: OrderedDict[str, _Answer] = OrderedDict()  # by request id, oldest first
         self._by_completion: dict[str, tuple[str, int]] = {}  # id -> (latest request id, count)
         self.sync()
-        metrics.watch_risk(self.states)
 
     # -- monitors --------------------------------------------------------------------------
 
     def sync(self) -> None:
         """Give every entry whose certificate version changed a fresh monitor."""
         with self._lock:
-            for entry in self._table.sources:
+            for entry in self._sources:
                 self._watch(entry)
 
     def _watch(self, entry: str) -> _Watch:
         """The entry's watch for the certificate in force now (a new one if it changed)."""
-        certificate, label = self._table.sources[entry].current()
+        certificate, label = self._sources[entry].current()
         watch = self._watches.get(entry)
         if watch is not None and watch.label == label:
             return watch
         try:
-            monitor = certificate.risk_monitor(self._config.risk_alpha)
+            monitor = certificate.risk_monitor(self.risk_alpha)
         except ConfigError:  # uncalibrated: it promises no risk
             monitor = None
         if watch is not None:
@@ -128,39 +171,36 @@ class RiskWatch:
         self._watches[entry] = watch = _Watch(label, monitor)
         return watch
 
-    def answer_finished(self, guard: AnswerGuard) -> None:
-        """Once per answer, after its verdict: feed its coverage event to its entry's monitor
-        and keep its ids for feedback."""
-        info = guard.info
-        entry = self._config.entry_for(info.model)
-        if entry is None or entry not in self._table.sources:
+    def take(self, entry: str, answer: FinishedAnswer) -> None:
+        """Once per answer of model entry ``entry``, after its verdict: feed its coverage
+        event to the entry's monitor and keep its ids for feedback."""
+        if entry not in self._sources:
             return
         with self._lock:
             watch = self._watch(entry)
-            current = watch.label == info.label
+            current = watch.label == answer.label
             monitor = watch.monitor if current else None
-            if monitor is not None and guard.error is None and info.covered:
+            if monitor is not None and answer.decided and answer.covered:
                 warned = monitor.coverage_warning
-                if monitor.update_shown(guard.certified) and not warned:
+                if monitor.update_shown(answer.certified) and not warned:
                     logger.warning(
                         "coverage warning: model %s, certificate %s: after %d answers fewer "
                         "are shown (%d) than the calibration promised (%g); the risk guarantee "
                         "is not at stake, but the traffic may have drifted", entry, watch.label,
                         monitor.answers, monitor.shown, monitor.coverage,
                     )  # fmt: skip
-            if not guard.certified:
+            if not answer.certified:
                 status = "answer_not_certified"
             elif not current:
                 status = "certificate_changed"
             elif monitor is None:
                 status = "no_risk_monitor"
-            elif info.mismatches:
+            elif answer.mismatched:
                 status = "answer_not_covered"
             else:
                 status = _SHOWN
-            cause = guard.verdict.cause.value
-            self._keep(info.request_id, _Answer(
-                guard.completion_id, entry, info.label, status, cause, monitor
+            self._keep(answer.request_id, _Answer(
+                answer.completion_id, entry, answer.label, status, answer.cause, monitor
             ))  # fmt: skip
 
     def _keep(self, request_id: str, answer: _Answer) -> None:
@@ -168,7 +208,7 @@ class RiskWatch:
         cid = answer.completion_id
         count = self._by_completion.get(cid, ("", 0))[1]
         self._by_completion[cid] = (request_id, count + 1)
-        while len(self._answers) > self._config.feedback_ids:
+        while len(self._answers) > self.feedback_ids:
             _, old = self._answers.popitem(last=False)
             # the oldest answer is never the latest of its completion id unless it is alone
             latest, count = self._by_completion[old.completion_id]
@@ -226,8 +266,8 @@ class RiskWatch:
         if count == 0:
             raise FeedbackRefused(
                 404, "unknown_answer",
-                f"no answer {answer_id!r} among the last {self._config.feedback_ids} this "
-                "proxy served (unknown, or dropped from its feedback store: feedback_ids)",
+                f"no answer {answer_id!r} among the last {self.feedback_ids} served here "
+                "(unknown, or dropped from the feedback store: feedback_ids)",
             )  # fmt: skip
         return request_id, self._answers[request_id]
 
@@ -254,29 +294,53 @@ class RiskWatch:
         return out
 
     def _current(self) -> list[tuple[str, _Watch]]:
-        return [(entry, self._watch(entry)) for entry in self._table.sources]
+        return [(entry, self._watch(entry)) for entry in self._sources]
 
     # -- the endpoint ----------------------------------------------------------------------
 
     async def endpoint(self, request: Request) -> Response:
         """``POST /v1/liftguard/feedback`` (the caller has checked the client's key)."""
-        config = self._config
         try:
             raw = await read_body(
-                request, max_bytes=min(MAX_FEEDBACK_BYTES, config.max_body_bytes),
-                timeout_s=config.body_timeout_s,
-            )  # fmt: skip
+                request, max_bytes=self._max_bytes, timeout_s=self._body_timeout_s
+            )
             answer_id, correct = _validate(parse_json(raw))
         except BadRequest as exc:
-            self._metrics.feedback.labels(result=exc.code).inc()
+            self._count(exc.code)
             return error_response(exc.status, str(exc), code=exc.code, param=exc.param)
         try:
             out = self.label(answer_id, correct)
         except FeedbackRefused as exc:
-            self._metrics.feedback.labels(result=exc.code).inc()
+            self._count(exc.code)
             return error_response(exc.status, str(exc), code=exc.code, param="id")
-        self._metrics.feedback.labels(result="accepted").inc()
+        self._count("accepted")
         return JSONResponse(out)
+
+
+class ProxyRiskWatch(RiskWatch):
+    """The proxy's watch: its model entries, its settings, its metrics."""
+
+    def __init__(
+        self, config: ProxyConfig, sources: Mapping[str, CertificateSource], metrics: Any
+    ) -> None:
+        super().__init__(
+            sources, risk_alpha=config.risk_alpha, feedback_ids=config.feedback_ids,
+            count=lambda result: metrics.feedback.labels(result=result).inc(),
+            max_body_bytes=config.max_body_bytes, body_timeout_s=config.body_timeout_s,
+        )  # fmt: skip
+        self._config = config
+        metrics.watch_risk(self.states)
+
+    def answer_finished(self, guard: AnswerGuard) -> None:
+        """Once per proxied answer, after its verdict (see :meth:`RiskWatch.take`)."""
+        info = guard.info
+        entry = self._config.entry_for(info.model)
+        if entry is None:
+            return
+        self.take(entry, FinishedAnswer(
+            info.request_id, guard.completion_id, info.label, guard.certified,
+            guard.error is None, info.covered, bool(info.mismatches), guard.verdict.cause.value,
+        ))  # fmt: skip
 
 
 def _state(entry: str, watch: _Watch) -> RiskState:
