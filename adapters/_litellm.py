@@ -23,7 +23,9 @@ Checked against litellm 1.110.2 (the version the ``litellm`` extra pins):
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Mapping
 from functools import partial
@@ -33,12 +35,14 @@ from fastapi import HTTPException
 from litellm.integrations.custom_guardrail import CustomGuardrail
 from litellm.types.utils import Delta, ModelResponseStream, StreamingChoices
 
-from guardrail import Cause, ConfigError, GuardrailError
+from guardrail import Cause, ConfigError, GuardrailError, State
 
+from . import _litellm_feedback
 from ._litellm_answer import Answer, GuardedRequest, completion_chunk, prepare_request, strip_choice
 from ._proxy._certs import CertificateSource, certificate_source
 from ._proxy._chat import check_upstream
-from ._proxy._config import DEFAULT_REFUSAL
+from ._proxy._config import DEFAULT_REFUSAL, check_positive, check_risk_settings
+from ._proxy._feedback import FinishedAnswer, RiskWatch
 from ._proxy._wire import BLOCKED_TYPE, UPSTREAM_TYPE, VERDICT_FIELD, error_body
 from ._stream import DEFAULT_MAX_TOKEN_CHARS, aclose_upstream, check_max_token_chars
 
@@ -79,6 +83,7 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
               certificate: cert.json         # or STORE_URL#NAME@ALIAS
               guard_mode: buffered           # or passthrough
               on_block: error                # or refusal
+              risk_alpha: 0.05               # the live risk monitor's false-alarm level
 
     ``certificate``: a certificate file (``liftguard calibrate --out``) or a store alias
     ``STORE_URL#NAME[@ALIAS]``, read once when LiteLLM starts, its skeleton built
@@ -90,6 +95,15 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
     non-streamed request gets HTTP 422) or ``refusal`` (``refusal_message`` as the answer,
     ``finish_reason`` ``content_filter``). ``top_logprobs``: alternatives asked of the
     upstream per token (``None``: 20, or more if the certificate reads more).
+    ``refresh_s``: how often a store alias is re-read (at most; on the next request after
+    that many seconds, in a worker thread; 0: never): a new version applies to the requests
+    that start after it, and gets a fresh risk monitor.
+
+    The live risk monitor (:mod:`adapters._litellm_feedback`): every answer the certificate
+    decided feeds its coverage watch; ``POST /v1/liftguard/feedback`` on LiteLLM's server
+    takes the label of a certified answer (``risk_alpha``: the monitor's level;
+    ``feedback_ids``: the latest answers kept for labels); ``GET /v1/liftguard/risk`` and
+    LiteLLM's ``/metrics`` (with its ``prometheus`` callback) show the bounds and the alarm.
 
     The pre-call hook asks the upstream for logprobs and fills the certificate's generation
     context in where the client left a setting unset; a setting the client changed is
@@ -110,6 +124,9 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         top_logprobs: int | None = None,
         max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
         storage_options: Mapping[str, Any] | None = None,
+        risk_alpha: float = 0.05,
+        feedback_ids: int = 50_000,
+        refresh_s: float = 10.0,
         **kwargs: Any,
     ) -> None:
         if certificate is None:
@@ -125,6 +142,8 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
             or not 0 <= top_logprobs <= 20
         ):  # fmt: skip
             raise ConfigError(f"top_logprobs must be an integer in 0..20, got {top_logprobs!r}")
+        check_risk_settings(risk_alpha, feedback_ids)
+        check_positive("refresh_s", refresh_s, allow_zero=True)
         hooks = kwargs.get("event_hook")
         hooks = [hooks] if isinstance(hooks, str) else list(hooks or ())
         if hooks and not all(h in hooks for h in _HOOKS):
@@ -141,6 +160,15 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         self.max_token_chars = check_max_token_chars(max_token_chars)
         check_upstream(self.source.current()[0], top_logprobs)  # refused now, not per request
         self._pending: OrderedDict[str, GuardedRequest] = OrderedDict()
+        self.name = str(getattr(self, "guardrail_name", None) or "liftguard")
+        self.risk = RiskWatch(
+            {self.name: self.source}, risk_alpha=risk_alpha, feedback_ids=feedback_ids,
+            count=_litellm_feedback.count,
+        )  # fmt: skip
+        _litellm_feedback.register(self.name, self.risk, self.refresh)
+        self.refresh_s = float(refresh_s)
+        self._refreshed = time.monotonic()
+        self._refreshing: asyncio.Task[None] | None = None
         logger.info("liftguard guardrail: certificate %s, %s", self.source.describe(), guard_mode)
 
     # -- pre-call ----------------------------------------------------------------------------
@@ -151,6 +179,7 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         """Ask the upstream for the logprobs the certificate reads, with its context."""
         if call_type not in _CHAT_CALLS:
             return data
+        self._maybe_refresh()
         certificate, label = self.source.current()
         request_id = str(data.get("litellm_call_id") or id(data))
         try:
@@ -171,6 +200,45 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         while len(self._pending) > _MAX_PENDING:
             self._pending.popitem(last=False)
         return data
+
+    def _maybe_refresh(self) -> None:
+        """Re-read a store alias in a worker thread when ``refresh_s`` has passed."""
+        due = self.refresh_s > 0 and time.monotonic() - self._refreshed >= self.refresh_s
+        if due and self._refreshing is None:
+            self._refreshed = time.monotonic()
+            self._refreshing = asyncio.get_running_loop().create_task(self._refresh_due())
+
+    async def _refresh_due(self) -> None:
+        try:
+            await self.refresh()
+        finally:
+            self._refreshing = None
+
+    async def refresh(self) -> bool:
+        """Re-read the certificate's origin now (a store alias; a file never changes);
+        True if a new version is in force (it gets a fresh risk monitor). A failure keeps
+        the current certificate (logged)."""
+        old = self.source.current()[1]
+        try:
+            changed = await asyncio.to_thread(self.source.refresh)
+        except Exception as exc:
+            logger.warning("refreshing %s failed: %s", self.source.describe(), exc)
+            changed = False
+        if changed:
+            logger.info("liftguard guardrail %s: certificate %s -> %s", self.name, old,
+                        self.source.current()[1])  # fmt: skip
+            self.risk.sync()
+        return changed
+
+    def _finished(self, answer: Answer, completion_id: Any, *, decided: bool) -> None:
+        """Hand the answer's final verdict to the risk watch (once per answer)."""
+        request = answer.request
+        certified = decided and answer.blocked is None and answer.verdict.state is State.CERTIFIED
+        self.risk.take(self.name, FinishedAnswer(
+            request.request_id, str(completion_id or request.request_id), request.label,
+            certified, decided, request.covered, bool(request.mismatches),
+            answer.verdict.cause.value,
+        ))  # fmt: skip
 
     def _request(self, data: Mapping[str, Any]) -> GuardedRequest | None:
         return self._pending.pop(str(data.get("litellm_call_id")), None)
@@ -197,9 +265,12 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
             return
         answer = Answer(request, max_token_chars=self.max_token_chars)
         last: Any = None
+        first_id: Any = None
+        ended = False
         try:
             async for chunk in response:
                 last = chunk
+                first_id = first_id or getattr(chunk, "id", None)
                 for out in self._step(answer, partial(answer.feed, chunk)):
                     yield out
                 if answer.blocked is not None:
@@ -209,10 +280,12 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
                 if held and answer.blocked is None:  # on the chunk with the finish reason
                     last_finish = next((c for c in reversed(held) if _finishes(c)), held[-1])
                     setattr(last_finish, VERDICT_FIELD, answer.verdict_field())
+                ended = True
                 for out in held:
                     yield out
         finally:  # a block, an error, the client gone: no more tokens generated or paid for
             await aclose_upstream(response)
+            self._finished(answer, first_id, decided=ended or answer.blocked is not None)
         if answer.blocked is not None:
             yield self._blocked(answer, last)
 
@@ -270,9 +343,14 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         if request is None or not hasattr(response, "choices"):
             return response
         answer = Answer(request, max_token_chars=self.max_token_chars)
-        self._step(answer, partial(answer.feed, completion_chunk(response)))
-        if answer.blocked is None:
-            self._step(answer, answer.end)
+        try:
+            self._step(answer, partial(answer.feed, completion_chunk(response)))
+            if answer.blocked is None:
+                self._step(answer, answer.end)
+        except GuardrailHTTPError:
+            self._finished(answer, getattr(response, "id", None), decided=False)
+            raise
+        self._finished(answer, getattr(response, "id", None), decided=True)
         for choice in response.choices:
             strip_choice(choice, request.want_logprobs, request.top_k)
         if answer.blocked is not None:

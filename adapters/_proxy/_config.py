@@ -14,7 +14,10 @@ from .._stream import DEFAULT_MAX_TOKEN_CHARS
 from ._certs import CertificateSource
 from ._upstream import DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_ANSWER_TOKENS
 
-__all__ = ["DEFAULT_REFUSAL", "OnBlock", "OnMismatch", "ProxyConfig", "ProxyMode"]
+__all__ = [
+    "DEFAULT_REFUSAL", "OnBlock", "OnMismatch", "ProxyConfig", "ProxyMode", "check_positive",
+    "check_risk_settings",
+]  # fmt: skip
 
 ProxyMode = Literal["buffered", "passthrough", "observe"]
 OnBlock = Literal["error", "refusal"]
@@ -26,7 +29,8 @@ DEFAULT_REFUSAL = (
 )
 
 
-def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
+def check_positive(name: str, value: float, *, allow_zero: bool = False) -> None:
+    """``value`` is a finite number > 0 (>= 0 with ``allow_zero``), else ConfigError."""
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
@@ -36,6 +40,15 @@ def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
 def _integer(name: str, value: int, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+def check_risk_settings(risk_alpha: float, feedback_ids: int) -> None:
+    """The live risk monitor's settings (the proxy's, the LiteLLM guardrail's), else
+    ConfigError naming the field."""
+    alpha = risk_alpha
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 1:
+        raise ConfigError(f"risk_alpha must be a number strictly inside (0, 1), got {alpha!r}")
+    _integer("feedback_ids", feedback_ids, 1)
 
 
 @dataclass(frozen=True)
@@ -150,8 +163,8 @@ class ProxyConfig:
                 raise ConfigError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
         if not isinstance(self.refusal_message, str) or not self.refusal_message:
             raise ConfigError("refusal_message must be a non-empty string")
-        _positive("upstream_timeout_s", self.upstream_timeout_s)
-        _positive("refresh_interval_s", self.refresh_interval_s, allow_zero=True)
+        check_positive("upstream_timeout_s", self.upstream_timeout_s)
+        check_positive("refresh_interval_s", self.refresh_interval_s, allow_zero=True)
         for key_name in ("upstream_key", "client_key"):
             key = getattr(self, key_name)
             if key is not None and (not isinstance(key, str) or not key.strip()):
@@ -163,7 +176,7 @@ class ProxyConfig:
         _integer("max_token_chars", self.max_token_chars, 1)
         _integer("max_upstream_connections", self.max_upstream_connections, 1)
         _integer("max_body_bytes", self.max_body_bytes, 1024)
-        _positive("body_timeout_s", self.body_timeout_s)
+        check_positive("body_timeout_s", self.body_timeout_s)
         _integer("max_answer_tokens", self.max_answer_tokens, 1)
         _integer("max_answer_bytes", self.max_answer_bytes, 1024)
         hosts = self.allowed_hosts
@@ -176,10 +189,7 @@ class ProxyConfig:
             raise ConfigError(f"record_dir must be a path string, got {self.record_dir!r}")
         if not isinstance(self.record_dataset, str) or not self.record_dataset:
             raise ConfigError("record_dataset must be a non-empty string")
-        alpha = self.risk_alpha
-        if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 1:
-            raise ConfigError(f"risk_alpha must be a number strictly inside (0, 1), got {alpha!r}")
-        _integer("feedback_ids", self.feedback_ids, 1)
+        check_risk_settings(self.risk_alpha, self.feedback_ids)
 
     def entry_for(self, model: object) -> str | None:
         """The model entry serving a requested model name: the name itself if it has a

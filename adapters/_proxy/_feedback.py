@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FEEDBACK_PATH", "MAX_FEEDBACK_BYTES", "FeedbackRefused", "FinishedAnswer",
-    "ProxyRiskWatch", "RiskWatch",
+    "ProxyRiskWatch", "RiskWatch", "read_feedback",
 ]  # fmt: skip
 
 logger = logging.getLogger(__name__)
@@ -371,6 +371,17 @@ def _refusal(code: str, answer_id: str, answer: _Answer) -> FeedbackRefused:
         "is not calibrated: it promises no risk, and there is no monitor to feed",
     }[code]
     return FeedbackRefused(409, code, message)
+
+
+async def read_feedback(
+    request: Request, *, max_bytes: int = MAX_FEEDBACK_BYTES, timeout_s: float = 30.0
+) -> tuple[str, bool]:
+    """``(id, correct)`` of a feedback request's body, else :class:`BadRequest` (too
+    large, too slow, not JSON, a field missing or of the wrong type)."""
+    raw = await read_body(
+        request, max_bytes=min(max_bytes, MAX_FEEDBACK_BYTES), timeout_s=timeout_s
+    )
+    return _validate(parse_json(raw))
 
 
 def _validate(body: Any) -> tuple[str, bool]:

@@ -52,7 +52,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["ProxyMetrics", "RiskState"]
+__all__ = ["ProxyMetrics", "RiskState", "risk_collector"]
 
 _TOKEN_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 _LATENCY_BUCKETS = (1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1)
@@ -113,7 +113,12 @@ class ProxyMetrics:
 
     def watch_risk(self, states: Callable[[], list[RiskState]]) -> None:
         """Export the ``liftguard_risk_*`` gauges, read from ``states()`` at each scrape."""
-        self.registry.register(_RiskCollector(states))
+        self.registry.register(risk_collector(states))
+
+
+def risk_collector(states: Callable[[], list[RiskState]]) -> Collector:
+    """A collector of the ``liftguard_risk_*`` gauges of ``states()``, read at each scrape."""
+    return _RiskCollector(states)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ generation context sets ``temperature=0`` (filled in where a client leaves it un
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -27,11 +28,12 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import openai
 from sse_server import Record, Reply, SSEServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "proxy"))
@@ -45,6 +47,7 @@ __all__ = [
     "OFFLINE_ENV",
     "LiteLLM",
     "ScriptedUpstream",
+    "blocked_verdict",
     "running_litellm",
     "write_config",
 ]
@@ -108,13 +111,18 @@ def write_config(
     directory: Path,
     upstream: str,
     certificate: Certificate,
-    guardrails: Mapping[str, Mapping[str, str]],
+    guardrails: Mapping[str, Mapping[str, Any]],
     *,
     timeout_s: float = 3.0,
+    default_on: Mapping[str, Mapping[str, Any]] | None = None,
+    callbacks: Sequence[str] = (),
 ) -> Path:
     """``config.yaml`` (and ``cert.json``, ``certificate``) in ``directory``: a ``plain``
     model, and one model per entry of ``guardrails`` with the liftguard guardrail attached
-    (``guardrails[name]``: its settings), all of them in front of ``upstream``."""
+    (``guardrails[name]``: its settings; ``certificate`` defaults to ``cert.json``), all of
+    them in front of ``upstream``. ``default_on``: guardrails attached to no model but
+    ``default_on: true`` (they guard every request, ``plain`` included); ``callbacks``:
+    LiteLLM's ``litellm_settings.callbacks`` (``prometheus`` serves ``/metrics``)."""
     certificate.save(directory / "cert.json")
     lines = ["model_list:"]
     for name in ("plain", *guardrails):
@@ -130,19 +138,22 @@ def write_config(
         if name != "plain":
             lines.append(f"      guardrails: [lg-{name}]")
     lines.append("guardrails:")
-    for name, settings in guardrails.items():
+    every = [(name, settings, False) for name, settings in guardrails.items()]
+    every += [(name, settings, True) for name, settings in (default_on or {}).items()]
+    for name, settings, on in every:
+        settings = {"certificate": "cert.json", **settings}
         lines += [
             f"  - guardrail_name: lg-{name}",
             "    litellm_params:",
             "      guardrail: adapters.litellm.LiftGuardGuardrail",
             "      mode: [pre_call, post_call]",
-            "      default_on: false",
-            "      certificate: cert.json",
+            f"      default_on: {'true' if on else 'false'}",
             *(f"      {key}: {value}" for key, value in settings.items()),
         ]
     lines += [
         "litellm_settings:",
         "  num_retries: 0",
+        *([f"  callbacks: [{', '.join(callbacks)}]"] if callbacks else []),
         "router_settings:",
         "  num_retries: 0",
         "general_settings:",
@@ -151,6 +162,20 @@ def write_config(
     path = directory / "config.yaml"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def blocked_verdict(exc: openai.APIError) -> dict[str, Any]:
+    """The verdict of a block: ``error.provider_specific_fields.error.liftguard``, in a JSON
+    body, or in the server-sent event LiteLLM sends as the body of an HTTP error."""
+    body: Any = exc.body
+    if isinstance(body, str):  # HTTP 422 whose body is LiteLLM's error event
+        body = json.loads(body.split("data: ", 1)[1].split("\n", 1)[0])["error"]
+    assert isinstance(body, dict), body
+    assert body["type"] == "liftguard_blocked"
+    error = body["provider_specific_fields"]["error"]
+    assert error["type"] == "liftguard_blocked" and error["code"] == error["liftguard"]["cause"]
+    verdict: dict[str, Any] = error["liftguard"]
+    return verdict
 
 
 def _free_port() -> int:
@@ -174,13 +199,18 @@ def running_litellm(
     upstream: str,
     *,
     certificate: Certificate | None = None,
-    guardrails: Mapping[str, Mapping[str, str]] = GUARDRAILS,
+    guardrails: Mapping[str, Mapping[str, Any]] = GUARDRAILS,
     timeout_s: float = 3.0,
+    default_on: Mapping[str, Mapping[str, Any]] | None = None,
+    callbacks: Sequence[str] = (),
 ) -> Iterator[LiteLLM]:
     """``litellm --config`` (:func:`write_config`; by default the test certificate and
     :data:`GUARDRAILS`) in ``directory`` until the block ends (then terminated)."""
     certificate = make_certificate(context=CONTEXT) if certificate is None else certificate
-    config = write_config(directory, upstream, certificate, guardrails, timeout_s=timeout_s)
+    config = write_config(
+        directory, upstream, certificate, guardrails, timeout_s=timeout_s,
+        default_on=default_on, callbacks=callbacks,
+    )  # fmt: skip
     executable = shutil.which("litellm", path=str(Path(sys.executable).parent))
     assert executable is not None, "the litellm command is not installed next to python"
     key = f"sk-{secrets.token_hex(24)}"

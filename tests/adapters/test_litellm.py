@@ -7,7 +7,6 @@ scripts the upstream's answer to its own question and asks it through the openai
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from importlib.util import find_spec
@@ -22,7 +21,13 @@ if find_spec("litellm") is None or find_spec("fastapi") is None:
     )
 
 import openai
-from litellm_harness import OFFLINE_ENV, LiteLLM, ScriptedUpstream, running_litellm
+from litellm_harness import (
+    OFFLINE_ENV,
+    LiteLLM,
+    ScriptedUpstream,
+    blocked_verdict,
+    running_litellm,
+)
 from proxy_harness import BAD, GOOD, ROLE, STOP, WORDS, tokens
 from sse_server import Reply, serving
 
@@ -62,20 +67,6 @@ def sync_client(proc: LiteLLM) -> openai.OpenAI:
 
 def async_client(proc: LiteLLM) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=proc.base_url, api_key=proc.key, max_retries=0, timeout=30)
-
-
-def blocked_verdict(exc: openai.APIError) -> dict[str, Any]:
-    """The verdict of a block: ``error.provider_specific_fields.error.liftguard``, in a JSON
-    body, or in the server-sent event LiteLLM sends as the body of an HTTP error."""
-    body: Any = exc.body
-    if isinstance(body, str):  # HTTP 422 whose body is LiteLLM's error event
-        body = json.loads(body.split("data: ", 1)[1].split("\n", 1)[0])["error"]
-    assert isinstance(body, dict), body
-    assert body["type"] == "liftguard_blocked"
-    error = body["provider_specific_fields"]["error"]
-    assert error["type"] == "liftguard_blocked" and error["code"] == error["liftguard"]["cause"]
-    verdict: dict[str, Any] = error["liftguard"]
-    return verdict
 
 
 # --- certified answers ---------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import queue
@@ -48,6 +49,7 @@ from starlette.routing import Route
 
 from adapters.proxy import ProxyConfig, StaticCertificate, create_app
 from guardrail import (
+    Calibration,
     Certificate,
     GenerationContext,
     ModelIdentity,
@@ -71,6 +73,18 @@ def make_certificate(
         ModelIdentity(model_id, vocab_size=VOCAB),
         context=context or GenerationContext(),
     )
+
+
+def calibrated_certificate(
+    risk: float, context: GenerationContext | None = None, tau: float = TAU
+) -> Certificate:
+    """:func:`make_certificate` with a calibration promising ``risk`` (coverage 1/2): a
+    certificate with a live risk monitor."""
+    cal = Calibration(
+        method="ltt", tau=tau, risk=risk, delta=0.05, score="lift", n=1000, n_answered=500,
+        n_errors=25, coverage=0.5, empirical_risk=0.05, risk_upper=0.07,
+    )  # fmt: skip
+    return dataclasses.replace(make_certificate(tau, context), calibration=cal)
 
 
 ROLE = chat_chunk({"role": "assistant", "content": ""}, {"content": []})

@@ -7,7 +7,6 @@ one before its body ends)."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 from typing import Any
@@ -20,9 +19,9 @@ from proxy_harness import (
     GOOD,
     ROLE,
     STOP,
-    TAU,
     ProxyServer,
     Upstream,
+    calibrated_certificate,
     make_certificate,
     running_proxy,
     tokens,
@@ -30,7 +29,7 @@ from proxy_harness import (
 from sse_server import Reply
 
 from adapters.proxy import CertificateSource, ProxyConfig, StaticCertificate
-from guardrail import Calibration, Certificate, ConfigError
+from guardrail import Certificate, ConfigError
 
 CLEAN = [ROLE, *tokens([GOOD] * 5), STOP]
 BLOCKED = [ROLE, *tokens([GOOD, GOOD, GOOD, BAD, GOOD, GOOD, GOOD]), STOP]
@@ -40,12 +39,7 @@ FEEDBACK = "/v1/liftguard/feedback"
 
 
 def calibrated(risk: float = RISK) -> Certificate:
-    """The harness's certificate with a calibration promising ``risk`` (coverage 1/2)."""
-    cal = Calibration(
-        method="ltt", tau=TAU, risk=risk, delta=0.05, score="lift", n=1000, n_answered=500,
-        n_errors=25, coverage=0.5, empirical_risk=0.05, risk_upper=0.07,
-    )  # fmt: skip
-    return dataclasses.replace(make_certificate(), calibration=cal)
+    return calibrated_certificate(risk)
 
 
 def serving(upstream: Upstream, cert: Certificate | None = None, **options: Any) -> Any:
