@@ -13,7 +13,6 @@ from typing import Any
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from proxy_harness import (
     BAD,
     GOOD,
@@ -23,6 +22,7 @@ from proxy_harness import (
     Upstream,
     calibrated_certificate,
     make_certificate,
+    metric,
     running_proxy,
     tokens,
 )
@@ -66,15 +66,6 @@ async def label(
 ) -> httpx.Response:
     return await client.post(proxy.url + FEEDBACK, json={"id": answer_id, "correct": correct},
                              **kw)  # fmt: skip
-
-
-def metric(text: str, name: str, **labels: str) -> float | None:
-    """The value of sample ``name`` whose labels include ``labels`` (None if absent)."""
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and labels.items() <= sample.labels.items():
-                return float(sample.value)
-    return None
 
 
 async def scrape(client: httpx.AsyncClient, proxy: ProxyServer, **kw: Any) -> str:
