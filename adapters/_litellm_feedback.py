@@ -115,12 +115,14 @@ def _add_routes(app: Any) -> None:
 
     auth = [Depends(user_api_key_auth)]
     routes = [
-        APIRoute(FEEDBACK_PATH, feedback, methods=["POST"], dependencies=auth,
-                 include_in_schema=False),
+        APIRoute(
+            FEEDBACK_PATH, feedback, methods=["POST"], dependencies=auth, include_in_schema=False
+        ),
         APIRoute(RISK_PATH, risk, methods=["GET"], dependencies=auth, include_in_schema=False),
-        APIRoute(REFRESH_PATH, refresh, methods=["POST"], dependencies=auth,
-                 include_in_schema=False),
-    ]  # fmt: skip
+        APIRoute(
+            REFRESH_PATH, refresh, methods=["POST"], dependencies=auth, include_in_schema=False
+        ),
+    ]
     # first, ahead of LiteLLM's catch-all pass-through routes
     app.router.routes[0:0] = routes
     logger.info("liftguard: %s added to LiteLLM's server", ", ".join(r.path for r in routes))
@@ -165,9 +167,13 @@ async def risk(request: Request) -> Response:
             state = states.get(entry)
             if state is not None:
                 health.update(
-                    target=state.target, labels=state.labels, errors=state.errors,
-                    bounds=[state.lower, state.upper], answers=state.answers, shown=state.shown,
-                )  # fmt: skip
+                    target=state.target,
+                    labels=state.labels,
+                    errors=state.errors,
+                    bounds=[state.lower, state.upper],
+                    answers=state.answers,
+                    shown=state.shown,
+                )
             out[name] = health
     return JSONResponse(out)
 

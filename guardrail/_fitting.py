@@ -60,10 +60,15 @@ def trace_base_features(
 
             skel = np.array([skeleton.log_prob(e) for e in trace_events(trace)], dtype=np.float64)
     return base_features_batch(
-        bases, trace.vocab_size, trace.logprobs, trace.top_logprobs[:, :alternatives],
-        skeleton_logprobs=skel, exact_entropy=trace.entropy, temperature=temperature,
+        bases,
+        trace.vocab_size,
+        trace.logprobs,
+        trace.top_logprobs[:, :alternatives],
+        skeleton_logprobs=skel,
+        exact_entropy=trace.entropy,
+        temperature=temperature,
         tables=tables,
-    )  # fmt: skip
+    )
 
 
 def answer_features(
@@ -87,8 +92,14 @@ def answer_features(
             continue
         if tables is None or tables.vocab_size != trace.vocab_size:
             tables = TopKTables(trace.vocab_size)
-        vals = trace_base_features(trace, bases, skeleton=skeleton, alternatives=alternatives,
-                                   temperature=temperature, tables=tables)  # fmt: skip
+        vals = trace_base_features(
+            trace,
+            bases,
+            skeleton=skeleton,
+            alternatives=alternatives,
+            temperature=temperature,
+            tables=tables,
+        )
         tops = {}
         for base in bases:
             lo, hi = (ranges or {}).get(base) or base_range(base, trace.vocab_size)
@@ -121,8 +132,14 @@ def token_ranges(
             continue
         if tables is None or tables.vocab_size != trace.vocab_size:
             tables = TopKTables(trace.vocab_size)
-        vals = trace_base_features(trace, bases, skeleton=skeleton, alternatives=alternatives,
-                                   temperature=temperature, tables=tables)  # fmt: skip
+        vals = trace_base_features(
+            trace,
+            bases,
+            skeleton=skeleton,
+            alternatives=alternatives,
+            temperature=temperature,
+            tables=tables,
+        )
         for b in bases:
             pooled[b].append(vals[b])
     out: dict[str, tuple[float, float]] = {}
@@ -169,8 +186,14 @@ def _logistic_signed(z: FloatArray, y: FloatArray, l2: float, signs: Sequence[in
     bounds = [(None, None)] + [
         (0.0, None) if sg > 0 else ((None, 0.0) if sg < 0 else (None, None)) for sg in signs
     ]
-    res = minimize(loss, np.zeros(d + 1), jac=True, method="L-BFGS-B", bounds=bounds,
-                   options={"maxiter": 2000, "ftol": 1e-12, "gtol": 1e-9})  # fmt: skip
+    res = minimize(
+        loss,
+        np.zeros(d + 1),
+        jac=True,
+        method="L-BFGS-B",
+        bounds=bounds,
+        options={"maxiter": 2000, "ftol": 1e-12, "gtol": 1e-9},
+    )
     w = np.asarray(res.x, dtype=np.float64)
     w[1:] = np.where(np.asarray(signs) > 0, np.maximum(w[1:], 0.0), w[1:])
     w[1:] = np.where(np.asarray(signs) < 0, np.minimum(w[1:], 0.0), w[1:])
