@@ -42,7 +42,7 @@ from ._litellm_answer import Answer, GuardedRequest, completion_chunk, prepare_r
 from ._proxy._certs import CertificateSource, certificate_source
 from ._proxy._chat import check_upstream
 from ._proxy._config import DEFAULT_REFUSAL, check_positive, check_risk_settings
-from ._proxy._feedback import FinishedAnswer, RiskWatch
+from ._proxy._risk_watch import FinishedAnswer, RiskWatch
 from ._proxy._wire import BLOCKED_TYPE, UPSTREAM_TYPE, VERDICT_FIELD, error_body
 from ._stream import DEFAULT_MAX_TOKEN_CHARS, aclose_upstream, check_max_token_chars
 

@@ -37,10 +37,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ._proxy._chat import error_response
-from ._proxy._feedback import FEEDBACK_PATH, FeedbackRefused, RiskWatch, read_feedback
+from ._proxy._feedback import FEEDBACK_PATH, feedback_response
 from ._proxy._metrics import RiskState, risk_collector
-from ._proxy._request import BadRequest
+from ._proxy._risk_watch import RiskWatch
 
 __all__ = ["FEEDBACK_PATH", "REFRESH_PATH", "RISK_PATH", "register", "unregister"]
 
@@ -133,26 +132,7 @@ async def feedback(request: Request) -> Response:
     answer (the first whose store knows the id)."""
     with _lock:
         watches = list(_watches.values())
-    try:
-        answer_id, correct = await read_feedback(request)
-    except BadRequest as exc:
-        count(exc.code)
-        return error_response(exc.status, str(exc), code=exc.code, param=exc.param)
-    refusal: FeedbackRefused | None = None
-    for watch in watches:
-        try:
-            out = watch.label(answer_id, correct)
-        except FeedbackRefused as exc:
-            refusal = exc
-            if exc.code != "unknown_answer":
-                break
-        else:
-            count("accepted")
-            return JSONResponse(out)
-    if refusal is None:
-        refusal = FeedbackRefused(404, "unknown_answer", "no liftguard guardrail is running")
-    count(refusal.code)
-    return error_response(refusal.status, str(refusal), code=refusal.code, param="id")
+    return await feedback_response(watches, request)
 
 
 async def risk(request: Request) -> Response:
