@@ -260,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=_cmd_stress)
 
-    from ._fit import add_fit_parser
+    from ._fit_args import add_fit_parser
 
     add_fit_parser(sub)
 
