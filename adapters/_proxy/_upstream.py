@@ -33,6 +33,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+Event = tuple[str | None, bytes]
+"""One server-sent event: its ``event:`` name (None if unnamed) and its data."""
+
 _STALE = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 """Connection failures before any response byte: safe to retry once."""
 
@@ -216,36 +219,76 @@ class UpstreamAnswer:
             await self.close()
 
 
-class _Lines:
-    """The body's lines, counting bytes: past ``max_bytes`` in all (one endless line
-    included) the answer is an :class:`UpstreamFailure` (``upstream_too_large``), so that an
-    upstream that never stops cannot make the proxy hold it whole."""
+def _body(response: httpx.Response) -> AsyncIterator[bytes]:
+    """The body's bytes: raw when the upstream sent them unencoded (no decoder to pass
+    through per part), else decoded (gzip, ...) by httpx."""
+    encoding = response.headers.get("content-encoding", "")
+    if not encoding or encoding.strip().lower() == "identity":
+        return response.aiter_raw()
+    return response.aiter_bytes()
 
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.read = 0
 
-    async def __call__(self, response: httpx.Response) -> AsyncIterator[str]:
-        buffer = bytearray()
-        async for part in response.aiter_bytes():
-            self.read += len(part)
-            if self.read > self.max_bytes:
-                raise UpstreamFailure(
-                    TOO_LARGE,
-                    f"the upstream sent more than {self.max_bytes} bytes for one answer "
-                    "(the proxy's max_answer_bytes)",
-                )
-            buffer += part
-            if b"\n" not in part and b"\r" not in part:
-                continue  # no line ends here: nothing to scan (a long line stays linear)
-            start = 0
-            while (end := _line_end(buffer, start)) >= 0:
-                line = bytes(buffer[start:end])
-                start = end + (2 if buffer[end : end + 2] == b"\r\n" else 1)
-                yield line.decode("utf-8", "replace")
+def _too_large(max_bytes: int) -> UpstreamFailure:
+    return UpstreamFailure(
+        TOO_LARGE,
+        f"the upstream sent more than {max_bytes} bytes for one answer "
+        "(the proxy's max_answer_bytes)",
+    )
+
+
+async def _events(response: httpx.Response, max_bytes: int) -> AsyncIterator[Event]:
+    """``(event name, data)`` of each server-sent event (comments and ids skipped), the
+    data as the bytes it came as (lines split on ``\n``, ``\r\n`` or ``\r``).
+
+    Past ``max_bytes`` in all (one endless line included) the answer is an
+    :class:`UpstreamFailure` (``upstream_too_large``), so that an upstream that never
+    stops cannot make the proxy hold it whole. One pass, no generator per line: this
+    runs for every chunk of every answer."""
+    read = 0
+    buffer = bytearray()
+    data: list[bytes] = []
+    event: str | None = None
+    async for part in _body(response):
+        read += len(part)
+        if read > max_bytes:
+            raise _too_large(max_bytes)
+        buffer += part
+        if b"\n" not in part and b"\r" not in part:
+            continue  # no line ends here: nothing to scan (a long line stays linear)
+        if b"\r" in buffer:
+            lines, start = _cr_lines(buffer)
             del buffer[:start]
-        if buffer:
-            yield bytes(buffer).rstrip(b"\r").decode("utf-8", "replace")
+        else:
+            lines = bytes(buffer).split(b"\n")
+            buffer = bytearray(lines.pop())
+        for line in lines:
+            if not line:
+                if data:
+                    yield event, data[0] if len(data) == 1 else b"\n".join(data)
+                data, event = [], None
+            elif line.startswith(b"data:"):
+                data.append(line[6:] if line.startswith(b"data: ") else line[5:])
+            elif line.startswith(b"event:"):
+                event = line[6:].decode("utf-8", "replace").strip()
+    if buffer:  # a last line without its end
+        line = bytes(buffer).rstrip(b"\r")
+        if line.startswith(b"data:"):
+            data.append(line[6:] if line.startswith(b"data: ") else line[5:])
+        elif line.startswith(b"event:"):
+            event = line[6:].decode("utf-8", "replace").strip()
+    if data:  # the last event without its blank line: as the openai SDK, still read it
+        yield event, b"\n".join(data)
+
+
+def _cr_lines(buffer: bytearray) -> tuple[list[bytes], int]:
+    """The complete lines of ``buffer`` when it holds a ``\r`` (``\r\n`` or a lone
+    ``\r`` ends a line too), and where the incomplete rest starts."""
+    lines: list[bytes] = []
+    start = 0
+    while (end := _line_end(buffer, start)) >= 0:
+        lines.append(bytes(buffer[start:end]))
+        start = end + (2 if buffer[end : end + 2] == b"\r\n" else 1)
+    return lines, start
 
 
 def _line_end(buffer: bytearray, start: int) -> int:
@@ -258,31 +301,14 @@ def _line_end(buffer: bytearray, start: int) -> int:
     return r
 
 
-async def _events(response: httpx.Response, lines: _Lines) -> AsyncIterator[tuple[str | None, str]]:
-    """``(event name, data)`` of each server-sent event (comments and ids skipped)."""
-    data: list[str] = []
-    event: str | None = None
-    async for line in lines(response):
-        if not line:
-            if data:
-                yield event, "\n".join(data)
-            data, event = [], None
-        elif line.startswith("data:"):
-            data.append(line[6:] if line.startswith("data: ") else line[5:])
-        elif line.startswith("event:"):
-            event = line[6:].strip()
-    if data:  # the last event without its blank line: as the openai SDK, still read it
-        yield event, "\n".join(data)
-
-
 async def events(
     response: httpx.Response, max_bytes: int = DEFAULT_MAX_ANSWER_BYTES
-) -> AsyncGenerator[tuple[str | None, str], None]:
-    """The server-sent events of ``response``; a stall (``upstream_timeout``), a broken
-    connection (``upstream_transport``) or too many bytes (``upstream_too_large``) is an
-    :class:`UpstreamFailure`."""
+) -> AsyncGenerator[Event, None]:
+    """The server-sent events of ``response`` (``(event name, data bytes)``); a stall
+    (``upstream_timeout``), a broken connection (``upstream_transport``) or too many bytes
+    (``upstream_too_large``) is an :class:`UpstreamFailure`."""
     try:
-        async for event in _events(response, _Lines(max_bytes)):
+        async for event in _events(response, max_bytes):
             yield event
     except httpx.TimeoutException as exc:
         raise UpstreamFailure(
@@ -294,10 +320,11 @@ async def events(
         ) from exc
 
 
-def decode_chunk(event: str | None, data: str) -> dict[str, Any] | None:
-    """The JSON chunk of one event; None for ``[DONE]``. An error event or data that is
-    not a JSON object is an :class:`UpstreamFailure`."""
-    if data.startswith("[DONE]"):
+def decode_chunk(event: str | None, data: bytes | str) -> dict[str, Any] | None:
+    """The JSON chunk of one event (its data as bytes or text; bytes that are not UTF-8
+    are read with U+FFFD in their place); None for ``[DONE]``. An error event or data
+    that is not a JSON object is an :class:`UpstreamFailure`."""
+    if data[:6] in (b"[DONE]", "[DONE]"):
         return None
     try:
         chunk = loads(data)  # orjson: decoding is most of what the proxy spends per chunk
