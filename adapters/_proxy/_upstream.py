@@ -14,9 +14,9 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 import anyio
-import httpcore
 import httpx
 
+from ._transport import OneRequestPerIdleConnection, upstream_transport
 from ._wire import loads
 
 __all__ = [
@@ -54,77 +54,6 @@ class UpstreamFailure(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
-
-
-class OneRequestPerIdleConnection(httpcore.AsyncConnectionPool):
-    """httpcore's connection pool, with its request-to-connection assignment made to hand
-    each idle connection to one waiting request only, and to count idle connections once.
-
-    httpcore 1.0's ``_assign_requests_to_connections`` runs on every request and every
-    response close. An idle HTTP/1.1 connection stays idle until the request it was given
-    starts on it, so every request arriving meanwhile is given the same one: all but one
-    fail, are queued again and start another pass (each pass scanning every connection, and
-    counting idle ones once per idle connection). A burst of requests that meets idle
-    connections, as a second burst does within the 5 s they are kept alive, thus costs
-    passes quadratic in its size: the proxy's event loop spent them before any first byte.
-    Here a pass gives each queued request its own idle connection (not one another request
-    holds) or a new connection, as the limits allow; everything else is httpcore's."""
-
-    def _assign_requests_to_connections(self) -> list[Any]:
-        closing: list[Any] = []
-        # idle connections already handed to a request that has not started on them
-        held = {id(r.connection) for r in self._requests if r.connection is not None}
-        live = []
-        for each in self._connections:
-            if each.is_closed():
-                continue
-            if each.has_expired():
-                closing.append(each)
-                continue
-            live.append(each)
-        idle = [c for c in live if c.is_idle() and id(c) not in held]
-        surplus = len(idle) - self._max_keepalive_connections
-        if surplus > 0:
-            closing += idle[:surplus]
-            gone = {id(c) for c in idle[:surplus]}
-            idle = idle[surplus:]
-            live = [c for c in live if id(c) not in gone]
-        self._connections = live
-        available = [c for c in live if id(c) not in held and c.is_available()]
-        for pool_request in [r for r in self._requests if r.is_queued()]:
-            origin = pool_request.request.url.origin
-            connection: Any = next((c for c in available if c.can_handle_request(origin)), None)
-            if connection is not None:
-                if connection.is_idle():  # one request at a time (HTTP/2 multiplexes on)
-                    available.remove(connection)
-                    if connection in idle:
-                        idle.remove(connection)
-            elif len(live) < self._max_connections:
-                connection = self.create_connection(origin)
-                live.append(connection)
-            elif idle:  # make room: close an idle connection no request holds
-                old = idle.pop(0)
-                live.remove(old)
-                if old in available:
-                    available.remove(old)
-                closing.append(old)
-                connection = self.create_connection(origin)
-                live.append(connection)
-            else:
-                continue  # waits for a connection to come back
-            pool_request.assign_to_connection(connection)
-        return closing
-
-
-def upstream_transport(limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
-    """The proxy's transport to the upstream: httpx's, on a
-    :class:`OneRequestPerIdleConnection` pool where the installed httpcore has the pool
-    it amends (1.0.x; another version keeps its own)."""
-    transport = httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
-    pool = getattr(transport, "_pool", None)
-    if type(pool) is httpcore.AsyncConnectionPool and httpcore.__version__.startswith("1.0."):
-        pool.__class__ = OneRequestPerIdleConnection  # same state, amended assignment
-    return transport
 
 
 class Upstream:
