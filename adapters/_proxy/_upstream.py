@@ -67,6 +67,7 @@ class Upstream:
             max_keepalive_connections=min(max_connections, 256),
         )
         self._client: httpx.AsyncClient | None = None
+        self._urls: dict[str, httpx.URL] = {}
 
     async def start(self) -> None:
         if self._client is None:
@@ -96,7 +97,7 @@ class Upstream:
         connection the upstream closed a moment before it was reused) is retried
         once on a fresh one."""
         request = self.client.build_request(
-            "POST", f"{self.base_url}{path}", json=dict(body), headers=dict(headers)
+            "POST", self._url(path), json=dict(body), headers=dict(headers)
         )
         try:
             return await self.client.send(request, stream=True)
@@ -105,7 +106,14 @@ class Upstream:
             return await self.client.send(request, stream=True)
 
     async def get(self, path: str, headers: Mapping[str, str]) -> httpx.Response:
-        return await self.client.get(f"{self.base_url}{path}", headers=dict(headers))
+        return await self.client.get(self._url(path), headers=dict(headers))
+
+    def _url(self, path: str) -> httpx.URL:
+        """``base_url`` + ``path``, parsed once (httpx parses a string on every request)."""
+        url = self._urls.get(path)
+        if url is None:
+            url = self._urls[path] = httpx.URL(f"{self.base_url}{path}")
+        return url
 
 
 async def aclose_response(response: httpx.Response) -> None:
