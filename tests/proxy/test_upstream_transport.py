@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 import httpcore
 import httpx
 import pytest
+from raw_http import read_request
 
 from adapters._proxy._transport import CoalescingHTTP11Connection
 from adapters._proxy._upstream import upstream_transport
@@ -37,13 +38,7 @@ async def server(write: Callable[[asyncio.StreamWriter], object]) -> AsyncIterat
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n")[1:]:
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                await reader.readexactly(length)
+                await read_request(reader)
                 result = write(writer)
                 if asyncio.iscoroutine(result):
                     await result
