@@ -11,7 +11,7 @@ L-BFGS-B). Fitting never sees the answers that calibrate ``tau``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -87,19 +87,8 @@ def answer_features(
     used = {f.base for f in features}
     bases = [b for b in BASES if b in used]
     out = np.full((len(traces), len(features)), np.nan)
-    for i, trace in enumerate(traces):
-        if trace.n_tokens == 0:
-            continue
-        if tables is None or tables.vocab_size != trace.vocab_size:
-            tables = TopKTables(trace.vocab_size)
-        vals = trace_base_features(
-            trace,
-            bases,
-            skeleton=skeleton,
-            alternatives=alternatives,
-            temperature=temperature,
-            tables=tables,
-        )
+    each = _base_values(traces, bases, skeleton, alternatives, temperature, tables)
+    for i, trace, vals in each:
         tops = {}
         for base in bases:
             lo, hi = (ranges or {}).get(base) or base_range(base, trace.vocab_size)
@@ -108,6 +97,35 @@ def answer_features(
             x = vals.get(f.base, trace.logprobs)
             out[i, j] = aggregate_path(x, f, tops.get(f.base, 0.0))[-1]
     return out
+
+
+def _base_values(
+    traces: Sequence[Trace],
+    bases: Sequence[str],
+    skeleton: Any,
+    alternatives: int,
+    temperature: float,
+    tables: TopKTables | None,
+) -> Iterator[tuple[int, Trace, dict[str, FloatArray]]]:
+    """``(index, trace, base features)`` of each non-empty trace (:func:`trace_base_features`),
+    the top-k tables remade only when the vocabulary size changes."""
+    for i, trace in enumerate(traces):
+        if trace.n_tokens == 0:
+            continue
+        if tables is None or tables.vocab_size != trace.vocab_size:
+            tables = TopKTables(trace.vocab_size)
+        yield (
+            i,
+            trace,
+            trace_base_features(
+                trace,
+                bases,
+                skeleton=skeleton,
+                alternatives=alternatives,
+                temperature=temperature,
+                tables=tables,
+            ),
+        )
 
 
 def token_ranges(
@@ -126,20 +144,7 @@ def token_ranges(
         raise ConfigError(f"quantile must lie in [0, 0.5), got {quantile!r}")
     bases = [b for b in BASES if b in bases]
     pooled: dict[str, list[FloatArray]] = {b: [] for b in bases}
-    tables = None
-    for trace in traces:
-        if trace.n_tokens == 0:
-            continue
-        if tables is None or tables.vocab_size != trace.vocab_size:
-            tables = TopKTables(trace.vocab_size)
-        vals = trace_base_features(
-            trace,
-            bases,
-            skeleton=skeleton,
-            alternatives=alternatives,
-            temperature=temperature,
-            tables=tables,
-        )
+    for _, _, vals in _base_values(traces, bases, skeleton, alternatives, temperature, None):
         for b in bases:
             pooled[b].append(vals[b])
     out: dict[str, tuple[float, float]] = {}
