@@ -41,7 +41,7 @@ from ._proxy._feedback import FEEDBACK_PATH, feedback_response
 from ._proxy._metrics import RiskState, risk_collector
 from ._proxy._risk_watch import RiskWatch
 
-__all__ = ["FEEDBACK_PATH", "REFRESH_PATH", "RISK_PATH", "register", "unregister"]
+__all__ = ["FEEDBACK_PATH", "REFRESH_PATH", "RISK_PATH", "count", "register"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,13 +67,6 @@ def register(name: str, watch: RiskWatch, refresh: Callable[[], Awaitable[bool]]
         if app is not None and id(app) not in _routes_added:
             _add_routes(app)
             _routes_added.add(id(app))
-
-
-def unregister(name: str) -> None:
-    """Stop serving guardrail ``name``'s watch (its gauges disappear at the next scrape)."""
-    with _lock:
-        _watches.pop(name, None)
-        _refreshers.pop(name, None)
 
 
 def count(result: str) -> None:
