@@ -219,6 +219,9 @@ def test_eval_with_a_certificate_reports_every_baseline_and_the_certificate(
         assert r.keys() >= KEYS
     assert report["certificate"]["group"] == "lift"
     assert "not held out" in captured.err  # the traces the certificate was made on
+    n = len(Path(GEMMA).read_text(encoding="utf-8").splitlines())
+    assert f"fitted on {round(n * 0.5)} of its {n} traces" in captured.err  # default: half
+    assert "--fit-fraction 1" in captured.err
     assert "liftguard eval: replaying" not in captured.err  # no progress off a terminal
     # --top-k 5: the certificate reads 5 alternatives, so it scores the same
     assert main([*args, "--top-k", "5"]) == 0

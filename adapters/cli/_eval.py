@@ -69,6 +69,16 @@ def _check_certificate(args: argparse.Namespace, cert: Any, traces: list[Any]) -
             "calibrated on: its results here are not held out",
             file=sys.stderr,
         )
+    fit = cert.provenance.get("fit") or {}
+    n_fit, n_cal = fit.get("n_fit"), fit.get("n_calibration")
+    if isinstance(n_fit, int) and isinstance(n_cal, int) and n_cal > 0:
+        print(
+            f"liftguard eval: note: the certificate's statistic was fitted on {n_fit} of its "
+            f"{n_fit + n_cal} traces; the other {n_cal} calibrated the tau that eval "
+            "recalibrates on each split. To compare the statistic with the baselines, fit it "
+            "on all of them with --fit-fraction 1",
+            file=sys.stderr,
+        )
 
 
 def _certificate_needs(cert: Any) -> tuple[tuple[str, ...], str]:
