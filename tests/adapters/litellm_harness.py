@@ -67,7 +67,9 @@ GUARDRAILS = {
 }
 """Model name -> the liftguard guardrail settings attached to it."""
 CONTEXT = GenerationContext(temperature=0.0)
-START_TIMEOUT_S = 120.0
+START_TIMEOUT_S = 600.0
+"""Only a hung start reaches it: LiteLLM imports for 10-20 s on an idle 2-core machine and
+far longer on a starved one; a process that exits is reported at once."""
 
 
 class ScriptedUpstream(SSEServer):
