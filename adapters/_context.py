@@ -153,9 +153,11 @@ class Guard:
         """A fresh monitor for one answer (a stateful skeleton gets its own stream);
         ``max_tokens``: the answer's token limit, as :meth:`Certificate.monitor` takes it."""
         return self.certificate.monitor(
-            skeleton=self._skeleton(), on_missing_logprobs=self.on_missing_logprobs,
-            exact_entropy=self.exact_entropy, max_tokens=max_tokens,
-        )  # fmt: skip
+            skeleton=self._skeleton(),
+            on_missing_logprobs=self.on_missing_logprobs,
+            exact_entropy=self.exact_entropy,
+            max_tokens=max_tokens,
+        )
 
 
 def resolve_guard(

@@ -42,7 +42,7 @@ from ._litellm_answer import Answer, GuardedRequest, completion_chunk, prepare_r
 from ._proxy._certs import CertificateSource, certificate_source
 from ._proxy._chat import check_upstream
 from ._proxy._config import DEFAULT_REFUSAL, check_positive, check_risk_settings
-from ._proxy._feedback import FinishedAnswer, RiskWatch
+from ._proxy._risk_watch import FinishedAnswer, RiskWatch
 from ._proxy._wire import BLOCKED_TYPE, UPSTREAM_TYPE, VERDICT_FIELD, error_body
 from ._stream import DEFAULT_MAX_TOKEN_CHARS, aclose_upstream, check_max_token_chars
 
@@ -138,9 +138,10 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         if not isinstance(refusal_message, str) or not refusal_message:
             raise ConfigError("refusal_message must be a non-empty string")
         if top_logprobs is not None and (
-            isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int)
+            isinstance(top_logprobs, bool)
+            or not isinstance(top_logprobs, int)
             or not 0 <= top_logprobs <= 20
-        ):  # fmt: skip
+        ):
             raise ConfigError(f"top_logprobs must be an integer in 0..20, got {top_logprobs!r}")
         check_risk_settings(risk_alpha, feedback_ids)
         check_positive("refresh_s", refresh_s, allow_zero=True)
@@ -162,9 +163,11 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         self._pending: OrderedDict[str, GuardedRequest] = OrderedDict()
         self.name = str(getattr(self, "guardrail_name", None) or "liftguard")
         self.risk = RiskWatch(
-            {self.name: self.source}, risk_alpha=risk_alpha, feedback_ids=feedback_ids,
+            {self.name: self.source},
+            risk_alpha=risk_alpha,
+            feedback_ids=feedback_ids,
             count=_litellm_feedback.count,
-        )  # fmt: skip
+        )
         _litellm_feedback.register(self.name, self.risk, self.refresh)
         self.refresh_s = float(refresh_s)
         self._refreshed = time.monotonic()
@@ -184,10 +187,13 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         request_id = str(data.get("litellm_call_id") or id(data))
         try:
             request = prepare_request(
-                data, certificate, label, request_id=request_id,
+                data,
+                certificate,
+                label,
+                request_id=request_id,
                 mode="buffered" if self.guard_mode == "buffered" else "passthrough",
                 top_logprobs=self.top_logprobs,
-            )  # fmt: skip
+            )
         except ConfigError as exc:
             body = error_body(str(exc), "liftguard_config_error", "certificate_unsupported")
             raise GuardrailHTTPError(500, body) from exc
@@ -225,8 +231,12 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
             logger.warning("refreshing %s failed: %s", self.source.describe(), exc)
             changed = False
         if changed:
-            logger.info("liftguard guardrail %s: certificate %s -> %s", self.name, old,
-                        self.source.current()[1])  # fmt: skip
+            logger.info(
+                "liftguard guardrail %s: certificate %s -> %s",
+                self.name,
+                old,
+                self.source.current()[1],
+            )
             self.risk.sync()
         return changed
 
@@ -234,11 +244,19 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         """Hand the answer's final verdict to the risk watch (once per answer)."""
         request = answer.request
         certified = decided and answer.blocked is None and answer.verdict.state is State.CERTIFIED
-        self.risk.take(self.name, FinishedAnswer(
-            request.request_id, str(completion_id or request.request_id), request.label,
-            certified, decided, request.covered, bool(request.mismatches),
-            answer.verdict.cause.value,
-        ))  # fmt: skip
+        self.risk.take(
+            self.name,
+            FinishedAnswer(
+                request.request_id,
+                str(completion_id or request.request_id),
+                request.label,
+                certified,
+                decided,
+                request.covered,
+                bool(request.mismatches),
+                answer.verdict.cause.value,
+            ),
+        )
 
     def _request(self, data: Mapping[str, Any]) -> GuardedRequest | None:
         return self._pending.pop(str(data.get("litellm_call_id")), None)
@@ -297,9 +315,11 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         except GuardrailError as exc:
             answer.monitor.abort(Cause.TRUNCATED, f"the upstream's answer was unusable: {exc}")
             body = error_body(
-                str(exc), UPSTREAM_TYPE, "malformed_chunk",
+                str(exc),
+                UPSTREAM_TYPE,
+                "malformed_chunk",
                 verdict=answer.verdict_field(error="malformed_chunk"),
-            )  # fmt: skip
+            )
             raise GuardrailHTTPError(502, body) from exc
 
     def _blocked(self, answer: Answer, like: Any) -> Any:
@@ -314,9 +334,11 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
     def _blocked_body(answer: Answer) -> dict[str, Any]:
         verdict = answer.verdict
         return error_body(
-            f"liftguard {verdict.reason}", BLOCKED_TYPE, verdict.cause.value,
+            f"liftguard {verdict.reason}",
+            BLOCKED_TYPE,
+            verdict.cause.value,
             verdict=answer.verdict_field(),
-        )  # fmt: skip
+        )
 
     def _refusal_chunk(self, answer: Answer, like: Any) -> Any:
         """The chunk that ends a blocked answer with the refusal (``content_filter``)."""

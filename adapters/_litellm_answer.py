@@ -118,9 +118,14 @@ class Answer:
         self.monitor = request.monitor()
         parse = partial(chat_chunk_parts, with_top=self.monitor.reads.uses_alternatives)
         self.step: GuardStep[Any] = GuardStep(
-            self.monitor, request.mode, "stop", parse, unit=self._unit,
-            max_token_chars=max_token_chars, hold_finish=True,
-        )  # fmt: skip
+            self.monitor,
+            request.mode,
+            "stop",
+            parse,
+            unit=self._unit,
+            max_token_chars=max_token_chars,
+            hold_finish=True,
+        )
         self.tokens_read = 0
 
     @property
@@ -148,8 +153,13 @@ class Answer:
 
     def verdict_field(self, error: str | None = None) -> dict[str, Any]:
         """The documented ``liftguard`` field (the proxy's shape)."""
-        return verdict_info(self.verdict, self.request, tokens_read=self.tokens_read,
-                            statistic=self.monitor.value, error=error)  # fmt: skip
+        return verdict_info(
+            self.verdict,
+            self.request,
+            tokens_read=self.tokens_read,
+            statistic=self.monitor.value,
+            error=error,
+        )
 
 
 def _field(obj: Any, name: str) -> Any:

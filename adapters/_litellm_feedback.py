@@ -37,12 +37,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ._proxy._chat import error_response
-from ._proxy._feedback import FEEDBACK_PATH, FeedbackRefused, RiskWatch, read_feedback
+from ._proxy._feedback import FEEDBACK_PATH, feedback_response
 from ._proxy._metrics import RiskState, risk_collector
-from ._proxy._request import BadRequest
+from ._proxy._risk_watch import RiskWatch
 
-__all__ = ["FEEDBACK_PATH", "REFRESH_PATH", "RISK_PATH", "register", "unregister"]
+__all__ = ["FEEDBACK_PATH", "REFRESH_PATH", "RISK_PATH", "count", "register"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,13 +67,6 @@ def register(name: str, watch: RiskWatch, refresh: Callable[[], Awaitable[bool]]
         if app is not None and id(app) not in _routes_added:
             _add_routes(app)
             _routes_added.add(id(app))
-
-
-def unregister(name: str) -> None:
-    """Stop serving guardrail ``name``'s watch (its gauges disappear at the next scrape)."""
-    with _lock:
-        _watches.pop(name, None)
-        _refreshers.pop(name, None)
 
 
 def count(result: str) -> None:
@@ -115,12 +107,14 @@ def _add_routes(app: Any) -> None:
 
     auth = [Depends(user_api_key_auth)]
     routes = [
-        APIRoute(FEEDBACK_PATH, feedback, methods=["POST"], dependencies=auth,
-                 include_in_schema=False),
+        APIRoute(
+            FEEDBACK_PATH, feedback, methods=["POST"], dependencies=auth, include_in_schema=False
+        ),
         APIRoute(RISK_PATH, risk, methods=["GET"], dependencies=auth, include_in_schema=False),
-        APIRoute(REFRESH_PATH, refresh, methods=["POST"], dependencies=auth,
-                 include_in_schema=False),
-    ]  # fmt: skip
+        APIRoute(
+            REFRESH_PATH, refresh, methods=["POST"], dependencies=auth, include_in_schema=False
+        ),
+    ]
     # first, ahead of LiteLLM's catch-all pass-through routes
     app.router.routes[0:0] = routes
     logger.info("liftguard: %s added to LiteLLM's server", ", ".join(r.path for r in routes))
@@ -131,26 +125,7 @@ async def feedback(request: Request) -> Response:
     answer (the first whose store knows the id)."""
     with _lock:
         watches = list(_watches.values())
-    try:
-        answer_id, correct = await read_feedback(request)
-    except BadRequest as exc:
-        count(exc.code)
-        return error_response(exc.status, str(exc), code=exc.code, param=exc.param)
-    refusal: FeedbackRefused | None = None
-    for watch in watches:
-        try:
-            out = watch.label(answer_id, correct)
-        except FeedbackRefused as exc:
-            refusal = exc
-            if exc.code != "unknown_answer":
-                break
-        else:
-            count("accepted")
-            return JSONResponse(out)
-    if refusal is None:
-        refusal = FeedbackRefused(404, "unknown_answer", "no liftguard guardrail is running")
-    count(refusal.code)
-    return error_response(refusal.status, str(refusal), code=refusal.code, param="id")
+    return await feedback_response(watches, request)
 
 
 async def risk(request: Request) -> Response:
@@ -165,9 +140,13 @@ async def risk(request: Request) -> Response:
             state = states.get(entry)
             if state is not None:
                 health.update(
-                    target=state.target, labels=state.labels, errors=state.errors,
-                    bounds=[state.lower, state.upper], answers=state.answers, shown=state.shown,
-                )  # fmt: skip
+                    target=state.target,
+                    labels=state.labels,
+                    errors=state.errors,
+                    bounds=[state.lower, state.upper],
+                    answers=state.answers,
+                    shown=state.shown,
+                )
             out[name] = health
     return JSONResponse(out)
 

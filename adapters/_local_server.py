@@ -65,10 +65,11 @@ def _completion(chunks: list[dict[str, Any]], want_logprobs: bool) -> dict[str, 
         "object": "chat.completion",
         "created": first["created"],
         "model": first["model"],
-        "choices": [{"index": 0, "message": message, "logprobs": logprobs,
-                     "finish_reason": finish}],
+        "choices": [
+            {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}
+        ],
         "usage": usage,
-    }  # fmt: skip
+    }
 
 
 def _prompt_from_messages(
@@ -79,8 +80,12 @@ def _prompt_from_messages(
     user message and the system line (the bundled model's format, which its shipped
     certificate was calibrated with)."""
     if template is not None:
-        if not all(isinstance(m, dict) and isinstance(m.get("role"), str)
-                   and isinstance(m.get("content"), str) for m in messages):  # fmt: skip
+        if not all(
+            isinstance(m, dict)
+            and isinstance(m.get("role"), str)
+            and isinstance(m.get("content"), str)
+            for m in messages
+        ):
             raise ValueError("messages must be objects with string role and content")
         try:
             return template.render([{"role": m["role"], "content": m["content"]} for m in messages])
@@ -189,8 +194,12 @@ class LocalChatServer:
 
     def _models(self) -> dict[str, Any]:
         """The ``GET /v1/models`` answer, in OpenAI's shape."""
-        entry = {"id": self.model_id, "object": "model", "created": self._created,
-                 "owned_by": "liftguard"}  # fmt: skip
+        entry = {
+            "id": self.model_id,
+            "object": "model",
+            "created": self._created,
+            "owned_by": "liftguard",
+        }
         return {"object": "list", "data": [entry]}
 
     def _alt(self, token_id: int, logprob: float) -> dict[str, Any]:
@@ -274,8 +283,11 @@ class LocalChatServer:
                 send(chunk({}, None, "length" if n >= max_tokens else "stop"))
                 if with_usage:
                     prompt_tokens = len(self.model.tokenize(prompt))
-                    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n,
-                             "total_tokens": prompt_tokens + n}  # fmt: skip
+                    usage = {
+                        "prompt_tokens": prompt_tokens,
+                        "completion_tokens": n,
+                        "total_tokens": prompt_tokens + n,
+                    }
                     last = chunk({}, None, None)
                     last.update(choices=[], usage=usage)
                     send(last)

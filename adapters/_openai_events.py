@@ -247,17 +247,52 @@ def _plain_chunk_parts(chunk: dict[str, Any], choice: int, with_top: bool) -> Ch
         if type(logprobs) is not dict or logprobs.get("refusal"):
             return None
         entries = logprobs.get("content")
-    text = delta.get("content")
+    get = delta.get
+    text = get("content")
     if (
         not (text is None or type(text) is str)
         or not (entries is None or type(entries) is list)
-        or delta.get("refusal")
-        or any(delta.get(key) for key in _NOT_TEXT)
+        or get("refusal")
+        or get("tool_calls")  # (the fields of _NOT_TEXT, spelled out: this runs per token)
+        or get("function_call")
+        or get("audio")
     ):
         return None
-    where = f"choices[{pos}].logprobs.content"
-    events, shown = _segment(text, entries, where, with_bytes=True, with_top=with_top)
-    return ChunkParts(events, shown, finish)
+    if entries:
+        events = None if with_top else _plain_events(entries)
+        if events is None:  # alternatives to read, or an entry out of the common shape
+            where = f"choices[{pos}].logprobs.content"
+            events = _token_events(entries, where, with_bytes=True, with_top=with_top)
+        return ChunkParts(events, text if text is not None else "".join(e.text for e in events),
+                          finish)  # fmt: skip
+    if text:
+        return ChunkParts([TokenEvent(text=text, logprob=None)], text, finish)
+    return ChunkParts([], "", finish)
+
+
+def _plain_events(entries: list[Any]) -> list[TokenEvent] | None:
+    """The events of logprob entries of the common shape (a dict with a string ``token``, a
+    float ``logprob`` and ``bytes`` a list of ints or null), alternatives left out; None if
+    any entry has another shape (:func:`_token_events` then reads it, or names what is
+    wrong). What :func:`_token_events` gives with ``with_top=False``, with fewer steps."""
+    events: list[TokenEvent] = []
+    append = events.append
+    for entry in entries:
+        if type(entry) is not dict:
+            return None
+        get = entry.get
+        token, logprob, raw = get("token"), get("logprob"), get("bytes")
+        if type(token) is not str or type(logprob) is not float:
+            return None
+        if raw is not None:
+            if type(raw) is not list or not set(map(type, raw)) <= _INT:
+                return None
+            try:
+                raw = bytes(raw)
+            except ValueError:  # outside 0..255
+                return None
+        append(TokenEvent(text=token, logprob=logprob, bytes=raw))
+    return events
 
 
 def _chunk_parts(chunk: Any, choice: int, with_top: bool) -> ChunkParts:

@@ -256,11 +256,16 @@ class PromptFreeSkeleton:
         backend = self._backend
         if backend.model_sha256 is None:
             backend.model_sha256 = file_sha256(backend.model.path)
-        return SkeletonSpec("prompt_free", {
-            "model": model_name(backend.model.path), "model_sha256": backend.model_sha256,
-            "vocab_size": backend.model.vocab_size, "prefix": backend.prefix,
-            "n_ctx": backend.n_ctx,
-        })  # fmt: skip
+        return SkeletonSpec(
+            "prompt_free",
+            {
+                "model": model_name(backend.model.path),
+                "model_sha256": backend.model_sha256,
+                "vocab_size": backend.model.vocab_size,
+                "prefix": backend.prefix,
+                "n_ctx": backend.n_ctx,
+            },
+        )
 
     @classmethod
     def from_spec(cls, spec: SkeletonSpec, *, n_threads: int | None = None) -> PromptFreeSkeleton:

@@ -154,8 +154,12 @@ class GuardStep(Generic[U]):
         return self._feed_parts(item, self._parse(item))
 
     def _feed_parts(self, item: Any, parts: ChunkParts) -> list[U]:
-        events, shown, finish, refusal, *more = parts  # (a parser's 4-tuple: no tool call)
-        tool_call = bool(more and more[0])
+        if len(parts) == 5:  # (no starred unpacking: this runs per item)
+            events, shown, finish, refusal, tool_call = parts
+        elif len(parts) == 4:  # a parser's 4-tuple: no tool call
+            (events, shown, finish, refusal), tool_call = parts, False
+        else:
+            events, shown, finish, refusal, tool_call = parts[:5]
         unit = self._unit(item, parts)
         if finish is not None:
             self.finish_reason = finish

@@ -294,14 +294,28 @@ class LogCount(Aggregate):
 
 
 AGGREGATE_CLASSES: tuple[type[Aggregate], ...] = (
-    Mean, Sum, Min, Max, First, Lowest2, CountBelow, FracBelow, Count, LogCount,
-)  # fmt: skip
+    Mean,
+    Sum,
+    Min,
+    Max,
+    First,
+    Lowest2,
+    CountBelow,
+    FracBelow,
+    Count,
+    LogCount,
+)
 """Every class, in the order a fitted score sums its terms (kept: the order sets the
 score's last bits, which calibration replayed)."""
 
 _BY_NAME: dict[str, type[Aggregate]] = {
-    "mean": Mean, "sum": Sum, "min": Min, "max": Max, "first": First, "lowest2": Lowest2,
-}  # fmt: skip
+    "mean": Mean,
+    "sum": Sum,
+    "min": Min,
+    "max": Max,
+    "first": First,
+    "lowest2": Lowest2,
+}
 
 
 def aggregate_of(feature: Feature, lo: float = 0.0, hi: float = 0.0) -> Aggregate:

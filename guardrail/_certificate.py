@@ -98,9 +98,11 @@ class Certificate:
         if self.bound_skeleton is not None and not isinstance(self.bound_skeleton, Skeleton):
             raise ConfigError("bound_skeleton: expected an object with log_prob(event)")
         for name, kind in (
-            ("policy", StreamPolicy), ("skeleton", SkeletonSpec), ("model", ModelIdentity),
+            ("policy", StreamPolicy),
+            ("skeleton", SkeletonSpec),
+            ("model", ModelIdentity),
             ("context", GenerationContext),
-        ):  # fmt: skip
+        ):
             if not isinstance(getattr(self, name), kind):
                 raise ConfigError(f"{name}: expected a {kind.__name__}")
         if self.calibration is not None and not isinstance(self.calibration, Calibration):

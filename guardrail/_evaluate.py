@@ -171,8 +171,14 @@ def _tokens_read(method: MethodScores, idx: npt.NDArray[np.int64], tau: float) -
     ``idx``; NaN for an empty answer of a streaming method (it has no share)."""
     if method.paths is not None and method.policy is not None:
         pol, paths = method.policy, method.paths
-        return np.array([stop_at(paths[i], pol, tau) / paths[i].scores.size
-                         if paths[i].scores.size else np.nan for i in idx])  # fmt: skip
+        return np.array(
+            [
+                stop_at(paths[i], pol, tau) / paths[i].scores.size
+                if paths[i].scores.size
+                else np.nan
+                for i in idx
+            ]
+        )
     if method.lifts is None or method.policy is None:
         return np.ones(len(idx))
     shares = np.full(len(idx), np.nan)

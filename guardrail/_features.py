@@ -150,8 +150,18 @@ class TokenFeaturizer:
     ``None`` where not needed), all validated by the caller.
     """
 
-    __slots__ = ("_bases", "_codes", "_entropy_max", "_logz_hi", "_logz_lo", "_need_tail", "_per_k",
-                 "_tables", "_temp", "_vocab")  # fmt: skip
+    __slots__ = (
+        "_bases",
+        "_codes",
+        "_entropy_max",
+        "_logz_hi",
+        "_logz_lo",
+        "_need_tail",
+        "_per_k",
+        "_tables",
+        "_temp",
+        "_vocab",
+    )
 
     def __init__(
         self,

@@ -71,14 +71,28 @@ the TriviaQA traces of both models; flat between 3 and 30)."""
 
 _HALF, _NINE = repr(math.log(0.5)), repr(math.log(0.9))
 _API = (
-    "logprob.min", "logprob.lowest2", f"logprob.count_below@{_HALF}",
-    f"logprob.count_below@{_NINE}", "length.count", "length.log", "margin.min", "margin.first",
-    "entropy.mean", "entropy.sum", "entropy.first",
-)  # fmt: skip
+    "logprob.min",
+    "logprob.lowest2",
+    f"logprob.count_below@{_HALF}",
+    f"logprob.count_below@{_NINE}",
+    "length.count",
+    "length.log",
+    "margin.min",
+    "margin.first",
+    "entropy.mean",
+    "entropy.sum",
+    "entropy.first",
+)
 _LIFT = (
-    "logprob.min", f"logprob.count_below@{_NINE}", "length.count", "entropy.mean",
-    "entropy.sum", "lift.min", "lift.max", "lift.sum",
-)  # fmt: skip
+    "logprob.min",
+    f"logprob.count_below@{_NINE}",
+    "length.count",
+    "entropy.mean",
+    "entropy.sum",
+    "lift.min",
+    "lift.max",
+    "lift.sum",
+)
 _LOCAL = ("exact_entropy.mean", "exact_entropy.sum", "exact_entropy.max")
 FEATURE_PRESETS: Mapping[str, tuple[str, ...]] = {
     "api": _API,
@@ -242,9 +256,10 @@ class FittedStatistic:
             req = self.requires
             reads = self.cache["reads"] = Reads(
                 alternatives=self.alternatives if "alternatives" in req else 0,
-                exact_entropy="exact_entropy" in req, skeleton="skeleton" in req,
+                exact_entropy="exact_entropy" in req,
+                skeleton="skeleton" in req,
                 group=self.group,
-            )  # fmt: skip
+            )
         return reads
 
     @property
@@ -316,8 +331,21 @@ class FittedStatistic:
         """The statistic of :meth:`to_dict`; a ConfigError naming any bad field."""
         if not isinstance(data, Mapping):
             raise ConfigError("statistic: expected a JSON object")
-        known = {"kind", "features", "weights", "intercept", "center", "scale", "vocab_size",
-                 "temperature", "form", "alternatives", "ranges", "group", "info"}  # fmt: skip
+        known = {
+            "kind",
+            "features",
+            "weights",
+            "intercept",
+            "center",
+            "scale",
+            "vocab_size",
+            "temperature",
+            "form",
+            "alternatives",
+            "ranges",
+            "group",
+            "info",
+        }
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(f"statistic: unknown field(s) {', '.join(map(repr, unknown))}")
@@ -343,6 +371,7 @@ class FittedStatistic:
             info=data.get("info", {}),
         )
         if "group" in data and data["group"] != out.group:
-            raise ConfigError(f"statistic.group: {data['group']!r} differs from the features' "
-                              f"{out.group!r}")  # fmt: skip
+            raise ConfigError(
+                f"statistic.group: {data['group']!r} differs from the features' {out.group!r}"
+            )
         return out

@@ -168,8 +168,9 @@ def calibrate_fitted(
     disjoint and records both in the certificate.
     """
     if paths is None:
-        paths = [replay_fitted(statistic, t, skeleton=skeleton, max_tokens=max_tokens)
-                 for t in traces]  # fmt: skip
+        paths = [
+            replay_fitted(statistic, t, skeleton=skeleton, max_tokens=max_tokens) for t in traces
+        ]
     elif len(paths) != len(traces):
         raise ConfigError(f"paths: expected one per trace ({len(traces)}), got {len(paths)}")
     crit = np.array([critical_score(p, policy) for p in paths])

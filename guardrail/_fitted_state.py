@@ -34,8 +34,18 @@ class _Plan:
     the order the score sums them in, the terms each bound visits, and the featurizer
     (its tail tables)."""
 
-    __slots__ = ("b0", "bases", "down", "featurizer", "lengths", "makers", "ranges",
-                 "requires", "summed", "up")  # fmt: skip
+    __slots__ = (
+        "b0",
+        "bases",
+        "down",
+        "featurizer",
+        "lengths",
+        "makers",
+        "ranges",
+        "requires",
+        "summed",
+        "up",
+    )
 
     def __init__(self, statistic: FittedStatistic) -> None:
         b0, coefs = statistic.coefficients()
@@ -60,9 +70,11 @@ class _Plan:
         self.up = [(j, c, c > 0) for j, a, c, _ in terms if (a.rises if c > 0 else a.falls)]
         self.down = [(j, c, c < 0) for j, a, c, _ in terms if (a.rises if c < 0 else a.falls)]
         self.featurizer = TokenFeaturizer(
-            self.bases, statistic.vocab_size, temperature=statistic.temperature,
+            self.bases,
+            statistic.vocab_size,
+            temperature=statistic.temperature,
             tables=statistic.tables,
-        )  # fmt: skip
+        )
 
 
 def plan_of(statistic: FittedStatistic) -> _Plan:
@@ -86,8 +98,18 @@ class FittedState:
     can move its way (e.g. a minimum with a positive weight never raises the upper
     bound), through their ``upper_end`` / ``lower_end``."""
 
-    __slots__ = ("_b0", "_clamp", "_down", "_lengths", "_limit", "_terms", "_up", "aggregates",
-                 "score", "t")  # fmt: skip
+    __slots__ = (
+        "_b0",
+        "_clamp",
+        "_down",
+        "_lengths",
+        "_limit",
+        "_terms",
+        "_up",
+        "aggregates",
+        "score",
+        "t",
+    )
 
     def __init__(self, statistic: FittedStatistic, max_tokens: int | None = None) -> None:
         if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
@@ -99,18 +121,22 @@ class FittedState:
         self._clamp = plan.ranges
         self._terms = [(c, aggs[j].update, bi) for j, c, bi in plan.summed]
         self._lengths = [(c, aggs[j].update) for j, c in plan.lengths]
-        self._up: _Ends = [(c, aggs[j].upper_end if top else aggs[j].lower_end, aggs[j])
-                           for j, c, top in plan.up]  # fmt: skip
-        self._down: _Ends = [(c, aggs[j].upper_end if top else aggs[j].lower_end, aggs[j])
-                             for j, c, top in plan.down]  # fmt: skip
+        self._up: _Ends = [
+            (c, aggs[j].upper_end if top else aggs[j].lower_end, aggs[j]) for j, c, top in plan.up
+        ]
+        self._down: _Ends = [
+            (c, aggs[j].upper_end if top else aggs[j].lower_end, aggs[j]) for j, c, top in plan.down
+        ]
         self._b0, self._limit = plan.b0, max_tokens
         self.t = 0
         self.score = math.nan
 
     def update(self, values: Sequence[float]) -> float:
         """Add one token's base features (in ``statistic.bases`` order); the score."""
-        xs = [lo if x < lo else (hi if x > hi else x)
-              for (lo, hi), x in zip(self._clamp, values, strict=True)]  # fmt: skip
+        xs = [
+            lo if x < lo else (hi if x > hi else x)
+            for (lo, hi), x in zip(self._clamp, values, strict=True)
+        ]
         self.t += 1
         s = self._b0
         for c, update, i in self._terms:

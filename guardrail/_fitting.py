@@ -11,7 +11,7 @@ L-BFGS-B). Fitting never sees the answers that calibrate ``tau``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -60,10 +60,15 @@ def trace_base_features(
 
             skel = np.array([skeleton.log_prob(e) for e in trace_events(trace)], dtype=np.float64)
     return base_features_batch(
-        bases, trace.vocab_size, trace.logprobs, trace.top_logprobs[:, :alternatives],
-        skeleton_logprobs=skel, exact_entropy=trace.entropy, temperature=temperature,
+        bases,
+        trace.vocab_size,
+        trace.logprobs,
+        trace.top_logprobs[:, :alternatives],
+        skeleton_logprobs=skel,
+        exact_entropy=trace.entropy,
+        temperature=temperature,
         tables=tables,
-    )  # fmt: skip
+    )
 
 
 def answer_features(
@@ -82,13 +87,8 @@ def answer_features(
     used = {f.base for f in features}
     bases = [b for b in BASES if b in used]
     out = np.full((len(traces), len(features)), np.nan)
-    for i, trace in enumerate(traces):
-        if trace.n_tokens == 0:
-            continue
-        if tables is None or tables.vocab_size != trace.vocab_size:
-            tables = TopKTables(trace.vocab_size)
-        vals = trace_base_features(trace, bases, skeleton=skeleton, alternatives=alternatives,
-                                   temperature=temperature, tables=tables)  # fmt: skip
+    each = _base_values(traces, bases, skeleton, alternatives, temperature, tables)
+    for i, trace, vals in each:
         tops = {}
         for base in bases:
             lo, hi = (ranges or {}).get(base) or base_range(base, trace.vocab_size)
@@ -97,6 +97,35 @@ def answer_features(
             x = vals.get(f.base, trace.logprobs)
             out[i, j] = aggregate_path(x, f, tops.get(f.base, 0.0))[-1]
     return out
+
+
+def _base_values(
+    traces: Sequence[Trace],
+    bases: Sequence[str],
+    skeleton: Any,
+    alternatives: int,
+    temperature: float,
+    tables: TopKTables | None,
+) -> Iterator[tuple[int, Trace, dict[str, FloatArray]]]:
+    """``(index, trace, base features)`` of each non-empty trace (:func:`trace_base_features`),
+    the top-k tables remade only when the vocabulary size changes."""
+    for i, trace in enumerate(traces):
+        if trace.n_tokens == 0:
+            continue
+        if tables is None or tables.vocab_size != trace.vocab_size:
+            tables = TopKTables(trace.vocab_size)
+        yield (
+            i,
+            trace,
+            trace_base_features(
+                trace,
+                bases,
+                skeleton=skeleton,
+                alternatives=alternatives,
+                temperature=temperature,
+                tables=tables,
+            ),
+        )
 
 
 def token_ranges(
@@ -115,14 +144,7 @@ def token_ranges(
         raise ConfigError(f"quantile must lie in [0, 0.5), got {quantile!r}")
     bases = [b for b in BASES if b in bases]
     pooled: dict[str, list[FloatArray]] = {b: [] for b in bases}
-    tables = None
-    for trace in traces:
-        if trace.n_tokens == 0:
-            continue
-        if tables is None or tables.vocab_size != trace.vocab_size:
-            tables = TopKTables(trace.vocab_size)
-        vals = trace_base_features(trace, bases, skeleton=skeleton, alternatives=alternatives,
-                                   temperature=temperature, tables=tables)  # fmt: skip
+    for _, _, vals in _base_values(traces, bases, skeleton, alternatives, temperature, None):
         for b in bases:
             pooled[b].append(vals[b])
     out: dict[str, tuple[float, float]] = {}
@@ -169,8 +191,14 @@ def _logistic_signed(z: FloatArray, y: FloatArray, l2: float, signs: Sequence[in
     bounds = [(None, None)] + [
         (0.0, None) if sg > 0 else ((None, 0.0) if sg < 0 else (None, None)) for sg in signs
     ]
-    res = minimize(loss, np.zeros(d + 1), jac=True, method="L-BFGS-B", bounds=bounds,
-                   options={"maxiter": 2000, "ftol": 1e-12, "gtol": 1e-9})  # fmt: skip
+    res = minimize(
+        loss,
+        np.zeros(d + 1),
+        jac=True,
+        method="L-BFGS-B",
+        bounds=bounds,
+        options={"maxiter": 2000, "ftol": 1e-12, "gtol": 1e-9},
+    )
     w = np.asarray(res.x, dtype=np.float64)
     w[1:] = np.where(np.asarray(signs) > 0, np.maximum(w[1:], 0.0), w[1:])
     w[1:] = np.where(np.asarray(signs) < 0, np.minimum(w[1:], 0.0), w[1:])

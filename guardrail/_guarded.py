@@ -36,8 +36,15 @@ class Guarded(Generic[U]):
     """
 
     __slots__ = (
-        "_blocked", "_buffer", "_closed", "_enforce", "_mode", "_monitor", "_open", "_sealed",
-    )  # fmt: skip
+        "_blocked",
+        "_buffer",
+        "_closed",
+        "_enforce",
+        "_mode",
+        "_monitor",
+        "_open",
+        "_sealed",
+    )
 
     def __init__(
         self, monitor: Monitor, mode: StreamMode = "buffered", *, enforce: bool = True

@@ -73,8 +73,22 @@ class Monitor:
     skipped ones included.
     """
 
-    __slots__ = ("_add", "_add_event", "_b", "_closed", "_finished", "_limit", "_on_missing",
-                 "_policy", "_received", "_rule", "_skipped", "_t", "_tau", "_verdict")  # fmt: skip
+    __slots__ = (
+        "_add",
+        "_add_event",
+        "_b",
+        "_closed",
+        "_finished",
+        "_limit",
+        "_on_missing",
+        "_policy",
+        "_received",
+        "_rule",
+        "_skipped",
+        "_t",
+        "_tau",
+        "_verdict",
+    )
 
     def __init__(
         self,
@@ -94,8 +108,18 @@ class Monitor:
         self._on_missing, self._limit = policy.on_missing_logprobs, rule.token_limit
         self._t = self._skipped = self._received = 0  # events so far: t + skipped
         self._closed = self._finished = False
-        self._verdict = _verdict(_CONTINUE, 0, rule.mean, rule.lower, rule.upper, self._tau,
-                                 self._b, rule.why, False, _UNDECIDED)  # fmt: skip
+        self._verdict = _verdict(
+            _CONTINUE,
+            0,
+            rule.mean,
+            rule.lower,
+            rule.upper,
+            self._tau,
+            self._b,
+            rule.why,
+            False,
+            _UNDECIDED,
+        )
 
     @classmethod
     def lift(
@@ -194,8 +218,18 @@ class Monitor:
             return self._after(code)
         self._t = t = t + 1  # the common path, inline: no verdict yet
         rule = self._rule
-        v = _verdict(_CONTINUE, t, rule.mean, rule.lower, rule.upper, self._tau, self._b,
-                     rule.why, False, _UNDECIDED)  # fmt: skip
+        v = _verdict(
+            _CONTINUE,
+            t,
+            rule.mean,
+            rule.lower,
+            rule.upper,
+            self._tau,
+            self._b,
+            rule.why,
+            False,
+            _UNDECIDED,
+        )
         self._verdict = v
         return v
 
@@ -215,13 +249,24 @@ class Monitor:
             return self._missing(*rule.missing)
         self._t = t = self._t + 1
         if code == CONTINUE:
-            v = _verdict(_CONTINUE, t, rule.mean, rule.lower, rule.upper, self._tau, self._b,
-                         rule.why, False, _UNDECIDED)  # fmt: skip
+            v = _verdict(
+                _CONTINUE,
+                t,
+                rule.mean,
+                rule.lower,
+                rule.upper,
+                self._tau,
+                self._b,
+                rule.why,
+                False,
+                _UNDECIDED,
+            )
             self._verdict = v
             return v
         if code == BLOCK:
-            return self._final(State.BLOCKED, rule.why, rule.lower, rule.upper,
-                               Cause.BELOW_THRESHOLD)  # fmt: skip
+            return self._final(
+                State.BLOCKED, rule.why, rule.lower, rule.upper, Cause.BELOW_THRESHOLD
+            )
         return self._final(State.CERTIFIED, rule.why, rule.lower, rule.upper, Cause.CERTIFIED)
 
     def finish(self, finish_reason: str | None = "stop") -> Verdict:
@@ -266,8 +311,7 @@ class Monitor:
 
     def _final(self, state: State, why: str, lo: float, up: float, cause: Cause) -> Verdict:
         self._closed = True
-        v = _verdict(state, self._t, self._rule.mean, lo, up, self._tau, self._b, why, True,
-                     cause)  # fmt: skip
+        v = _verdict(state, self._t, self._rule.mean, lo, up, self._tau, self._b, why, True, cause)
         self._verdict = v
         return v
 

@@ -100,9 +100,28 @@ class LiftRule:
     all tokens, not the running mean a drifting stream can leave.
     """
 
-    __slots__ = ("_b", "_early", "_kind", "_min_tokens", "_policy", "_reason", "_stat", "_step",
-                 "_t", "_total", "_track", "boundary", "lower", "mean", "missing", "reads",
-                 "skeleton", "tau", "upper", "why")  # fmt: skip
+    __slots__ = (
+        "_b",
+        "_early",
+        "_kind",
+        "_min_tokens",
+        "_policy",
+        "_reason",
+        "_stat",
+        "_step",
+        "_t",
+        "_total",
+        "_track",
+        "boundary",
+        "lower",
+        "mean",
+        "missing",
+        "reads",
+        "skeleton",
+        "tau",
+        "upper",
+        "why",
+    )
 
     units = "nats"
     token_limit: int | None = None
@@ -139,8 +158,10 @@ class LiftRule:
             self._track = BettingConfidenceSequence(b, policy.delta, policy.bet_cap).update
         self._t, self._total = 0, 0.0
         wait = "evidence not yet conclusive" if self._early else "verdict at end (early=False)"
-        self._reason = (f"continue: fewer than min_tokens={self._min_tokens} tokens",
-                        f"continue: {wait}")  # fmt: skip
+        self._reason = (
+            f"continue: fewer than min_tokens={self._min_tokens} tokens",
+            f"continue: {wait}",
+        )
         self.mean, self.lower, self.upper, self.why = 0.0, 0.0, b, "continue: no tokens yet"
         self.missing: tuple[str, float | None] = ("", None)
 
@@ -215,8 +236,12 @@ class LiftRule:
         stat = self.value
         ok = stat >= tau
         why = f"final {what} lift {stat:.4g} {'>=' if ok else '<'} tau={tau:g} after {t} tokens"
-        return ok, f"{'certified' if ok else 'blocked'}: {why} (final_rule='mean')", \
-            self.lower, self.upper  # fmt: skip
+        return (
+            ok,
+            f"{'certified' if ok else 'blocked'}: {why} (final_rule='mean')",
+            self.lower,
+            self.upper,
+        )
 
     def _decide(self, cert: bool, t: int, lo: float, up: float, low: float = 0.0) -> int:
         (word, rel), tau = ("certified", ">") if cert else ("blocked", "<"), self.tau
@@ -244,9 +269,22 @@ class FittedRule:
     ``entropy`` is read when the statistic needs exact entropies (group ``local``).
     """
 
-    __slots__ = ("_early", "_min_tokens", "_reader", "_state", "lower", "mean", "missing",
-                 "reads", "skeleton", "statistic", "tau", "token_limit", "upper",
-                 "why")  # fmt: skip
+    __slots__ = (
+        "_early",
+        "_min_tokens",
+        "_reader",
+        "_state",
+        "lower",
+        "mean",
+        "missing",
+        "reads",
+        "skeleton",
+        "statistic",
+        "tau",
+        "token_limit",
+        "upper",
+        "why",
+    )
 
     units = "log-odds"
     boundary = "fitted"

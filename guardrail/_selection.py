@@ -64,9 +64,14 @@ class CandidateScore:
 
 
 def _oof_scores(
-    x: FloatArray, y: npt.NDArray[np.bool_], features: tuple[Feature, ...], l2: float,
-    vocab_size: int, folds: int, rng: np.random.Generator,
-) -> FloatArray:  # fmt: skip
+    x: FloatArray,
+    y: npt.NDArray[np.bool_],
+    features: tuple[Feature, ...],
+    l2: float,
+    vocab_size: int,
+    folds: int,
+    rng: np.random.Generator,
+) -> FloatArray:
     fold = rng.permutation(y.size) % folds
     out = np.full(y.size, -np.inf)
     for k in range(folds):
@@ -134,9 +139,19 @@ def select_statistic(
     if not candidates:
         raise ConfigError("select_statistic needs at least one candidate")
     scored = [
-        cv_coverage(x, correct, c, columns, vocab_size=vocab_size, risk=risk, delta=delta,
-                    folds=folds, splits=splits, seed=seed)
+        cv_coverage(
+            x,
+            correct,
+            c,
+            columns,
+            vocab_size=vocab_size,
+            risk=risk,
+            delta=delta,
+            folds=folds,
+            splits=splits,
+            seed=seed,
+        )
         for c in candidates
-    ]  # fmt: skip
+    ]
     best = max(scored, key=lambda s: (round(s.coverage, 12), -s.refused, s.auroc))
     return best.candidate, scored

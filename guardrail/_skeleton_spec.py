@@ -61,11 +61,13 @@ DATA_KINDS = (*VECTOR_KINDS, "ngram")
 _PARAMS: dict[str, frozenset[str]] = {
     "uniform": frozenset({"vocab_size"}),
     "temperature": frozenset({"vocab_size", "temperature", "rule"}),
-    **{k: frozenset({"vocab_size", "sha256", "source", "store_name", "version"})
-       for k in VECTOR_KINDS},
+    **{
+        k: frozenset({"vocab_size", "sha256", "source", "store_name", "version"})
+        for k in VECTOR_KINDS
+    },
     "ngram": frozenset({"vocab_size", "n", "discount", "floor", "sha256", "source"}),
     "prompt_free": frozenset({"model", "prefix", "n_ctx", "vocab_size", "model_sha256"}),
-}  # fmt: skip
+}
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _ARRAYS_FORMAT = b"liftguard.arrays/1\n"
 
@@ -302,10 +304,13 @@ class SkeletonSpec:
         try:
             if self.kind == "ngram":  # built as a stream (a Skeleton); for_stream() gives more
                 skeleton = NGramSkeleton.from_arrays(
-                    arrays, vocab_size=_int_of(p, "vocab_size"), n=_int_of(p, "n"),
-                    discount=_float_of(p, "discount"), floor=_float_of(p, "floor"),
+                    arrays,
+                    vocab_size=_int_of(p, "vocab_size"),
+                    n=_int_of(p, "n"),
+                    discount=_float_of(p, "discount"),
+                    floor=_float_of(p, "floor"),
                     source=self.source,
-                )  # fmt: skip
+                )
             else:
                 skeleton = VectorSkeleton.from_arrays(arrays, kind=self.kind, source=self.source)
         except ConfigError as exc:

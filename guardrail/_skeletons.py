@@ -203,9 +203,15 @@ class NGramSkeleton:
 
     @classmethod
     def from_arrays(
-        cls, arrays: Mapping[str, npt.NDArray[Any]], *, vocab_size: int, n: int = 3,
-        discount: float = 0.75, floor: float = 0.01, source: str | None = None,
-    ) -> NGramSkeleton:  # fmt: skip
+        cls,
+        arrays: Mapping[str, npt.NDArray[Any]],
+        *,
+        vocab_size: int,
+        n: int = 3,
+        discount: float = 0.75,
+        floor: float = 0.01,
+        source: str | None = None,
+    ) -> NGramSkeleton:
         """The model whose :meth:`to_arrays` are ``arrays`` (other arrays are ignored)."""
         model = cls(vocab_size, n, discount, floor)
         for k in range(n):
@@ -217,10 +223,14 @@ class NGramSkeleton:
                 raise ConfigError(
                     f"n-gram counts: 'order{k}' must be an integer array of shape (rows, {k + 2})"
                 )
-            if a.size and (a[:, : k + 1].min() < 0 or a[:, : k + 1].max() >= vocab_size
-                           or a[:, k + 1].min() < 1):  # fmt: skip
-                raise ConfigError(f"n-gram counts: 'order{k}' has ids outside [0, {vocab_size}) "
-                                  "or counts < 1")  # fmt: skip
+            if a.size and (
+                a[:, : k + 1].min() < 0
+                or a[:, : k + 1].max() >= vocab_size
+                or a[:, k + 1].min() < 1
+            ):
+                raise ConfigError(
+                    f"n-gram counts: 'order{k}' has ids outside [0, {vocab_size}) or counts < 1"
+                )
             table = model._counts[k]
             for row in a.tolist():
                 table[tuple(row[:k])][row[k]] = row[k + 1]
@@ -232,9 +242,12 @@ class NGramSkeleton:
         """Vocabulary size, ``n``, ``discount``, ``floor``, the content hash of
         :meth:`to_arrays` and, if the counts were saved, their ``source``."""
         params: dict[str, object] = {
-            "vocab_size": self.vocab_size, "n": self.n, "discount": self.discount,
-            "floor": self.floor, "sha256": arrays_sha256(self.to_arrays()),
-        }  # fmt: skip
+            "vocab_size": self.vocab_size,
+            "n": self.n,
+            "discount": self.discount,
+            "floor": self.floor,
+            "sha256": arrays_sha256(self.to_arrays()),
+        }
         if self.source is not None:
             params["source"] = self.source
         return SkeletonSpec("ngram", params)

@@ -76,8 +76,20 @@ class BettingMean:
     :data:`ABOVE` and :data:`BELOW` (0 if neither).
     """
 
-    __slots__ = ("_b", "_c2", "_cd", "_cu", "_down", "_m", "_sq", "_t", "_tau", "_thr",
-                 "_total", "_up")  # fmt: skip
+    __slots__ = (
+        "_b",
+        "_c2",
+        "_cd",
+        "_cu",
+        "_down",
+        "_m",
+        "_sq",
+        "_t",
+        "_tau",
+        "_thr",
+        "_total",
+        "_up",
+    )
 
     def __init__(
         self, tau: float, clip: float = DEFAULT_CLIP, delta: float = 0.05, bet_cap: float = 0.5
@@ -303,8 +315,20 @@ class BettingConfidenceSequence:
     grid; a confidence sequence for a mean shared by all tokens.
     """
 
-    __slots__ = ("_b", "_c2", "_cand", "_down", "_grid", "_hi", "_lo", "_sq",
-                 "_t", "_thr", "_total", "_up")  # fmt: skip
+    __slots__ = (
+        "_b",
+        "_c2",
+        "_cand",
+        "_down",
+        "_grid",
+        "_hi",
+        "_lo",
+        "_sq",
+        "_t",
+        "_thr",
+        "_total",
+        "_up",
+    )
 
     def __init__(
         self,

@@ -43,9 +43,12 @@ class VectorSkeleton:
         self._init({"log_probs": lp}, lp, kind, source)
 
     def _init(
-        self, data: dict[str, npt.NDArray[Any]], lp: npt.NDArray[np.float64], kind: str,
+        self,
+        data: dict[str, npt.NDArray[Any]],
+        lp: npt.NDArray[np.float64],
+        kind: str,
         source: str | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if lp.ndim != 1 or lp.size == 0:
             raise ConfigError(f"log_probs must be a non-empty 1-d vector, got shape {lp.shape}")
         if kind not in VECTOR_KINDS:
@@ -58,9 +61,12 @@ class VectorSkeleton:
 
     @classmethod
     def from_arrays(
-        cls, arrays: Mapping[str, npt.NDArray[Any]], *, kind: str = "vector",
+        cls,
+        arrays: Mapping[str, npt.NDArray[Any]],
+        *,
+        kind: str = "vector",
         source: str | None = None,
-    ) -> VectorSkeleton:  # fmt: skip
+    ) -> VectorSkeleton:
         """The skeleton of a ``log_probs`` array, or else a ``probs`` array (its log;
         ``-inf`` where a probability is 0). :meth:`to_arrays` gives that array back."""
         if "log_probs" in arrays:
@@ -71,17 +77,22 @@ class VectorSkeleton:
             with np.errstate(divide="ignore"):
                 lp = np.log(np.asarray(arrays["probs"], dtype=np.float64))
         else:
-            raise ConfigError(f"a vector skeleton needs a 'log_probs' or 'probs' array, got "
-                              f"{sorted(arrays)}")  # fmt: skip
+            raise ConfigError(
+                f"a vector skeleton needs a 'log_probs' or 'probs' array, got {sorted(arrays)}"
+            )
         out = cls.__new__(cls)
         out._init(data, lp, kind, source)
         return out
 
     @classmethod
     def unigram(
-        cls, token_ids: npt.ArrayLike, vocab_size: int, *, smoothing: float = 1.0,
+        cls,
+        token_ids: npt.ArrayLike,
+        vocab_size: int,
+        *,
+        smoothing: float = 1.0,
         floor: float = 1e-3,
-    ) -> VectorSkeleton:  # fmt: skip
+    ) -> VectorSkeleton:
         """The unigram LM of a corpus's token ids: add-``smoothing`` counts, mixed with the
         uniform distribution with weight ``floor`` (kind ``unigram``)."""
         from ._scores import unigram_log_probs

@@ -16,11 +16,25 @@ __all__ = ["check_manifest", "manifest_fields", "version_path"]
 _BLOB_RE = re.compile(r"blobs/[0-9a-f]{32}\.safetensors")
 MANIFEST_KEYS = frozenset(
     {
-        "format", "name", "version", "parent", "created_at", "kind", "model_id",
-        "model_revision", "tokenizer", "vocab_size", "logprob_mode", "params",
-        "vsd_trace", "calibration", "extra", "blob", "arrays",
+        "format",
+        "name",
+        "version",
+        "parent",
+        "created_at",
+        "kind",
+        "model_id",
+        "model_revision",
+        "tokenizer",
+        "vocab_size",
+        "logprob_mode",
+        "params",
+        "vsd_trace",
+        "calibration",
+        "extra",
+        "blob",
+        "arrays",
     }
-)  # fmt: skip
+)
 
 
 def version_path(name: str, version: int) -> str:

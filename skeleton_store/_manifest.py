@@ -36,10 +36,20 @@ __all__ = [
 FORMAT = "liftguard.skeleton/1"
 _DTYPES = frozenset(
     {
-        "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
-        "float16", "float32", "float64",
+        "bool",
+        "int8",
+        "uint8",
+        "int16",
+        "uint16",
+        "int32",
+        "uint32",
+        "int64",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
     }
-)  # fmt: skip
+)
 _RESERVED_KEYS = frozenset({"__metadata__"})
 
 Array = npt.NDArray[Any]

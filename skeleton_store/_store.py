@@ -164,11 +164,19 @@ class SkeletonStore(StoreReader):
         params = {k: v for k, v in spec.params.items() if k not in ("sha256", "source")}
         vocab = params.get("vocab_size")
         return self.put(
-            name, arrays, kind=spec.kind, parent=parent, model_id=model_id,
-            model_revision=model_revision, tokenizer=tokenizer,
-            vocab_size=vocab if isinstance(vocab, int) else None, logprob_mode=logprob_mode,
-            params=params, extra=extra, certificate=certificate,
-        )  # fmt: skip
+            name,
+            arrays,
+            kind=spec.kind,
+            parent=parent,
+            model_id=model_id,
+            model_revision=model_revision,
+            tokenizer=tokenizer,
+            vocab_size=vocab if isinstance(vocab, int) else None,
+            logprob_mode=logprob_mode,
+            params=params,
+            extra=extra,
+            certificate=certificate,
+        )
 
     def set_alias(self, name: str, alias: str, ref: int | str) -> AliasEvent:
         """Point ``alias`` at the version ``ref``; atomic, recorded in the alias history.

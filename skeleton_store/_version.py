@@ -129,9 +129,13 @@ class SkeletonVersion:
         p = self.params
         try:
             model = NGramSkeleton.from_arrays(
-                self.arrays, vocab_size=p["vocab_size"], n=p["n"], discount=p["discount"],
-                floor=p["floor"], source=self.source,
-            )  # fmt: skip
+                self.arrays,
+                vocab_size=p["vocab_size"],
+                n=p["n"],
+                discount=p["discount"],
+                floor=p["floor"],
+                source=self.source,
+            )
         except ConfigError as exc:
             raise StoreError(f"{self.name} {self.tag}: {exc}") from exc
         return model.for_stream()
@@ -227,9 +231,12 @@ class SkeletonVersion:
             except TypeError as exc:
                 raise StoreError(f"{self.tag}: calibration has a bad policy: {exc}") from exc
         return Monitor.lift(
-            policy, tau, skeleton=self.as_skeleton(), on_missing_logprobs=on_missing_logprobs,
+            policy,
+            tau,
+            skeleton=self.as_skeleton(),
+            on_missing_logprobs=on_missing_logprobs,
             track_bounds=track_bounds,
-        )  # fmt: skip
+        )
 
 
 def _has_vector(arrays: Mapping[str, object]) -> bool:

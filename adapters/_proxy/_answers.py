@@ -77,17 +77,19 @@ class AnswerLoop:
         goes out in one write). The upstream is closed at once on a block or a failure;
         after a clean end its connection is kept for reuse (see :meth:`_finish`)."""
         clock = time.perf_counter
+        feed = None if guard.heavy else guard.feed  # (no coroutine per chunk for a light one)
+        max_tokens = guard.info.max_tokens
         try:
             async for event, data in upstream.events:
                 t0 = clock()
                 chunk = decode_chunk(event, data)
                 if chunk is None:
                     break
-                out = await self._step(guard, chunk)
+                out = feed(chunk) if feed is not None else await self._step(guard, chunk)
                 guard.busy_s += clock() - t0
                 if guard.blocked:
                     return  # (nothing is released on a block)
-                if guard.tokens_read > guard.info.max_tokens:
+                if guard.tokens_read > max_tokens:
                     raise UpstreamFailure(
                         TOO_LARGE,
                         f"the upstream sent more than {guard.info.max_tokens} tokens for one "

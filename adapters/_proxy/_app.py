@@ -166,9 +166,11 @@ class Proxy:
 
     def _unauthorized(self) -> JSONResponse:
         return error_response(
-            401, "invalid or missing API key for the liftguard proxy",
-            "authentication_error", "invalid_api_key",
-        )  # fmt: skip
+            401,
+            "invalid or missing API key for the liftguard proxy",
+            "authentication_error",
+            "invalid_api_key",
+        )
 
     async def models(self, request: Request) -> Response:
         if not self.auth.allows(request.headers):
@@ -197,9 +199,12 @@ class Proxy:
         except BadRequest as exc:
             return error_response(exc.status, str(exc), code=exc.code, param=exc.param)
         prepared = prepare(
-            body, source_for=config.source_for, mode=config.mode,
-            top_logprobs=config.top_logprobs, max_answer_tokens=config.max_answer_tokens,
-        )  # fmt: skip
+            body,
+            source_for=config.source_for,
+            mode=config.mode,
+            top_logprobs=config.top_logprobs,
+            max_answer_tokens=config.max_answer_tokens,
+        )
         if isinstance(prepared, Response):
             return prepared
         info = prepared.info
@@ -226,9 +231,12 @@ class Proxy:
             await aclose_response(resp)
             self.metrics.upstream_errors.labels(kind="status").inc()
             self._log(
-                {"event": "upstream_status", "request_id": info.request_id,
-                 "status": resp.status_code}
-            )  # fmt: skip
+                {
+                    "event": "upstream_status",
+                    "request_id": info.request_id,
+                    "status": resp.status_code,
+                }
+            )
             media = resp.headers.get("content-type", "application/json")
             raw = redact_secrets(raw, self._secrets(request))
             return upstream_status_response(resp.status_code, raw, media, info.model)

@@ -15,9 +15,14 @@ from ._certs import CertificateSource
 from ._upstream import DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_ANSWER_TOKENS
 
 __all__ = [
-    "DEFAULT_REFUSAL", "OnBlock", "OnMismatch", "ProxyConfig", "ProxyMode", "check_positive",
+    "DEFAULT_REFUSAL",
+    "OnBlock",
+    "OnMismatch",
+    "ProxyConfig",
+    "ProxyMode",
+    "check_positive",
     "check_risk_settings",
-]  # fmt: skip
+]
 
 ProxyMode = Literal["buffered", "passthrough", "observe"]
 OnBlock = Literal["error", "refusal"]

@@ -1,320 +1,70 @@
-"""Labels after the fact, and the live risk monitor of each model entry.
+"""``POST /v1/liftguard/feedback``: labels after the fact for the proxy's risk monitors
+(:mod:`._risk_watch`).
 
-Each calibrated model entry (the proxy's; ``"*"``: its default certificate; a LiteLLM
-guardrail is one entry, its name) has a
-:class:`~guardrail.RiskMonitor` made from the certificate in force
-(:meth:`~guardrail.Certificate.risk_monitor` at ``risk_alpha``). When a
-store alias moves to another version, the entry's promise changed: its monitor is
-replaced by a fresh one (logged). An uncalibrated certificate promises no risk and
-has no monitor.
-
-Every answer the certificate decided (it ended, or the certificate blocked it; not one
-cut off by the upstream or the client) under a context the certificate was calibrated
-for feeds ``update_shown(certified)``: the monitor's coverage watch. What the watch keeps
-of an answer is a :class:`FinishedAnswer`, so the proxy and the LiteLLM guardrail feed it
-the same way.
-``POST /v1/liftguard/feedback`` with ``{"id": ..., "correct": true|false}`` then feeds
-the label of one certified answer to ``update(correct=...)``, once. The ``id`` is the
-request id (``liftguard.request_id`` of the verdict; the proxy's ``x-liftguard-request-id``,
-LiteLLM's ``x-litellm-call-id``) or the ``id`` of the answer the client got
-(``chatcmpl-...``) when no other kept answer carries the same one (some upstreams reuse
-ids).
-
-:class:`RiskWatch` keeps the latest ``feedback_ids`` answers (the oldest dropped first),
-so memory stays bounded whatever the traffic; a label for a dropped answer is refused as
-unknown. One lock covers the monitors and the store: answers end, labels arrive and
-``/metrics`` reads from any thread.
+The body is ``{"id": ..., "correct": true|false}`` (at most :data:`MAX_FEEDBACK_BYTES`); a
+malformed body is HTTP 400 naming the field, a label the watch refuses a 4xx naming why
+(:class:`~._risk_watch.FeedbackRefused`), and nothing changes. Every label sent is counted
+with ``accepted`` or the refusal's code.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from guardrail import ConfigError, RiskMonitor
-
 from ._certs import CertificateSource
 from ._chat import error_response
 from ._guarded import MAX_ID_CHARS, AnswerGuard
-from ._metrics import RiskState
 from ._request import BadRequest, parse_json, read_body
+from ._risk_watch import FeedbackRefused, FinishedAnswer, RiskWatch
 
 if TYPE_CHECKING:
     from ._config import ProxyConfig
 
 __all__ = [
-    "FEEDBACK_PATH", "MAX_FEEDBACK_BYTES", "FeedbackRefused", "FinishedAnswer",
-    "ProxyRiskWatch", "RiskWatch", "read_feedback",
-]  # fmt: skip
-
-logger = logging.getLogger(__name__)
+    "FEEDBACK_PATH",
+    "MAX_FEEDBACK_BYTES",
+    "ProxyRiskWatch",
+    "feedback_response",
+    "read_feedback",
+]
 
 FEEDBACK_PATH = "/v1/liftguard/feedback"
 MAX_FEEDBACK_BYTES = 16 * 1024
 """The largest feedback body (at most the proxy's ``max_body_bytes``): HTTP 413 beyond."""
 
-_SHOWN = "shown"
 
-
-class FeedbackRefused(Exception):
-    """A label the proxy does not take: HTTP ``status`` with ``code`` and a message."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code = status, code
-
-
-@dataclass
-class _Watch:
-    """The monitor of one model entry, for the certificate version ``label``."""
-
-    label: str
-    monitor: RiskMonitor | None  # None: the certificate is not calibrated
-
-
-@dataclass(frozen=True)
-class FinishedAnswer:
-    """What the watch takes of one answer once its verdict is final.
-
-    ``decided``: the certificate decided it (it ended, or the certificate blocked it),
-    not an upstream failure or a client gone; ``covered``: under a context the
-    certificate was calibrated for (``mismatched``: a setting the client changed);
-    ``label``: the certificate version that judged it; ``cause``: the verdict's cause."""
-
-    request_id: str
-    completion_id: str
-    label: str
-    certified: bool
-    decided: bool
-    covered: bool
-    mismatched: bool
-    cause: str
-
-
-class _Answer:
-    """What the store keeps of one finished answer."""
-
-    __slots__ = ("cause", "completion_id", "entry", "label", "labelled", "monitor", "status")
-
-    def __init__(
-        self, completion_id: str, entry: str, label: str, status: str, cause: str,
-        monitor: RiskMonitor | None,
-    ) -> None:  # fmt: skip
-        self.completion_id, self.entry, self.label = completion_id, entry, label
-        self.status, self.cause, self.monitor = status, cause, monitor
-        self.labelled = False
-
-
-class RiskWatch:
-    """The risk monitors of some model entries and the store of recent answer ids.
-
-    ``sources``: the certificate of each model entry; ``risk_alpha``: the monitors'
-    false-alarm level; ``feedback_ids``: answers kept for labels (the oldest dropped
-    first); ``count(result)``: called once per label sent, with ``accepted`` or the
-    refusal's code (a metric); ``max_body_bytes``, ``body_timeout_s``: the feedback
-    endpoint's limits on a body (at most :data:`MAX_FEEDBACK_BYTES`)."""
-
-    def __init__(
-        self,
-        sources: Mapping[str, CertificateSource],
-        *,
-        risk_alpha: float,
-        feedback_ids: int,
-        count: Callable[[str], object] | None = None,
-        max_body_bytes: int = MAX_FEEDBACK_BYTES,
-        body_timeout_s: float = 30.0,
-    ) -> None:
-        self._sources = sources
-        self._max_bytes = min(max_body_bytes, MAX_FEEDBACK_BYTES)
-        self._body_timeout_s = body_timeout_s
-        self.risk_alpha, self.feedback_ids = risk_alpha, feedback_ids
-        self._count = count if count is not None else (lambda result: None)
-        self._lock = threading.Lock()
-        self._watches: dict[str, _Watch] = {}
-        self._answers: OrderedDict[str, _Answer] = OrderedDict()  # by request id, oldest first
-        self._by_completion: dict[str, tuple[str, int]] = {}  # id -> (latest request id, count)
-        self.sync()
-
-    # -- monitors --------------------------------------------------------------------------
-
-    def sync(self) -> None:
-        """Give every entry whose certificate version changed a fresh monitor."""
-        with self._lock:
-            for entry in self._sources:
-                self._watch(entry)
-
-    def _watch(self, entry: str) -> _Watch:
-        """The entry's watch for the certificate in force now (a new one if it changed)."""
-        certificate, label = self._sources[entry].current()
-        watch = self._watches.get(entry)
-        if watch is not None and watch.label == label:
-            return watch
+async def feedback_response(
+    watches: list[RiskWatch],
+    request: Request,
+    *,
+    max_bytes: int = MAX_FEEDBACK_BYTES,
+    timeout_s: float = 30.0,
+) -> Response:
+    """The reply to one feedback request: the label goes to the first of ``watches`` whose
+    store knows the id (the caller has checked the client's key)."""
+    count = watches[0].count if watches else (lambda result: None)
+    try:
+        answer_id, correct = await read_feedback(request, max_bytes=max_bytes, timeout_s=timeout_s)
+    except BadRequest as exc:
+        count(exc.code)
+        return error_response(exc.status, str(exc), code=exc.code, param=exc.param)
+    refusal = FeedbackRefused(404, "unknown_answer", "no risk monitor is running here")
+    for watch in watches:
         try:
-            monitor = certificate.risk_monitor(self.risk_alpha)
-        except ConfigError:  # uncalibrated: it promises no risk
-            monitor = None
-        if watch is not None:
-            old = watch.monitor
-            logger.info(
-                "model %s: certificate %s -> %s: %s (the promise changed; the last monitor "
-                "took %d labels, alarm %s)", entry, watch.label, label,
-                "a new risk monitor" if monitor else "no risk monitor (not calibrated)",
-                old.n if old else 0, "on" if old is not None and old.alarm else "off",
-            )  # fmt: skip
-        self._watches[entry] = watch = _Watch(label, monitor)
-        return watch
-
-    def take(self, entry: str, answer: FinishedAnswer) -> None:
-        """Once per answer of model entry ``entry``, after its verdict: feed its coverage
-        event to the entry's monitor and keep its ids for feedback."""
-        if entry not in self._sources:
-            return
-        with self._lock:
-            watch = self._watch(entry)
-            current = watch.label == answer.label
-            monitor = watch.monitor if current else None
-            if monitor is not None and answer.decided and answer.covered:
-                warned = monitor.coverage_warning
-                if monitor.update_shown(answer.certified) and not warned:
-                    logger.warning(
-                        "coverage warning: model %s, certificate %s: after %d answers fewer "
-                        "are shown (%d) than the calibration promised (%g); the risk guarantee "
-                        "is not at stake, but the traffic may have drifted", entry, watch.label,
-                        monitor.answers, monitor.shown, monitor.coverage,
-                    )  # fmt: skip
-            if not answer.certified:
-                status = "answer_not_certified"
-            elif not current:
-                status = "certificate_changed"
-            elif monitor is None:
-                status = "no_risk_monitor"
-            elif answer.mismatched:
-                status = "answer_not_covered"
-            else:
-                status = _SHOWN
-            self._keep(answer.request_id, _Answer(
-                answer.completion_id, entry, answer.label, status, answer.cause, monitor
-            ))  # fmt: skip
-
-    def _keep(self, request_id: str, answer: _Answer) -> None:
-        self._answers[request_id] = answer
-        cid = answer.completion_id
-        count = self._by_completion.get(cid, ("", 0))[1]
-        self._by_completion[cid] = (request_id, count + 1)
-        while len(self._answers) > self.feedback_ids:
-            _, old = self._answers.popitem(last=False)
-            # the oldest answer is never the latest of its completion id unless it is alone
-            latest, count = self._by_completion[old.completion_id]
-            if count == 1:
-                del self._by_completion[old.completion_id]
-            else:
-                self._by_completion[old.completion_id] = (latest, count - 1)
-
-    # -- labels ----------------------------------------------------------------------------
-
-    def label(self, answer_id: str, correct: bool) -> dict[str, Any]:
-        """Feed the label of answer ``answer_id`` (a request id or a completion id) to its
-        monitor; what the monitor says now. :class:`FeedbackRefused` (nothing changes) for
-        an answer that is unknown, was not certified, or was labelled already, ..."""
-        with self._lock:
-            request_id, answer = self._find(answer_id)
-            _refuse_unless_shown(answer_id, answer)
-            if answer.labelled:
-                raise FeedbackRefused(
-                    409, "duplicate_feedback", f"answer {answer_id!r} was labelled already"
-                )
-            watch = self._watch(answer.entry)
-            monitor = answer.monitor
-            if monitor is None or watch.monitor is not monitor:  # a new version since
-                raise _refusal("certificate_changed", answer_id, answer)
-            fired = monitor.alarm
-            monitor.update(correct=correct)
-            answer.labelled = True
-            if monitor.alarm and not fired:
-                logger.warning(
-                    "risk alarm: model %s, certificate %s: after %d labelled answers (%d wrong) "
-                    "the error rate of shown answers exceeds the promised %g (level %g); "
-                    "recalibrate on recent labelled traffic or roll back", answer.entry,
-                    watch.label, monitor.n, monitor.errors, monitor.target, monitor.alpha,
-                )  # fmt: skip
-            low, high = monitor.bounds
-            return {
-                "id": answer_id, "request_id": request_id, "correct": correct,
-                "model": answer.entry, "certificate": watch.label, "labels": monitor.n,
-                "errors": monitor.errors, "bounds": [low, high], "alarm": monitor.alarm,
-            }  # fmt: skip
-
-    def _find(self, answer_id: str) -> tuple[str, _Answer]:
-        answer = self._answers.get(answer_id)
-        if answer is not None:
-            return answer_id, answer
-        request_id, count = self._by_completion.get(answer_id, ("", 0))
-        if count > 1:
-            raise FeedbackRefused(
-                409, "ambiguous_id",
-                f"{count} recent answers carry the id {answer_id!r} (the upstream reuses "
-                "ids): send the proxy's request id instead (x-liftguard-request-id, or "
-                "liftguard.request_id of the verdict)",
-            )  # fmt: skip
-        if count == 0:
-            raise FeedbackRefused(
-                404, "unknown_answer",
-                f"no answer {answer_id!r} among the last {self.feedback_ids} served here "
-                "(unknown, or dropped from the feedback store: feedback_ids)",
-            )  # fmt: skip
-        return request_id, self._answers[request_id]
-
-    # -- reports ---------------------------------------------------------------------------
-
-    def states(self) -> list[RiskState]:
-        """Every monitored entry's monitor, for ``/metrics``."""
-        with self._lock:
-            return [_state(entry, watch) for entry, watch in self._current() if watch.monitor]
-
-    def health(self) -> dict[str, Any]:
-        """``{model entry: its monitor's alarm state}`` for ``/healthz`` (which needs no key,
-        so no counts: those are in ``/metrics``); ``monitored`` is false for an
-        uncalibrated certificate."""
-        out: dict[str, Any] = {}
-        with self._lock:
-            for entry, watch in self._current():
-                m = watch.monitor
-                out[entry] = {
-                    "certificate": watch.label, "monitored": m is not None,
-                    "alarm": m.alarm if m else None,
-                    "coverage_warning": m.coverage_warning if m else None,
-                }  # fmt: skip
-        return out
-
-    def _current(self) -> list[tuple[str, _Watch]]:
-        return [(entry, self._watch(entry)) for entry in self._sources]
-
-    # -- the endpoint ----------------------------------------------------------------------
-
-    async def endpoint(self, request: Request) -> Response:
-        """``POST /v1/liftguard/feedback`` (the caller has checked the client's key)."""
-        try:
-            raw = await read_body(
-                request, max_bytes=self._max_bytes, timeout_s=self._body_timeout_s
-            )
-            answer_id, correct = _validate(parse_json(raw))
-        except BadRequest as exc:
-            self._count(exc.code)
-            return error_response(exc.status, str(exc), code=exc.code, param=exc.param)
-        try:
-            out = self.label(answer_id, correct)
+            out = watch.label(answer_id, correct)
         except FeedbackRefused as exc:
-            self._count(exc.code)
-            return error_response(exc.status, str(exc), code=exc.code, param="id")
-        self._count("accepted")
-        return JSONResponse(out)
+            refusal = exc
+            if exc.code != "unknown_answer":
+                break
+        else:
+            count("accepted")
+            return JSONResponse(out)
+    count(refusal.code)
+    return error_response(refusal.status, str(refusal), code=refusal.code, param="id")
 
 
 class ProxyRiskWatch(RiskWatch):
@@ -324,10 +74,11 @@ class ProxyRiskWatch(RiskWatch):
         self, config: ProxyConfig, sources: Mapping[str, CertificateSource], metrics: Any
     ) -> None:
         super().__init__(
-            sources, risk_alpha=config.risk_alpha, feedback_ids=config.feedback_ids,
+            sources,
+            risk_alpha=config.risk_alpha,
+            feedback_ids=config.feedback_ids,
             count=lambda result: metrics.feedback.labels(result=result).inc(),
-            max_body_bytes=config.max_body_bytes, body_timeout_s=config.body_timeout_s,
-        )  # fmt: skip
+        )
         self._config = config
         metrics.watch_risk(self.states)
 
@@ -337,40 +88,26 @@ class ProxyRiskWatch(RiskWatch):
         entry = self._config.entry_for(info.model)
         if entry is None:
             return
-        self.take(entry, FinishedAnswer(
-            info.request_id, guard.completion_id, info.label, guard.certified,
-            guard.error is None, info.covered, bool(info.mismatches), guard.verdict.cause.value,
-        ))  # fmt: skip
+        self.take(
+            entry,
+            FinishedAnswer(
+                info.request_id,
+                guard.completion_id,
+                info.label,
+                guard.certified,
+                guard.error is None,
+                info.covered,
+                bool(info.mismatches),
+                guard.verdict.cause.value,
+            ),
+        )
 
-
-def _state(entry: str, watch: _Watch) -> RiskState:
-    m = watch.monitor
-    assert m is not None
-    low, high = m.bounds
-    return RiskState(
-        entry, watch.label, m.target, m.n, m.errors, low, high, m.log_e_value, m.alarm,
-        m.answers, m.shown, m.coverage_warning,
-    )  # fmt: skip
-
-
-def _refuse_unless_shown(answer_id: str, answer: _Answer) -> None:
-    if answer.status != _SHOWN:
-        raise _refusal(answer.status, answer_id, answer)
-
-
-def _refusal(code: str, answer_id: str, answer: _Answer) -> FeedbackRefused:
-    message = {
-        "answer_not_certified": f"answer {answer_id!r} was not certified (cause "
-        f"{answer.cause}): only answers the certificate let through bear on its risk",
-        "answer_not_covered": f"answer {answer_id!r} was made with settings the certificate "
-        "was not calibrated for (see its context_mismatches): its promise does not cover it",
-        "certificate_changed": f"answer {answer_id!r} was certified by {answer.label}, which "
-        f"model entry {answer.entry!r} no longer serves: its label does not bear on the "
-        "promise in force",
-        "no_risk_monitor": f"the certificate of model entry {answer.entry!r} ({answer.label}) "
-        "is not calibrated: it promises no risk, and there is no monitor to feed",
-    }[code]
-    return FeedbackRefused(409, code, message)
+    async def endpoint(self, request: Request) -> Response:
+        """``POST /v1/liftguard/feedback``."""
+        config = self._config
+        return await feedback_response(
+            [self], request, max_bytes=config.max_body_bytes, timeout_s=config.body_timeout_s
+        )
 
 
 async def read_feedback(

@@ -65,21 +65,26 @@ class ProxyMetrics:
         reg = registry if registry is not None else CollectorRegistry()
         self.registry = reg
         self.verdicts = Counter(
-            "liftguard_verdicts", "Final verdicts of guarded answers", ["state", "cause"],
+            "liftguard_verdicts",
+            "Final verdicts of guarded answers",
+            ["state", "cause"],
             registry=reg,
-        )  # fmt: skip
+        )
         self.verdict_tokens = Histogram(
-            "liftguard_verdict_tokens", "Tokens read before the verdict",
-            buckets=_TOKEN_BUCKETS, registry=reg,
-        )  # fmt: skip
+            "liftguard_verdict_tokens",
+            "Tokens read before the verdict",
+            buckets=_TOKEN_BUCKETS,
+            registry=reg,
+        )
         self.tokens_read = Counter(
             "liftguard_tokens_read", "Tokens read from the upstream", registry=reg
         )
         self.latency_per_token = Histogram(
             "liftguard_added_latency_seconds_per_token",
             "The proxy's own processing time per token of an answer (seconds)",
-            buckets=_LATENCY_BUCKETS, registry=reg,
-        )  # fmt: skip
+            buckets=_LATENCY_BUCKETS,
+            registry=reg,
+        )
         self.upstream_errors = Counter(
             "liftguard_upstream_errors", "Upstream failures", ["kind"], registry=reg
         )
@@ -87,8 +92,9 @@ class ProxyMetrics:
         self.context_mismatches = Counter(
             "liftguard_context_mismatches",
             "Requests that changed a setting the certificate was calibrated with",
-            ["field"], registry=reg,
-        )  # fmt: skip
+            ["field"],
+            registry=reg,
+        )
         self.client_disconnects = Counter(
             "liftguard_client_disconnects", "Clients that closed before the end", registry=reg
         )
@@ -104,12 +110,15 @@ class ProxyMetrics:
         self.certificate_info = Gauge(
             "liftguard_certificate_info",
             "1 for the certificate version in force per model entry",
-            ["model", "certificate"], registry=reg,
-        )  # fmt: skip
-        self.feedback = Counter(
-            "liftguard_feedback", "Labels sent to the feedback endpoint", ["result"],
+            ["model", "certificate"],
             registry=reg,
-        )  # fmt: skip
+        )
+        self.feedback = Counter(
+            "liftguard_feedback",
+            "Labels sent to the feedback endpoint",
+            ["result"],
+            registry=reg,
+        )
 
     def watch_risk(self, states: Callable[[], list[RiskState]]) -> None:
         """Export the ``liftguard_risk_*`` gauges, read from ``states()`` at each scrape."""
@@ -145,15 +154,24 @@ _RISK_GAUGES: tuple[tuple[str, str, Callable[[RiskState], float]], ...] = (
     ("errors", "Wrong answers among the labelled shown ones", lambda s: s.errors),
     ("lower_bound", "Anytime-valid lower bound on the recent risk", lambda s: s.lower),
     ("upper_bound", "Anytime-valid upper bound on the recent risk", lambda s: s.upper),
-    ("log_evalue", "Log e-value of the risk monitor (alarm at log(1/alpha))",
-     lambda s: s.log_evalue),
+    (
+        "log_evalue",
+        "Log e-value of the risk monitor (alarm at log(1/alpha))",
+        lambda s: s.log_evalue,
+    ),
     ("alarm", "1 once the realised risk is shown to exceed the target", lambda s: s.alarm),
     ("answers", "Answers whose verdict the risk monitor took", lambda s: s.answers),
-    ("shown_ratio", "Share of those answers that were shown",
-     lambda s: s.shown / s.answers if s.answers else math.nan),
-    ("coverage_warning", "1 once fewer answers are shown than calibrated",
-     lambda s: s.coverage_warning),
-)  # fmt: skip
+    (
+        "shown_ratio",
+        "Share of those answers that were shown",
+        lambda s: s.shown / s.answers if s.answers else math.nan,
+    ),
+    (
+        "coverage_warning",
+        "1 once fewer answers are shown than calibrated",
+        lambda s: s.coverage_warning,
+    ),
+)
 
 
 class _RiskCollector(Collector):

@@ -14,9 +14,9 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 import anyio
-import httpcore
 import httpx
 
+from ._transport import OneRequestPerIdleConnection, upstream_transport
 from ._wire import loads
 
 __all__ = [
@@ -32,6 +32,9 @@ __all__ = [
 
 
 logger = logging.getLogger(__name__)
+
+Event = tuple[str | None, bytes]
+"""One server-sent event: its ``event:`` name (None if unnamed) and its data."""
 
 _STALE = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 """Connection failures before any response byte: safe to retry once."""
@@ -53,77 +56,6 @@ class UpstreamFailure(Exception):
         self.kind = kind
 
 
-class OneRequestPerIdleConnection(httpcore.AsyncConnectionPool):
-    """httpcore's connection pool, with its request-to-connection assignment made to hand
-    each idle connection to one waiting request only, and to count idle connections once.
-
-    httpcore 1.0's ``_assign_requests_to_connections`` runs on every request and every
-    response close. An idle HTTP/1.1 connection stays idle until the request it was given
-    starts on it, so every request arriving meanwhile is given the same one: all but one
-    fail, are queued again and start another pass (each pass scanning every connection, and
-    counting idle ones once per idle connection). A burst of requests that meets idle
-    connections, as a second burst does within the 5 s they are kept alive, thus costs
-    passes quadratic in its size: the proxy's event loop spent them before any first byte.
-    Here a pass gives each queued request its own idle connection (not one another request
-    holds) or a new connection, as the limits allow; everything else is httpcore's."""
-
-    def _assign_requests_to_connections(self) -> list[Any]:
-        closing: list[Any] = []
-        # idle connections already handed to a request that has not started on them
-        held = {id(r.connection) for r in self._requests if r.connection is not None}
-        live = []
-        for each in self._connections:
-            if each.is_closed():
-                continue
-            if each.has_expired():
-                closing.append(each)
-                continue
-            live.append(each)
-        idle = [c for c in live if c.is_idle() and id(c) not in held]
-        surplus = len(idle) - self._max_keepalive_connections
-        if surplus > 0:
-            closing += idle[:surplus]
-            gone = {id(c) for c in idle[:surplus]}
-            idle = idle[surplus:]
-            live = [c for c in live if id(c) not in gone]
-        self._connections = live
-        available = [c for c in live if id(c) not in held and c.is_available()]
-        for pool_request in [r for r in self._requests if r.is_queued()]:
-            origin = pool_request.request.url.origin
-            connection: Any = next((c for c in available if c.can_handle_request(origin)), None)
-            if connection is not None:
-                if connection.is_idle():  # one request at a time (HTTP/2 multiplexes on)
-                    available.remove(connection)
-                    if connection in idle:
-                        idle.remove(connection)
-            elif len(live) < self._max_connections:
-                connection = self.create_connection(origin)
-                live.append(connection)
-            elif idle:  # make room: close an idle connection no request holds
-                old = idle.pop(0)
-                live.remove(old)
-                if old in available:
-                    available.remove(old)
-                closing.append(old)
-                connection = self.create_connection(origin)
-                live.append(connection)
-            else:
-                continue  # waits for a connection to come back
-            pool_request.assign_to_connection(connection)
-        return closing
-
-
-def upstream_transport(limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
-    """The proxy's transport to the upstream: httpx's, on a
-    :class:`OneRequestPerIdleConnection` pool where the installed httpcore has the pool
-    it amends (1.0.x; another version keeps its own)."""
-    transport = httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
-    pool = getattr(transport, "_pool", None)
-    if type(pool) is httpcore.AsyncConnectionPool and httpcore.__version__.startswith("1.0."):
-        pool.__class__ = OneRequestPerIdleConnection  # same state, amended assignment
-    return transport
-
-
 class Upstream:
     """The upstream API at ``base_url`` (``.../v1``); :meth:`start` in the server's loop."""
 
@@ -135,6 +67,7 @@ class Upstream:
             max_keepalive_connections=min(max_connections, 256),
         )
         self._client: httpx.AsyncClient | None = None
+        self._urls: dict[str, httpx.URL] = {}
 
     async def start(self) -> None:
         if self._client is None:
@@ -164,7 +97,7 @@ class Upstream:
         connection the upstream closed a moment before it was reused) is retried
         once on a fresh one."""
         request = self.client.build_request(
-            "POST", f"{self.base_url}{path}", json=dict(body), headers=dict(headers)
+            "POST", self._url(path), json=dict(body), headers=dict(headers)
         )
         try:
             return await self.client.send(request, stream=True)
@@ -173,7 +106,14 @@ class Upstream:
             return await self.client.send(request, stream=True)
 
     async def get(self, path: str, headers: Mapping[str, str]) -> httpx.Response:
-        return await self.client.get(f"{self.base_url}{path}", headers=dict(headers))
+        return await self.client.get(self._url(path), headers=dict(headers))
+
+    def _url(self, path: str) -> httpx.URL:
+        """``base_url`` + ``path``, parsed once (httpx parses a string on every request)."""
+        url = self._urls.get(path)
+        if url is None:
+            url = self._urls[path] = httpx.URL(f"{self.base_url}{path}")
+        return url
 
 
 async def aclose_response(response: httpx.Response) -> None:
@@ -216,36 +156,76 @@ class UpstreamAnswer:
             await self.close()
 
 
-class _Lines:
-    """The body's lines, counting bytes: past ``max_bytes`` in all (one endless line
-    included) the answer is an :class:`UpstreamFailure` (``upstream_too_large``), so that an
-    upstream that never stops cannot make the proxy hold it whole."""
+def _body(response: httpx.Response) -> AsyncIterator[bytes]:
+    """The body's bytes: raw when the upstream sent them unencoded (no decoder to pass
+    through per part), else decoded (gzip, ...) by httpx."""
+    encoding = response.headers.get("content-encoding", "")
+    if not encoding or encoding.strip().lower() == "identity":
+        return response.aiter_raw()
+    return response.aiter_bytes()
 
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.read = 0
 
-    async def __call__(self, response: httpx.Response) -> AsyncIterator[str]:
-        buffer = bytearray()
-        async for part in response.aiter_bytes():
-            self.read += len(part)
-            if self.read > self.max_bytes:
-                raise UpstreamFailure(
-                    TOO_LARGE,
-                    f"the upstream sent more than {self.max_bytes} bytes for one answer "
-                    "(the proxy's max_answer_bytes)",
-                )
-            buffer += part
-            if b"\n" not in part and b"\r" not in part:
-                continue  # no line ends here: nothing to scan (a long line stays linear)
-            start = 0
-            while (end := _line_end(buffer, start)) >= 0:
-                line = bytes(buffer[start:end])
-                start = end + (2 if buffer[end : end + 2] == b"\r\n" else 1)
-                yield line.decode("utf-8", "replace")
+def _too_large(max_bytes: int) -> UpstreamFailure:
+    return UpstreamFailure(
+        TOO_LARGE,
+        f"the upstream sent more than {max_bytes} bytes for one answer "
+        "(the proxy's max_answer_bytes)",
+    )
+
+
+async def _events(response: httpx.Response, max_bytes: int) -> AsyncIterator[Event]:
+    """``(event name, data)`` of each server-sent event (comments and ids skipped), the
+    data as the bytes it came as (lines split on ``\n``, ``\r\n`` or ``\r``).
+
+    Past ``max_bytes`` in all (one endless line included) the answer is an
+    :class:`UpstreamFailure` (``upstream_too_large``), so that an upstream that never
+    stops cannot make the proxy hold it whole. One pass, no generator per line: this
+    runs for every chunk of every answer."""
+    read = 0
+    buffer = bytearray()
+    data: list[bytes] = []
+    event: str | None = None
+    async for part in _body(response):
+        read += len(part)
+        if read > max_bytes:
+            raise _too_large(max_bytes)
+        buffer += part
+        if b"\n" not in part and b"\r" not in part:
+            continue  # no line ends here: nothing to scan (a long line stays linear)
+        if b"\r" in buffer:
+            lines, start = _cr_lines(buffer)
             del buffer[:start]
-        if buffer:
-            yield bytes(buffer).rstrip(b"\r").decode("utf-8", "replace")
+        else:
+            lines = bytes(buffer).split(b"\n")
+            buffer = bytearray(lines.pop())
+        for line in lines:
+            if not line:
+                if data:
+                    yield event, data[0] if len(data) == 1 else b"\n".join(data)
+                data, event = [], None
+            elif line.startswith(b"data:"):
+                data.append(line[6:] if line.startswith(b"data: ") else line[5:])
+            elif line.startswith(b"event:"):
+                event = line[6:].decode("utf-8", "replace").strip()
+    if buffer:  # a last line without its end
+        line = bytes(buffer).rstrip(b"\r")
+        if line.startswith(b"data:"):
+            data.append(line[6:] if line.startswith(b"data: ") else line[5:])
+        elif line.startswith(b"event:"):
+            event = line[6:].decode("utf-8", "replace").strip()
+    if data:  # the last event without its blank line: as the openai SDK, still read it
+        yield event, b"\n".join(data)
+
+
+def _cr_lines(buffer: bytearray) -> tuple[list[bytes], int]:
+    """The complete lines of ``buffer`` when it holds a ``\r`` (``\r\n`` or a lone
+    ``\r`` ends a line too), and where the incomplete rest starts."""
+    lines: list[bytes] = []
+    start = 0
+    while (end := _line_end(buffer, start)) >= 0:
+        lines.append(bytes(buffer[start:end]))
+        start = end + (2 if buffer[end : end + 2] == b"\r\n" else 1)
+    return lines, start
 
 
 def _line_end(buffer: bytearray, start: int) -> int:
@@ -258,31 +238,14 @@ def _line_end(buffer: bytearray, start: int) -> int:
     return r
 
 
-async def _events(response: httpx.Response, lines: _Lines) -> AsyncIterator[tuple[str | None, str]]:
-    """``(event name, data)`` of each server-sent event (comments and ids skipped)."""
-    data: list[str] = []
-    event: str | None = None
-    async for line in lines(response):
-        if not line:
-            if data:
-                yield event, "\n".join(data)
-            data, event = [], None
-        elif line.startswith("data:"):
-            data.append(line[6:] if line.startswith("data: ") else line[5:])
-        elif line.startswith("event:"):
-            event = line[6:].strip()
-    if data:  # the last event without its blank line: as the openai SDK, still read it
-        yield event, "\n".join(data)
-
-
 async def events(
     response: httpx.Response, max_bytes: int = DEFAULT_MAX_ANSWER_BYTES
-) -> AsyncGenerator[tuple[str | None, str], None]:
-    """The server-sent events of ``response``; a stall (``upstream_timeout``), a broken
-    connection (``upstream_transport``) or too many bytes (``upstream_too_large``) is an
-    :class:`UpstreamFailure`."""
+) -> AsyncGenerator[Event, None]:
+    """The server-sent events of ``response`` (``(event name, data bytes)``); a stall
+    (``upstream_timeout``), a broken connection (``upstream_transport``) or too many bytes
+    (``upstream_too_large``) is an :class:`UpstreamFailure`."""
     try:
-        async for event in _events(response, _Lines(max_bytes)):
+        async for event in _events(response, max_bytes):
             yield event
     except httpx.TimeoutException as exc:
         raise UpstreamFailure(
@@ -294,10 +257,11 @@ async def events(
         ) from exc
 
 
-def decode_chunk(event: str | None, data: str) -> dict[str, Any] | None:
-    """The JSON chunk of one event; None for ``[DONE]``. An error event or data that is
-    not a JSON object is an :class:`UpstreamFailure`."""
-    if data.startswith("[DONE]"):
+def decode_chunk(event: str | None, data: bytes | str) -> dict[str, Any] | None:
+    """The JSON chunk of one event (its data as bytes or text; bytes that are not UTF-8
+    are read with U+FFFD in their place); None for ``[DONE]``. An error event or data
+    that is not a JSON object is an :class:`UpstreamFailure`."""
+    if data[:6] in (b"[DONE]", "[DONE]"):
         return None
     try:
         chunk = loads(data)  # orjson: decoding is most of what the proxy spends per chunk

@@ -175,13 +175,19 @@ def sse(obj: Mapping[str, Any]) -> bytes:
     return b"data: " + data + b"\n\n"
 
 
-def loads(data: str) -> Any:
+def loads(data: bytes | str) -> Any:
     """``data`` decoded as JSON (orjson; the standard library for what only it reads:
-    ``NaN``, ``Infinity``, integers past 64 bits). A ``ValueError`` if it is not JSON."""
+    ``NaN``, ``Infinity``, integers past 64 bits). Bytes that are not UTF-8 are read with
+    U+FFFD in their place. A ``ValueError`` if it is not JSON."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
-        return json.loads(data)
+        if not isinstance(data, str):
+            data = data.decode("utf-8", "replace")
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return json.loads(data)
 
 
 def _trim_entries(entries: Any, k: int) -> Any:

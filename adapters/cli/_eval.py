@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ._common import CommandError, no_traces, resolve_clip, stream_policy
+from ._eval_report import finite_or_null, print_intervals, refusal_note, share
 from ._recorded import (
     absent,
     carries,
@@ -89,19 +90,29 @@ def _too_few_alternatives(args: argparse.Namespace, cert: Any, traces: list[Any]
     if "alternatives" not in stat.requires or have >= stat.alternatives:
         return ""
     source = f"--top-k {args.top_k} keeps" if args.top_k is not None else "the traces carry"
-    return (f"the certificate's statistic reads {stat.alternatives} alternatives per token; "
-            f"{source} {have}")  # fmt: skip
+    return (
+        f"the certificate's statistic reads {stat.alternatives} alternatives per token; "
+        f"{source} {have}"
+    )
 
 
 def _unavailable(reason: str, fields: tuple[str, ...], splits: int) -> dict[str, Any]:
     """The result of a method that the traces cannot evaluate (refused on every split)."""
     nan = float("nan")
     return {
-        "coverage_mean": 0.0, "risk_mean": nan, "risk_violation_rate": 0.0, "auroc": nan,
-        "tokens_read_fraction": nan, "tokens_read_median": nan, "blocked_read_mean": nan,
-        "blocked_read_median": nan, "refused": splits,
-        "all_refused": True, "refusal_reason": reason, "missing_fields": sorted(fields),
-    }  # fmt: skip
+        "coverage_mean": 0.0,
+        "risk_mean": nan,
+        "risk_violation_rate": 0.0,
+        "auroc": nan,
+        "tokens_read_fraction": nan,
+        "tokens_read_median": nan,
+        "blocked_read_mean": nan,
+        "blocked_read_median": nan,
+        "refused": splits,
+        "all_refused": True,
+        "refusal_reason": reason,
+        "missing_fields": sorted(fields),
+    }
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -123,8 +134,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if 0 < args.bootstrap < MIN_REPLICATES:
         raise CommandError(
             f"--bootstrap {args.bootstrap}: a 95% interval needs at least {MIN_REPLICATES} "
-            "resamples (200 is a good choice), or 0 for none", status=2,
-        )  # fmt: skip
+            "resamples (200 is a good choice), or 0 for none",
+            status=2,
+        )
     cert = _read_certificate(args.certificate) if args.certificate else None
     traces = read_traces(args.traces)
     if not traces:
@@ -145,13 +157,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
     # the paper's configuration: temperature skeleton T=1.5, mean lift, betting boundary, B=12
     paper = StreamPolicy(delta=args.stream_delta, on_length=policy.on_length)
     plan: list[tuple[str, str, str, Any]] = [
-        ("lift", "lift", args.skeleton, lambda: lift_method(
-            traces, policy, args.skeleton, exact=exact_logz)),
-        ("lift_paper", "lift", "temperature", lambda: lift_method(
-            traces, paper, "temperature", "lift_paper", exact=exact_logz)),
-        *((name, name, "", lambda name=name: baseline_method(traces, name, exact=exact_entropy))
-          for name in BASELINES),
-    ]  # fmt: skip
+        (
+            "lift",
+            "lift",
+            args.skeleton,
+            lambda: lift_method(traces, policy, args.skeleton, exact=exact_logz),
+        ),
+        (
+            "lift_paper",
+            "lift",
+            "temperature",
+            lambda: lift_method(traces, paper, "temperature", "lift_paper", exact=exact_logz),
+        ),
+        *(
+            (name, name, "", lambda name=name: baseline_method(traces, name, exact=exact_entropy))
+            for name in BASELINES
+        ),
+    ]
     progress = Progress("liftguard eval: scores")
     methods, unavailable, used = [], {}, []
     why: dict[str, list[str]] = {}  # reason -> the methods it refuses
@@ -185,21 +207,33 @@ def cmd_eval(args: argparse.Namespace) -> int:
     correct = np.array([bool(t.correct) for t in traces])
     progress.step("liftguard eval: calibrating methods")
     evaluated = evaluate_methods(
-        methods, correct, risk=args.risk, delta=args.delta, splits=args.splits, seed=args.seed,
+        methods,
+        correct,
+        risk=args.risk,
+        delta=args.delta,
+        splits=args.splits,
+        seed=args.seed,
         progress=progress,
-    )  # fmt: skip
+    )
     reference = "certificate" if "certificate" in evaluated else None
     intervals: dict[str, dict[str, Any]] = {}
     if args.bootstrap:
         progress.step(f"liftguard eval: bootstrap ({args.splits} splits each)")
         intervals = bootstrap_intervals(
-            methods, correct, risk=args.risk, delta=args.delta, splits=args.splits,
-            replicates=args.bootstrap, seed=args.seed, reference=reference, progress=progress,
-        )  # fmt: skip
+            methods,
+            correct,
+            risk=args.risk,
+            delta=args.delta,
+            splits=args.splits,
+            replicates=args.bootstrap,
+            seed=args.seed,
+            reference=reference,
+            progress=progress,
+        )
         for name, entry in intervals.items():
             evaluated[name]["bootstrap"] = entry
     progress.close()
-    note = _refusal_note(args, len(traces), evaluated)
+    note = refusal_note(args, len(traces), evaluated)
     order = [name for name, *_ in plan] + (["certificate"] if cert is not None else [])
     results = {n: evaluated[n] if n in evaluated else unavailable[n] for n in order}
     if why:
@@ -218,10 +252,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     }
     if args.bootstrap:
         report["bootstrap"] = {
-            "replicates": args.bootstrap, "level": 0.95, "reference": reference,
+            "replicates": args.bootstrap,
+            "level": 0.95,
+            "reference": reference,
             "method": "percentile intervals over resamples of the answers with replacement, "
             "each rerunning every split; paired across methods",
-        }  # fmt: skip
+        }
     if cert is not None and cert.statistic is not None:
         stat = cert.statistic
         report["certificate"] = {
@@ -242,7 +278,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if note:
         print(f"liftguard eval: note: {note}", file=sys.stderr)
     if args.json:
-        print(json.dumps(_finite_or_null(report), indent=2, sort_keys=True, allow_nan=False))
+        print(json.dumps(finite_or_null(report), indent=2, sort_keys=True, allow_nan=False))
         return 0
     print(
         f"liftguard eval: {args.traces}  n={len(traces)}  risk {args.risk:g}  "
@@ -255,27 +291,27 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for name, r in results.items():
         if r["all_refused"]:  # nothing was ever calibrated: no coverage, risk or reading
             auc = f"{r['auroc']:>8.3f}" if math.isfinite(r["auroc"]) else f"{'-':>8}"
-            print(f"  {name:<14}{'refused':>9}{r['refused']:>8}{'-':>8}{'-':>12}{auc}"
-                  f"{'-':>7}{'-':>8}{'-':>9}{'-':>8}")  # fmt: skip
+            print(
+                f"  {name:<14}{'refused':>9}{r['refused']:>8}{'-':>8}{'-':>12}{auc}"
+                f"{'-':>7}{'-':>8}{'-':>9}{'-':>8}"
+            )
             continue
         blocked = [
-            _share(r[k], w) for k, w in (("blocked_read_mean", 9), ("blocked_read_median", 8))
+            share(r[k], w) for k, w in (("blocked_read_mean", 9), ("blocked_read_median", 8))
         ]
         print(
             f"  {name:<14}{r['coverage_mean']:>9.1%}{r['refused']:>8}{r['risk_mean']:>8.3f}"
             f"{r['risk_violation_rate']:>12.0%}{r['auroc']:>8.3f}{r['tokens_read_fraction']:>7.0%}"
             f"{r['tokens_read_median']:>8.0%}{blocked[0]}{blocked[1]}"
         )
-    print(f"  refused: splits (of {args.splits}) whose calibration passed no threshold; read: "
-          "share of an answer's tokens\n  read before its verdict, over all test answers "
-          "and over the blocked ones")  # fmt: skip
+    print(
+        f"  refused: splits (of {args.splits}) whose calibration passed no threshold; read: "
+        "share of an answer's tokens\n  read before its verdict, over all test answers "
+        "and over the blocked ones"
+    )
     if intervals:
-        _print_intervals(intervals, reference, args.bootstrap)
+        print_intervals(intervals, reference, args.bootstrap)
     return 0
-
-
-def _share(value: float, width: int) -> str:
-    return f"{value:>{width}.0%}" if math.isfinite(value) else f"{'-':>{width}}"
 
 
 def _replay_limit(cert: Any, traces: list[Any]) -> int | None:
@@ -296,82 +332,3 @@ def _replay_limit(cert: Any, traces: list[Any]) -> int | None:
         file=sys.stderr,
     )
     return longest
-
-
-def _interval(lo_hi: list[float], percent: bool) -> str:
-    lo, hi = lo_hi
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return "-"
-    if percent:
-        return f"[{100 * lo:+.1f}, {100 * hi:+.1f}] pts"
-    return f"[{lo:+.3f}, {hi:+.3f}]"
-
-
-def _print_intervals(
-    intervals: dict[str, dict[str, Any]], reference: str | None, replicates: int
-) -> None:
-    """The certificate's difference to each method (or, without a certificate, each
-    method's own intervals), 95% over ``replicates`` resamples of the answers."""
-    if reference is None:
-        print(f"  95% intervals over {replicates} resamples of the answers:")
-        for name, entry in intervals.items():
-            auc = entry["auroc"]
-            lo, hi = entry["coverage_mean"]
-            a = f"[{auc[0]:.3f}, {auc[1]:.3f}]" if math.isfinite(auc[0]) else "-"
-            print(f"  {name:<14}AUROC {a}  coverage [{lo:.1%}, {hi:.1%}]")
-        return
-    print(f"  {reference} minus each method, 95% intervals over {replicates} resamples of "
-          "the answers (an interval that excludes 0 is a real difference):")  # fmt: skip
-    for name, entry in intervals.items():
-        diff = entry.get(f"{reference}_minus")
-        if diff is None:
-            continue
-        print(f"  {name:<14}AUROC {_interval(diff['auroc'], False):<18}"
-              f"coverage {_interval(diff['coverage_mean'], True)}")  # fmt: skip
-
-
-def _refusal_note(args: argparse.Namespace, n: int, results: dict[str, dict[str, Any]]) -> str:
-    """Mark each method whose calibration refused on every split (``all_refused``,
-    and then ``refusal_reason`` and ``needed_answered``) and return a note that
-    says which methods and why; ``""`` if every method calibrated at least once."""
-    from guardrail.stats import min_answered_for_risk
-
-    needed = min_answered_for_risk(args.risk, args.delta)
-    n_cal = round(n * 0.5)  # the calibration half of each split
-    target = f"risk {args.risk:g} at delta {args.delta:g}"
-    if n_cal < needed:
-        reason = (
-            f"{target} needs at least {needed} answered calibration examples even with "
-            f"zero errors, but each calibration half has only {n_cal} of the {n} traces"
-        )
-    else:
-        reason = (
-            f"at no threshold were the answered calibration examples right often enough to "
-            f"certify {target} ({needed} answered examples are needed even with zero errors, "
-            f"more with errors; each calibration half has {n_cal} of the {n} traces)"
-        )
-    refused = []
-    for name, r in results.items():
-        r["all_refused"] = r["refused"] == args.splits
-        if r["all_refused"]:
-            r["refusal_reason"] = reason
-            r["needed_answered"] = needed
-            refused.append(name)
-    if not refused:
-        return ""
-    which = "every method" if len(refused) == len(results) else ", ".join(refused)
-    return (
-        f"calibration refused on all {args.splits} splits for {which}, which therefore "
-        f"answer nothing: {reason}. Add calibration data or relax --risk/--delta."
-    )
-
-
-def _finite_or_null(value: Any) -> Any:
-    """``value`` with every NaN or infinite float replaced by ``None`` (strict JSON)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite_or_null(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite_or_null(v) for v in value]
-    return value

@@ -20,105 +20,16 @@ from typing import Any
 
 import numpy as np
 
-from ._common import CommandError, fraction, integer, no_traces, output_file, positive, probability
+from ._common import CommandError, no_traces
 from ._progress import Progress
 from ._recorded import lacking_message, supply_vocab_size
 
-__all__ = ["DEFAULT_FIT_RISK", "add_fit_parser", "cmd_fit"]
+__all__ = ["DEFAULT_FIT_RISK", "cmd_fit"]
 
 DEFAULT_FIT_RISK = 0.8
 """Risk target ``liftguard fit`` calibrates for unless told (that of the shipped
 certificate: at most 80% of the answers shown wrong, for models as weak as the
 bundled 135M one; pass ``--risk`` for a stronger model)."""
-
-
-def add_fit_parser(sub: Any) -> None:
-    """The ``fit`` subcommand."""
-    from guardrail.fitting import DEFAULT_ALTERNATIVES, DEFAULT_L2
-    from guardrail.traces import TRACE_SKELETONS
-
-    p = sub.add_parser(
-        "fit",
-        help="fit a streaming statistic on labelled traces and write a certificate",
-        description="Fit a logistic statistic over per-token features (logprob, alternatives' "
-        "margin and entropy, skeleton lifts) on one part of a model's labelled traces, "
-        "calibrate its threshold on the disjoint rest by the same risk control as "
-        "'calibrate', and write the certificate (statistic, tau, model, context, split).",
-    )
-    p.add_argument("--traces", required=True, help="JSONL trace file (labelled answers)")
-    p.add_argument("--out", required=True, type=output_file, help="certificate file to write")
-    p.add_argument(
-        "--risk",
-        type=probability,
-        default=DEFAULT_FIT_RISK,
-        help=f"target selective risk (default {DEFAULT_FIT_RISK})",
-    )
-    p.add_argument("--delta", type=probability, default=0.05)
-    p.add_argument(
-        "--group",
-        default="lift",
-        choices=("api", "local", "lift"),
-        help="features by what the stream supplies: api (logprobs + alternatives), local "
-        "(+ exact entropies), lift (+ the skeleton's log-probability; default)",
-    )
-    p.add_argument(
-        "--features",
-        default=None,
-        metavar="NAME,...",
-        help="the features, comma-separated 'base.aggregate[@level]' names (e.g. "
-        "logprob.min,lift.sum,length.count), instead of --group's preset; bases: "
-        "logprob, margin, entropy, rank, temperature_lift, exact_entropy, lift, length",
-    )
-    p.add_argument(
-        "--form",
-        default="answer",
-        choices=("answer", "monotone"),
-        help="answer: any features, exact early verdicts from bounds (default); monotone: "
-        "only features that move one way, blocks as soon as the score falls below tau",
-    )
-    p.add_argument("--skeleton", default="prompt-free", choices=TRACE_SKELETONS,
-                   help="skeleton of the lift features (default prompt-free)")  # fmt: skip
-    p.add_argument(
-        "--fit-fraction",
-        type=fraction,
-        default=0.5,
-        help="share of the traces the statistic is fitted on; tau is calibrated on the rest "
-        "(default 0.5). 1: fit on all of them and calibrate tau on other answers with "
-        "'liftguard calibrate --certificate' (until then the certificate certifies nothing)",
-    )
-    p.add_argument("--seed", type=integer(0), default=0, help="seed of the fit/calibration split")
-    p.add_argument("--l2", type=positive, default=DEFAULT_L2, help="L2 penalty of the fit")
-    p.add_argument(
-        "--select", choices=("none", "coverage"), default="none",
-        help="coverage: choose among the features at three penalties and the single scores "
-        "(sequence log-likelihood, lowest and mean logprob) by cross-validated coverage at "
-        "--risk on the fitting answers (default none: the features as given)",
-    )  # fmt: skip
-    p.add_argument(
-        "--alternatives",
-        type=integer(1),
-        default=None,
-        help=f"alternatives per token the features read (default {DEFAULT_ALTERNATIVES}, or "
-        "all the traces carry when fewer)",
-    )
-    p.add_argument(
-        "--range-quantile",
-        type=float,
-        default=0.01,
-        help="clamp each per-token feature to these quantiles of the fitting tokens",
-    )
-    p.add_argument("--on-length", default="answer", choices=("answer", "block"))
-    p.add_argument("--context", metavar="FILE", default=None, help="generation context JSON")
-    p.add_argument("--max-tokens", type=integer(1), default=None,
-                   help="token limit of the answers (default: the context's, else the longest "
-                   "answer in the traces)")  # fmt: skip
-    p.add_argument("--model-id", default=None)
-    p.add_argument("--api-model", default=None)
-    p.add_argument("--vocab-size", type=integer(2), default=None, metavar="N",
-                   help="the model's vocabulary size, for traces that do not carry it "
-                   "(recorded from an API stream)")  # fmt: skip
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.set_defaults(func=cmd_fit)
 
 
 def _features(args: argparse.Namespace) -> tuple[Any, ...]:
@@ -141,8 +52,11 @@ def _features(args: argparse.Namespace) -> tuple[Any, ...]:
     if args.form == "monotone":
         both = [f.name for f in feats if not moves_one_way(f)]
         if both:
-            raise CommandError(f"--features with --form monotone: {', '.join(both)} can "
-                               "move either way as tokens arrive", status=2)  # fmt: skip
+            raise CommandError(
+                f"--features with --form monotone: {', '.join(both)} can "
+                "move either way as tokens arrive",
+                status=2,
+            )
     return feats
 
 
@@ -170,8 +84,10 @@ def _alternatives(
         return args.alternatives, ""
     if have >= DEFAULT_ALTERNATIVES:
         return DEFAULT_ALTERNATIVES, ""
-    return have, (f"the traces carry {have} alternatives per token: the statistic reads "
-                  f"{have}, and a stream must send at least as many")  # fmt: skip
+    return have, (
+        f"the traces carry {have} alternatives per token: the statistic reads "
+        f"{have}, and a stream must send at least as many"
+    )
 
 
 def _group_needs(
@@ -264,9 +180,16 @@ def cmd_fit(args: argparse.Namespace) -> int:
     else:
         x = answer_features(fit_tr, feats, ranges=ranges, **kw)
     stat = fit_statistic(
-        x, [bool(t.correct) for t in fit_tr], feats, vocab_size=vocab, form=args.form,
-        l2=l2, ranges=ranges, alternatives=alternatives, info=info,
-    )  # fmt: skip
+        x,
+        [bool(t.correct) for t in fit_tr],
+        feats,
+        vocab_size=vocab,
+        form=args.form,
+        l2=l2,
+        ranges=ranges,
+        alternatives=alternatives,
+        info=info,
+    )
     policy = StreamPolicy(on_length=args.on_length)
     refusal = ""
     progress.step("liftguard fit: calibration")
@@ -277,9 +200,16 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if not fit_only:
         try:
             cal, _ = calibrate_fitted(
-                stat, cal_tr, policy=policy, risk=args.risk, delta=args.delta,
-                skeleton=skel, max_tokens=limit, seed=args.seed, paths=paths,
-            )  # fmt: skip
+                stat,
+                cal_tr,
+                policy=policy,
+                risk=args.risk,
+                delta=args.delta,
+                skeleton=skel,
+                max_tokens=limit,
+                seed=args.seed,
+                paths=paths,
+            )
         except InsufficientDataError as exc:
             failed = str(exc)
     if cal is None:
@@ -302,19 +232,27 @@ def cmd_fit(args: argparse.Namespace) -> int:
             )
     progress.close()
     correct = np.array([bool(t.correct) for t in cal_tr])
-    reads = [stop_at(p, policy, cal.tau) / t.n_tokens
-             for p, t in zip(paths, cal_tr, strict=True) if t.n_tokens]  # fmt: skip
+    reads = [
+        stop_at(p, policy, cal.tau) / t.n_tokens
+        for p, t in zip(paths, cal_tr, strict=True)
+        if t.n_tokens
+    ]
     split = {
         "method": "numpy default_rng(seed).permutation; the first round(n * fit_fraction) "
         "traces fit the statistic, the rest calibrate tau",
-        "seed": args.seed, "fit_fraction": args.fit_fraction, "n_fit": len(fit_tr),
+        "seed": args.seed,
+        "fit_fraction": args.fit_fraction,
+        "n_fit": len(fit_tr),
         "n_calibration": len(cal_tr),
         "fit_ids_sha256": _ids_sha256([t.id for t in fit_tr]),
         "calibration_ids_sha256": _ids_sha256([t.id for t in cal_tr]),
-    }  # fmt: skip
+    }
     cal_auroc = auroc(crit, correct) if cal_tr else None
-    extra = {"split": split, "calibration_auroc": cal_auroc,
-             "tokens_read_fraction": float(np.mean(reads)) if reads else 1.0}  # fmt: skip
+    extra = {
+        "split": split,
+        "calibration_auroc": cal_auroc,
+        "tokens_read_fraction": float(np.mean(reads)) if reads else 1.0,
+    }
     if refusal:
         extra["certifies_nothing"] = True
     cal = replace(cal, extra=extra)
@@ -327,22 +265,42 @@ def cmd_fit(args: argparse.Namespace) -> int:
     notes = [n for n in (limit_note, alt_note) if n]
     if notes:
         provenance["note"] = "; ".join(notes)
-    model = ModelIdentity(args.model_id or traces[0].model, api_model=args.api_model,
-                          vocab_size=vocab)  # fmt: skip
-    cert = Certificate(policy=policy, tau=cal.tau, skeleton=spec, model=model, context=context,
-                       calibration=cal, provenance=provenance, statistic=stat)  # fmt: skip
+    model = ModelIdentity(
+        args.model_id or traces[0].model, api_model=args.api_model, vocab_size=vocab
+    )
+    cert = Certificate(
+        policy=policy,
+        tau=cal.tau,
+        skeleton=spec,
+        model=model,
+        context=context,
+        calibration=cal,
+        provenance=provenance,
+        statistic=stat,
+    )
     cert.save(args.out)
     if refusal:
         kind = "note" if fit_only else "warning"
         print(f"liftguard fit: {kind}: {refusal}", file=sys.stderr)
     summary = {
-        "out": args.out, "group": stat.group, "form": stat.form, "features": len(feats),
-        "n_fit": len(fit_tr), "n_calibration": len(cal_tr), "risk": args.risk,
-        "delta": args.delta, "tau": cal.tau, "tau_probability": _sigmoid(cal.tau),
-        "coverage": cal.coverage, "empirical_risk": cal.empirical_risk,
-        "risk_upper": cal.risk_upper, **extra, "certifies_nothing": bool(refusal),
-        "max_tokens": limit, "selection": info.get("selection"),
-    }  # fmt: skip
+        "out": args.out,
+        "group": stat.group,
+        "form": stat.form,
+        "features": len(feats),
+        "n_fit": len(fit_tr),
+        "n_calibration": len(cal_tr),
+        "risk": args.risk,
+        "delta": args.delta,
+        "tau": cal.tau,
+        "tau_probability": _sigmoid(cal.tau),
+        "coverage": cal.coverage,
+        "empirical_risk": cal.empirical_risk,
+        "risk_upper": cal.risk_upper,
+        **extra,
+        "certifies_nothing": bool(refusal),
+        "max_tokens": limit,
+        "selection": info.get("selection"),
+    }
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
         return 0
@@ -353,10 +311,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
         f"calibration answers; token limit {limit})\n"
     )
     cal_line = (
-        "none: tau is for 'liftguard calibrate --certificate' to set" if fit_only else
-        f"{len(cal_tr)} other traces: target risk {args.risk:g}, delta {args.delta:g}, "
+        "none: tau is for 'liftguard calibrate --certificate' to set"
+        if fit_only
+        else f"{len(cal_tr)} other traces: target risk {args.risk:g}, delta {args.delta:g}, "
         f"AUROC {cal_auroc:.3f}"
-    )  # fmt: skip
+    )
     print(
         f"liftguard fit: {args.traces}  model {model.model_id}\n"
         f"  statistic        logistic over {len(feats)} features (group {stat.group}, form "
@@ -380,16 +339,26 @@ def _certifies_nothing(stat: Any, n: int, policy: Any, args: argparse.Namespace,
 
     tau = stat.score_bounds(limit)[1] + 1.0
     return Calibration(
-        method="ltt", tau=tau, risk=args.risk, delta=args.delta,
-        score=f"fitted[{stat.group}, {stat.form}]", n=n, n_answered=0, n_errors=0,
-        coverage=0.0, empirical_risk=0.0, risk_upper=0.0, seed=args.seed,
+        method="ltt",
+        tau=tau,
+        risk=args.risk,
+        delta=args.delta,
+        score=f"fitted[{stat.group}, {stat.form}]",
+        n=n,
+        n_answered=0,
+        n_errors=0,
+        coverage=0.0,
+        empirical_risk=0.0,
+        risk_upper=0.0,
+        seed=args.seed,
         policy=policy.to_dict(),
         guarantee="Certifies nothing: tau is not calibrated (the statistic was fitted on all "
         "the traces), so every answer is withheld; calibrate it with 'liftguard calibrate "
-        "--certificate'." if n == 0 else
-        f"Certifies nothing: no threshold passed the risk test at risk {args.risk:g}, "
+        "--certificate'."
+        if n == 0
+        else f"Certifies nothing: no threshold passed the risk test at risk {args.risk:g}, "
         f"delta {args.delta:g} on the calibration traces, so every answer is withheld.",
-    )  # fmt: skip
+    )
 
 
 def _sigmoid(x: float) -> float:

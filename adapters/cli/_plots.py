@@ -43,10 +43,14 @@ def write_plots(
         cov, rsk = _risk_coverage(m.decision, correct)
         first = m is methods[0]
         ax.plot(
-            cov, rsk, label=f"{m.name} (AUROC {results[m.name]['auroc']:.3f})",
-            lw=2.4 if first else 1.4, ls="--" if first else "-", color="black" if first else None,
+            cov,
+            rsk,
+            label=f"{m.name} (AUROC {results[m.name]['auroc']:.3f})",
+            lw=2.4 if first else 1.4,
+            ls="--" if first else "-",
+            color="black" if first else None,
             zorder=3 if first else 2,
-        )  # fmt: skip
+        )
     ax.axhline(risk, color="grey", ls="--", lw=1, label=f"target risk {risk:g}")
     ax.set_xlabel("coverage (share of questions answered)")
     ax.set_ylabel("selective risk (share of answered that are wrong)")
@@ -65,8 +69,14 @@ def write_plots(
     lo, hi = float(lift.final[finite].min()), float(lift.final[finite].max())
     bins = [lo + (hi - lo) * i / 40 for i in range(41)]
     for label, mask, color in (("correct", correct, "tab:green"), ("wrong", ~correct, "tab:red")):
-        ax.hist(lift.final[finite & mask], bins=bins, alpha=0.55, density=True,
-                label=f"{label} (n={int((finite & mask).sum())})", color=color)  # fmt: skip
+        ax.hist(
+            lift.final[finite & mask],
+            bins=bins,
+            alpha=0.55,
+            density=True,
+            label=f"{label} (n={int((finite & mask).sum())})",
+            color=color,
+        )
     ax.set_xlabel(f"final score of the '{lift.name}' certificate (nats)")
     ax.set_ylabel("density")
     ax.set_title(f"Certificate score, correct vs wrong: {title}")

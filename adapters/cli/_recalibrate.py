@@ -25,9 +25,24 @@ from ._recorded import lacking_message, supply_vocab_size
 
 __all__ = ["cmd_recalibrate"]
 
-_FLAGS = ("score", "skeleton", "aggregate", "lowest_k", "boundary", "clip", "min_tokens",
-          "stream_delta", "on_length", "method", "cal_fraction", "n_cal", "repeats",
-          "model_id", "api_model", "context")  # fmt: skip
+_FLAGS = (
+    "score",
+    "skeleton",
+    "aggregate",
+    "lowest_k",
+    "boundary",
+    "clip",
+    "min_tokens",
+    "stream_delta",
+    "on_length",
+    "method",
+    "cal_fraction",
+    "n_cal",
+    "repeats",
+    "model_id",
+    "api_model",
+    "context",
+)
 
 
 def _refuse_rule_flags(args: argparse.Namespace, defaults: dict[str, Any]) -> None:
@@ -95,18 +110,25 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         skeleton = "prompt-free" if kind == "prompt_free" else cert.skeleton.build()
     try:
         cal, crit = calibrate_fitted(
-            stat, traces, policy=cert.policy, risk=args.risk, delta=args.delta,
-            skeleton=skeleton, max_tokens=cert.context.max_tokens, seed=args.seed,
-        )  # fmt: skip
+            stat,
+            traces,
+            policy=cert.policy,
+            risk=args.risk,
+            delta=args.delta,
+            skeleton=skeleton,
+            max_tokens=cert.context.max_tokens,
+            seed=args.seed,
+        )
     except InsufficientDataError as exc:
         raise CommandError(f"calibration on {len(traces)} traces refused: {exc}") from exc
     correct = np.array([bool(t.correct) for t in traces])
     split = {
         "method": "the statistic was fitted on other answers (provenance.fit); all of "
         "these calibrate tau",
-        "fitted_on": cert.provenance.get("traces"), "fitted_on_sha256": fitted_on,
+        "fitted_on": cert.provenance.get("traces"),
+        "fitted_on_sha256": fitted_on,
         "n_calibration": len(traces),
-    }  # fmt: skip
+    }
     cal = replace(cal, extra={"split": split, "calibration_auroc": auroc(crit, correct)})
     provenance = {
         **{k: v for k, v in cert.provenance.items() if k in ("fit", "note")},
@@ -120,10 +142,16 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     out = replace(cert, tau=cal.tau, calibration=cal, provenance=provenance)
     out.save(args.out)
     summary = {
-        "out": args.out, "n_calibration": len(traces), "risk": args.risk, "delta": args.delta,
-        "tau": cal.tau, "coverage": cal.coverage, "empirical_risk": cal.empirical_risk,
-        "risk_upper": cal.risk_upper, "calibration_auroc": cal.extra["calibration_auroc"],
-    }  # fmt: skip
+        "out": args.out,
+        "n_calibration": len(traces),
+        "risk": args.risk,
+        "delta": args.delta,
+        "tau": cal.tau,
+        "coverage": cal.coverage,
+        "empirical_risk": cal.empirical_risk,
+        "risk_upper": cal.risk_upper,
+        "calibration_auroc": cal.extra["calibration_auroc"],
+    }
     if getattr(args, "json", False):
         print(json.dumps(summary, indent=2, sort_keys=True))
         return 0

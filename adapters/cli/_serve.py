@@ -128,44 +128,92 @@ def add_serve_parser(sub: Any) -> None:
         metavar="URL",
         help="the model server's OpenAI base URL, e.g. http://127.0.0.1:8000/v1",
     )
-    p.add_argument("--certificate", metavar="CERT.json|STORE_URL#NAME@ALIAS", default=None,
-                   help="the certificate of every model without its own (a file, or a store "
-                   "alias re-read every --refresh-interval seconds)")  # fmt: skip
-    p.add_argument("--model-certificate", nargs=2, action="append", metavar=("MODEL", "SPEC"),
-                   help="the certificate for requests naming MODEL (repeatable)")  # fmt: skip
-    p.add_argument("--storage-option", dest="storage_options", action=_StorageOptionAction,
-                   default=None, metavar="KEY=VALUE",
-                   help="fsspec option of a store URL (repeatable, as for 'skeleton')")  # fmt: skip
+    p.add_argument(
+        "--certificate",
+        metavar="CERT.json|STORE_URL#NAME@ALIAS",
+        default=None,
+        help="the certificate of every model without its own (a file, or a store "
+        "alias re-read every --refresh-interval seconds)",
+    )
+    p.add_argument(
+        "--model-certificate",
+        nargs=2,
+        action="append",
+        metavar=("MODEL", "SPEC"),
+        help="the certificate for requests naming MODEL (repeatable)",
+    )
+    p.add_argument(
+        "--storage-option",
+        dest="storage_options",
+        action=_StorageOptionAction,
+        default=None,
+        metavar="KEY=VALUE",
+        help="fsspec option of a store URL (repeatable, as for 'skeleton')",
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=integer(0), default=8080, help="0: a free port")
-    p.add_argument("--mode", default="buffered", choices=("buffered", "passthrough", "observe"),
-                   help="buffered: send nothing before certification (default); passthrough: "
-                   "tokens flow, a block ends the stream; observe: block nothing, report "
-                   "verdicts (shadow runs, recording complete answers)")  # fmt: skip
-    p.add_argument("--on-block", default="error", choices=("error", "refusal"),
-                   help="end a blocked answer with an error event (HTTP 422 when not "
-                   "streamed) or a refusal message (finish_reason content_filter)")  # fmt: skip
+    p.add_argument(
+        "--mode",
+        default="buffered",
+        choices=("buffered", "passthrough", "observe"),
+        help="buffered: send nothing before certification (default); passthrough: "
+        "tokens flow, a block ends the stream; observe: block nothing, report "
+        "verdicts (shadow runs, recording complete answers)",
+    )
+    p.add_argument(
+        "--on-block",
+        default="error",
+        choices=("error", "refusal"),
+        help="end a blocked answer with an error event (HTTP 422 when not "
+        "streamed) or a refusal message (finish_reason content_filter)",
+    )
     p.add_argument("--refusal-message", default=None, help="the text of --on-block refusal")
-    p.add_argument("--on-context-mismatch", default="log", choices=("log", "reject"),
-                   help="a request that changes a calibrated setting: forward it and count "
-                   "it (log), or refuse it with HTTP 400 (reject)")  # fmt: skip
-    p.add_argument("--upstream-timeout", type=positive, default=60.0, metavar="SECONDS",
-                   help="longest wait for the upstream's next bytes; a stalled answer is "
-                   "never certified")  # fmt: skip
-    p.add_argument("--top-logprobs", type=integer(0), default=None,
-                   help="alternatives to ask for per token (default: 20 if the skeleton "
-                   "reads them, else 1; never less than 1)")  # fmt: skip
+    p.add_argument(
+        "--on-context-mismatch",
+        default="log",
+        choices=("log", "reject"),
+        help="a request that changes a calibrated setting: forward it and count "
+        "it (log), or refuse it with HTTP 400 (reject)",
+    )
+    p.add_argument(
+        "--upstream-timeout",
+        type=positive,
+        default=60.0,
+        metavar="SECONDS",
+        help="longest wait for the upstream's next bytes; a stalled answer is never certified",
+    )
+    p.add_argument(
+        "--top-logprobs",
+        type=integer(0),
+        default=None,
+        help="alternatives to ask for per token (default: 20 if the skeleton "
+        "reads them, else 1; never less than 1)",
+    )
     p.add_argument("--max-token-chars", type=integer(1), default=4096)
-    p.add_argument("--max-body-mb", type=positive, default=4.0,
-                   help="largest request body (HTTP 413 beyond)")  # fmt: skip
-    p.add_argument("--max-answer-tokens", type=integer(1), default=16_384,
-                   help="most tokens read of one answer (also at most the request's own "
-                   "limit); past it the answer is blocked and the upstream closed")  # fmt: skip
-    p.add_argument("--max-answer-mb", type=positive, default=8.0,
-                   help="most bytes read of one upstream answer, logprobs included")  # fmt: skip
-    p.add_argument("--allowed-host", action="append", metavar="NAME", default=None,
-                   help="a Host name the proxy answers to (repeat; '*': any); default: "
-                   "loopback names when --host is a loopback address, else any")  # fmt: skip
+    p.add_argument(
+        "--max-body-mb", type=positive, default=4.0, help="largest request body (HTTP 413 beyond)"
+    )
+    p.add_argument(
+        "--max-answer-tokens",
+        type=integer(1),
+        default=16_384,
+        help="most tokens read of one answer (also at most the request's own "
+        "limit); past it the answer is blocked and the upstream closed",
+    )
+    p.add_argument(
+        "--max-answer-mb",
+        type=positive,
+        default=8.0,
+        help="most bytes read of one upstream answer, logprobs included",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="NAME",
+        default=None,
+        help="a Host name the proxy answers to (repeat; '*': any); default: "
+        "loopback names when --host is a loopback address, else any",
+    )
     p.add_argument(
         "--record",
         metavar="DIR",
@@ -189,12 +237,22 @@ def add_serve_parser(sub: Any) -> None:
         metavar="SECONDS",
         help="re-read store aliases this often (0: never)",
     )
-    p.add_argument("--risk-alpha", type=probability, default=0.05, metavar="ALPHA",
-                   help="level of the live risk monitors: while a certificate's promise holds, "
-                   "its alarm fires with probability at most ALPHA (default 0.05)")  # fmt: skip
-    p.add_argument("--feedback-ids", type=integer(1), default=50_000, metavar="N",
-                   help="answers that POST /v1/liftguard/feedback can still label (the "
-                   "oldest are dropped; about 0.5 kB each; default 50000)")  # fmt: skip
+    p.add_argument(
+        "--risk-alpha",
+        type=probability,
+        default=0.05,
+        metavar="ALPHA",
+        help="level of the live risk monitors: while a certificate's promise holds, "
+        "its alarm fires with probability at most ALPHA (default 0.05)",
+    )
+    p.add_argument(
+        "--feedback-ids",
+        type=integer(1),
+        default=50_000,
+        metavar="N",
+        help="answers that POST /v1/liftguard/feedback can still label (the "
+        "oldest are dropped; about 0.5 kB each; default 50000)",
+    )
     p.add_argument(
         "--log-level",
         default="warning",

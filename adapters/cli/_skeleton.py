@@ -202,15 +202,19 @@ def _cmd_put(args: argparse.Namespace) -> int:
     cert = Certificate.load(args.certificate)  # a missing or invalid file: one line naming it
     store = _store(args)
     extra = {"certificate_file": Path(args.certificate).name}
-    version = store.put(args.name, {}, kind="certificate", certificate=cert, parent=args.parent,
-                        extra=extra)  # fmt: skip
+    version = store.put(
+        args.name, {}, kind="certificate", certificate=cert, parent=args.parent, extra=extra
+    )
     moved = ""
     if args.promote is not None:
         store.promote(args.name, version.version, alias=args.promote)
         moved = f"; {args.promote} -> {version.tag}"
     print(version.version)
-    print(f"liftguard skeleton put: wrote {args.name} {version.tag} to {store.url} from "
-          f"{args.certificate} (tau {cert.tau:.4g}){moved}", file=sys.stderr)  # fmt: skip
+    print(
+        f"liftguard skeleton put: wrote {args.name} {version.tag} to {store.url} from "
+        f"{args.certificate} (tau {cert.tau:.4g}){moved}",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -188,7 +188,7 @@ def _load(args: argparse.Namespace) -> tuple[Any, Path, str, PromptTemplate]:
         path, default_name = resolve_model(args.model, lambda d, t: bar(d >> 20, t >> 20))
     finally:
         bar.close()
-    model = LocalModel(path)
+    model = LocalModel(path, n_threads=args.threads)
     has_chat = "tokenizer.chat_template" in model.metadata
     template = args.template or default_template(args.model, model.architecture, has_chat)
     if template == "gguf-chat" and not has_chat:
@@ -321,6 +321,14 @@ def add_traces_parser(sub: Any) -> None:
     g.add_argument("--start", type=integer(0), default=0)
     g.add_argument("--limit", type=integer(0), default=None, help="at most N questions (0: all)")
     g.add_argument("--max-tokens", type=integer(1), default=24)
+    g.add_argument(
+        "--threads",
+        type=integer(1),
+        default=None,
+        help="llama.cpp threads (default: 2, or 1 on a 1-core machine); on a machine that is "
+        "busy with other work, 1 thread is often faster than 2, whose threads wait on "
+        "each other",
+    )
     # SUPPRESS: left out, it keeps the top-level -v instead of resetting it to False
     g.add_argument(
         "--verbose", action="store_true", default=argparse.SUPPRESS, help="print each answer"

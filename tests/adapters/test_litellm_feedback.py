@@ -24,8 +24,7 @@ if find_spec("litellm") is None or find_spec("fastapi") is None:
 import httpx
 import openai
 from litellm_harness import LiteLLM, ScriptedUpstream, blocked_verdict, running_litellm
-from prometheus_client.parser import text_string_to_metric_families
-from proxy_harness import BAD, GOOD, ROLE, STOP, calibrated_certificate, tokens
+from proxy_harness import BAD, GOOD, ROLE, STOP, calibrated_certificate, metric, tokens
 from sse_server import Reply, serving
 
 from guardrail import Certificate
@@ -112,14 +111,6 @@ def scrape(proc: LiteLLM) -> str:
     return resp.text
 
 
-def metric(text: str, name: str, **labels: str) -> float | None:
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and labels.items() <= sample.labels.items():
-                return float(sample.value)
-    return None
-
-
 def _auth(proc: LiteLLM) -> dict[str, str]:
     return {"Authorization": f"Bearer {proc.key}"}
 
@@ -172,9 +163,7 @@ def test_refused_labels_change_nothing(litellm: LiteLLM, upstream: ScriptedUpstr
     assert after["answers"] == before["answers"] + 1  # the block counts for coverage only
 
 
-def test_feedback_needs_a_key_litellm_accepts(
-    litellm: LiteLLM, upstream: ScriptedUpstream
-) -> None:
+def test_feedback_needs_a_key_litellm_accepts(litellm: LiteLLM, upstream: ScriptedUpstream) -> None:
     verdict = answer(litellm, "a stranger's label", upstream, CLEAN)
     before = risk(litellm)["labels"]
     wrong = {"Authorization": "Bearer sk-wrong"}

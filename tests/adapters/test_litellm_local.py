@@ -21,10 +21,9 @@ pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
 
 import openai
 from litellm_harness import LiteLLM, blocked_verdict, running_litellm
+from proxy_harness import guarded_directly
 
-from adapters import guarded_chat_completion
 from adapters.local import LocalChatServer, LocalModel, smollm2_certificate
-from guardrail import Certificate, GuardrailBlocked, Verdict
 
 QUESTIONS = ["What is the chemical symbol for gold?", "Which element has the atomic number 26?"]
 
@@ -45,24 +44,6 @@ def litellm(
         timeout_s=120.0,
     ) as proc:  # fmt: skip
         yield proc
-
-
-async def _direct(base_url: str, question: str, cert: Certificate) -> tuple[str, Verdict]:
-    """Text and final verdict of the adapters' guarded_chat_completion."""
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="local", max_retries=0)
-    monitor = cert.monitor()
-    parts: list[str] = []
-    try:
-        async for text in guarded_chat_completion(
-            client, certificate=cert, monitor=monitor, model="smollm2",
-            messages=[{"role": "user", "content": question}],
-        ):  # fmt: skip
-            parts.append(text)
-    except GuardrailBlocked:
-        pass
-    finally:
-        await client.close()
-    return "".join(parts), monitor.verdict
 
 
 async def _through_litellm(proc: LiteLLM, question: str) -> tuple[str, dict[str, Any]]:
@@ -92,7 +73,7 @@ async def test_litellm_decides_as_the_adapter_does(
     cert = smollm2_certificate()
     states = []
     for question in QUESTIONS:
-        direct_text, direct = await _direct(model_server.base_url, question, cert)
+        direct_text, direct = await guarded_directly(model_server.base_url, question, cert)
         text, verdict = await _through_litellm(litellm, question)
         assert (text, verdict["state"]) == (direct_text, direct.state.value), question
         assert verdict["covered"] is True and verdict["context_mismatches"] == []

@@ -116,9 +116,7 @@ async def _open(client: openai.AsyncOpenAI) -> Any:
     )
 
 
-async def collect(
-    client: openai.AsyncOpenAI, mon: Monitor, out: list[str], **kw: Any
-) -> None:
+async def collect(client: openai.AsyncOpenAI, mon: Monitor, out: list[str], **kw: Any) -> None:
     stream = await _open(client)
     async for text in guard_chat_stream(stream, mon, **kw):
         out.append(text)

@@ -277,3 +277,42 @@ def verdict_lines() -> Iterator[VerdictLines]:
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+
+
+# --- shared checks ---------------------------------------------------------------------------
+
+
+def metric(text: str, name: str, **labels: str) -> float | None:
+    """The value of Prometheus sample ``name`` whose labels include ``labels`` (None if
+    absent) in a ``/metrics`` page."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and labels.items() <= sample.labels.items():
+                return float(sample.value)
+    return None
+
+
+async def guarded_directly(base_url: str, question: str, cert: Certificate) -> tuple[str, Any]:
+    """Text and final verdict of the adapters' ``guarded_chat_completion`` against the
+    server at ``base_url`` (what a guard in front of it must agree with)."""
+    import openai
+
+    from adapters import guarded_chat_completion
+    from guardrail import GuardrailBlocked
+
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="local", max_retries=0)
+    monitor = cert.monitor()
+    parts: list[str] = []
+    try:
+        async for text in guarded_chat_completion(
+            client, certificate=cert, monitor=monitor, model="smollm2",
+            messages=[{"role": "user", "content": question}],
+        ):  # fmt: skip
+            parts.append(text)
+    except GuardrailBlocked:
+        pass
+    finally:
+        await client.close()
+    return "".join(parts), monitor.verdict

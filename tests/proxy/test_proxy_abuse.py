@@ -104,7 +104,9 @@ BAD_BODIES = {
     "deep_json": (b"[" * 100_000 + b"]" * 100_000, "invalid_json", None),
     "deep_in_messages": (
         b'{"model": "test-model", "messages": [{"role": "user", "content": '
-        + b"[" * 5000 + b"]" * 5000 + b"}]}",
+        + b"[" * 5000
+        + b"]" * 5000
+        + b"}]}",
         "invalid_json",
         None,
     ),
@@ -364,7 +366,7 @@ async def test_a_body_that_never_arrives_is_a_408(upstream: Upstream) -> None:
         reader, writer = await asyncio.open_connection(host, int(port))
         writer.write(
             b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"model\""
+            b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"model"'
         )  # ... and the other 92 bytes never come
         await writer.drain()
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)

@@ -19,6 +19,7 @@ from typing import Any
 import httpcore
 import httpx
 import pytest
+from raw_http import read_request
 
 from adapters._proxy._upstream import OneRequestPerIdleConnection, Upstream, upstream_transport
 
@@ -37,13 +38,7 @@ class KeepAliveServer:
         self.accepted += 1
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n")[1:]:
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                await reader.readexactly(length)
+                await read_request(reader)
                 writer.write(
                     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                     b"Content-Length: %d\r\n\r\n%s" % (len(BODY), BODY)

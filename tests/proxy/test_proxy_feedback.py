@@ -13,7 +13,6 @@ from typing import Any
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from proxy_harness import (
     BAD,
     GOOD,
@@ -23,6 +22,7 @@ from proxy_harness import (
     Upstream,
     calibrated_certificate,
     make_certificate,
+    metric,
     running_proxy,
     tokens,
 )
@@ -66,15 +66,6 @@ async def label(
 ) -> httpx.Response:
     return await client.post(proxy.url + FEEDBACK, json={"id": answer_id, "correct": correct},
                              **kw)  # fmt: skip
-
-
-def metric(text: str, name: str, **labels: str) -> float | None:
-    """The value of sample ``name`` whose labels include ``labels`` (None if absent)."""
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and labels.items() <= sample.labels.items():
-                return float(sample.value)
-    return None
 
 
 async def scrape(client: httpx.AsyncClient, proxy: ProxyServer, **kw: Any) -> str:
@@ -202,7 +193,7 @@ async def test_a_run_of_wrong_labels_fires_the_alarm(
     cert = calibrated()
     needed = wrong_labels_to_alarm(cert)
     assert needed > 1
-    caplog.set_level(logging.WARNING, logger="adapters._proxy._feedback")
+    caplog.set_level(logging.WARNING, logger="adapters._proxy._risk_watch")
     with serving(upstream, cert) as proxy:
         async with httpx.AsyncClient(timeout=30) as client:
             ids = [request_id(await ask(client, proxy, upstream, CLEAN)) for _ in range(needed + 1)]
@@ -220,7 +211,7 @@ async def test_a_run_of_wrong_labels_fires_the_alarm(
     assert metric(loud, "liftguard_risk_labels", **MONITOR) == needed + 1
     assert (metric(loud, "liftguard_risk_log_evalue", **MONITOR) or 0.0) >= math.log(1 / ALPHA)
     assert health["status"] == "ok" and health["risk"]["*"]["alarm"] is True
-    alarms = [r for r in caplog.records if r.name == "adapters._proxy._feedback"]
+    alarms = [r for r in caplog.records if r.name == "adapters._proxy._risk_watch"]
     assert len(alarms) == 1 and alarms[0].levelno == logging.WARNING
     line = alarms[0].getMessage()
     assert "model *" in line and "cal-cert" in line and f"after {needed} labelled" in line
@@ -340,7 +331,7 @@ async def test_a_new_certificate_version_starts_a_new_monitor(
     upstream: Upstream, caplog: pytest.LogCaptureFixture
 ) -> None:
     source = Swappable(calibrated())
-    caplog.set_level(logging.INFO, logger="adapters._proxy._feedback")
+    caplog.set_level(logging.INFO, logger="adapters._proxy._risk_watch")
     with running_proxy(upstream.base_url, certificate=source) as proxy:
         async with httpx.AsyncClient(timeout=30) as client:
             old = request_id(await ask(client, proxy, upstream, CLEAN))
@@ -359,7 +350,7 @@ async def test_a_new_certificate_version_starts_a_new_monitor(
     assert metric(text, "liftguard_risk_labels", **v1) is None
     assert metric(text, "liftguard_risk_labels", **v2) == 1.0
     assert metric(text, "liftguard_risk_target", **v2) == 0.2
-    lines = [r.getMessage() for r in caplog.records if r.name == "adapters._proxy._feedback"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "adapters._proxy._risk_watch"]
     assert any("v1 -> chat@production=v2: a new risk monitor" in m and "took 1 labels" in m
                for m in lines), lines  # fmt: skip
 

@@ -21,11 +21,10 @@ from typing import Any
 
 import openai
 import pytest
-from proxy_harness import running_proxy
+from proxy_harness import guarded_directly, running_proxy
 
-from adapters import PromptFreeSkeleton, guarded_chat_completion
+from adapters import PromptFreeSkeleton
 from adapters.proxy import FileCertificate, StaticCertificate, certificate_source
-from guardrail import Certificate, GuardrailBlocked, Verdict
 
 pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
 
@@ -44,24 +43,6 @@ QUESTIONS = ["What is the chemical symbol for gold?", "Which element has the ato
 def model_server() -> Iterator[LocalChatServer]:
     with LocalChatServer(LocalModel()) as srv:
         yield srv
-
-
-async def _direct(base_url: str, question: str, cert: Certificate) -> tuple[str, Verdict]:
-    """Text and final verdict of the adapters' guarded_chat_completion."""
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="local", max_retries=0)
-    monitor = cert.monitor()
-    parts: list[str] = []
-    try:
-        async for text in guarded_chat_completion(
-            client, certificate=cert, monitor=monitor, model="smollm2",
-            messages=[{"role": "user", "content": question}],
-        ):  # fmt: skip
-            parts.append(text)
-    except GuardrailBlocked:
-        pass
-    finally:
-        await client.close()
-    return "".join(parts), monitor.verdict
 
 
 async def _proxied(base_url: str, question: str) -> tuple[str, str, dict[str, Any]]:
@@ -90,7 +71,9 @@ async def test_the_proxy_decides_as_the_adapter_does(model_server: LocalChatServ
     states = []
     with running_proxy(model_server.base_url, certificate=cert) as proxy:
         for question in QUESTIONS:
-            direct_text, direct = await _direct(model_server.base_url, question, cert.current()[0])
+            direct_text, direct = await guarded_directly(
+                model_server.base_url, question, cert.current()[0]
+            )
             text, state, verdict = await _proxied(proxy.base_url, question)
             assert (text, state) == (direct_text, direct.state.value), question
             assert verdict["covered"] is True and verdict["context_mismatches"] == []
@@ -114,7 +97,7 @@ async def test_a_prompt_free_certificate_file_is_served_with_its_model(
     assert isinstance(cert.bound_skeleton, PromptFreeSkeleton)  # loaded from the spec
     with running_proxy(model_server.base_url, certificate=source) as proxy:
         text, state, verdict = await _proxied(proxy.base_url, QUESTIONS[0])
-    direct_text, direct = await _direct(
+    direct_text, direct = await guarded_directly(
         model_server.base_url, QUESTIONS[0], smollm2_fitted_certificate()
     )
     direct_reason = direct.reason

@@ -1,0 +1,114 @@
+"""The arguments of ``liftguard fit`` (the command itself: :mod:`._fit`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._common import fraction, integer, output_file, positive, probability
+from ._fit import DEFAULT_FIT_RISK, cmd_fit
+
+__all__ = ["add_fit_parser"]
+
+
+def add_fit_parser(sub: Any) -> None:
+    """The ``fit`` subcommand."""
+    from guardrail.fitting import DEFAULT_ALTERNATIVES, DEFAULT_L2
+    from guardrail.traces import TRACE_SKELETONS
+
+    p = sub.add_parser(
+        "fit",
+        help="fit a streaming statistic on labelled traces and write a certificate",
+        description="Fit a logistic statistic over per-token features (logprob, alternatives' "
+        "margin and entropy, skeleton lifts) on one part of a model's labelled traces, "
+        "calibrate its threshold on the disjoint rest by the same risk control as "
+        "'calibrate', and write the certificate (statistic, tau, model, context, split).",
+    )
+    p.add_argument("--traces", required=True, help="JSONL trace file (labelled answers)")
+    p.add_argument("--out", required=True, type=output_file, help="certificate file to write")
+    p.add_argument(
+        "--risk",
+        type=probability,
+        default=DEFAULT_FIT_RISK,
+        help=f"target selective risk (default {DEFAULT_FIT_RISK})",
+    )
+    p.add_argument("--delta", type=probability, default=0.05)
+    p.add_argument(
+        "--group",
+        default="lift",
+        choices=("api", "local", "lift"),
+        help="features by what the stream supplies: api (logprobs + alternatives), local "
+        "(+ exact entropies), lift (+ the skeleton's log-probability; default)",
+    )
+    p.add_argument(
+        "--features",
+        default=None,
+        metavar="NAME,...",
+        help="the features, comma-separated 'base.aggregate[@level]' names (e.g. "
+        "logprob.min,lift.sum,length.count), instead of --group's preset; bases: "
+        "logprob, margin, entropy, rank, temperature_lift, exact_entropy, lift, length",
+    )
+    p.add_argument(
+        "--form",
+        default="answer",
+        choices=("answer", "monotone"),
+        help="answer: any features, exact early verdicts from bounds (default); monotone: "
+        "only features that move one way, blocks as soon as the score falls below tau",
+    )
+    p.add_argument(
+        "--skeleton",
+        default="prompt-free",
+        choices=TRACE_SKELETONS,
+        help="skeleton of the lift features (default prompt-free)",
+    )
+    p.add_argument(
+        "--fit-fraction",
+        type=fraction,
+        default=0.5,
+        help="share of the traces the statistic is fitted on; tau is calibrated on the rest "
+        "(default 0.5). 1: fit on all of them and calibrate tau on other answers with "
+        "'liftguard calibrate --certificate' (until then the certificate certifies nothing)",
+    )
+    p.add_argument("--seed", type=integer(0), default=0, help="seed of the fit/calibration split")
+    p.add_argument("--l2", type=positive, default=DEFAULT_L2, help="L2 penalty of the fit")
+    p.add_argument(
+        "--select",
+        choices=("none", "coverage"),
+        default="none",
+        help="coverage: choose among the features at three penalties and the single scores "
+        "(sequence log-likelihood, lowest and mean logprob) by cross-validated coverage at "
+        "--risk on the fitting answers (default none: the features as given)",
+    )
+    p.add_argument(
+        "--alternatives",
+        type=integer(1),
+        default=None,
+        help=f"alternatives per token the features read (default {DEFAULT_ALTERNATIVES}, or "
+        "all the traces carry when fewer)",
+    )
+    p.add_argument(
+        "--range-quantile",
+        type=float,
+        default=0.01,
+        help="clamp each per-token feature to these quantiles of the fitting tokens",
+    )
+    p.add_argument("--on-length", default="answer", choices=("answer", "block"))
+    p.add_argument("--context", metavar="FILE", default=None, help="generation context JSON")
+    p.add_argument(
+        "--max-tokens",
+        type=integer(1),
+        default=None,
+        help="token limit of the answers (default: the context's, else the longest "
+        "answer in the traces)",
+    )
+    p.add_argument("--model-id", default=None)
+    p.add_argument("--api-model", default=None)
+    p.add_argument(
+        "--vocab-size",
+        type=integer(2),
+        default=None,
+        metavar="N",
+        help="the model's vocabulary size, for traces that do not carry it "
+        "(recorded from an API stream)",
+    )
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_fit)
