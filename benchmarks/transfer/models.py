@@ -38,10 +38,6 @@ class Model:
     answers are certified and not nearly all of them."""
     intervals: dict[str, tuple[str, ...]]
     """Risks per direction evaluated with ``--bootstrap`` (the intervals table)."""
-    nq_fit_risk: str = "0.97"
-    """``fit --risk`` on NQ-Open. Few answers are correct there, so at the usual 0.8 the
-    fit's own calibration half passes no threshold (its certificate would certify
-    nothing); eval recalibrates tau anyway and the statistic does not depend on it."""
 
 
 MODELS = (

@@ -12,6 +12,10 @@ SHARED_TRACES_DIR holds each model's TriviaQA traces, NQ_TRACES_DIR its NQ-Open 
 Writes the certificates and eval JSON into ``--results`` (default
 ``benchmarks/transfer/results``), which ``table.py`` and ``summary.py`` read.
 
+Each statistic is fitted on all of its dataset's answers (``--fit-fraction 1``): eval
+recalibrates tau on every split of the other dataset, so a calibration half at fit
+time would only take answers away from the fit.
+
 The shipped feature presets were chosen on TriviaQA, so NQ-Open -> TriviaQA is also run
 with features chosen on NQ-Open alone (``select_features.py`` on every model's NQ-Open
 traces): ``*_nq2tq_clean_*``. The evaluations at each model's ``intervals`` risks add 95%
@@ -73,11 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         start = time.monotonic()
         tq, nq, ctx = str(args.tq_dir / m.triviaqa), str(args.nq_dir / m.nq_open), ROOT / m.context
         cert = {name: str(out / f"{m.key}_{name}.json") for name in ("tq", "nq", "nq_clean")}
-        _liftguard("fit", "--traces", tq, "--context", str(ctx), "--out", cert["tq"])
-        _liftguard("fit", "--traces", nq, "--context", str(ctx), "--risk", m.nq_fit_risk,
-                   "--out", cert["nq"])  # fmt: skip
-        _liftguard("fit", "--traces", nq, "--context", str(ctx), "--risk", m.nq_fit_risk,
-                   "--features", nq_features, "--out", cert["nq_clean"])  # fmt: skip
+        fit = ("fit", "--context", str(ctx), "--fit-fraction", "1")
+        _liftguard(*fit, "--traces", tq, "--out", cert["tq"])
+        _liftguard(*fit, "--traces", nq, "--out", cert["nq"])
+        _liftguard(*fit, "--traces", nq, "--features", nq_features, "--out", cert["nq_clean"])
         for r in m.risks["nq2tq"]:
             boot = ("--bootstrap", args.bootstrap) if r in m.intervals["nq2tq"] else ()
             for topk in ((), ("--top-k", "5")):
