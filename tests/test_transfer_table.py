@@ -28,3 +28,16 @@ def test_docs_transfer_tables_are_what_table_py_writes() -> None:
     rows = sum(len(risks) for m in mod.MODELS for risks in m.intervals.values())
     assert sum(line.startswith(f"| {m.name}, ") for m in mod.MODELS
                for line in written.splitlines()) == rows  # fmt: skip
+
+
+def test_summary_auroc_bar_falls_back_to_the_in_domain_ceiling_only_below_the_bar() -> None:
+    path = ROOT / "benchmarks" / "transfer" / "summary.py"
+    spec = importlib.util.spec_from_file_location("transfer_summary", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    bar, slack = mod.BAR, mod.CEILING_SLACK
+    assert mod.auroc_bar(0.80 + bar, 0.80, 0.79)  # clears the bar outright
+    assert not mod.auroc_bar(0.805, 0.80, 0.80 + bar)  # the ceiling reaches the bar: no fallback
+    assert mod.auroc_bar(0.805 - slack, 0.80, 0.805)  # ceiling below the bar, within the slack
+    assert not mod.auroc_bar(0.804 - slack, 0.80, 0.805)  # more than the slack under it

@@ -18,14 +18,18 @@ time would only take answers away from the fit.
 
 The shipped feature presets were chosen on TriviaQA, so NQ-Open -> TriviaQA is also run
 with features chosen on NQ-Open alone (``select_features.py`` on every model's NQ-Open
-traces): ``*_nq2tq_clean_*``. The evaluations at each model's ``intervals`` risks add 95%
-paired bootstrap intervals (``--bootstrap``, default 200 resamples). NQ-Open ->
-TriviaQA is also evaluated with ``--top-k 5`` (``*_k5``).
+traces): ``*_nq2tq_clean_*``. Each direction also gets its in-domain reference
+(``*_ceiling.json``): the certificate's features fitted and scored out of fold on the
+test set itself, what no statistic over them fitted elsewhere is expected to beat.
+The evaluations at each model's ``intervals`` risks add 95% paired bootstrap
+intervals (``--bootstrap``, default 200 resamples). NQ-Open -> TriviaQA is also
+evaluated with ``--top-k 5`` (``*_k5``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import time
@@ -35,6 +39,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 from models import select  # noqa: E402
+from select_features import FOLDS, REPEATS, cross_validate  # noqa: E402
 
 EVAL = ("--delta", "0.05", "--splits", "50", "--seed", "7", "--json")
 
@@ -44,6 +49,18 @@ def _liftguard(*args: str, out: Path | None = None) -> None:
     with open(out if out else "/dev/null", "w", encoding="utf-8") as stdout:
         if subprocess.run(["liftguard", *args], stdout=stdout).returncode:
             raise SystemExit(f"run.py: failed: liftguard {' '.join(args)}")
+
+
+def _ceiling(cert: str, test: str, out: Path) -> None:
+    """The in-domain reference of ``cert``'s features on ``test``: their logistic statistic
+    fitted and scored out of fold on the test set itself (``select_features.py --cv``).
+    It looks at the test set, so it is a ceiling to read the certificate against, not a
+    result."""
+    names = json.loads(Path(cert).read_text(encoding="utf-8"))["statistic"]["features"]
+    mean, sd = cross_validate(names, test)
+    data = {"features": names, "auroc_mean": mean, "auroc_sd": sd, "folds": FOLDS,
+            "repeats": REPEATS, "test": Path(test).name}  # fmt: skip
+    out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
             boot = ("--bootstrap", args.bootstrap) if r in m.intervals["tq2nq"] else ()
             _liftguard("eval", "--traces", nq, "--certificate", cert["tq"], "--risk", r,
                        *EVAL, *boot, out=out / f"{m.key}_tq2nq_r{r}.json")  # fmt: skip
+        _ceiling(cert["nq"], tq, out / f"{m.key}_nq2tq_ceiling.json")
+        _ceiling(cert["tq"], nq, out / f"{m.key}_tq2nq_ceiling.json")
         print(f"{m.key}: {time.monotonic() - start:.0f}s", file=sys.stderr)
     return 0
 

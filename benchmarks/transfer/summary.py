@@ -4,9 +4,11 @@
 ``python benchmarks/transfer/summary.py`` writes, for the evaluation-results page:
 
 - ``docs/results/transfer_summary.md``: a row per model and direction (fit -> test): the
-  certificate's AUROC against the best single score, its coverage against the best
-  baseline at each risk evaluated for that model (``models.py``), its risk violations
-  and tokens read;
+  certificate's AUROC against the best single score and the in-domain ceiling of its
+  features (``*_ceiling.json``), its coverage against the best baseline and its refused
+  splits against nll's at each risk evaluated for that model (``models.py``), its risk
+  violations, and the share of a blocked answer it reads before blocking it (beside
+  ``lift``'s);
 - ``docs/results/transfer_nq_features.md``: NQ-Open -> TriviaQA with the shipped feature
   preset (chosen on TriviaQA) against features chosen on NQ-Open alone (``*_nq2tq_clean_*``).
 
@@ -22,6 +24,7 @@ instead, ``--models KEY,...`` renders only those models (both for trial runs).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,6 +41,11 @@ OUT_FEATURES = DOCS / "transfer_nq_features.md"
 COMMAND = "python benchmarks/transfer/summary.py"
 BAR = 0.01
 """The AUROC margin over the best single score the project asks of a certificate."""
+CEILING_SLACK = 0.005
+"""Where the in-domain ceiling is below the best single score + ``BAR``: how far under the
+ceiling the certificate may stay."""
+REFUSAL_SLACK = 2
+"""How many more of the splits' calibrations the certificate may refuse than nll's."""
 
 
 def _methods(results: Path, model: Model, tag: str, risk: str) -> dict[str, dict[str, Any]]:
@@ -69,11 +77,29 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%" if x else "0%"
 
 
+def _ceiling(results: Path, model: Model, tag: str) -> float:
+    path = results / f"{model.key}_{tag}_ceiling.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"missing results file {path}: run `python "
+                                "benchmarks/transfer/run.py`")  # fmt: skip
+    return float(json.loads(path.read_text(encoding="utf-8"))["auroc_mean"])
+
+
+def auroc_bar(cert: float, best: float, ceiling: float) -> bool:
+    """The project's AUROC bar: the best single score + ``BAR``, or, where the in-domain
+    ceiling of the certificate's features lies below that, within ``CEILING_SLACK`` of
+    the ceiling."""
+    if cert >= best + BAR:
+        return True
+    return ceiling < best + BAR and cert >= ceiling - CEILING_SLACK
+
+
 def _auroc(results: Path, model: Model, tag: str, risk: str) -> str:
     methods = _methods(results, model, tag, risk)
     cert, peer = methods["certificate"]["auroc"], _best_single(methods)
-    best = methods[peer]["auroc"]
-    return f"{_bold(f'{cert:.3f}', cert >= best + BAR)} / {best:.3f} ({_name(peer)})"
+    best, ceiling = methods[peer]["auroc"], _ceiling(results, model, tag)
+    return (f"{_bold(f'{cert:.3f}', auroc_bar(cert, best, ceiling))} / {best:.3f} "
+            f"({_name(peer)}) / {ceiling:.3f}")  # fmt: skip
 
 
 def _coverage(methods: dict[str, dict[str, Any]]) -> str:
@@ -81,12 +107,17 @@ def _coverage(methods: dict[str, dict[str, Any]]) -> str:
     cert, top = methods["certificate"]["coverage_mean"], _best_baseline(methods)
     best = methods[top]["coverage_mean"]
     name = f" ({_name(top)})" if best else ""
-    return f"{_bold(_pct(cert), cert > best)} / {_pct(best)}{name}"
+    return f"{_bold(_pct(cert), cert >= best)} / {_pct(best)}{name}"
+
+
+def _read(m: dict[str, Any]) -> str:
+    mean, median = m.get("blocked_read_mean"), m.get("blocked_read_median")
+    return "-" if mean is None else f"{mean:.0%} / {median:.0%}"
 
 
 def _summary_row(results: Path, model: Model, tag: str) -> str:
     risks = model.risks[tag]
-    cover, nothing, violations, read = [], [], [], []
+    cover, nothing, violations, refused, read = [], [], [], [], []
     for risk in risks:
         methods = _methods(results, model, tag, risk)
         cert = methods["certificate"]
@@ -95,20 +126,18 @@ def _summary_row(results: Path, model: Model, tag: str) -> str:
             continue
         cover.append(f"{risk}: {_coverage(methods)}")
         n = _splits(results, model, tag, risk)
+        mine, nll = cert["refused"], methods["nll"]["refused"]
+        refused.append(f"{risk}: {_bold(str(mine), mine <= nll + REFUSAL_SLACK)} / {nll}")
         if cert["risk_violation_rate"]:
             violations.append(f"{round(cert['risk_violation_rate'] * n)} of {n} ({risk})")
-        if cert["coverage_mean"]:
-            read.append((f"{cert['tokens_read_fraction']:.0%} / "
-                         f"{cert['tokens_read_median']:.0%}", risk))  # fmt: skip
+        read.append(f"{risk}: {_read(cert)} (`lift` {_read(methods['lift'])})")
     if nothing:
         cover.append(f"{' and '.join(nothing)}: 0% for every method")
-    reads = {text for text, _ in read}
-    read_cell = (reads.pop() if len(reads) == 1 and len(read) > 1
-                 else "; ".join(f"{text} ({risk})" for text, risk in read) or "-")  # fmt: skip
     n = _splits(results, model, tag, risks[0])
     return (
         f"| {model.name}, {DIRECTIONS[tag]} | {_auroc(results, model, tag, risks[0])} | "
-        f"{'; '.join(cover)} | {', '.join(violations) or f'0 of {n}'} | {read_cell} |"
+        f"{'; '.join(cover)} | {'; '.join(refused) or '-'} | "
+        f"{', '.join(violations) or f'0 of {n}'} | {'; '.join(read) or '-'} |"
     )
 
 
@@ -116,15 +145,21 @@ def render(results: Path = RESULTS, models: Sequence[Model] = MODELS) -> str:
     """The whole of ``docs/results/transfer_summary.md``."""
     lines = [f"<!-- generated by `{COMMAND}` from benchmarks/transfer/results; do not edit -->",
              "",
-             "| model, fit -> test | AUROC: certificate / best single score | coverage at each "
-             "risk: certificate / best baseline | certificate's risk violations | tokens read "
-             "(mean / median) |",
-             "|---|---|---|---|---|"]  # fmt: skip
+             "| model, fit -> test | AUROC: certificate / best single score / in-domain "
+             "ceiling | coverage at each risk: certificate / best baseline | refused splits: "
+             "certificate / nll | certificate's risk violations | tokens read before a block, "
+             "blocked answers (mean / median) |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
     for model in models:
         for tag in DIRECTIONS:
             lines.append(_summary_row(results, model, tag))
-    lines += ["", f"Bold: the certificate clears the bar (AUROC at least the best single "
-              f"score's + {BAR}; coverage above the best baseline's)."]  # fmt: skip
+    lines += ["", f"Bold: the certificate clears the bar: an AUROC at least the best single "
+              f"score's + {BAR} (or, where the in-domain ceiling lies below that, within "
+              f"{CEILING_SLACK} of the ceiling); a coverage at least the best baseline's; at "
+              f"most {REFUSAL_SLACK} more refused splits than nll. The in-domain ceiling is the "
+              "certificate's features fitted and scored out of fold on the test set itself "
+              "(`select_features.py --cv`): it looks at the test set, so it is a reference, "
+              "not a result."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
