@@ -38,10 +38,12 @@ risks."""
 
 
 def _cell(m: dict[str, float | int | None]) -> str:
+    """AUROC | coverage (refused splits, where any)."""
     auroc = m.get("auroc")
     cov = m.get("coverage_mean") or 0.0
     a = "-" if auroc is None or math.isnan(float(auroc)) else f"{float(auroc):.3f}"
-    return f"{a} | {100 * float(cov):.1f}%"
+    refused = int(m.get("refused") or 0)
+    return f"{a} | {100 * float(cov):.1f}%" + (f" ({refused})" if refused else "")
 
 
 def render(results: Path = RESULTS, models: Sequence[Model] = MODELS) -> str:
@@ -54,7 +56,9 @@ def render(results: Path = RESULTS, models: Sequence[Model] = MODELS) -> str:
         others = sorted({n for ms in methods.values() for n in ms} - {"certificate"})
         size = ", ".join(f"{m.name} {runs[m.key]['n']:,}" for m in models)
         head = " | ".join(f"{m.name} AUROC | {m.name} coverage @{risk[m.key]}" for m in models)
-        lines += [f"\nFit {title}; {test} traces: {size}.\n", f"| method | {head} |",
+        lines += [f"\nFit {title}; {test} traces: {size}. Coverage is the mean over the "
+                  "splits, a refused split counting 0%; in brackets, how many of them refused "
+                  "(none where absent).\n", f"| method | {head} |",
                   "|---|" + "---|---|" * len(models)]  # fmt: skip
         for name in ("certificate", *others):
             cells = (_cell(methods[m.key][name]) if name in methods[m.key] else "- | -"
