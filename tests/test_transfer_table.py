@@ -1,5 +1,6 @@
 """``benchmarks/transfer/table.py`` reads the committed transfer results and writes
-``docs/results/transfer.md``; the committed page is what it writes now."""
+``docs/results/transfer.md``; the committed page is what it writes now, for every model
+of ``benchmarks/transfer/models.py``."""
 
 from __future__ import annotations
 
@@ -20,4 +21,23 @@ def test_docs_transfer_tables_are_what_table_py_writes() -> None:
     assert written == mod.render(), f"stale {mod.OUT.name}: run `{mod.COMMAND}`"
     assert mod.COMMAND in written.splitlines()[0]
     assert written.count("\n| certificate |") == 3  # the three directions
+    for m in mod.MODELS:  # a coverage column per model, at its risk, in each direction
+        for tag in ("nq2tq", "tq2nq"):
+            assert f"| {m.name} coverage @{m.table[tag]} |" in written
     assert "bootstrap intervals" in written
+    rows = sum(len(risks) for m in mod.MODELS for risks in m.intervals.values())
+    assert sum(line.startswith(f"| {m.name}, ") for m in mod.MODELS
+               for line in written.splitlines()) == rows  # fmt: skip
+
+
+def test_summary_auroc_bar_falls_back_to_the_in_domain_ceiling_only_below_the_bar() -> None:
+    path = ROOT / "benchmarks" / "transfer" / "summary.py"
+    spec = importlib.util.spec_from_file_location("transfer_summary", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    bar, slack = mod.BAR, mod.CEILING_SLACK
+    assert mod.auroc_bar(0.80 + bar, 0.80, 0.79)  # clears the bar outright
+    assert not mod.auroc_bar(0.805, 0.80, 0.80 + bar)  # the ceiling reaches the bar: no fallback
+    assert mod.auroc_bar(0.805 - slack, 0.80, 0.805)  # ceiling below the bar, within the slack
+    assert not mod.auroc_bar(0.804 - slack, 0.80, 0.805)  # more than the slack under it

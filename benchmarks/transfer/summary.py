@@ -1,11 +1,14 @@
 """Write the summary tables of the fitted certificates on held-out data from
-``benchmarks/transfer/results`` (the outputs of ``bash benchmarks/transfer/run.sh``).
+``benchmarks/transfer/results`` (the outputs of ``python benchmarks/transfer/run.py``).
 
 ``python benchmarks/transfer/summary.py`` writes, for the evaluation-results page:
 
 - ``docs/results/transfer_summary.md``: a row per model and direction (fit -> test): the
-  certificate's AUROC against the best single score, its coverage against the best
-  baseline at each risk evaluated, its risk violations and tokens read;
+  certificate's AUROC against the best single score and the in-domain ceiling of its
+  features (``*_ceiling.json``), its coverage against the best baseline and its refused
+  splits against nll's at each risk evaluated for that model (``models.py``), its risk
+  violations, and the share of a blocked answer it reads before blocking it (beside
+  ``lift``'s);
 - ``docs/results/transfer_nq_features.md``: NQ-Open -> TriviaQA with the shipped feature
   preset (chosen on TriviaQA) against features chosen on NQ-Open alone (``*_nq2tq_clean_*``).
 
@@ -13,16 +16,22 @@
 paper's configuration); "best baseline" also counts ``lift``, the default single-score
 certificate. Bold marks where the certificate clears the project's bar: an AUROC at
 least the best single score's + 0.01, a coverage above the best baseline's.
+
+``--results DIR`` reads another results directory, ``--docs DIR`` writes the pages there
+instead, ``--models KEY,...`` renders only those models (both for trial runs).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
+from models import DIRECTIONS, MODELS, Model, load, select
 from table import PEERS
 
 RESULTS = Path(__file__).parent / "results"
@@ -30,20 +39,21 @@ DOCS = Path(__file__).parents[2] / "docs" / "results"
 OUT = DOCS / "transfer_summary.md"
 OUT_FEATURES = DOCS / "transfer_nq_features.md"
 COMMAND = "python benchmarks/transfer/summary.py"
-NAMES = {"smollm2": "SmolLM2", "gemma3": "Gemma 3"}
-DIRECTIONS = (("nq2tq", "NQ-Open -> TriviaQA", ("0.8", "0.7")),
-              ("tq2nq", "TriviaQA -> NQ-Open", ("0.95", "0.9", "0.8", "0.7")))  # fmt: skip
 BAR = 0.01
 """The AUROC margin over the best single score the project asks of a certificate."""
+CEILING_SLACK = 0.005
+"""Where the in-domain ceiling is below the best single score + ``BAR``: how far under the
+ceiling the certificate may stay."""
+REFUSAL_SLACK = 2
+"""How many more of the splits' calibrations the certificate may refuse than nll's."""
 
 
-def _methods(model: str, tag: str, risk: str) -> dict[str, dict[str, Any]]:
-    data: dict[str, Any] = json.loads((RESULTS / f"{model}_{tag}_r{risk}.json").read_text())
-    return dict(data["methods"])
+def _methods(results: Path, model: Model, tag: str, risk: str) -> dict[str, dict[str, Any]]:
+    return dict(load(results, model, tag, risk)["methods"])
 
 
-def _splits(model: str, tag: str, risk: str) -> int:
-    return int(json.loads((RESULTS / f"{model}_{tag}_r{risk}.json").read_text())["splits"])
+def _splits(results: Path, model: Model, tag: str, risk: str) -> int:
+    return int(load(results, model, tag, risk)["splits"])
 
 
 def _name(method: str) -> str:
@@ -67,97 +77,149 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%" if x else "0%"
 
 
-def _auroc(model: str, tag: str, risk: str) -> str:
-    methods = _methods(model, tag, risk)
+def _ceiling(results: Path, model: Model, tag: str) -> float:
+    path = results / f"{model.key}_{tag}_ceiling.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"missing results file {path}: run `python "
+                                "benchmarks/transfer/run.py`")  # fmt: skip
+    return float(json.loads(path.read_text(encoding="utf-8"))["auroc_mean"])
+
+
+def auroc_bar(cert: float, best: float, ceiling: float) -> bool:
+    """The project's AUROC bar: the best single score + ``BAR``, or, where the in-domain
+    ceiling of the certificate's features lies below that, within ``CEILING_SLACK`` of
+    the ceiling."""
+    if cert >= best + BAR:
+        return True
+    return ceiling < best + BAR and cert >= ceiling - CEILING_SLACK
+
+
+def _auroc(results: Path, model: Model, tag: str, risk: str) -> str:
+    methods = _methods(results, model, tag, risk)
     cert, peer = methods["certificate"]["auroc"], _best_single(methods)
-    best = methods[peer]["auroc"]
-    return f"{_bold(f'{cert:.3f}', cert >= best + BAR)} / {best:.3f} ({_name(peer)})"
+    best, ceiling = methods[peer]["auroc"], _ceiling(results, model, tag)
+    return (f"{_bold(f'{cert:.3f}', auroc_bar(cert, best, ceiling))} / {best:.3f} "
+            f"({_name(peer)}) / {ceiling:.3f}")  # fmt: skip
 
 
-def _coverage(model: str, tag: str, risk: str, named: bool = True) -> str:
-    """The certificate's coverage / the best baseline's (named), at ``risk``."""
-    methods = _methods(model, tag, risk)
+def _coverage(methods: dict[str, dict[str, Any]]) -> str:
+    """The certificate's coverage / the best baseline's (named)."""
     cert, top = methods["certificate"]["coverage_mean"], _best_baseline(methods)
     best = methods[top]["coverage_mean"]
-    name = f" ({_name(top)})" if named and best else ""
-    return f"{_bold(_pct(cert), cert > best)} / {_pct(best)}{name}"
+    name = f" ({_name(top)})" if best else ""
+    return f"{_bold(_pct(cert), cert >= best)} / {_pct(best)}{name}"
 
 
-def _summary_row(model: str, tag: str, title: str, risks: tuple[str, ...]) -> str:
-    cover, nothing, violations, read = [], [], [], []
+def _read(m: dict[str, Any]) -> str:
+    mean, median = m.get("blocked_read_mean"), m.get("blocked_read_median")
+    return "-" if mean is None else f"{mean:.0%} / {median:.0%}"
+
+
+def _summary_row(results: Path, model: Model, tag: str) -> str:
+    risks = model.risks[tag]
+    cover, nothing, violations, refused, read = [], [], [], [], []
     for risk in risks:
-        methods = _methods(model, tag, risk)
+        methods = _methods(results, model, tag, risk)
         cert = methods["certificate"]
         if all(m["coverage_mean"] == 0 for m in methods.values()):
             nothing.append(risk)
             continue
-        cover.append(f"{risk}: {_coverage(model, tag, risk)}")
-        n = _splits(model, tag, risk)
+        cover.append(f"{risk}: {_coverage(methods)}")
+        n = _splits(results, model, tag, risk)
+        mine, nll = cert["refused"], methods["nll"]["refused"]
+        refused.append(f"{risk}: {_bold(str(mine), mine <= nll + REFUSAL_SLACK)} / {nll}")
         if cert["risk_violation_rate"]:
             violations.append(f"{round(cert['risk_violation_rate'] * n)} of {n} ({risk})")
-        if cert["coverage_mean"]:
-            read.append((f"{cert['tokens_read_fraction']:.0%} / "
-                         f"{cert['tokens_read_median']:.0%}", risk))  # fmt: skip
+        read.append(f"{risk}: {_read(cert)} (`lift` {_read(methods['lift'])})")
     if nothing:
         cover.append(f"{' and '.join(nothing)}: 0% for every method")
-    reads = {text for text, _ in read}
-    read_cell = (reads.pop() if len(reads) == 1 and len(read) > 1
-                 else "; ".join(f"{text} ({risk})" for text, risk in read) or "-")  # fmt: skip
-    n = _splits(model, tag, risks[0])
-    return (f"| {NAMES[model]}, {title} | {_auroc(model, tag, risks[0])} | {'; '.join(cover)} | "
-            f"{', '.join(violations) or f'0 of {n}'} | {read_cell} |")  # fmt: skip
+    n = _splits(results, model, tag, risks[0])
+    return (
+        f"| {model.name}, {DIRECTIONS[tag]} | {_auroc(results, model, tag, risks[0])} | "
+        f"{'; '.join(cover)} | {'; '.join(refused) or '-'} | "
+        f"{', '.join(violations) or f'0 of {n}'} | {'; '.join(read) or '-'} |"
+    )
 
 
-def render() -> str:
+def render(results: Path = RESULTS, models: Sequence[Model] = MODELS) -> str:
     """The whole of ``docs/results/transfer_summary.md``."""
     lines = [f"<!-- generated by `{COMMAND}` from benchmarks/transfer/results; do not edit -->",
              "",
-             "| model, fit -> test | AUROC: certificate / best single score | coverage at each "
-             "risk: certificate / best baseline | certificate's risk violations | tokens read "
-             "(mean / median) |",
-             "|---|---|---|---|---|"]  # fmt: skip
-    for model in NAMES:
-        for tag, title, risks in DIRECTIONS:
-            lines.append(_summary_row(model, tag, title, risks))
-    lines += ["", f"Bold: the certificate clears the bar (AUROC at least the best single "
-              f"score's + {BAR}; coverage above the best baseline's)."]  # fmt: skip
+             "| model, fit -> test | AUROC: certificate / best single score / in-domain "
+             "ceiling | coverage at each risk: certificate / best baseline | refused splits: "
+             "certificate / nll | certificate's risk violations | tokens read before a block, "
+             "blocked answers (mean / median) |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for model in models:
+        for tag in DIRECTIONS:
+            lines.append(_summary_row(results, model, tag))
+    lines += ["", f"Bold: the certificate clears the bar: an AUROC at least the best single "
+              f"score's + {BAR} (or, where the in-domain ceiling lies below that, within "
+              f"{CEILING_SLACK} of the ceiling); a coverage at least the best baseline's; at "
+              f"most {REFUSAL_SLACK} more refused splits than nll. The in-domain ceiling is the "
+              "certificate's features fitted and scored out of fold on the test set itself "
+              "(`select_features.py --cv`): it looks at the test set, so it is a reference, "
+              "not a result."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
-def render_features() -> str:
+def render_features(results: Path = RESULTS, models: Sequence[Model] = MODELS) -> str:
     """The whole of ``docs/results/transfer_nq_features.md``."""
-    models = tuple(NAMES)
-    head = " | ".join(f"{NAMES[m]} AUROC | coverage 0.8 / 0.7" for m in models)
-    lines = [f"<!-- generated by `{COMMAND}` from benchmarks/transfer/results; do not edit -->",
-             "", f"| NQ-Open -> TriviaQA | {head} |", "|---|" + "---|" * 2 * len(models)]
-    for label, tag in (("certificate, TriviaQA-chosen preset (shipped default)", "nq2tq"),
-                       ("certificate, features chosen on NQ-Open only", "nq2tq_clean")):
+    head = " | ".join(f"{m.name} AUROC | coverage {' / '.join(m.risks['nq2tq'])}" for m in models)
+    lines = [
+        f"<!-- generated by `{COMMAND}` from benchmarks/transfer/results; do not edit -->",
+        "",
+        f"| NQ-Open -> TriviaQA | {head} |",
+        "|---|" + "---|" * 2 * len(models),
+    ]
+    for label, tag in (
+        ("certificate, TriviaQA-chosen preset (shipped default)", "nq2tq"),
+        ("certificate, features chosen on NQ-Open only", "nq2tq_clean"),
+    ):
         cells = []
         for m in models:
-            cert = [_methods(m, tag, r)["certificate"] for r in ("0.8", "0.7")]
-            cells.append(f"{cert[0]['auroc']:.3f} | {_pct(cert[0]['coverage_mean'])} / "
-                         f"{_pct(cert[1]['coverage_mean'])}")  # fmt: skip
+            cert = [_methods(results, m, tag, r)["certificate"] for r in m.risks["nq2tq"]]
+            cells.append(f"{cert[0]['auroc']:.3f} | "
+                         + " / ".join(_pct(c["coverage_mean"]) for c in cert))  # fmt: skip
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     cells = []
     for m in models:
-        runs = [_methods(m, "nq2tq", r) for r in ("0.8", "0.7")]
+        runs = [_methods(results, m, "nq2tq", r) for r in m.risks["nq2tq"]]
         peer, tops = _best_single(runs[0]), [_best_baseline(r) for r in runs]
         cover = " / ".join(f"{_pct(r[t]['coverage_mean'])} ({_name(t)})"
                            for r, t in zip(runs, tops, strict=True))  # fmt: skip
         cells.append(f"{runs[0][peer]['auroc']:.3f} ({_name(peer)}) | {cover}")
     label = "best single score (AUROC) / best baseline (coverage)"
     lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    chosen = (RESULTS / "nq_selected_features.txt").read_text().strip().splitlines()
+    path = results / "nq_selected_features.txt"
+    if not path.is_file():
+        raise FileNotFoundError(f"missing results file {path}: run `python "
+                                "benchmarks/transfer/run.py`")  # fmt: skip
+    chosen = path.read_text(encoding="utf-8").strip().splitlines()
     lines += ["", f"Chosen on NQ-Open by `select_features.py`, {chosen[0]}: "
               + ", ".join(f"`{f}`" for f in chosen[-1].split(",")) + "."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    for path, text in ((OUT, render()), (OUT_FEATURES, render_features())):
-        path.write_text(text, encoding="utf-8")
-        print(f"wrote {path}")
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write the transfer summary pages.")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--docs", type=Path, default=DOCS)
+    parser.add_argument("--models", help="comma-separated keys of models.py (default: all)")
+    args = parser.parse_args(argv)
+    models = select(args.models)
+    try:
+        pages = {OUT.name: render(args.results, models),
+                 OUT_FEATURES.name: render_features(args.results, models)}  # fmt: skip
+    except FileNotFoundError as exc:
+        print(f"summary.py: {exc}", file=sys.stderr)
+        return 1
+    args.docs.mkdir(parents=True, exist_ok=True)
+    for name, text in pages.items():
+        (args.docs / name).write_text(text, encoding="utf-8")
+        print(f"wrote {args.docs / name}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

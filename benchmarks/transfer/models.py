@@ -1,0 +1,102 @@
+"""The models of the transfer benchmark and what it runs for each of them.
+
+``run.py`` runs, and ``table.py`` and ``summary.py`` render, exactly these models, in
+this order. The models answer very different shares of the questions correctly
+(TriviaQA: SmolLM2 9%, Gemma 3 16%, Qwen2.5-Coder 22%; NQ-Open: 3-4%, 3-4%, 8%), so a
+target risk that is demanding for one is trivial or unreachable for another: each
+model has its own risks per direction.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DIRECTIONS = {"nq2tq": "NQ-Open -> TriviaQA", "tq2nq": "TriviaQA -> NQ-Open"}
+"""Fit on the first dataset, evaluate on the second. ``nq2tq_clean`` (features chosen on
+NQ-Open alone) is also evaluated at the ``nq2tq`` risks."""
+
+
+@dataclass(frozen=True)
+class Model:
+    key: str
+    """Prefix of the result files: ``{key}_tq.json``, ``{key}_nq2tq_r0.8.json``, ..."""
+    name: str
+    """How the docs name the model."""
+    triviaqa: str
+    """TriviaQA traces: file name in the shared traces directory."""
+    nq_open: str
+    """NQ-Open traces: file name in the NQ-Open traces directory."""
+    context: str
+    """Generation context for ``liftguard fit --context``, relative to the repository root."""
+    risks: dict[str, tuple[str, ...]]
+    """Target risks evaluated per direction (the summary's coverage at each risk)."""
+    table: dict[str, str]
+    """The risk per direction of the per-method tables' coverage column: one where some
+    answers are certified and not nearly all of them."""
+    intervals: dict[str, tuple[str, ...]]
+    """Risks per direction evaluated with ``--bootstrap`` (the intervals table)."""
+
+
+MODELS = (
+    Model(
+        key="smollm2",
+        name="SmolLM2",
+        triviaqa="triviaqa_smollm2.jsonl",
+        nq_open="nq_open_smollm2.jsonl",
+        context="guardrail/data/smollm2_context.json",
+        risks={"nq2tq": ("0.8", "0.7"), "tq2nq": ("0.95", "0.9", "0.8", "0.7")},
+        table={"nq2tq": "0.8", "tq2nq": "0.95"},
+        intervals={"nq2tq": ("0.8", "0.7"), "tq2nq": ("0.95", "0.9")},
+    ),
+    Model(
+        key="gemma3",
+        name="Gemma 3",
+        triviaqa="triviaqa_gemma3.jsonl",
+        nq_open="nq_open_gemma3.jsonl",
+        context="benchmarks/transfer/gemma3_context.json",
+        risks={"nq2tq": ("0.8", "0.7"), "tq2nq": ("0.95", "0.9", "0.8", "0.7")},
+        table={"nq2tq": "0.8", "tq2nq": "0.95"},
+        intervals={"nq2tq": ("0.8", "0.7"), "tq2nq": ("0.95", "0.9")},
+    ),
+    Model(
+        key="qwen25coder",
+        name="Qwen",
+        triviaqa="triviaqa_qwen25coder.jsonl",
+        nq_open="nq_open_qwen25coder.jsonl",
+        context="guardrail/data/qwen_context.json",
+        risks={"nq2tq": ("0.7", "0.5"), "tq2nq": ("0.95", "0.9", "0.8")},
+        table={"nq2tq": "0.5", "tq2nq": "0.9"},  # at 0.95 nearly every NQ-Open answer passes
+        intervals={"nq2tq": ("0.7", "0.5"), "tq2nq": ("0.95", "0.9", "0.8")},
+    ),
+)
+BY_KEY = {m.key: m for m in MODELS}
+for _m in MODELS:
+    assert set(_m.risks) == set(DIRECTIONS), _m.key
+    assert all(_m.table[d] in _m.risks[d] for d in DIRECTIONS), _m.key
+    assert all(set(_m.intervals[d]) <= set(_m.risks[d]) for d in DIRECTIONS), _m.key
+
+
+def select(keys: str | None) -> tuple[Model, ...]:
+    """The models named by a comma-separated list of keys (all of them for None or "")."""
+    if not keys:
+        return MODELS
+    unknown = [k for k in keys.split(",") if k not in BY_KEY]
+    if unknown:
+        raise SystemExit(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(BY_KEY)}")
+    return tuple(BY_KEY[k] for k in keys.split(","))
+
+
+def load(results: Path, model: Model, tag: str, risk: str) -> dict[str, Any]:
+    """The ``liftguard eval --json`` output of ``model`` for ``tag`` (``nq2tq``,
+    ``nq2tq_clean``, ``tq2nq``) at ``risk``, saved by ``run.py`` in ``results``."""
+    path = results / f"{model.key}_{tag}_r{risk}.json"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"missing results file {path}: run `python "
+            f"benchmarks/transfer/run.py` for {model.name} ({model.key})"
+        )
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
