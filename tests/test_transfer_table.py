@@ -6,16 +6,23 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).parents[1]
 
 
-def test_docs_transfer_tables_are_what_table_py_writes() -> None:
-    path = ROOT / "benchmarks" / "transfer" / "table.py"
-    spec = importlib.util.spec_from_file_location("transfer_table", path)
+def _script(name: str) -> Any:
+    """``benchmarks/transfer/NAME.py``, loaded as a module."""
+    path = ROOT / "benchmarks" / "transfer" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"transfer_{name}", path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_docs_transfer_tables_are_what_table_py_writes() -> None:
+    mod = _script("table")
     assert mod.OUT == ROOT / "docs" / "results" / "transfer.md"
     written = mod.OUT.read_text(encoding="utf-8")
     assert written == mod.render(), f"stale {mod.OUT.name}: run `{mod.COMMAND}`"
@@ -31,11 +38,7 @@ def test_docs_transfer_tables_are_what_table_py_writes() -> None:
 
 
 def test_summary_auroc_bar_falls_back_to_the_in_domain_ceiling_only_below_the_bar() -> None:
-    path = ROOT / "benchmarks" / "transfer" / "summary.py"
-    spec = importlib.util.spec_from_file_location("transfer_summary", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _script("summary")
     bar, slack = mod.BAR, mod.CEILING_SLACK
     assert mod.auroc_bar(0.80 + bar, 0.80, 0.79)  # clears the bar outright
     assert not mod.auroc_bar(0.805, 0.80, 0.80 + bar)  # the ceiling reaches the bar: no fallback
