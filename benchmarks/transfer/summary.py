@@ -14,8 +14,9 @@
 
 "Best single score" is the best AUROC among ``table.PEERS`` (the peers' scores and the
 paper's configuration); "best baseline" also counts ``lift``, the default single-score
-certificate. Bold marks where the certificate clears the project's bar: an AUROC at
-least the best single score's + 0.01, a coverage above the best baseline's.
+certificate. Bold marks where the certificate clears the project's bar (:func:`auroc_bar`
+for AUROC; a coverage at least the best baseline's; at most ``REFUSAL_SLACK`` more
+refused splits than nll).
 
 ``--results DIR`` reads another results directory, ``--docs DIR`` writes the pages there
 instead, ``--models KEY,...`` renders only those models (both for trial runs).
