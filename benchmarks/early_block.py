@@ -161,9 +161,10 @@ def run(shared: Path) -> dict[str, Any]:
         correct = np.array([bool(x.correct) for x in test])
         cert = _fit(a, Path(t) / "answer.json")
         rb = [_replay(cert, x) for x in test]
-        rises = np.concatenate([r["score"][-1] - r["score"]
-                                for r, x in ((_replay(cert, x), x) for x in train)
-                                if x.correct and x.n_tokens])  # fmt: skip
+        fitted_right = [x for x in train if x.correct and x.n_tokens]
+        rises = np.concatenate(
+            [r["score"][-1] - r["score"] for r in (_replay(cert, x) for x in fitted_right)]
+        )
         below = sum(bool((r["joint"] < r["score"][-1] - 1e-9).any()) for r in rb if r["score"].size)
         rows["exact"] = _evaluate([_path(cert, r, r["upper"]) for r in rb], correct, cert.policy)
         rows["joint"] = _evaluate([_path(cert, r, r["joint"]) for r in rb], correct, cert.policy)

@@ -92,11 +92,18 @@ def select(keys: str | None) -> tuple[Model, ...]:
 def load(results: Path, model: Model, tag: str, risk: str) -> dict[str, Any]:
     """The ``liftguard eval --json`` output of ``model`` for ``tag`` (``nq2tq``,
     ``nq2tq_clean``, ``tq2nq``) at ``risk``, saved by ``run.py`` in ``results``."""
-    path = results / f"{model.key}_{tag}_r{risk}.json"
+    data: dict[str, Any] = json.loads(
+        read_result(results, f"{model.key}_{tag}_r{risk}.json", f" for {model.name} ({model.key})")
+    )
+    return data
+
+
+def read_result(results: Path, name: str, which: str = "") -> str:
+    """The text of the results file ``name`` that ``run.py`` saved in ``results``; a missing
+    one is a FileNotFoundError naming the command that makes it (``which``: for what)."""
+    path = results / name
     if not path.is_file():
         raise FileNotFoundError(
-            f"missing results file {path}: run `python "
-            f"benchmarks/transfer/run.py` for {model.name} ({model.key})"
+            f"missing results file {path}: run `python benchmarks/transfer/run.py`{which}"
         )
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return data
+    return path.read_text(encoding="utf-8")

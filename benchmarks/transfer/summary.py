@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from models import DIRECTIONS, MODELS, Model, load, select
+from models import DIRECTIONS, MODELS, Model, load, read_result, select
 from table import PEERS
 
 RESULTS = Path(__file__).parent / "results"
@@ -79,11 +79,8 @@ def _pct(x: float) -> str:
 
 
 def _ceiling(results: Path, model: Model, tag: str) -> float:
-    path = results / f"{model.key}_{tag}_ceiling.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"missing results file {path}: run `python "
-                                "benchmarks/transfer/run.py`")  # fmt: skip
-    return float(json.loads(path.read_text(encoding="utf-8"))["auroc_mean"])
+    data = json.loads(read_result(results, f"{model.key}_{tag}_ceiling.json"))
+    return float(data["auroc_mean"])
 
 
 def auroc_bar(cert: float, best: float, ceiling: float) -> bool:
@@ -192,11 +189,7 @@ def render_features(results: Path = RESULTS, models: Sequence[Model] = MODELS) -
         cells.append(f"{runs[0][peer]['auroc']:.3f} ({_name(peer)}) | {cover}")
     label = "best single score (AUROC) / best baseline (coverage)"
     lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    path = results / "nq_selected_features.txt"
-    if not path.is_file():
-        raise FileNotFoundError(f"missing results file {path}: run `python "
-                                "benchmarks/transfer/run.py`")  # fmt: skip
-    chosen = path.read_text(encoding="utf-8").strip().splitlines()
+    chosen = read_result(results, "nq_selected_features.txt").strip().splitlines()
     lines += ["", f"Chosen on NQ-Open by `select_features.py`, {chosen[0]}: "
               + ", ".join(f"`{f}`" for f in chosen[-1].split(",")) + "."]  # fmt: skip
     return "\n".join(lines) + "\n"
