@@ -13,7 +13,9 @@ seconds). The answer is one token per chunk, as OpenAI streams it: a role chunk,
 ``top`` alternatives), a ``finish_reason`` chunk, then ``data: [DONE]``. Token
 ``n`` is ``" w<n>"`` with logprob ``LOGPROBS[n % 2]``. Bodies are built once per
 spec; with no delay the whole body goes out in one write (the client then reads
-as fast as it parses), otherwise one chunk per ``delay``. ``endless`` answers
+as fast as it parses), otherwise chunk ``n`` at ``n * delay`` after the first (a
+fixed schedule, as a model generating at a steady rate: a late wake-up does not
+delay every later chunk). ``endless`` answers
 never finish: blocks of 100 token chunks until the client hangs up.
 """
 
@@ -131,9 +133,11 @@ class _Server:
                     await writer.drain()
                     continue
                 writer.write(_HEAD)
+                loop = asyncio.get_running_loop()
+                start = loop.time()
                 for n, frame in enumerate(frames):
-                    if n:
-                        await asyncio.sleep(spec.delay)
+                    if n:  # on a fixed schedule: one sleep's overshoot is not carried on
+                        await asyncio.sleep(max(0.0, start + n * spec.delay - loop.time()))
                     writer.write(frame)
                     await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):

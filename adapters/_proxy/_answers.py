@@ -37,7 +37,7 @@ from ._guarded import AnswerGuard
 from ._metrics import ProxyMetrics
 from ._recording import Recorder
 from ._upstream import TOO_LARGE, UpstreamAnswer, UpstreamFailure, decode_chunk
-from ._wire import DONE, sse
+from ._wire import DONE, merge_released, sse
 
 __all__ = ["SCORING_THREADS", "AnswerLoop"]
 
@@ -124,7 +124,7 @@ class AnswerLoop:
             last: dict[str, Any] | None = None
             async for batch in chunks:
                 t0 = clock()
-                data = b"".join([sse(chunk) for chunk in batch])
+                data = b"".join([sse(chunk) for chunk in merge_released(batch)])
                 guard.busy_s += clock() - t0
                 last = batch[-1]
                 yield data

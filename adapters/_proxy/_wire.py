@@ -219,3 +219,133 @@ def strip_chunk(chunk: dict[str, Any], want_logprobs: bool, top_k: int) -> dict[
         elif isinstance(lp, dict):
             choice["logprobs"] = {key: _trim_entries(value, top_k) for key, value in lp.items()}
     return chunk
+
+
+_PLAIN_CHOICE = frozenset(("index", "delta", "logprobs", "finish_reason"))
+_PLAIN_DELTA = frozenset(("role", "content", "refusal"))
+_PLAIN_LP = frozenset(("content", "refusal"))
+
+
+def _plain(chunk: dict[str, Any]) -> tuple[dict[str, Any], str, Any] | None:
+    """``(delta, text, logprob entries)`` of a chunk that is only text for choice 0
+    (entries None when it has no ``logprobs``), else None: a finish, a tool call, a
+    refusal, usage, several choices or anything unknown in the choice is not plain."""
+    choices = chunk.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1:
+        return None
+    choice = choices[0]
+    if (
+        not isinstance(choice, dict)
+        or choice.get("index") != 0
+        or not _PLAIN_CHOICE.issuperset(choice)
+    ):
+        return None
+    delta, lp = choice.get("delta"), choice.get("logprobs")
+    if choice.get("finish_reason") is not None or not isinstance(delta, dict):
+        return None
+    text = delta.get("content")
+    if not _PLAIN_DELTA.issuperset(delta) or delta.get("refusal") is not None:
+        return None
+    if text is not None and not isinstance(text, str):
+        return None
+    if lp is None:
+        return delta, text or "", None
+    if not isinstance(lp, dict) or lp.get("refusal") is not None or not _PLAIN_LP.issuperset(lp):
+        return None
+    entries = lp.get("content")
+    return (delta, text or "", entries) if isinstance(entries, list) else None
+
+
+def merge_released(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``batch`` (chunks released in one write) with each run of plain text chunks of
+    choice 0 joined into one chunk: the text concatenated, the logprob entries too.
+
+    A run takes chunks whose other fields (``id``, ``model``, ``created``, ...) equal its
+    first chunk's; a role only opens a run; text with entries and text without never mix.
+    Nothing is re-cut: each chunk's text and entries move whole. Everything else (the
+    finish chunk that carries the verdict, tool calls, usage) goes out as it came. A
+    buffered answer released at certification is then three events instead of one per
+    token, and the client parses one chunk where it parsed hundreds."""
+    if len(batch) < 3:
+        return batch
+    out: list[dict[str, Any]] = []
+    run = _Run()
+    for chunk in batch:
+        parts = _plain(chunk)
+        if parts is None or not run.takes(chunk, parts):
+            run.flush(out)
+            if parts is None:
+                out.append(chunk)
+                continue
+            run.start(chunk, parts)
+    run.flush(out)
+    return out
+
+
+class _Run:
+    """Plain chunks to join: their text and entries, and whether the text came with
+    entries (None until a chunk carried either)."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.chunks: list[dict[str, Any]] = []
+        self.texts: list[str] = []
+        self.entries: list[Any] = []
+        self.with_entries: bool | None = None
+        self.any_logprobs = False
+
+    def start(self, chunk: dict[str, Any], parts: tuple[dict[str, Any], str, Any]) -> None:
+        self.chunks.append(chunk)
+        self._add(parts)
+
+    def takes(self, chunk: dict[str, Any], parts: tuple[dict[str, Any], str, Any]) -> bool:
+        """Add ``chunk`` if it can join the run (an empty run takes nothing)."""
+        if not self.chunks or "role" in parts[0]:
+            return False
+        first = self.chunks[0]
+        if len(chunk) != len(first) or any(
+            key != "choices" and chunk.get(key, first) != value for key, value in first.items()
+        ):
+            return False
+        kind = _kind(parts)
+        if kind is not None and self.with_entries not in (None, kind):
+            return False
+        self.chunks.append(chunk)
+        self._add(parts)
+        return True
+
+    def _add(self, parts: tuple[dict[str, Any], str, Any]) -> None:
+        _, text, entries = parts
+        self.texts.append(text)
+        if entries is not None:
+            self.entries += entries
+            self.any_logprobs = True
+        kind = _kind(parts)
+        if kind is not None:
+            self.with_entries = kind
+
+    def flush(self, out: list[dict[str, Any]]) -> None:
+        if len(self.chunks) == 1:
+            out.append(self.chunks[0])
+        elif self.chunks:
+            out.append(self._joined())
+        self._reset()
+
+    def _joined(self) -> dict[str, Any]:
+        first = self.chunks[0]
+        choice = first["choices"][0]
+        lp: dict[str, Any] | None = None
+        if self.with_entries or (self.with_entries is None and self.any_logprobs):
+            lp = {"content": self.entries}
+            if any("refusal" in (c["choices"][0]["logprobs"] or ()) for c in self.chunks):
+                lp["refusal"] = None
+        delta = {**choice["delta"], "content": "".join(self.texts)}
+        return {**first, "choices": [{**choice, "delta": delta, "logprobs": lp}]}
+
+
+def _kind(parts: tuple[dict[str, Any], str, Any]) -> bool | None:
+    """Whether a chunk's text comes with logprob entries; None when it carries neither."""
+    _, text, entries = parts
+    return None if not text and not entries else entries is not None
