@@ -281,7 +281,7 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
             async for chunk in response:
                 yield chunk
             return
-        answer = Answer(request, max_token_chars=self.max_token_chars)
+        answer = Answer(request, max_token_chars=self.max_token_chars, join=ModelResponseStream)
         last: Any = None
         first_id: Any = None
         ended = False

@@ -19,6 +19,7 @@ final verdict, and what the client did not ask for (logprobs, alternatives past 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -28,10 +29,17 @@ from guardrail import Certificate, Monitor, Verdict
 from ._context import apply_context, filled_limit
 from ._openai_events import ChunkParts, chat_chunk_parts
 from ._proxy._chat import DEFAULT_UPSTREAM_TOP, check_upstream, sampling_changes
-from ._proxy._wire import verdict_info
+from ._proxy._wire import merge_released, verdict_info
 from ._stream import DEFAULT_MAX_TOKEN_CHARS, GuardStep, Mode
 
-__all__ = ["Answer", "GuardedRequest", "completion_chunk", "prepare_request", "strip_choice"]
+__all__ = [
+    "Answer",
+    "GuardedRequest",
+    "completion_chunk",
+    "joined_chunks",
+    "prepare_request",
+    "strip_choice",
+]
 
 
 @dataclass
@@ -109,12 +117,18 @@ def prepare_request(
 class Answer:
     """One guarded answer: feed LiteLLM's chunk objects (or :func:`completion_chunk` of a
     whole response), get the ones the client may see, stripped of what it did not ask
-    for. ``blocked`` holds the BLOCKED verdict once there is one."""
+    for. ``blocked`` holds the BLOCKED verdict once there is one. ``join`` (LiteLLM's
+    chunk class) joins the text chunks released at the end into one."""
 
     def __init__(
-        self, request: GuardedRequest, *, max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS
+        self,
+        request: GuardedRequest,
+        *,
+        max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
+        join: Callable[..., Any] | None = None,
     ) -> None:
         self.request = request
+        self._join = join
         self.monitor = request.monitor()
         parse = partial(chat_chunk_parts, with_top=self.monitor.reads.uses_alternatives)
         self.step: GuardStep[Any] = GuardStep(
@@ -142,8 +156,10 @@ class Answer:
         return self.step.feed(chunk)
 
     def end(self) -> list[Any]:
-        """The upstream ended: the final verdict; the held chunks if it is certified."""
-        return self.step.end()
+        """The upstream ended: the final verdict; the held chunks if it is certified (with
+        ``join``, the chunk class: their plain text chunks joined, :func:`joined_chunks`)."""
+        out = self.step.end()
+        return joined_chunks(out, self._join) if self._join is not None else out
 
     def _unit(self, chunk: Any, parts: ChunkParts) -> Any:
         self.tokens_read += len(parts.events)
@@ -213,3 +229,26 @@ def completion_chunk(response: Any) -> dict[str, Any]:
             }
         ]
     }
+
+
+def joined_chunks(held: list[Any], build: Callable[..., Any]) -> list[Any]:
+    """``held`` (chunk objects released at once) with their plain text chunks joined, as
+    the proxy joins them (:func:`~adapters._proxy._wire.merge_released`, here on the
+    chunks' dumps; ``build(**dump)`` makes a joined chunk, LiteLLM's
+    ``ModelResponseStream``): LiteLLM then serialises, and the client parses, one chunk
+    for the text instead of one per token. Chunks that are not joined go out as the same
+    objects; a joined one keeps its first chunk's ``_hidden_params``."""
+    if len(held) < 3:
+        return held
+    dumps = [c.model_dump(exclude_none=True) if hasattr(c, "model_dump") else {} for c in held]
+    kept = {id(d): c for d, c in zip(dumps, held, strict=True)}
+    hidden = getattr(held[0], "_hidden_params", None)
+    out = []
+    for dump in merge_released(dumps):
+        chunk = kept.get(id(dump))
+        if chunk is None:  # a joined run
+            chunk = build(**dump)
+            if hidden is not None:
+                chunk._hidden_params = hidden
+        out.append(chunk)
+    return out

@@ -98,6 +98,7 @@ _HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
     b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
 )
+_NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
 
 
 class _Server:
@@ -122,8 +123,13 @@ class _Server:
                     name, _, value = line.partition(b":")
                     if name.strip().lower() == b"content-length":
                         length = int(value)
-                body = json.loads(await reader.readexactly(length))
-                spec = Spec(**json.loads(body["messages"][0]["content"]))
+                try:
+                    body = json.loads(await reader.readexactly(length))
+                    spec = Spec(**json.loads(body["messages"][0]["content"]))
+                except (ValueError, KeyError, IndexError, TypeError):  # not a benchmark request
+                    writer.write(_NOT_FOUND)  # (e.g. a health check of LiteLLM's)
+                    await writer.drain()
+                    continue
                 if spec.endless:
                     await _endless(writer, spec)
                     return
