@@ -92,40 +92,25 @@ def test_a_certified_stream_passes_sync(litellm: LiteLLM, upstream: ScriptedUpst
     assert sent["temperature"] == 0.0  # the certificate's context, filled in
 
 
+@pytest.mark.parametrize("model", ["passthrough", "guarded"])
 async def test_a_certified_stream_passes_async_with_the_logprobs_asked(
-    litellm: LiteLLM, upstream: ScriptedUpstream
+    litellm: LiteLLM, upstream: ScriptedUpstream, model: str
 ) -> None:
-    question = script(upstream, "certified async", CLEAN)
+    question = script(upstream, f"certified async {model}", CLEAN)
     async with async_client(litellm) as client:
         stream = await client.chat.completions.create(
-            model="passthrough", stream=True, logprobs=True, top_logprobs=2, **ask(question)
-        )
-        chunks = [chunk async for chunk in stream]
-    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == TEXT
-    entries = [e for c in chunks if c.choices and c.choices[0].logprobs
-               for e in c.choices[0].logprobs.content or ()]  # fmt: skip
-    assert [e.token for e in entries] == WORDS
-    assert all(len(e.top_logprobs) == 2 for e in entries)  # trimmed to what it asked
-    assert upstream.request(question).body["top_logprobs"] >= 2
-
-
-async def test_a_buffered_answer_is_released_as_one_text_chunk(
-    litellm: LiteLLM, upstream: ScriptedUpstream
-) -> None:
-    # held whole, then released at once: the text chunks joined (LiteLLM serialises and the
-    # client parses one chunk, not one per token), every entry kept, in order
-    question = script(upstream, "certified buffered joined", CLEAN)
-    async with async_client(litellm) as client:
-        stream = await client.chat.completions.create(
-            model="guarded", stream=True, logprobs=True, top_logprobs=2, **ask(question)
+            model=model, stream=True, logprobs=True, top_logprobs=2, **ask(question)
         )
         chunks = [chunk async for chunk in stream]
     texts = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
-    assert texts == [TEXT]
+    # passthrough: token by token; buffered ("guarded"): held whole, then released at once
+    # with the text chunks joined (LiteLLM relays and the client parses one chunk)
+    assert texts == (WORDS if model == "passthrough" else [TEXT])
     entries = [e for c in chunks if c.choices and c.choices[0].logprobs
                for e in c.choices[0].logprobs.content or ()]  # fmt: skip
-    assert [e.token for e in entries] == WORDS
-    assert all(len(e.top_logprobs) == 2 for e in entries)
+    assert [e.token for e in entries] == WORDS  # every entry kept, in order
+    assert all(len(e.top_logprobs) == 2 for e in entries)  # trimmed to what it asked
+    assert upstream.request(question).body["top_logprobs"] >= 2
     verdicts = [c.model_extra["liftguard"] for c in chunks if "liftguard" in (c.model_extra or {})]
     assert [v["state"] for v in verdicts] == ["certified"]
 
