@@ -166,6 +166,10 @@ class FittedStatistic:
     alternatives: int = DEFAULT_ALTERNATIVES
     ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     info: Mapping[str, Any] = field(default_factory=dict)
+    block_margins: tuple[float, ...] = ()
+    """Early blocks by position: after ``t`` tokens the rule also blocks when the score
+    plus ``block_margins[t - 1]`` (>= 0) is below tau (none past the end; see
+    :func:`~guardrail.fitting.block_margins`)."""
     tables: TopKTables | None = field(default=None, compare=False, repr=False)
     """Tail tables shared by every monitor of this statistic (built on construction)."""
     cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -209,6 +213,9 @@ class FittedStatistic:
         if not isinstance(self.info, Mapping):
             raise ConfigError("statistic.info: expected an object")
         put(self, "info", dict(self.info))
+        put(self, "block_margins", _finite_list(self.block_margins, "statistic.block_margins"))
+        if any(m < 0.0 for m in self.block_margins):
+            raise ConfigError("statistic.block_margins: every margin must be >= 0")
         if self.tables is None or self.tables.vocab_size != v:
             put(self, "tables", TopKTables(v))
         put(self, "cache", {})
@@ -324,7 +331,7 @@ class FittedStatistic:
             "ranges": {b: list(r) for b, r in self.ranges.items()},
             "group": self.group,
             "info": dict(self.info),
-        }
+        } | ({"block_margins": list(self.block_margins)} if self.block_margins else {})
 
     @classmethod
     def from_dict(cls, data: Any) -> FittedStatistic:
@@ -345,6 +352,7 @@ class FittedStatistic:
             "ranges",
             "group",
             "info",
+            "block_margins",
         }
         unknown = sorted(set(data) - known)
         if unknown:
@@ -369,6 +377,7 @@ class FittedStatistic:
             alternatives=data.get("alternatives", DEFAULT_ALTERNATIVES),
             ranges=data.get("ranges", {}),
             info=data.get("info", {}),
+            block_margins=data.get("block_margins", ()),
         )
         if "group" in data and data["group"] != out.group:
             raise ConfigError(

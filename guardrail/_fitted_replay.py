@@ -19,13 +19,19 @@ verdicts are monotone in ``tau``), so calibration is a threshold test on this
 scalar, as for the lift policies. Within the token limit the bounds are valid
 and the critical score equals the final score: early verdicts never change a
 decision, they only come sooner.
+
+A statistic with block margins (:func:`block_margins`) also blocks when the score so
+far plus the margin for its position is below tau: sooner, and sometimes an answer
+whose final score would have passed. The replay reads the same ``ceiling`` the rule
+does, so calibration prices those blocks in and the guarantee covers the rule as
+deployed.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -40,6 +46,7 @@ from ._traces import Trace
 
 __all__ = [
     "FittedPath",
+    "block_margins",
     "calibrate_fitted",
     "critical_score",
     "replay_fitted",
@@ -47,6 +54,7 @@ __all__ = [
 ]
 
 FloatArray = npt.NDArray[np.float64]
+_MIN_MARGIN_ANSWERS = 20
 _WHAT = {"logprob": "logprob", "alternatives": "top_logprobs", "entropy": "exact entropy"}
 
 
@@ -94,7 +102,7 @@ def replay_fitted(
                 f"trace {trace.id}: token {i} lacks {_WHAT[values[0]]} that the statistic reads"
             )
         scores[i] = state.update(values)
-        lowers[i], uppers[i] = state.lower(), state.upper()
+        lowers[i], uppers[i] = state.lower(), state.ceiling()
     return FittedPath(scores, lowers, uppers, max_tokens)
 
 
@@ -156,7 +164,7 @@ def calibrate_fitted(
     Learn-then-Test procedure of :func:`guardrail.calibrate` on the critical scores.
 
     Why the guarantee holds: the statistic (features, weights, normalisation, clamp
-    ranges) is a function of the fitting answers only. Conditional on them it is a
+    ranges, block margins) is a function of the fitting answers only. Conditional on them it is a
     fixed rule, and the calibration answers -- drawn i.i.d. from the deployment
     distribution, independently of the fitting answers -- are i.i.d. given it. The
     rule shows an answer at ``tau`` iff its critical score is ``>= tau`` (the early
@@ -180,3 +188,43 @@ def calibrate_fitted(
         crit, correct, risk=risk, delta=delta, score_name=name, seed=seed, policy=policy
     )
     return cal, crit
+
+
+def block_margins(
+    statistic: FittedStatistic,
+    traces: Sequence[Trace],
+    quantile: float,
+    *,
+    skeleton: Skeleton | str | None = None,
+    max_tokens: int | None = None,
+    min_answers: int = _MIN_MARGIN_ANSWERS,
+) -> tuple[float, ...]:
+    """Early-block margins for ``statistic`` from the correct answers of ``traces``: for
+    each ``t``, the ``quantile`` of how far a correct answer's score still rose after its
+    first ``t`` tokens (its final score minus its score then; 0 where that is negative),
+    over the correct answers longer than ``t - 1`` tokens; the list ends where fewer than
+    ``min_answers`` of them are that long. Set as ``statistic.block_margins``, the rule
+    blocks once the score so far plus the margin is below tau: at each position, about
+    ``1 - quantile`` of the correct answers seen rose more than that.
+
+    Use the fitting answers (as ``liftguard fit --early-block`` does): the margins are
+    then part of the fixed rule that calibration replays, and the guarantee holds."""
+    if isinstance(quantile, bool) or not isinstance(quantile, int | float):
+        raise ConfigError(f"quantile must be a number in (0, 1], got {quantile!r}")
+    if not 0.0 < quantile <= 1.0:
+        raise ConfigError(f"quantile must be in (0, 1], got {quantile!r}")
+    if isinstance(min_answers, bool) or not isinstance(min_answers, int) or min_answers < 1:
+        raise ConfigError(f"min_answers must be an integer >= 1, got {min_answers!r}")
+    plain = statistic if not statistic.block_margins else replace(statistic, block_margins=())
+    scores = [
+        replay_fitted(plain, t, skeleton=skeleton, max_tokens=max_tokens).scores
+        for t in traces
+        if t.correct and t.n_tokens
+    ]
+    margins: list[float] = []
+    for i in range(max((s.size for s in scores), default=0)):
+        rises = [float(s[-1] - s[i]) for s in scores if s.size > i]
+        if len(rises) < min_answers:
+            break
+        margins.append(max(0.0, float(np.quantile(rises, quantile))))
+    return tuple(margins)

@@ -104,6 +104,7 @@ class FittedState:
         "_down",
         "_lengths",
         "_limit",
+        "_margins",
         "_terms",
         "_up",
         "aggregates",
@@ -128,6 +129,7 @@ class FittedState:
             (c, aggs[j].upper_end if top else aggs[j].lower_end, aggs[j]) for j, c, top in plan.down
         ]
         self._b0, self._limit = plan.b0, max_tokens
+        self._margins = statistic.block_margins
         self.t = 0
         self.score = math.nan
 
@@ -165,6 +167,15 @@ class FittedState:
     def lower(self) -> float:
         """The smallest score any continuation within the token limit can end with."""
         return self._bound(self._down)
+
+    def ceiling(self) -> float:
+        """What the rule blocks below: :meth:`upper`, or the score plus the statistic's
+        early-block margin after this many tokens where that is lower."""
+        up, t, margins = self._bound(self._up), self.t, self._margins
+        if 0 < t <= len(margins):
+            gated = self.score + margins[t - 1]
+            return gated if gated < up else up
+        return up
 
     def _bound(self, terms: _Ends) -> float:
         m, s = self._remaining(), self.score

@@ -341,11 +341,15 @@ class FittedRule:
         tau = self.tau
         if self._early and t >= self._min_tokens:
             if s < tau:
-                up = state.upper()
+                up = state.ceiling()
                 if up < tau:
                     self.why = (
                         f"blocked: no continuation within the token limit reaches tau={tau:.4g}"
                         f" (fitted score {s:.4g}, at most {up:.4g} after {t} tokens)"
+                        if up == state.upper()
+                        else f"blocked: the fitted score {s:.4g} after {t} tokens is further "
+                        f"below tau={tau:.4g} than a correct answer's score rose from there in "
+                        "the fitting answers (the statistic's early-block margin)"
                     )
                     self.lower, self.upper = -math.inf, up
                     return BLOCK

@@ -24,6 +24,7 @@ from ._fitted import (
 )
 from ._fitted_replay import (
     FittedPath,
+    block_margins,
     calibrate_fitted,
     critical_score,
     replay_fitted,
@@ -52,6 +53,7 @@ __all__ = [
     "aggregate_path",
     "answer_features",
     "base_features_batch",
+    "block_margins",
     "calibrate_fitted",
     "critical_score",
     "cv_coverage",

@@ -98,6 +98,32 @@ def test_fit_writes_a_certificate_that_certifies_nothing_when_no_threshold_passe
     assert Certificate.load(ok).calibration.n_answered > 0  # type: ignore[union-attr]
 
 
+def test_fit_early_block_sets_margins_from_the_correct_fitting_answers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "c.json"
+    nq = str(FIXTURES / "traces_gemma3_nq_sample.jsonl")  # 20 correct answers of 40
+    args = ["fit", "--traces", nq, "--out", str(out), "--fit-fraction", "1"]
+    assert main([*args, "--early-block", "0.95"]) == 0
+    printed = capsys.readouterr().out
+    stat = Certificate.load(out).statistic
+    assert stat is not None and stat.block_margins and min(stat.block_margins) >= 0.0
+    assert f"margins for the first {len(stat.block_margins)} tokens" in printed
+    assert stat.info["early_block"] == {"quantile": 0.95, "positions": len(stat.block_margins)}
+    assert main([*args, "--json"]) == 0  # without it: no margins
+    assert json.loads(capsys.readouterr().out)["early_block"] is None
+    assert Certificate.load(out).statistic.block_margins == ()  # type: ignore[union-attr]
+    # too few correct answers reach the first token (the other sample: 4 of 20 fit here)
+    assert main(["fit", "--traces", GEMMA, "--out", str(out), "--early-block", "0.95"]) == 0
+    assert "early block      none: too few correct fitting answers" in capsys.readouterr().out
+    for bad in ("0", "1.5", "x"):
+        with pytest.raises(SystemExit) as exc:
+            main([*args, "--early-block", bad])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert "--early-block" in err and "Traceback" not in err
+
+
 def test_fit_takes_an_explicit_feature_list(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

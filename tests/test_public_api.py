@@ -368,6 +368,7 @@ def test_public_submodules_are_pinned() -> None:
         "aggregate_path",
         "answer_features",
         "base_features_batch",
+        "block_margins",
         "calibrate_fitted",
         "critical_score",
         "cv_coverage",

@@ -118,6 +118,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from guardrail.evaluate import auroc
     from guardrail.fitting import (
         answer_features,
+        block_margins,
         calibrate_fitted,
         critical_score,
         fit_statistic,
@@ -190,6 +191,10 @@ def cmd_fit(args: argparse.Namespace) -> int:
         alternatives=alternatives,
         info=info,
     )
+    if args.early_block is not None:
+        margins = block_margins(stat, fit_tr, args.early_block, skeleton=skel, max_tokens=limit)
+        info["early_block"] = {"quantile": args.early_block, "positions": len(margins)}
+        stat = replace(stat, block_margins=margins, info=info)
     policy = StreamPolicy(on_length=args.on_length)
     refusal = ""
     progress.step("liftguard fit: calibration")
@@ -300,6 +305,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         "certifies_nothing": bool(refusal),
         "max_tokens": limit,
         "selection": info.get("selection"),
+        "early_block": info.get("early_block"),
     }
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
@@ -320,6 +326,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         f"liftguard fit: {args.traces}  model {model.model_id}\n"
         f"  statistic        logistic over {len(feats)} features (group {stat.group}, form "
         f"{stat.form}, {stat.alternatives} alternatives), fitted on {len(fit_tr)} traces\n"
+        f"{_early_line(info.get('early_block'))}"
         f"{selection_line(info.get('selection'), args.risk)}"
         f"  calibration      {cal_line}\n"
         f"  tau              {cal.tau:.4f} log-odds (fitted probability {_sigmoid(cal.tau):.3f})"
@@ -363,3 +370,14 @@ def _certifies_nothing(stat: Any, n: int, policy: Any, args: argparse.Namespace,
 
 def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x)) if x > -700 else 0.0
+
+
+def _early_line(early: Any) -> str:
+    if not early:
+        return ""
+    if not early["positions"]:
+        return "  early block      none: too few correct fitting answers to set a margin\n"
+    return (
+        f"  early block      margins for the first {early['positions']} tokens (quantile "
+        f"{early['quantile']:g} of a correct answer's later rise)\n"
+    )

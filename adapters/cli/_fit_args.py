@@ -79,6 +79,15 @@ def add_fit_parser(sub: Any) -> None:
         "--risk on the fitting answers (default none: the features as given)",
     )
     p.add_argument(
+        "--early-block",
+        type=fraction,
+        default=None,
+        metavar="Q",
+        help="also block as soon as the score so far plus a margin is below tau: per "
+        "position, the Q quantile of how far a correct fitting answer's score still rose "
+        "from there (e.g. 0.99; calibration replays it; default: exact early blocks only)",
+    )
+    p.add_argument(
         "--alternatives",
         type=integer(1),
         default=None,

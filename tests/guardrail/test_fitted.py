@@ -34,6 +34,7 @@ from guardrail import (
 from guardrail._aggregates import Feature
 from guardrail._fitted import FEATURE_PRESETS, FittedStatistic, preset_features
 from guardrail._fitted_replay import (
+    block_margins,
     calibrate_fitted,
     critical_score,
     replay_fitted,
@@ -123,6 +124,12 @@ def test_statistic_json_round_trips_inside_a_certificate(tmp_path: Path) -> None
     data = json.loads(path.read_text())
     assert data["statistic"]["group"] == "lift" and data["statistic"]["kind"] == "logistic"
     assert data["statistic"]["features"] == list(FEATURE_PRESETS["lift"])
+    assert "block_margins" not in data["statistic"]  # none: the JSON is as before
+    gated = replace(stat, block_margins=(3.0, 1.5, 0.25))
+    cert = _certificate(gated, 0.25, max_tokens=24)
+    cert.save(path)
+    again = Certificate.load(path)
+    assert again.statistic == gated and again.statistic.block_margins == (3.0, 1.5, 0.25)
     # a lift certificate's JSON has no statistic key at all
     plain = Certificate(StreamPolicy(), 5.0, SkeletonSpec("uniform", {"vocab_size": 10}),
                         ModelIdentity("m"))  # fmt: skip
@@ -142,6 +149,9 @@ def test_statistic_json_round_trips_inside_a_certificate(tmp_path: Path) -> None
         ({"alternatives": 0}, "statistic.alternatives"),
         ({"extra": 1}, "unknown field"),
         ({"intercept": math.inf}, "statistic.intercept"),
+        ({"block_margins": [1.0, math.nan]}, "statistic.block_margins"),
+        ({"block_margins": 2.0}, "statistic.block_margins"),
+        ({"block_margins": [1.0, -0.5]}, "every margin must be >= 0"),
     ],
 )
 def test_invalid_statistics_are_config_errors_naming_the_field(
@@ -210,14 +220,21 @@ POLICIES = [
 
 
 @pytest.mark.parametrize("sample", SAMPLES)
-@pytest.mark.parametrize(("group", "form"), [("lift", "answer"), ("api", "answer"),
-                                             ("lift", "monotone")])  # fmt: skip
+@pytest.mark.parametrize(("group", "form", "margins"), [
+    ("lift", "answer", False), ("api", "answer", False), ("lift", "monotone", False),
+    ("lift", "answer", True),  # with early-block margins
+])  # fmt: skip
 @pytest.mark.parametrize("limit", [None, 24, 3])
 def test_monitor_equals_replay_token_by_token_at_many_thresholds(
-    sample: str, group: str, form: str, limit: int | None
+    sample: str, group: str, form: str, margins: bool, limit: int | None
 ) -> None:
     stat = _fitted(sample, group, form)
     traces = _traces(sample)
+    if margins:  # early blocks by position, from the sample's own correct answers
+        got = block_margins(stat, traces, 0.5, skeleton="prompt-free", max_tokens=limit,
+                            min_answers=3)  # fmt: skip
+        assert got
+        stat = replace(stat, block_margins=got)
     paths = [replay_fitted(stat, t, skeleton="prompt-free", max_tokens=limit) for t in traces]
     events = [trace_events(t) for t in traces]
     early_seen = 0
@@ -242,8 +259,54 @@ def test_monitor_equals_replay_token_by_token_at_many_thresholds(
                 if policy.early:
                     assert read == (stop_at(path, policy, tau) if t.n_tokens else 0)
                 early_seen += decided_at is not None and decided_at < t.n_tokens
-    if limit == 3 or form == "monotone":
+    if limit == 3 or form == "monotone" or margins:
         assert early_seen > 0
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_block_margins_are_quantiles_of_the_correct_answers_later_rises(sample: str) -> None:
+    stat, traces = _fitted(sample), _traces(sample)
+    right = [replay_fitted(stat, t, skeleton="prompt-free").scores
+             for t in traces if t.correct and t.n_tokens]  # fmt: skip
+    got = block_margins(stat, traces, 0.9, skeleton="prompt-free", min_answers=4)
+    assert got and len(got) == sum(1 for i in range(100)
+                                   if sum(s.size > i for s in right) >= 4)  # fmt: skip
+    for i, m in enumerate(got):
+        rises = [s[-1] - s[i] for s in right if s.size > i]
+        assert m == pytest.approx(max(0.0, float(np.quantile(rises, 0.9))))
+        assert sum(r > m for r in rises) <= 0.1 * len(rises) + 1
+    # the statistic's own margins do not feed back into new ones
+    again = block_margins(replace(stat, block_margins=got), traces, 0.9,
+                          skeleton="prompt-free", min_answers=4)  # fmt: skip
+    assert again == got
+    assert block_margins(stat, traces, 0.9, skeleton="prompt-free", min_answers=10**6) == ()
+
+
+@pytest.mark.parametrize(("quantile", "min_answers"), [(0.0, 20), (1.5, 20), (True, 20),
+                                                       (0.9, 0)])  # fmt: skip
+def test_block_margins_refuse_bad_arguments(quantile: Any, min_answers: int) -> None:
+    with pytest.raises(ConfigError):
+        block_margins(_fitted(SAMPLES[0]), _traces(SAMPLES[0]), quantile,
+                      skeleton="prompt-free", min_answers=min_answers)  # fmt: skip
+
+
+def test_a_margin_blocks_early_and_calibration_sees_the_same_block() -> None:
+    # a margin of 0 after the first token blocks an answer whose first score is below tau,
+    # though its final score passes; the replay's critical score says so, so calibration
+    # prices the block in
+    stat, traces = _fitted(SAMPLES[0]), _traces(SAMPLES[0])
+    gated = replace(stat, block_margins=(0.0,))
+    policy = StreamPolicy(on_length="answer")
+    plain_paths = [replay_fitted(stat, t, skeleton="prompt-free") for t in traces]
+    t, plain = next((t, p) for t, p in zip(traces, plain_paths, strict=True)
+                    if t.n_tokens > 2 and p.scores[0] < p.scores[-1])  # fmt: skip
+    path = replay_fitted(gated, t, skeleton="prompt-free")
+    tau = float(plain.scores[0] + plain.scores[-1]) / 2  # between the first and final score
+    assert critical_score(plain, policy) >= tau > critical_score(path, policy)
+    mon = Monitor.fitted(gated, policy, tau, skeleton=RecordedSkeleton(t.prompt_free_logprobs))
+    v = mon.update(trace_events(t)[0])
+    assert v.state is State.BLOCKED and v.final and "early-block margin" in v.reason
+    assert stop_at(path, policy, tau) == 1
 
 
 @pytest.mark.parametrize("sample", SAMPLES)
