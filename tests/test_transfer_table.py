@@ -5,6 +5,7 @@ of ``benchmarks/transfer/models.py``."""
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 from typing import Any
 
@@ -44,3 +45,20 @@ def test_summary_auroc_bar_falls_back_to_the_in_domain_ceiling_only_below_the_ba
     assert not mod.auroc_bar(0.805, 0.80, 0.80 + bar)  # the ceiling reaches the bar: no fallback
     assert mod.auroc_bar(0.805 - slack, 0.80, 0.805)  # ceiling below the bar, within the slack
     assert not mod.auroc_bar(0.804 - slack, 0.80, 0.805)  # more than the slack under it
+
+
+def test_docs_early_block_pages_are_what_the_scripts_write() -> None:
+    mod = _script("early_block")
+    written = mod.OUT.read_text(encoding="utf-8")
+    assert written == mod.render(mod.HERE / "results"), f"stale {mod.OUT.name}: run `{mod.COMMAND}`"
+    for q in mod.QUANTILES:
+        assert f"| early block {q} |" in written.splitlines()[2]
+    # the in-domain page of benchmarks/early_block.py, from its committed JSON
+    path = ROOT / "benchmarks" / "early_block.py"
+    spec = importlib.util.spec_from_file_location("early_block_in_domain", path)
+    assert spec is not None and spec.loader is not None
+    page = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(page)
+    data = json.loads(page.RESULTS.read_text(encoding="utf-8"))
+    assert page.PAGE.read_text(encoding="utf-8").endswith(page.render(data))
+    assert {f"early block {q}" for q in page.MARGINS} <= set(data["rules"])
