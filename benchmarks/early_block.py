@@ -5,14 +5,15 @@ it costs in coverage.
 ``benchmarks/results/early_block.json`` and the table ``docs/results/early_block.md``).
 
 SmolLM2's TriviaQA answers are split in halves by a seeded permutation (seed 0, as in
-``select_coverage.py``). The default statistic is fitted on half A (``liftguard fit
---fit-fraction 1`` with SmolLM2's context); half B's answers are replayed through the
-monitor's own objects and evaluated over 50 splits at risk 0.8, delta 0.05, tau
-calibrated on one half of B exactly as ``liftguard eval`` does. The rules:
+``select_coverage.py``). The preset statistic is fitted on half A (``liftguard fit
+--fit-fraction 1`` with SmolLM2's context and ``--early-block none`` unless a row says
+otherwise); half B's answers are replayed through the monitor's own objects and
+evaluated over 50 splits at risk 0.8, delta 0.05, tau calibrated on one half of B
+exactly as ``liftguard eval`` does. The rules:
 
-- ``exact``: the shipped rule. It blocks when the upper bound of the final score over
-  every continuation within the token limit is below tau, each term maximised on its
-  own.
+- ``exact``: the exact early blocks alone. The rule blocks when the upper bound of the
+  final score over every continuation within the token limit is below tau, each term
+  maximised on its own.
 - ``joint``: the same exact rule with all terms maximised for the same number of
   further tokens (a tighter bound, still valid: the script checks that it never falls
   below an answer's final score, so coverage cannot change).
@@ -20,7 +21,7 @@ calibrated on one half of B exactly as ``liftguard eval`` does. The rules:
   ``m`` the ``q`` quantile over half A's correct answers of how far the score still
   rose after a token, one margin for every position. Replayed in calibration, so the
   guarantee holds; it costs coverage where a correct answer rises more than ``m``.
-- ``early block q``: the shipped ``liftguard fit --early-block q``: a margin per
+- ``early block q``: ``liftguard fit --early-block q`` (0.99 is its default): a margin per
   position (the ``q`` quantile of how far half A's correct answers still rose after
   that many tokens), replayed in calibration the same way.
 - ``monotone``: a statistic fitted with ``--form monotone`` (every term can only
@@ -164,7 +165,7 @@ def run(shared: Path) -> dict[str, Any]:
         b.write_text("\n".join(lines[i] for i in sorted(perm[half:])) + "\n", encoding="utf-8")
         train, test = read_traces(a), read_traces(b)
         correct = np.array([bool(x.correct) for x in test])
-        cert = _fit(a, Path(t) / "answer.json")
+        cert = _fit(a, Path(t) / "answer.json", "--early-block", "none")
         rb = [_replay(cert, x) for x in test]
         fitted_right = [x for x in train if x.correct and x.n_tokens]
         rises = np.concatenate(
@@ -183,7 +184,7 @@ def run(shared: Path) -> dict[str, Any]:
             rg = [_replay(gated, x) for x in test]
             rows[f"early block {q}"] = _evaluate([_path(gated, r, r["upper"]) for r in rg],
                                                  correct, gated.policy)  # fmt: skip
-        mono = _fit(a, Path(t) / "monotone.json", "--form", "monotone")
+        mono = _fit(a, Path(t) / "monotone.json", "--form", "monotone", "--early-block", "none")
         rm = [_replay(mono, x) for x in test]
         rows["monotone"] = _evaluate([_path(mono, r, r["upper"]) for r in rm], correct,
                                      mono.policy)  # fmt: skip

@@ -110,11 +110,16 @@ def test_fit_early_block_sets_margins_from_the_correct_fitting_answers(
     assert stat is not None and stat.block_margins and min(stat.block_margins) >= 0.0
     assert f"margins for the first {len(stat.block_margins)} tokens" in printed
     assert stat.info["early_block"] == {"quantile": 0.95, "positions": len(stat.block_margins)}
-    assert main([*args, "--json"]) == 0  # without it: no margins
+    assert main([*args, "--json"]) == 0  # by default, the 0.99 quantile: larger margins
+    assert json.loads(capsys.readouterr().out)["early_block"]["quantile"] == 0.99
+    default = Certificate.load(out).statistic
+    assert default is not None and len(default.block_margins) == len(stat.block_margins)
+    assert all(a >= b for a, b in zip(default.block_margins, stat.block_margins, strict=True))
+    assert main([*args, "--json", "--early-block", "None"]) == 0  # only the exact blocks
     assert json.loads(capsys.readouterr().out)["early_block"] is None
     assert Certificate.load(out).statistic.block_margins == ()  # type: ignore[union-attr]
     # too few correct answers reach the first token (the other sample: 4 of 20 fit here)
-    assert main(["fit", "--traces", GEMMA, "--out", str(out), "--early-block", "0.95"]) == 0
+    assert main(["fit", "--traces", GEMMA, "--out", str(out)]) == 0
     assert "early block      none: too few correct fitting answers" in capsys.readouterr().out
     for bad in ("0", "1.5", "x"):
         with pytest.raises(SystemExit) as exc:

@@ -3,9 +3,9 @@ fitted certificate (its prompt-free skeleton loads a second copy of SmolLM2).
 
 They load llama.cpp: run under ``flock /tmp/llama.lock``. Greedy decoding gives the same
 answers every run: "Au" for gold, certified with the fitted score well above tau
-(0.75 vs -2.01), and a wrong answer to "atomic number 8" ("iron"), which the fitted
-score rules out after 21 of its 24 tokens.
-"""
+(0.75 vs -2.20), and a wrong answer to "atomic number 8" ("iron"), which the
+certificate's early-block margin rules out after 14 of its 24 tokens, before the
+wrong word."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
 
 EXAMPLES = Path(__file__).parents[1] / "examples"
 CERTIFIED = "certified: final fitted score"
-BLOCKED = "blocked: no continuation within the token limit reaches tau"
-WRONG = 'referred to as "iron"'  # in the blocked answer, by token 20
+BLOCKED = "blocked: the fitted score"
+MARGIN = "(the statistic's early-block margin)"
+WRONG = '"iron"'  # the wrong element, from token 15 of the blocked answer
 
 
 def _shipped_tau() -> float:
@@ -46,8 +47,8 @@ def test_chat_app_certifies_one_answer_and_stops_another_mid_stream() -> None:
     shown, stop = out.split("user: Which element has the atomic number 8?\nbot:  ")[1].split(
         " ...\n      [stopped: "
     )
-    assert WRONG in shown and shown.endswith("is actually a")
-    assert stop.startswith(BLOCKED) and "after 21 tokens)]" in stop
+    assert WRONG not in shown and shown.endswith("is typically referred to as")
+    assert stop.startswith(BLOCKED) and "after 14 tokens" in stop and f"{MARGIN}]" in stop
 
 
 def test_agent_gets_a_tool_error_for_the_blocked_answer() -> None:
@@ -61,7 +62,7 @@ def test_agent_gets_a_tool_error_for_the_blocked_answer() -> None:
 def test_service_shows_nothing_uncertified_and_logs_one_json_line_per_verdict() -> None:
     proc = _run("high_stakes_service.py")
     lines = [json.loads(x) for x in proc.stderr.splitlines() if x.startswith("{")]
-    assert [(x["state"], x["tokens"]) for x in lines] == [("certified", 8), ("blocked", 21)]
+    assert [(x["state"], x["tokens"]) for x in lines] == [("certified", 8), ("blocked", 14)]
     assert lines[0]["reason"].startswith(CERTIFIED) and lines[1]["reason"].startswith(BLOCKED)
     assert [x["tau"] for x in lines] == [_shipped_tau()] * 2
     assert "A: The chemical symbol for gold is Au." in proc.stdout

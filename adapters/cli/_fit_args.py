@@ -7,7 +7,15 @@ from typing import Any
 from ._common import fraction, integer, output_file, positive, probability
 from ._fit import DEFAULT_FIT_RISK, cmd_fit
 
-__all__ = ["add_fit_parser"]
+__all__ = ["DEFAULT_EARLY_BLOCK", "add_fit_parser"]
+
+DEFAULT_EARLY_BLOCK = 0.99
+"""``--early-block``'s default quantile."""
+
+
+def _early_block(text: str) -> float | None:
+    """``none``, or a quantile in (0, 1]."""
+    return None if text.strip().lower() == "none" else fraction(text)
 
 
 def add_fit_parser(sub: Any) -> None:
@@ -80,12 +88,13 @@ def add_fit_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--early-block",
-        type=fraction,
-        default=None,
+        type=_early_block,
+        default=DEFAULT_EARLY_BLOCK,
         metavar="Q",
         help="also block as soon as the score so far plus a margin is below tau: per "
         "position, the Q quantile of how far a correct fitting answer's score still rose "
-        "from there (e.g. 0.99; calibration replays it; default: exact early blocks only)",
+        f"from there (calibration replays it; default {DEFAULT_EARLY_BLOCK}; 'none': only "
+        "the exact early blocks)",
     )
     p.add_argument(
         "--alternatives",

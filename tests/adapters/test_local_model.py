@@ -60,16 +60,16 @@ def test_one_answer_certified_and_one_blocked(model: LocalModel, fitted: bool) -
         model, cal, "What is the chemical symbol for gold?", ["Au"],
         mode="buffered", screen=screen, skeleton=skeleton,
     )  # fmt: skip
-    iron = run_question(
-        model, cal, "Which element has the atomic number 26?", ["Iron", "Fe"],
+    wrong = run_question(
+        model, cal, "Which element has the atomic number 8?", ["Oxygen", "O"],
         mode="buffered", screen=screen, skeleton=skeleton,
     )  # fmt: skip
     assert gold.verdict.state is State.CERTIFIED and gold.shown == gold.answer
     assert gold.correct is True
-    assert iron.verdict.state is State.BLOCKED and iron.shown == ""
-    assert iron.n_tokens == iron.verdict.t  # generation stopped at the block
+    assert wrong.verdict.state is State.BLOCKED and wrong.shown == ""
+    assert wrong.n_tokens == wrong.verdict.t  # generation stopped at the block
     # after the verdict the demo says what was withheld, and checks it
-    assert iron.withheld and iron.withheld == iron.answer and iron.correct is not None
+    assert wrong.withheld and wrong.withheld == wrong.answer and wrong.correct is not None
     assert gold.withheld == ""
 
 
