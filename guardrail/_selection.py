@@ -18,24 +18,35 @@ could threshold by hand (the sequence log-likelihood, the lowest token logprob),
 the choice cannot be worse at the top than the best of them by more than the
 cross-validation's noise.
 
-The estimate reads each answer's final score, not the streaming rule's critical
-score: selection needs a ranking, and the two differ only where an early verdict
-comes before the end.
+Without a :class:`Deployment` the estimate reads each answer's final score. With one
+it reads the rule as deployed: each fold's statistic gets the candidate's early-block
+margins (:func:`~guardrail.fitting.block_margins`, from that fold's fitting answers),
+and every out-of-fold answer is replayed through the monitor's objects
+(:func:`~guardrail.fitting.replay_fitted`) and scored by its critical score, the
+largest ``tau`` at which the monitor shows it. So the margins, which can block an
+answer whose final score would pass, are chosen by the coverage they give, like the
+features and the penalty. Within the token limit and without margins the two
+estimates agree exactly (the exact early verdicts change when, not what).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
 
 from ._aggregates import Feature
 from ._errors import ConfigError
+from ._fitted import DEFAULT_ALTERNATIVES, Form
+from ._fitted_replay import block_margins, critical_score, replay_fitted
 from ._fitting import fit_statistic
+from ._policy import StreamPolicy
+from ._reads import Skeleton
+from ._traces import Trace
 
-__all__ = ["Candidate", "CandidateScore", "cv_coverage", "select_statistic"]
+__all__ = ["Candidate", "CandidateScore", "Deployment", "cv_coverage", "select_statistic"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -48,6 +59,24 @@ class Candidate:
     name: str
     features: tuple[Feature, ...]
     l2: float
+    early_block: float | None = None
+    """Quantile of the early-block margins the deployed rule gets (``None``: the exact
+    early blocks only). Read only when scored with a :class:`Deployment`."""
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """How the chosen statistic will stream: the fitting answers' traces (one per row of
+    ``x``, in order) and what the monitor replays them with. With one, cross-validation
+    scores the rule as deployed (see the module docstring)."""
+
+    traces: Sequence[Trace]
+    policy: StreamPolicy
+    skeleton: Skeleton | str | None = None
+    max_tokens: int | None = None
+    form: Form = "answer"
+    ranges: Mapping[str, tuple[float, float]] | None = None
+    alternatives: int = DEFAULT_ALTERNATIVES
 
 
 @dataclass(frozen=True)
@@ -66,19 +95,37 @@ class CandidateScore:
 def _oof_scores(
     x: FloatArray,
     y: npt.NDArray[np.bool_],
-    features: tuple[Feature, ...],
-    l2: float,
+    candidate: Candidate,
     vocab_size: int,
     folds: int,
     rng: np.random.Generator,
+    deployment: Deployment | None,
 ) -> FloatArray:
     fold = rng.permutation(y.size) % folds
     out = np.full(y.size, -np.inf)
+    feats, l2 = candidate.features, candidate.l2
     for k in range(folds):
         train, test = fold != k, fold == k
-        stat = fit_statistic(x[train], y[train], features, vocab_size=vocab_size, l2=l2)
-        score = stat.score(x[test])
-        out[test] = np.where(np.isfinite(score), score, -np.inf)  # an empty answer: never shown
+        if deployment is None:
+            stat = fit_statistic(x[train], y[train], feats, vocab_size=vocab_size, l2=l2)
+            score = stat.score(x[test])
+            out[test] = np.where(np.isfinite(score), score, -np.inf)  # empty: never shown
+            continue
+        d = deployment
+        bases = {f.base for f in feats}
+        ranges = {b: r for b, r in (d.ranges or {}).items() if b in bases}
+        stat = fit_statistic(x[train], y[train], feats, vocab_size=vocab_size, l2=l2,
+                             form=d.form, ranges=ranges, alternatives=d.alternatives)  # fmt: skip
+        skel, limit = d.skeleton, d.max_tokens
+        if candidate.early_block is not None:
+            fitting = [d.traces[int(i)] for i in np.flatnonzero(train)]
+            margins = block_margins(
+                stat, fitting, candidate.early_block, skeleton=skel, max_tokens=limit
+            )
+            stat = replace(stat, block_margins=margins)
+        for i in np.flatnonzero(test):
+            path = replay_fitted(stat, d.traces[int(i)], skeleton=skel, max_tokens=limit)
+            out[i] = critical_score(path, d.policy)
     return out
 
 
@@ -94,10 +141,12 @@ def cv_coverage(
     folds: int = 5,
     splits: int = 20,
     seed: int = 0,
+    deployment: Deployment | None = None,
 ) -> CandidateScore:
     """Cross-validated coverage of ``candidate`` at ``(risk, delta)`` (see the module
     docstring). ``x``: one row per answer, one column per feature in ``columns`` (rows
-    with a non-finite value, empty answers, are scored as never shown)."""
+    with a non-finite value, empty answers, are scored as never shown); ``deployment``:
+    score the rule as deployed, replayed, rather than the final scores."""
     from ._evaluate import MethodScores, _per_split, auroc  # (scipy: only when selecting)
 
     if folds < 2 or splits < 1:
@@ -109,8 +158,12 @@ def cv_coverage(
         raise ConfigError(f"candidate {candidate.name!r} reads a feature not in columns") from None
     xs = np.asarray(x, dtype=np.float64)[:, idx]
     y = np.asarray(correct, dtype=bool)
+    if deployment is not None and len(deployment.traces) != y.size:
+        raise ConfigError(
+            f"deployment: expected one trace per answer ({y.size}), got {len(deployment.traces)}"
+        )
     rng = np.random.default_rng(seed)
-    scores = _oof_scores(xs, y, candidate.features, candidate.l2, vocab_size, folds, rng)
+    scores = _oof_scores(xs, y, candidate, vocab_size, folds, rng, deployment)
     perms = [rng.permutation(y.size) for _ in range(splits)]
     method = MethodScores(candidate.name, scores, scores)
     coverage, refused = [], 0
@@ -132,26 +185,33 @@ def select_statistic(
     folds: int = 5,
     splits: int = 20,
     seed: int = 0,
+    deployment: Deployment | None = None,
+    progress: Callable[[int, int], object] | None = None,
 ) -> tuple[Candidate, list[CandidateScore]]:
     """The candidate with the largest cross-validated coverage at ``(risk, delta)`` (ties:
     fewer refusals, then the larger out-of-fold AUROC), and every candidate's scores, in
-    the order given. Every candidate sees the same folds and splits (the same ``seed``)."""
+    the order given. Every candidate sees the same folds and splits (the same ``seed``).
+    ``progress(done, total)`` is called after each candidate."""
     if not candidates:
         raise ConfigError("select_statistic needs at least one candidate")
-    scored = [
-        cv_coverage(
-            x,
-            correct,
-            c,
-            columns,
-            vocab_size=vocab_size,
-            risk=risk,
-            delta=delta,
-            folds=folds,
-            splits=splits,
-            seed=seed,
+    scored = []
+    for c in candidates:
+        scored.append(
+            cv_coverage(
+                x,
+                correct,
+                c,
+                columns,
+                vocab_size=vocab_size,
+                risk=risk,
+                delta=delta,
+                folds=folds,
+                splits=splits,
+                seed=seed,
+                deployment=deployment,
+            )
         )
-        for c in candidates
-    ]
+        if progress is not None:
+            progress(len(scored), len(candidates))
     best = max(scored, key=lambda s: (round(s.coverage, 12), -s.refused, s.auroc))
     return best.candidate, scored

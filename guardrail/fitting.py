@@ -32,7 +32,7 @@ from ._fitted_replay import (
 )
 from ._fitted_state import EventReader, FittedState, RecordedSkeleton, trace_events
 from ._fitting import answer_features, fit_statistic, token_ranges
-from ._selection import Candidate, CandidateScore, cv_coverage, select_statistic
+from ._selection import Candidate, CandidateScore, Deployment, cv_coverage, select_statistic
 
 __all__ = [
     "DEFAULT_ALTERNATIVES",
@@ -42,6 +42,7 @@ __all__ = [
     "Aggregate",
     "Candidate",
     "CandidateScore",
+    "Deployment",
     "EventReader",
     "Feature",
     "FittedPath",

@@ -379,18 +379,31 @@ def test_fit_selects_the_statistic_by_cross_validated_coverage(
     summary = json.loads(capsys.readouterr().out)
     table = summary["selection"]
     names = [row["candidate"] for row in table]
-    assert names == ["group api, l2 1", "group api, l2 10", "group api, l2 100",
-                     "logprob.sum", "logprob.min", "logprob.mean"]  # fmt: skip
+    statistics = ["group api, l2 1", "group api, l2 10", "group api, l2 100", "logprob.sum",
+                  "logprob.min", "logprob.mean"]  # fmt: skip
+    blocks = ["exact early blocks", "early block 0.99", "early block 0.95", "early block 0.9"]
+    assert names == [f"{s}; {b}" for s in statistics for b in blocks]
     (chosen,) = [row for row in table if row["chosen"]]
     assert chosen["cv_coverage"] == max(row["cv_coverage"] for row in table)
     stat = Certificate.load(out).statistic
     assert stat is not None and stat.info["selection"] == table
-    if not chosen["candidate"].startswith("group"):  # a single score: the statistic reads it
-        assert [f.name for f in stat.features] == [chosen["candidate"]]
+    label, block = chosen["candidate"].split("; ")
+    if not label.startswith("group"):  # a single score: the statistic reads it
+        assert [f.name for f in stat.features] == [label]
+    quantile = None if block == blocks[0] else float(block.rsplit(" ", 1)[1])
+    assert (summary["early_block"] or {}).get("quantile") == quantile
     # the monotone form offers only the single scores that move one way
     assert main([*args, "--select", "coverage", "--form", "monotone", "--json"]) == 0
     names = [row["candidate"] for row in json.loads(capsys.readouterr().out)["selection"]]
-    assert "logprob.mean" not in names and "logprob.min" in names
+    assert not any(n.startswith("logprob.mean") for n in names)
+    assert any(n.startswith("logprob.min") for n in names)
+    # an --early-block given is kept: only the statistics are chosen
+    assert main([*args, "--select", "coverage", "--early-block", "0.95", "--json"]) == 0
+    given = json.loads(capsys.readouterr().out)
+    assert [row["candidate"] for row in given["selection"]] == [
+        f"{s}; early block 0.95" for s in statistics
+    ]
+    assert given["early_block"]["quantile"] == 0.95
     # without --select nothing is chosen and nothing is recorded
     assert main([*args, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["selection"] is None

@@ -357,6 +357,7 @@ def test_public_submodules_are_pinned() -> None:
         "Aggregate",
         "Candidate",
         "CandidateScore",
+        "Deployment",
         "EventReader",
         "Feature",
         "FittedPath",

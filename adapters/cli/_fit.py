@@ -172,11 +172,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
     kw: dict[str, Any] = {"skeleton": skel, "alternatives": alternatives}
     ranges = token_ranges(fit_tr, bases, quantile=args.range_quantile, **kw)
     info: dict[str, Any] = {"traces": Path(args.traces).name, "skeleton": args.skeleton}
-    l2 = args.l2
+    l2, early_block = args.l2, args.early_block
     if args.select == "coverage":
         progress.step("liftguard fit: selection")
-        chosen = choose_statistic(args, fit_tr, feats, ranges, kw, vocab)
-        feats, l2, x, info["selection"] = chosen
+        chosen = choose_statistic(args, fit_tr, feats, ranges, kw, vocab, limit, progress)
+        feats, l2, early_block, x, info["selection"] = chosen
         ranges = {b: r for b, r in ranges.items() if b in {f.base for f in feats}}
     else:
         x = answer_features(fit_tr, feats, ranges=ranges, **kw)
@@ -191,9 +191,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
         alternatives=alternatives,
         info=info,
     )
-    if args.early_block is not None:
-        margins = block_margins(stat, fit_tr, args.early_block, skeleton=skel, max_tokens=limit)
-        info["early_block"] = {"quantile": args.early_block, "positions": len(margins)}
+    if early_block is not None:
+        margins = block_margins(stat, fit_tr, early_block, skeleton=skel, max_tokens=limit)
+        info["early_block"] = {"quantile": early_block, "positions": len(margins)}
         stat = replace(stat, block_margins=margins, info=info)
     policy = StreamPolicy(on_length=args.on_length)
     refusal = ""

@@ -4,9 +4,11 @@ The candidates: the feature set ``fit`` would use (``--group`` or ``--features``
 three L2 penalties (``--l2`` divided by 10, as given, times 10), and the single scores a
 user could threshold by hand, as one-feature statistics: the sequence log-likelihood
 (``logprob.sum``), the lowest token logprob (``logprob.min``) and, for ``--form
-answer``, the mean logprob. Each is scored on the fitting answers only by
-:func:`guardrail.fitting.select_statistic` at the command's ``--risk`` and ``--delta``;
-the calibration answers are never read.
+answer``, the mean logprob; each with every early-block quantile of
+:data:`EARLY_BLOCK_CHOICES` (only ``--early-block``'s, when it is given). Each is scored
+on the fitting answers only by :func:`guardrail.fitting.select_statistic` at the
+command's ``--risk`` and ``--delta``, replayed as the monitor will stream it (margins,
+token limit and ``--on-length`` included); the calibration answers are never read.
 """
 
 from __future__ import annotations
@@ -14,10 +16,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-__all__ = ["SINGLE_SCORES", "choose_statistic", "selection_line"]
+__all__ = ["EARLY_BLOCK_CHOICES", "SINGLE_SCORES", "choose_statistic", "selection_line"]
 
 SINGLE_SCORES = ("logprob.sum", "logprob.min", "logprob.mean")
 """One-feature candidates: sequence log-likelihood, lowest token logprob, mean logprob."""
+
+EARLY_BLOCK_CHOICES: tuple[float | None, ...] = (None, 0.99, 0.95, 0.9)
+"""Early-block quantiles tried with every candidate (``None``: the exact early blocks
+only) when ``--early-block`` is not given."""
+
+
+def _early_name(quantile: float | None) -> str:
+    return "exact early blocks" if quantile is None else f"early block {quantile:g}"
 
 
 def choose_statistic(
@@ -27,12 +37,17 @@ def choose_statistic(
     ranges: dict[str, tuple[float, float]],
     kw: dict[str, Any],
     vocab: int,
-) -> tuple[tuple[Any, ...], float, Any, list[dict[str, Any]]]:
-    """``(features, l2, x, table)`` of the candidate with the largest cross-validated
-    coverage: ``x`` its answer features on ``fit_tr`` (computed once, for every candidate),
-    ``table`` every candidate's measurements (stored in the certificate)."""
+    limit: int,
+    progress: Any,
+) -> tuple[tuple[Any, ...], float, float | None, Any, list[dict[str, Any]]]:
+    """``(features, l2, early_block, x, table)`` of the candidate with the largest
+    cross-validated coverage: ``x`` its answer features on ``fit_tr`` (computed once, for
+    every candidate), ``table`` every candidate's measurements (stored in the
+    certificate)."""
+    from guardrail import StreamPolicy
     from guardrail.fitting import (
         Candidate,
+        Deployment,
         Feature,
         answer_features,
         moves_one_way,
@@ -40,17 +55,30 @@ def choose_statistic(
     )
 
     name = "features" if args.features is not None else f"group {args.group}"
-    candidates = [
-        Candidate(f"{name}, l2 {l2:g}", feats, l2) for l2 in (args.l2 / 10, args.l2, args.l2 * 10)
-    ]
+    base = [(f"{name}, l2 {l2:g}", feats, l2) for l2 in (args.l2 / 10, args.l2, args.l2 * 10)]
     for single in SINGLE_SCORES:
         f = Feature.parse(single)
         if args.form == "monotone" and not moves_one_way(f):
             continue
-        candidates.append(Candidate(single, (f,), args.l2))
+        base.append((single, (f,), args.l2))
+    quantiles = (args.early_block,) if args.early_block_given else EARLY_BLOCK_CHOICES
+    candidates = [
+        Candidate(f"{label}; {_early_name(q)}", fs, l2, early_block=q)
+        for label, fs, l2 in base
+        for q in quantiles
+    ]
     columns = list(dict.fromkeys([*feats, *(f for c in candidates for f in c.features)]))
     x = answer_features(fit_tr, columns, ranges=ranges, **kw)
     correct = [bool(t.correct) for t in fit_tr]
+    deployment = Deployment(
+        fit_tr,
+        StreamPolicy(on_length=args.on_length),
+        skeleton=kw["skeleton"],
+        max_tokens=limit,
+        form=args.form,
+        ranges=ranges,
+        alternatives=kw["alternatives"],
+    )
     best, scored = select_statistic(
         x,
         correct,
@@ -60,6 +88,8 @@ def choose_statistic(
         risk=args.risk,
         delta=args.delta,
         seed=args.seed,
+        deployment=deployment,
+        progress=progress,
     )
     table = [
         {
@@ -72,7 +102,7 @@ def choose_statistic(
         for s in scored
     ]
     chosen = x[:, [columns.index(f) for f in best.features]]
-    return best.features, best.l2, chosen, table
+    return best.features, best.l2, best.early_block, chosen, table
 
 
 def selection_line(table: list[dict[str, Any]] | None, risk: float) -> str:

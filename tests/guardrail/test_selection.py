@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from guardrail import ConfigError
+from guardrail import ConfigError, StreamPolicy
 from guardrail.evaluate import auroc
-from guardrail.fitting import Candidate, Feature, cv_coverage, select_statistic
+from guardrail.fitting import (
+    Candidate,
+    Deployment,
+    Feature,
+    answer_features,
+    cv_coverage,
+    preset_features,
+    select_statistic,
+)
+from guardrail.traces import Trace, read_traces
 
 SHARP, BROAD = Feature.parse("logprob.min"), Feature.parse("logprob.mean")
 VOCAB = 1000
@@ -60,3 +71,60 @@ def test_bad_candidates_are_config_errors() -> None:
     with pytest.raises(ConfigError, match="folds"):
         cv_coverage(x, y, Candidate("c", (SHARP,), 1.0), [SHARP, BROAD], vocab_size=VOCAB,
                     risk=0.3, delta=0.05, folds=1)  # fmt: skip
+
+
+# --- the rule as deployed: replayed, early blocks and margins included -----------------------
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "traces_gemma3_sample.jsonl"
+
+
+def _fixture(copies: int = 1) -> tuple[list[Trace], np.ndarray, np.ndarray, tuple[Feature, ...]]:
+    """The committed Gemma 3 sample (``copies`` times over: enough correct answers per
+    fold for early-block margins), its answer features and labels."""
+    traces = read_traces(FIXTURE) * copies
+    feats = preset_features("lift")
+    x = answer_features(traces, feats, skeleton="prompt-free")
+    return traces, x, np.array([bool(t.correct) for t in traces]), feats
+
+
+def test_the_replayed_rule_without_margins_measures_what_the_final_scores_do() -> None:
+    traces, x, y, feats = _fixture()
+    longest = max(t.n_tokens for t in traces)
+    cand = Candidate("lift", feats, 1.0)
+    kw = {"vocab_size": traces[0].vocab_size, "risk": 0.7, "delta": 0.5, "seed": 4}
+    final = cv_coverage(x, y, cand, feats, **kw)  # type: ignore[arg-type]
+    deployed = Deployment(traces, StreamPolicy(), skeleton="prompt-free", max_tokens=longest)
+    replayed = cv_coverage(x, y, cand, feats, deployment=deployed, **kw)  # type: ignore[arg-type]
+    assert final.coverage > 0  # a target some splits reach: the comparison means something
+    # within the token limit the exact early verdicts change when, not what, is shown
+    assert (replayed.coverage, replayed.refused) == (final.coverage, final.refused)
+    assert replayed.auroc == pytest.approx(final.auroc)
+    # a limit shorter than some answers blocks them: the replay prices that in
+    short = Deployment(traces, StreamPolicy(), skeleton="prompt-free", max_tokens=3)
+    cut = cv_coverage(x, y, cand, feats, deployment=short, **kw)  # type: ignore[arg-type]
+    assert cut.auroc != pytest.approx(final.auroc)
+
+
+def test_early_block_margins_are_scored_by_the_coverage_of_the_rule_they_make() -> None:
+    traces, x, y, feats = _fixture(copies=8)
+    longest = max(t.n_tokens for t in traces)
+    deployed = Deployment(traces, StreamPolicy(), skeleton="prompt-free", max_tokens=longest)
+    cands = [Candidate(f"q {q}", feats, 1.0, early_block=q) for q in (None, 0.9, 0.5)]
+    best, scored = select_statistic(x, y, cands, feats, vocab_size=traces[0].vocab_size,
+                                    risk=0.5, delta=0.3, deployment=deployed)  # fmt: skip
+    exact, high, half = scored
+    # margins only ever block sooner: the ranking changes, and the lower the quantile the more
+    assert len({exact.auroc, high.auroc, half.auroc}) == 3
+    assert best is max(scored, key=lambda s: (s.coverage, -s.refused, s.auroc)).candidate
+    # without a deployment the margins are not read: every candidate scores alike
+    _, plain = select_statistic(x, y, cands, feats, vocab_size=traces[0].vocab_size,
+                                risk=0.5, delta=0.3)  # fmt: skip
+    assert len({(s.coverage, s.refused, s.auroc) for s in plain}) == 1
+
+
+def test_a_deployment_needs_one_trace_per_answer() -> None:
+    traces, x, y, feats = _fixture()
+    deployed = Deployment(traces[:-1], StreamPolicy(), skeleton="prompt-free")
+    with pytest.raises(ConfigError, match="one trace per answer"):
+        cv_coverage(x, y, Candidate("lift", feats, 1.0), feats, vocab_size=traces[0].vocab_size,
+                    risk=0.5, delta=0.3, deployment=deployed)  # fmt: skip
