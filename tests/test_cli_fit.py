@@ -404,6 +404,11 @@ def test_fit_selects_the_statistic_by_cross_validated_coverage(
         f"{s}; early block 0.95" for s in statistics
     ]
     assert given["early_block"]["quantile"] == 0.95
+    # a risk no candidate meets on the fitting answers: the summary says how it chose
+    strict = [a if a != "0.8" else "0.01" for a in args]
+    assert main([*strict, "--select", "coverage", "--early-block", "none"]) == 0
+    text = capsys.readouterr().out
+    assert "no candidate certifies anything at this risk: the choice fell to" in text
     # without --select nothing is chosen and nothing is recorded
     assert main([*args, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["selection"] is None

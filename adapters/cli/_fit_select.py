@@ -110,7 +110,21 @@ def selection_line(table: list[dict[str, Any]] | None, risk: float) -> str:
     if not table:
         return ""
     best = next(r for r in table if r["chosen"])
-    return (
+    line = (
         f"  selection        {best['candidate']}: cross-validated coverage "
         f"{best['cv_coverage']:.1%} at risk {risk:g}, best of {len(table)} candidates\n"
     )
+    tied = sum(round(r["cv_coverage"], 12) == round(best["cv_coverage"], 12) for r in table)
+    if tied > 1:
+        what = (
+            "every candidate certifies all of the fitting answers at this risk"
+            if best["cv_coverage"] >= 1.0
+            else "no candidate certifies anything at this risk"
+            if best["cv_coverage"] == 0.0
+            else f"{tied} candidates tie on coverage"
+        )
+        line += (
+            f"                   {what}: the choice fell to fewer refusals, then the "
+            "out-of-fold AUROC, then the order listed\n"
+        )
+    return line
