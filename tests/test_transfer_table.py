@@ -62,3 +62,15 @@ def test_docs_early_block_pages_are_what_the_scripts_write() -> None:
     data = json.loads(page.RESULTS.read_text(encoding="utf-8"))
     assert page.PAGE.read_text(encoding="utf-8").endswith(page.render(data))
     assert {f"early block {q}" for q in page.MARGINS} <= set(data["rules"])
+
+
+def test_docs_in_domain_page_is_what_in_domain_py_writes() -> None:
+    mod = _script("in_domain")
+    written = mod.OUT.read_text(encoding="utf-8")
+    assert written == mod.render(mod.HERE / "results"), f"stale {mod.OUT.name}: run `{mod.COMMAND}`"
+    rows = [line for line in written.splitlines() if line.startswith("| ") and "%" in line]
+    # every model, on both datasets: an in-domain and a transferred figure in each row
+    for m in mod.MODELS:
+        for name in mod.NAMES.values():
+            assert any(row.startswith(f"| {m.name}, {name} (") for row in rows), (m.name, name)
+    assert all(row.count("%") == 4 for row in rows)
