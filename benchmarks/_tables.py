@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 ROOT = Path(__file__).parents[1]
 DOCS = ROOT / "docs" / "results"
 RESULTS = ROOT / "benchmarks" / "results"
@@ -27,6 +29,19 @@ DEFAULT_TRACES = "../shared/data/traces"
 """The shared traces, as the commands name them (relative to the repository root)."""
 MODELS = {"gemma3": "Gemma 3 270M", "smollm2": "SmolLM2-135M-Instruct"}
 SHORT = {"gemma3": "Gemma 3", "smollm2": "SmolLM2"}
+
+
+def halves(path: Path, tmp: Path, seed: int = 0) -> tuple[Path, Path]:
+    """``path``'s lines split in two by a permutation seeded ``seed``: the first half of it
+    into ``tmp/A_<name>``, the rest into ``tmp/B_<name>``, each in the file's order. The
+    held-out-within-one-dataset benchmarks all split this way (seed 0)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    perm = np.random.default_rng(seed).permutation(len(lines))
+    half = len(lines) // 2
+    a, b = tmp / f"A_{path.name}", tmp / f"B_{path.name}"
+    a.write_text("\n".join(lines[i] for i in sorted(perm[:half])) + "\n", encoding="utf-8")
+    b.write_text("\n".join(lines[i] for i in sorted(perm[half:])) + "\n", encoding="utf-8")
+    return a, b
 
 
 def header(command: str, source: str) -> str:

@@ -44,6 +44,8 @@ import numpy as np
 
 if not __package__:  # run as a script: measure the checkout this file belongs to
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _tables import halves
 
 from guardrail import Certificate, InsufficientDataError
 from guardrail.evaluate import ltt_threshold
@@ -155,14 +157,9 @@ def _fit(traces: Path, out: Path, *extra: str) -> Certificate:
 
 
 def run(shared: Path) -> dict[str, Any]:
-    lines = (shared / "triviaqa_smollm2.jsonl").read_text(encoding="utf-8").splitlines()
-    perm = np.random.default_rng(0).permutation(len(lines))
-    half = len(lines) // 2
     rows: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as t:
-        a, b = Path(t) / "A.jsonl", Path(t) / "B.jsonl"
-        a.write_text("\n".join(lines[i] for i in sorted(perm[:half])) + "\n", encoding="utf-8")
-        b.write_text("\n".join(lines[i] for i in sorted(perm[half:])) + "\n", encoding="utf-8")
+        a, b = halves(shared / "triviaqa_smollm2.jsonl", Path(t))
         train, test = read_traces(a), read_traces(b)
         correct = np.array([bool(x.correct) for x in test])
         cert = _fit(a, Path(t) / "answer.json", "--early-block", "none")

@@ -22,10 +22,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+from _tables import halves  # noqa: E402
+
 from adapters.cli._fit_args import DEFAULT_EARLY_BLOCK  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "select_coverage.json"
@@ -33,16 +33,6 @@ PAGE = ROOT / "docs" / "results" / "select_coverage.md"
 COMMAND = "python benchmarks/select_coverage.py ../shared/data/traces"
 PRESET = f"group api, l2 10; early block {DEFAULT_EARLY_BLOCK:g}"
 RUNS = {"smollm2": (0.8, 0.9), "gemma3": (0.7, 0.8), "qwen25coder": (0.5, 0.7)}
-
-
-def _halves(path: Path, tmp: Path) -> tuple[Path, Path]:
-    lines = path.read_text(encoding="utf-8").splitlines()
-    perm = np.random.default_rng(0).permutation(len(lines))
-    half = len(lines) // 2
-    a, b = tmp / f"A_{path.name}", tmp / f"B_{path.name}"
-    a.write_text("\n".join(lines[i] for i in sorted(perm[:half])) + "\n", encoding="utf-8")
-    b.write_text("\n".join(lines[i] for i in sorted(perm[half:])) + "\n", encoding="utf-8")
-    return a, b
 
 
 def _liftguard(*args: str) -> str:
@@ -56,7 +46,7 @@ def run(shared: Path) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         for model, risks in RUNS.items():
-            a, b = _halves(shared / f"triviaqa_{model}.jsonl", tmp)
+            a, b = halves(shared / f"triviaqa_{model}.jsonl", tmp)
             for risk in risks:
                 row: dict[str, object] = {"model": model, "risk": risk}
                 for name, extra in (("preset", []), ("selected", ["--select", "coverage"])):

@@ -18,7 +18,6 @@ results.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from models import DIRECTIONS, MODELS, Model, load, select  # noqa: E402
+from models import DIRECTIONS, MODELS, Model, load, page_main  # noqa: E402
 from run import EVAL, _liftguard  # noqa: E402
 
 QUANTILES = ("none", "0.95")
@@ -94,26 +93,7 @@ def render(results: Path, models: tuple[Model, ...] = MODELS) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("tq_dir", type=Path, nargs="?", help="the shared TriviaQA traces")
-    parser.add_argument("nq_dir", type=Path, nargs="?", help="the NQ-Open traces")
-    parser.add_argument("--results", type=Path, default=HERE / "results")
-    parser.add_argument("--models", help="comma-separated keys of models.py (default: all)")
-    parser.add_argument("--render-only", action="store_true", help="only rewrite the page")
-    args = parser.parse_args(argv)
-    models = select(args.models)
-    if not args.render_only:
-        if args.tq_dir is None or args.nq_dir is None:
-            parser.error("give SHARED_TRACES_DIR and NQ_TRACES_DIR (or --render-only)")
-        run(args.tq_dir, args.nq_dir, args.results, models)
-    try:
-        text = render(args.results, models)
-    except FileNotFoundError as exc:
-        print(f"early_block.py: {exc}", file=sys.stderr)
-        return 1
-    OUT.write_text(text, encoding="utf-8")
-    print(f"wrote {OUT}")
-    return 0
+    return page_main(argv, __doc__ or "", run, render, OUT, HERE / "results")
 
 
 if __name__ == "__main__":

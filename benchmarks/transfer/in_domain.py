@@ -10,7 +10,7 @@ For each model and dataset, the answers are split in halves by a seeded permutat
 (the preset features, the default early-block margins) fits on half A, and
 ``liftguard eval`` evaluates half B exactly as ``run.py`` evaluates a transferred
 certificate (50 splits, seed 7, delta 0.05), at the risks ``run.py`` evaluates that
-dataset at (``*_in_{tq,nq}_r{risk}.json``). Then writes
+dataset at (``*_in_{tq,nq}_r{risk}.json``; the certificates: ``*_{tq,nq}_half.json``). Then writes
 ``docs/results/transfer_in_domain.md``: per model, dataset and risk, the certificate's
 coverage against the best baseline in-domain (half B) and transferred (``run.py``'s
 results, the whole dataset). ``--render-only`` rewrites the page from the saved results.
@@ -21,19 +21,17 @@ model's answers; one that appears only after transfer comes from the fitting dat
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-from models import DIRECTIONS, MODELS, Model, load, select  # noqa: E402
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+from _tables import halves  # noqa: E402
+from models import DIRECTIONS, MODELS, Model, load, page_main  # noqa: E402
 from run import EVAL, _liftguard  # noqa: E402
 
 OUT = ROOT / "docs" / "results" / "transfer_in_domain.md"
@@ -43,17 +41,6 @@ TEST_OF = {"tq": "nq2tq", "nq": "tq2nq"}
 NAMES = {"tq": "TriviaQA", "nq": "NQ-Open"}
 
 
-def halves(path: Path, tmp: Path) -> tuple[Path, Path]:
-    """``path``'s lines split in two by a permutation seeded 0 (A: the first half of it)."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    perm = np.random.default_rng(0).permutation(len(lines))
-    half = len(lines) // 2
-    a, b = tmp / f"A_{path.name}", tmp / f"B_{path.name}"
-    a.write_text("\n".join(lines[i] for i in sorted(perm[:half])) + "\n", encoding="utf-8")
-    b.write_text("\n".join(lines[i] for i in sorted(perm[half:])) + "\n", encoding="utf-8")
-    return a, b
-
-
 def run(tq_dir: Path, nq_dir: Path, out: Path, models: tuple[Model, ...]) -> None:
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
@@ -61,7 +48,7 @@ def run(tq_dir: Path, nq_dir: Path, out: Path, models: tuple[Model, ...]) -> Non
             start = time.monotonic()
             for data, path in (("tq", tq_dir / m.triviaqa), ("nq", nq_dir / m.nq_open)):
                 a, b = halves(path, tmp)
-                cert = str(tmp / f"{m.key}_{data}_half.json")
+                cert = str(out / f"{m.key}_{data}_half.json")
                 _liftguard("fit", "--context", str(ROOT / m.context), "--fit-fraction", "1",
                            "--traces", str(a), "--out", cert)  # fmt: skip
                 for r in m.risks[TEST_OF[data]]:
@@ -111,27 +98,7 @@ def render(results: Path, models: tuple[Model, ...] = MODELS) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("tq_dir", type=Path, nargs="?", help="the shared TriviaQA traces")
-    parser.add_argument("nq_dir", type=Path, nargs="?", help="the NQ-Open traces")
-    parser.add_argument("--results", type=Path, default=HERE / "results")
-    parser.add_argument("--models", help="comma-separated keys of models.py (default: all)")
-    parser.add_argument("--render-only", action="store_true", help="only rewrite the page")
-    args = parser.parse_args(argv)
-    models = select(args.models)
-    if not args.render_only:
-        if args.tq_dir is None or args.nq_dir is None:
-            parser.error("give SHARED_TRACES_DIR and NQ_TRACES_DIR (or --render-only)")
-        args.results.mkdir(parents=True, exist_ok=True)
-        run(args.tq_dir, args.nq_dir, args.results, models)
-    try:
-        text = render(args.results, models)
-    except FileNotFoundError as exc:
-        print(f"in_domain.py: {exc}", file=sys.stderr)
-        return 1
-    OUT.write_text(text, encoding="utf-8")
-    print(f"wrote {OUT}")
-    return 0
+    return page_main(argv, __doc__ or "", run, render, OUT, HERE / "results")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@ model has its own risks per direction.
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,3 +110,37 @@ def read_result(results: Path, name: str, which: str = "") -> str:
             f"missing results file {path}: run `python benchmarks/transfer/run.py`{which}"
         )
     return path.read_text(encoding="utf-8")
+
+
+def page_main(
+    argv: list[str] | None,
+    doc: str,
+    run: Callable[[Path, Path, Path, tuple[Model, ...]], None],
+    render: Callable[[Path, tuple[Model, ...]], str],
+    out: Path,
+    results: Path,
+) -> int:
+    """The command line of a script that runs ``liftguard`` over both datasets' traces and
+    writes one page from the saved results: ``SHARED_TRACES_DIR NQ_TRACES_DIR [--results
+    DIR] [--models KEY,...] [--render-only]``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("tq_dir", type=Path, nargs="?", help="the shared TriviaQA traces")
+    parser.add_argument("nq_dir", type=Path, nargs="?", help="the NQ-Open traces")
+    parser.add_argument("--results", type=Path, default=results)
+    parser.add_argument("--models", help="comma-separated keys of models.py (default: all)")
+    parser.add_argument("--render-only", action="store_true", help="only rewrite the page")
+    args = parser.parse_args(argv)
+    models = select(args.models)
+    if not args.render_only:
+        if args.tq_dir is None or args.nq_dir is None:
+            parser.error("give SHARED_TRACES_DIR and NQ_TRACES_DIR (or --render-only)")
+        args.results.mkdir(parents=True, exist_ok=True)
+        run(args.tq_dir, args.nq_dir, args.results, models)
+    try:
+        text = render(args.results, models)
+    except FileNotFoundError as exc:
+        print(f"{Path(sys.argv[0]).name}: {exc}", file=sys.stderr)
+        return 1
+    out.write_text(text, encoding="utf-8")
+    print(f"wrote {out}")
+    return 0
