@@ -142,15 +142,18 @@ def cv_coverage(
     splits: int = 20,
     seed: int = 0,
     deployment: Deployment | None = None,
+    repeats: int = 1,
 ) -> CandidateScore:
     """Cross-validated coverage of ``candidate`` at ``(risk, delta)`` (see the module
     docstring). ``x``: one row per answer, one column per feature in ``columns`` (rows
     with a non-finite value, empty answers, are scored as never shown); ``deployment``:
-    score the rule as deployed, replayed, rather than the final scores."""
+    score the rule as deployed, replayed, rather than the final scores; ``repeats``: the
+    whole cross-validation that many times over with new folds and splits, averaged (a
+    less noisy estimate; ``refused`` counts over every split)."""
     from ._evaluate import MethodScores, _per_split, auroc  # (scipy: only when selecting)
 
-    if folds < 2 or splits < 1:
-        raise ConfigError("folds must be >= 2 and splits >= 1")
+    if folds < 2 or splits < 1 or repeats < 1:
+        raise ConfigError("folds must be >= 2, splits and repeats >= 1")
     cols = list(columns)
     try:
         idx = [cols.index(f) for f in candidate.features]
@@ -163,14 +166,16 @@ def cv_coverage(
             f"deployment: expected one trace per answer ({y.size}), got {len(deployment.traces)}"
         )
     rng = np.random.default_rng(seed)
-    scores = _oof_scores(xs, y, candidate, vocab_size, folds, rng, deployment)
-    perms = [rng.permutation(y.size) for _ in range(splits)]
-    method = MethodScores(candidate.name, scores, scores)
-    coverage, refused = [], 0
-    for test, tau, shown in _per_split(method, y, perms, 0.5, risk, delta, replay_policy=False):
-        refused += tau is None
-        coverage.append(float(shown.sum()) / test.size)
-    return CandidateScore(candidate, float(np.mean(coverage)), refused, auroc(scores, y))
+    coverage, refused, aurocs = [], 0, []
+    for _ in range(repeats):
+        scores = _oof_scores(xs, y, candidate, vocab_size, folds, rng, deployment)
+        perms = [rng.permutation(y.size) for _ in range(splits)]
+        method = MethodScores(candidate.name, scores, scores)
+        for test, tau, shown in _per_split(method, y, perms, 0.5, risk, delta, replay_policy=False):
+            refused += tau is None
+            coverage.append(float(shown.sum()) / test.size)
+        aurocs.append(auroc(scores, y))
+    return CandidateScore(candidate, float(np.mean(coverage)), refused, float(np.mean(aurocs)))
 
 
 def select_statistic(
@@ -186,6 +191,7 @@ def select_statistic(
     splits: int = 20,
     seed: int = 0,
     deployment: Deployment | None = None,
+    repeats: int = 1,
     progress: Callable[[int, int], object] | None = None,
 ) -> tuple[Candidate, list[CandidateScore]]:
     """The candidate with the largest cross-validated coverage at ``(risk, delta)`` (ties:
@@ -209,6 +215,7 @@ def select_statistic(
                 splits=splits,
                 seed=seed,
                 deployment=deployment,
+                repeats=repeats,
             )
         )
         if progress is not None:

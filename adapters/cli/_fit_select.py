@@ -8,7 +8,8 @@ answer``, the mean logprob; each with every early-block quantile of
 :data:`EARLY_BLOCK_CHOICES` (only ``--early-block``'s, when it is given). Each is scored
 on the fitting answers only by :func:`guardrail.fitting.select_statistic` at the
 command's ``--risk`` and ``--delta``, replayed as the monitor will stream it (margins,
-token limit and ``--on-length`` included); the calibration answers are never read.
+token limit and ``--on-length`` included), the cross-validation repeated :data:`REPEATS`
+times over; the calibration answers are never read.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-__all__ = ["EARLY_BLOCK_CHOICES", "SINGLE_SCORES", "choose_statistic", "selection_line"]
+__all__ = ["EARLY_BLOCK_CHOICES", "REPEATS", "SINGLE_SCORES", "choose_statistic", "selection_line"]
+
+REPEATS = 3
+"""How many times over the cross-validation runs, with new folds and splits each time."""
 
 SINGLE_SCORES = ("logprob.sum", "logprob.min", "logprob.mean")
 """One-feature candidates: sequence log-likelihood, lowest token logprob, mean logprob."""
@@ -89,6 +93,7 @@ def choose_statistic(
         delta=args.delta,
         seed=args.seed,
         deployment=deployment,
+        repeats=REPEATS,
         progress=progress,
     )
     table = [

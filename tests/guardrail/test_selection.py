@@ -59,6 +59,13 @@ def test_cross_validated_coverage_is_deterministic_and_counts_refusals() -> None
     none = cv_coverage(x, y, cand, [SHARP, BROAD], vocab_size=VOCAB, risk=0.001, delta=0.05,
                        splits=7)  # fmt: skip
     assert (none.coverage, none.refused) == (0.0, 7)
+    # repeated with new folds and splits: every split counts, and the estimate moves
+    again = cv_coverage(x, y, cand, [SHARP, BROAD], vocab_size=VOCAB, risk=0.001, delta=0.05,
+                        splits=7, repeats=3)  # fmt: skip
+    assert again.refused == 21
+    thrice = cv_coverage(x, y, cand, [SHARP, BROAD], vocab_size=VOCAB, risk=0.1, delta=0.05,
+                         seed=1, repeats=3)  # fmt: skip
+    assert thrice.auroc != a.auroc  # new folds: other out-of-fold scores
 
 
 def test_bad_candidates_are_config_errors() -> None:
@@ -68,6 +75,9 @@ def test_bad_candidates_are_config_errors() -> None:
                     vocab_size=VOCAB, risk=0.3, delta=0.05)  # fmt: skip
     with pytest.raises(ConfigError, match="at least one candidate"):
         select_statistic(x, y, [], [SHARP, BROAD], vocab_size=VOCAB, risk=0.3, delta=0.05)
+    with pytest.raises(ConfigError, match="repeats"):
+        cv_coverage(x, y, Candidate("c", (SHARP,), 1.0), [SHARP, BROAD], vocab_size=VOCAB,
+                    risk=0.3, delta=0.05, repeats=0)  # fmt: skip
     with pytest.raises(ConfigError, match="folds"):
         cv_coverage(x, y, Candidate("c", (SHARP,), 1.0), [SHARP, BROAD], vocab_size=VOCAB,
                     risk=0.3, delta=0.05, folds=1)  # fmt: skip
