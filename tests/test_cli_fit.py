@@ -3,9 +3,12 @@ check uses, on the committed fixture samples."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -320,8 +323,18 @@ def test_eval_bootstrap_gives_the_certificates_paired_differences(
             d_lo, d_hi = boot["certificate_minus"]["coverage_mean"]
             assert -1.0 <= d_lo <= d_hi <= 1.0
     assert main([*args, "--bootstrap", "20"]) == 0
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.out
     assert "certificate minus each method, 95% intervals over 20 resamples" in text
+    # where a baseline certifies more, the note names a best one and the interval
+    cov = {n: r["coverage_mean"] for n, r in plain["methods"].items()}
+    top = max(c for n, c in cov.items() if n != "certificate")
+    notes = [line for line in captured.err.splitlines()
+             if "certifies more than the certificate here" in line]  # fmt: skip
+    assert len(notes) == (top > cov["certificate"])
+    for line in notes:
+        named = line.split("note: ", 1)[1].split(" ", 1)[0]
+        assert cov[named] == top and f"(certificate minus {named}: [" in line
     assert sum(line.lstrip().startswith(tuple(BASELINES)) and "coverage [" in line
                for line in text.splitlines()) == len(BASELINES)  # fmt: skip
 
@@ -412,3 +425,30 @@ def test_fit_selects_the_statistic_by_cross_validated_coverage(
     # without --select nothing is chosen and nothing is recorded
     assert main([*args, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["selection"] is None
+
+
+def test_eval_says_when_a_method_certifies_more_than_the_certificate() -> None:
+    from adapters.cli._eval_report import trailing_note
+
+    args = argparse.Namespace(risk=0.7)
+
+    def result(coverage: float) -> dict[str, Any]:
+        return {"coverage_mean": coverage, "all_refused": coverage == 0.0}
+
+    ahead = {"certificate": result(0.60), "lift": result(0.62), "nll": result(0.61),
+             "pmi": result(math.nan)}  # fmt: skip
+    scores = ("lift", "nll")
+    note = trailing_note(args, ahead, {}, scores)
+    assert note.startswith("lift certifies more than the certificate here: 62.0% of the "
+                           "answers against 60.0% at risk 0.7")  # fmt: skip
+    assert "--bootstrap 200" in note and "liftguard calibrate --score lift" in note
+    tie = {"lift": {"certificate_minus": {"coverage_mean": [-0.03, 0.01]}}}
+    assert "[-3.0, +1.0] pts, a tie within the noise" in trailing_note(args, ahead, tie, scores)
+    real = {"lift": {"certificate_minus": {"coverage_mean": [-0.05, -0.01]}}}
+    assert "a real difference" in trailing_note(args, ahead, real, scores)
+    # a method no single-score certificate can be made of: no command to suggest
+    assert "liftguard calibrate" not in trailing_note(args, ahead, {}, ("nll",))
+    # the certificate at least as good as every method, or no certificate: nothing to say
+    level = {"certificate": result(0.62), "lift": result(0.62)}
+    assert trailing_note(args, level, {}, scores) == ""
+    assert trailing_note(args, {"lift": result(0.62)}, {}, scores) == ""

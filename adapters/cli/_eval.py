@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ._common import CommandError, no_traces, resolve_clip, stream_policy
-from ._eval_report import finite_or_null, print_intervals, refusal_note, share
+from ._eval_report import finite_or_null, print_intervals, refusal_note, share, trailing_note
 from ._recorded import (
     absent,
     carries,
@@ -287,6 +287,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"wrote {path} and its figures", file=sys.stderr)
     if note:
         print(f"liftguard eval: note: {note}", file=sys.stderr)
+    trailing = trailing_note(args, results, intervals, ("lift", *BASELINES))
+    if trailing:
+        print(f"liftguard eval: note: {trailing}", file=sys.stderr)
     if args.json:
         print(json.dumps(finite_or_null(report), indent=2, sort_keys=True, allow_nan=False))
         return 0

@@ -7,7 +7,7 @@ import argparse
 import math
 from typing import Any
 
-__all__ = ["finite_or_null", "print_intervals", "refusal_note", "share"]
+__all__ = ["finite_or_null", "print_intervals", "refusal_note", "share", "trailing_note"]
 
 
 def share(value: float, width: int) -> str:
@@ -84,6 +84,46 @@ def refusal_note(args: argparse.Namespace, n: int, results: dict[str, dict[str, 
         f"calibration refused on all {args.splits} splits for {which}, which therefore "
         f"answer nothing: {reason}. Add calibration data or relax --risk/--delta."
     )
+
+
+def trailing_note(
+    args: argparse.Namespace,
+    results: dict[str, dict[str, Any]],
+    intervals: dict[str, dict[str, Any]],
+    scores: tuple[str, ...],
+) -> str:
+    """Where a method certifies more than the certificate, a note naming the best of them,
+    the bootstrap interval of the difference when there is one, and what to do about it
+    (``scores``: the methods ``liftguard calibrate --score`` can make a certificate of);
+    ``""`` without a certificate, or where it certifies at least as much as every
+    method."""
+    cert = results.get("certificate")
+    others = [n for n, r in results.items()
+              if n != "certificate" and math.isfinite(r["coverage_mean"])]  # fmt: skip
+    if cert is None or not others:
+        return ""
+    best = max(others, key=lambda n: results[n]["coverage_mean"])
+    if results[best]["coverage_mean"] <= cert["coverage_mean"]:
+        return ""
+    text = (
+        f"{best} certifies more than the certificate here: {results[best]['coverage_mean']:.1%} "
+        f"of the answers against {cert['coverage_mean']:.1%} at risk {args.risk:g}"
+    )
+    diff = intervals.get(best, {}).get("certificate_minus")
+    if diff is not None:
+        lo, hi = diff["coverage_mean"]
+        if math.isfinite(lo) and math.isfinite(hi):
+            verdict = "a tie within the noise" if lo <= 0 <= hi else "a real difference"
+            text += f" (certificate minus {best}: {_interval([lo, hi], True)}, {verdict})"
+    else:
+        text += " (--bootstrap 200 says whether that is more than noise)"
+    if best in scores:
+        text += (
+            f". A single-score certificate of it: 'liftguard calibrate --score {best} "
+            f"--traces ... --risk {args.risk:g} --out ...'; or refit with 'liftguard fit "
+            "--select coverage', which also weighs the single scores"
+        )
+    return text + "."
 
 
 def finite_or_null(value: Any) -> Any:
