@@ -222,7 +222,8 @@ def fit_statistic(
     :func:`answer_features`; empty answers are left out) and labels ``correct``.
 
     ``form="monotone"`` constrains each weight's sign so that its term can only fall
-    as tokens arrive (features that move either way get weight 0)."""
+    as tokens arrive (features that move either way get weight 0). Of ``ranges``, the
+    statistic keeps those of the bases its features read."""
     xs = np.asarray(x, dtype=np.float64)
     ok = np.asarray(correct, dtype=bool)
     feats = tuple(features)
@@ -273,6 +274,6 @@ def fit_statistic(
         temperature=temperature,
         form=form,
         alternatives=alternatives,
-        ranges=dict(ranges or {}),
+        ranges={b: r for b, r in (ranges or {}).items() if b in {f.base for f in feats}},
         info={**meta, **dict(info or {})},
     )

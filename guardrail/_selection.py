@@ -112,10 +112,8 @@ def _oof_scores(
             out[test] = np.where(np.isfinite(score), score, -np.inf)  # empty: never shown
             continue
         d = deployment
-        bases = {f.base for f in feats}
-        ranges = {b: r for b, r in (d.ranges or {}).items() if b in bases}
         stat = fit_statistic(x[train], y[train], feats, vocab_size=vocab_size, l2=l2,
-                             form=d.form, ranges=ranges, alternatives=d.alternatives)  # fmt: skip
+                             form=d.form, ranges=d.ranges, alternatives=d.alternatives)  # fmt: skip
         skel, limit = d.skeleton, d.max_tokens
         if candidate.early_block is not None:
             fitting = [d.traces[int(i)] for i in np.flatnonzero(train)]

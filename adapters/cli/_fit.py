@@ -177,7 +177,6 @@ def cmd_fit(args: argparse.Namespace) -> int:
         progress.step("liftguard fit: selection")
         chosen = choose_statistic(args, fit_tr, feats, ranges, kw, vocab, limit, progress)
         feats, l2, early_block, x, info["selection"] = chosen
-        ranges = {b: r for b, r in ranges.items() if b in {f.base for f in feats}}
     else:
         x = answer_features(fit_tr, feats, ranges=ranges, **kw)
     stat = fit_statistic(
