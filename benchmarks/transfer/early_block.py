@@ -26,7 +26,15 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from models import DIRECTIONS, MODELS, Model, load, page_main  # noqa: E402
+from models import (  # noqa: E402
+    DIRECTIONS,
+    MODELS,
+    Model,
+    best_baseline,
+    load,
+    method_name,
+    page_main,
+)
 from run import EVAL, _liftguard  # noqa: E402
 
 QUANTILES = ("none", "0.95")
@@ -76,16 +84,14 @@ def render(results: Path, models: tuple[Model, ...] = MODELS) -> str:
                 plain = load(results, model, tag, risk)["methods"]
                 if all(m["coverage_mean"] == 0 for m in plain.values()):
                     continue  # nothing certifies at this risk, whatever the rule
-                top = max((n for n in plain if n != "certificate"),
-                          key=lambda n: plain[n]["coverage_mean"])  # fmt: skip
+                top = best_baseline(plain)
                 best = plain[top]["coverage_mean"]
                 gated = [load(results, model, f"{tag}_eb{q}", risk)["methods"]["certificate"]
                          for q in QUANTILES]  # fmt: skip
                 cells = " | ".join(_cell(g, best) for g in gated)
-                name = f"`{top}`" if top.startswith("lift") else top.replace("_", " ")
                 lines.append(f"| {model.name}, {DIRECTIONS[tag]} | {risk} | "
                              f"{_cell(plain['certificate'], best)} | {cells} | "
-                             f"{100 * best:.1f}% ({name}) |")  # fmt: skip
+                             f"{100 * best:.1f}% ({method_name(top)}) |")  # fmt: skip
     lines += ["", "Each cell: coverage (bold: at least the best baseline's), refused splits of "
               "50, and the share of a blocked answer read before the block (mean / median). "
               "Risks where no method certifies anything are left out."]  # fmt: skip

@@ -31,7 +31,15 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 from _tables import halves  # noqa: E402
-from models import DIRECTIONS, MODELS, Model, load, page_main  # noqa: E402
+from models import (  # noqa: E402
+    DIRECTIONS,
+    MODELS,
+    Model,
+    best_baseline,
+    load,
+    method_name,
+    page_main,
+)
 from run import EVAL, _liftguard  # noqa: E402
 
 OUT = ROOT / "docs" / "results" / "transfer_in_domain.md"
@@ -57,15 +65,10 @@ def run(tq_dir: Path, nq_dir: Path, out: Path, models: tuple[Model, ...]) -> Non
             print(f"{m.key}: {time.monotonic() - start:.0f}s", file=sys.stderr)
 
 
-def _best(methods: dict[str, Any]) -> tuple[str, float]:
-    top = max((n for n in methods if n != "certificate"), key=lambda n: methods[n]["coverage_mean"])
-    name = f"`{top}`" if top.startswith("lift") else top.replace("_", " ")
-    return name, float(methods[top]["coverage_mean"])
-
-
 def _pair(methods: dict[str, Any]) -> str:
     cert = methods["certificate"]
-    name, best = _best(methods)
+    top = best_baseline(methods)
+    name, best = method_name(top), float(methods[top]["coverage_mean"])
     cov = f"{100 * cert['coverage_mean']:.1f}%"
     if cert["coverage_mean"] >= best:
         cov = f"**{cov}**"

@@ -101,6 +101,18 @@ def load(results: Path, model: Model, tag: str, risk: str) -> dict[str, Any]:
     return data
 
 
+def method_name(method: str) -> str:
+    """How the pages name a method: the certificates of the project in code type, a peer's
+    score in words (``max_entropy`` -> ``max entropy``)."""
+    return f"`{method}`" if method.startswith("lift") else method.replace("_", " ")
+
+
+def best_baseline(methods: dict[str, dict[str, Any]]) -> str:
+    """The method other than the certificate with the largest mean coverage."""
+    return max((n for n in methods if n != "certificate"),
+               key=lambda n: methods[n]["coverage_mean"])  # fmt: skip
+
+
 def read_result(results: Path, name: str, which: str = "") -> str:
     """The text of the results file ``name`` that ``run.py`` saved in ``results``; a missing
     one is a FileNotFoundError naming the command that makes it (``which``: for what)."""

@@ -32,7 +32,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from models import DIRECTIONS, MODELS, Model, load, read_result, select
+from models import (
+    DIRECTIONS,
+    MODELS,
+    Model,
+    best_baseline,
+    load,
+    method_name,
+    read_result,
+    select,
+)
 from table import PEERS
 
 RESULTS = Path(__file__).parent / "results"
@@ -57,17 +66,8 @@ def _splits(results: Path, model: Model, tag: str, risk: str) -> int:
     return int(load(results, model, tag, risk)["splits"])
 
 
-def _name(method: str) -> str:
-    return f"`{method}`" if method.startswith("lift") else method.replace("_", " ")
-
-
 def _best_single(methods: dict[str, dict[str, Any]]) -> str:
     return max(PEERS, key=lambda n: methods[n]["auroc"])
-
-
-def _best_baseline(methods: dict[str, dict[str, Any]]) -> str:
-    return max((n for n in methods if n != "certificate"),
-               key=lambda n: methods[n]["coverage_mean"])  # fmt: skip
 
 
 def _bold(text: str, on: bool) -> str:
@@ -97,14 +97,14 @@ def _auroc(results: Path, model: Model, tag: str, risk: str) -> str:
     cert, peer = methods["certificate"]["auroc"], _best_single(methods)
     best, ceiling = methods[peer]["auroc"], _ceiling(results, model, tag)
     return (f"{_bold(f'{cert:.3f}', auroc_bar(cert, best, ceiling))} / {best:.3f} "
-            f"({_name(peer)}) / {ceiling:.3f}")  # fmt: skip
+            f"({method_name(peer)}) / {ceiling:.3f}")  # fmt: skip
 
 
 def _coverage(methods: dict[str, dict[str, Any]]) -> str:
     """The certificate's coverage / the best baseline's (named)."""
-    cert, top = methods["certificate"]["coverage_mean"], _best_baseline(methods)
+    cert, top = methods["certificate"]["coverage_mean"], best_baseline(methods)
     best = methods[top]["coverage_mean"]
-    name = f" ({_name(top)})" if best else ""
+    name = f" ({method_name(top)})" if best else ""
     return f"{_bold(_pct(cert), cert >= best)} / {_pct(best)}{name}"
 
 
@@ -183,10 +183,10 @@ def render_features(results: Path = RESULTS, models: Sequence[Model] = MODELS) -
     cells = []
     for m in models:
         runs = [_methods(results, m, "nq2tq", r) for r in m.risks["nq2tq"]]
-        peer, tops = _best_single(runs[0]), [_best_baseline(r) for r in runs]
-        cover = " / ".join(f"{_pct(r[t]['coverage_mean'])} ({_name(t)})"
+        peer, tops = _best_single(runs[0]), [best_baseline(r) for r in runs]
+        cover = " / ".join(f"{_pct(r[t]['coverage_mean'])} ({method_name(t)})"
                            for r, t in zip(runs, tops, strict=True))  # fmt: skip
-        cells.append(f"{runs[0][peer]['auroc']:.3f} ({_name(peer)}) | {cover}")
+        cells.append(f"{runs[0][peer]['auroc']:.3f} ({method_name(peer)}) | {cover}")
     label = "best single score (AUROC) / best baseline (coverage)"
     lines.append(f"| {label} | " + " | ".join(cells) + " |")
     chosen = read_result(results, "nq_selected_features.txt").strip().splitlines()
