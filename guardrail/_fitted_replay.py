@@ -49,8 +49,10 @@ __all__ = [
     "block_margins",
     "calibrate_fitted",
     "critical_score",
+    "margins_from_scores",
     "replay_fitted",
     "stop_at",
+    "with_margins",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -209,18 +211,23 @@ def block_margins(
 
     Use the fitting answers (as ``liftguard fit --early-block`` does): the margins are
     then part of the fixed rule that calibration replays, and the guarantee holds."""
-    if isinstance(quantile, bool) or not isinstance(quantile, int | float):
-        raise ConfigError(f"quantile must be a number in (0, 1], got {quantile!r}")
-    if not 0.0 < quantile <= 1.0:
-        raise ConfigError(f"quantile must be in (0, 1], got {quantile!r}")
-    if isinstance(min_answers, bool) or not isinstance(min_answers, int) or min_answers < 1:
-        raise ConfigError(f"min_answers must be an integer >= 1, got {min_answers!r}")
+    _check_margin_args(quantile, min_answers)
     plain = statistic if not statistic.block_margins else replace(statistic, block_margins=())
     scores = [
         replay_fitted(plain, t, skeleton=skeleton, max_tokens=max_tokens).scores
         for t in traces
         if t.correct and t.n_tokens
     ]
+    return margins_from_scores(scores, quantile, min_answers=min_answers)
+
+
+def margins_from_scores(
+    scores: Sequence[FloatArray], quantile: float, *, min_answers: int = _MIN_MARGIN_ANSWERS
+) -> tuple[float, ...]:
+    """:func:`block_margins` from the correct answers' replayed scores (each answer's score
+    after every token, as :attr:`FittedPath.scores`; a statistic without margins): one
+    replay serves every quantile."""
+    _check_margin_args(quantile, min_answers)
     margins: list[float] = []
     for i in range(max((s.size for s in scores), default=0)):
         rises = [float(s[-1] - s[i]) for s in scores if s.size > i]
@@ -228,3 +235,26 @@ def block_margins(
             break
         margins.append(max(0.0, float(np.quantile(rises, quantile))))
     return tuple(margins)
+
+
+def _check_margin_args(quantile: float, min_answers: int) -> None:
+    if isinstance(quantile, bool) or not isinstance(quantile, int | float):
+        raise ConfigError(f"quantile must be a number in (0, 1], got {quantile!r}")
+    if not 0.0 < quantile <= 1.0:
+        raise ConfigError(f"quantile must be in (0, 1], got {quantile!r}")
+    if isinstance(min_answers, bool) or not isinstance(min_answers, int) or min_answers < 1:
+        raise ConfigError(f"min_answers must be an integer >= 1, got {min_answers!r}")
+
+
+def with_margins(path: FittedPath, margins: Sequence[float]) -> FittedPath:
+    """The replay of the same answer with ``margins`` as the statistic's block margins,
+    from its replay without any: the ceiling after token ``t`` (1-based) is the lower of
+    the upper bound and the score plus ``margins[t - 1]``, as
+    :meth:`~guardrail._fitted_state.FittedState.ceiling` computes it, so the result
+    equals :func:`replay_fitted` of the statistic with those margins."""
+    k = min(len(margins), path.scores.size)
+    if k == 0:
+        return path
+    uppers = path.uppers.copy()
+    uppers[:k] = np.minimum(uppers[:k], path.scores[:k] + np.asarray(margins[:k], dtype=np.float64))
+    return FittedPath(path.scores, path.lowers, uppers, path.limit)

@@ -32,7 +32,7 @@ estimates agree exactly (the exact early verdicts change when, not what).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -40,7 +40,7 @@ import numpy.typing as npt
 from ._aggregates import Feature
 from ._errors import ConfigError
 from ._fitted import DEFAULT_ALTERNATIVES, Form
-from ._fitted_replay import block_margins, critical_score, replay_fitted
+from ._fitted_replay import critical_score, margins_from_scores, replay_fitted, with_margins
 from ._fitting import fit_statistic
 from ._policy import StreamPolicy
 from ._reads import Skeleton
@@ -95,36 +95,101 @@ class CandidateScore:
 def _oof_scores(
     x: FloatArray,
     y: npt.NDArray[np.bool_],
-    candidate: Candidate,
+    group: Sequence[Candidate],
     vocab_size: int,
     folds: int,
     rng: np.random.Generator,
     deployment: Deployment | None,
-) -> FloatArray:
+) -> list[FloatArray]:
+    """Out-of-fold scores of each candidate in ``group`` (one features and penalty, any
+    early-block quantiles): one fit per fold, and with a deployment one replay of each
+    answer, the margins of every quantile applied to it (:func:`with_margins`)."""
     fold = rng.permutation(y.size) % folds
-    out = np.full(y.size, -np.inf)
-    feats, l2 = candidate.features, candidate.l2
+    out = [np.full(y.size, -np.inf) for _ in group]
+    feats, l2 = group[0].features, group[0].l2
     for k in range(folds):
         train, test = fold != k, fold == k
         if deployment is None:
             stat = fit_statistic(x[train], y[train], feats, vocab_size=vocab_size, l2=l2)
             score = stat.score(x[test])
-            out[test] = np.where(np.isfinite(score), score, -np.inf)  # empty: never shown
+            for o in out:
+                o[test] = np.where(np.isfinite(score), score, -np.inf)  # empty: never shown
             continue
         d = deployment
         stat = fit_statistic(x[train], y[train], feats, vocab_size=vocab_size, l2=l2,
                              form=d.form, ranges=d.ranges, alternatives=d.alternatives)  # fmt: skip
         skel, limit = d.skeleton, d.max_tokens
-        if candidate.early_block is not None:
-            fitting = [d.traces[int(i)] for i in np.flatnonzero(train)]
-            margins = block_margins(
-                stat, fitting, candidate.early_block, skeleton=skel, max_tokens=limit
-            )
-            stat = replace(stat, block_margins=margins)
+        margins: dict[float, tuple[float, ...]] = {}
+        quantiles = {c.early_block for c in group if c.early_block is not None}
+        if quantiles:
+            rises = [
+                replay_fitted(stat, t, skeleton=skel, max_tokens=limit).scores
+                for t in (d.traces[int(i)] for i in np.flatnonzero(train))
+                if t.correct and t.n_tokens
+            ]
+            margins = {q: margins_from_scores(rises, q) for q in quantiles}
         for i in np.flatnonzero(test):
             path = replay_fitted(stat, d.traces[int(i)], skeleton=skel, max_tokens=limit)
-            out[i] = critical_score(path, d.policy)
+            for c, o in zip(group, out, strict=True):
+                q = c.early_block
+                gated = path if q is None else with_margins(path, margins[q])
+                o[i] = critical_score(gated, d.policy)
     return out
+
+
+def _check_columns(candidate: Candidate, columns: Sequence[Feature]) -> list[int]:
+    cols = list(columns)
+    try:
+        return [cols.index(f) for f in candidate.features]
+    except ValueError:
+        raise ConfigError(f"candidate {candidate.name!r} reads a feature not in columns") from None
+
+
+def _cv_group(
+    x: npt.ArrayLike,
+    correct: npt.ArrayLike,
+    group: Sequence[Candidate],
+    columns: Sequence[Feature],
+    *,
+    vocab_size: int,
+    risk: float,
+    delta: float,
+    folds: int,
+    splits: int,
+    seed: int,
+    deployment: Deployment | None,
+    repeats: int,
+) -> list[CandidateScore]:
+    """:func:`cv_coverage` of every candidate in ``group`` (one features and penalty):
+    the same folds and splits as each alone, the fits and replays shared."""
+    from ._evaluate import MethodScores, _per_split, auroc  # (scipy: only when selecting)
+
+    if folds < 2 or splits < 1 or repeats < 1:
+        raise ConfigError("folds must be >= 2, splits and repeats >= 1")
+    xs = np.asarray(x, dtype=np.float64)[:, _check_columns(group[0], columns)]
+    y = np.asarray(correct, dtype=bool)
+    if deployment is not None and len(deployment.traces) != y.size:
+        raise ConfigError(
+            f"deployment: expected one trace per answer ({y.size}), got {len(deployment.traces)}"
+        )
+    rng = np.random.default_rng(seed)
+    coverage: list[list[float]] = [[] for _ in group]
+    refused = [0] * len(group)
+    aurocs: list[list[float]] = [[] for _ in group]
+    for _ in range(repeats):
+        scores = _oof_scores(xs, y, group, vocab_size, folds, rng, deployment)
+        perms = [rng.permutation(y.size) for _ in range(splits)]
+        for j, (c, s) in enumerate(zip(group, scores, strict=True)):
+            method = MethodScores(c.name, s, s)
+            per_split = _per_split(method, y, perms, 0.5, risk, delta, replay_policy=False)
+            for test, tau, shown in per_split:
+                refused[j] += tau is None
+                coverage[j].append(float(shown.sum()) / test.size)
+            aurocs[j].append(auroc(s, y))
+    return [
+        CandidateScore(c, float(np.mean(coverage[j])), refused[j], float(np.mean(aurocs[j])))
+        for j, c in enumerate(group)
+    ]
 
 
 def cv_coverage(
@@ -148,32 +213,10 @@ def cv_coverage(
     score the rule as deployed, replayed, rather than the final scores; ``repeats``: the
     whole cross-validation that many times over with new folds and splits, averaged (a
     less noisy estimate; ``refused`` counts over every split)."""
-    from ._evaluate import MethodScores, _per_split, auroc  # (scipy: only when selecting)
-
-    if folds < 2 or splits < 1 or repeats < 1:
-        raise ConfigError("folds must be >= 2, splits and repeats >= 1")
-    cols = list(columns)
-    try:
-        idx = [cols.index(f) for f in candidate.features]
-    except ValueError:
-        raise ConfigError(f"candidate {candidate.name!r} reads a feature not in columns") from None
-    xs = np.asarray(x, dtype=np.float64)[:, idx]
-    y = np.asarray(correct, dtype=bool)
-    if deployment is not None and len(deployment.traces) != y.size:
-        raise ConfigError(
-            f"deployment: expected one trace per answer ({y.size}), got {len(deployment.traces)}"
-        )
-    rng = np.random.default_rng(seed)
-    coverage, refused, aurocs = [], 0, []
-    for _ in range(repeats):
-        scores = _oof_scores(xs, y, candidate, vocab_size, folds, rng, deployment)
-        perms = [rng.permutation(y.size) for _ in range(splits)]
-        method = MethodScores(candidate.name, scores, scores)
-        for test, tau, shown in _per_split(method, y, perms, 0.5, risk, delta, replay_policy=False):
-            refused += tau is None
-            coverage.append(float(shown.sum()) / test.size)
-        aurocs.append(auroc(scores, y))
-    return CandidateScore(candidate, float(np.mean(coverage)), refused, float(np.mean(aurocs)))
+    (score,) = _cv_group(x, correct, [candidate], columns, vocab_size=vocab_size, risk=risk,
+                         delta=delta, folds=folds, splits=splits, seed=seed,
+                         deployment=deployment, repeats=repeats)  # fmt: skip
+    return score
 
 
 def select_statistic(
@@ -194,29 +237,26 @@ def select_statistic(
 ) -> tuple[Candidate, list[CandidateScore]]:
     """The candidate with the largest cross-validated coverage at ``(risk, delta)`` (ties:
     fewer refusals, then the larger out-of-fold AUROC), and every candidate's scores, in
-    the order given. Every candidate sees the same folds and splits (the same ``seed``).
-    ``progress(done, total)`` is called after each candidate."""
+    the order given. Every candidate sees the same folds and splits (the same ``seed``);
+    candidates that differ only in their early-block quantile share each fold's fit and
+    replays. ``progress(done, total)`` is called after each such group."""
     if not candidates:
         raise ConfigError("select_statistic needs at least one candidate")
-    scored = []
     for c in candidates:
-        scored.append(
-            cv_coverage(
-                x,
-                correct,
-                c,
-                columns,
-                vocab_size=vocab_size,
-                risk=risk,
-                delta=delta,
-                folds=folds,
-                splits=splits,
-                seed=seed,
-                deployment=deployment,
-                repeats=repeats,
-            )
-        )
+        _check_columns(c, columns)
+    groups: dict[tuple[tuple[Feature, ...], float], list[Candidate]] = {}
+    for c in candidates:
+        groups.setdefault((c.features, c.l2), []).append(c)
+    measured: dict[int, CandidateScore] = {}
+    done = 0
+    for group in groups.values():
+        scores = _cv_group(x, correct, group, columns, vocab_size=vocab_size, risk=risk,
+                           delta=delta, folds=folds, splits=splits, seed=seed,
+                           deployment=deployment, repeats=repeats)  # fmt: skip
+        measured.update((id(s.candidate), s) for s in scores)
+        done += len(group)
         if progress is not None:
-            progress(len(scored), len(candidates))
+            progress(done, len(candidates))
+    scored = [measured[id(c)] for c in candidates]
     best = max(scored, key=lambda s: (round(s.coverage, 12), -s.refused, s.auroc))
     return best.candidate, scored

@@ -27,8 +27,10 @@ from ._fitted_replay import (
     block_margins,
     calibrate_fitted,
     critical_score,
+    margins_from_scores,
     replay_fitted,
     stop_at,
+    with_margins,
 )
 from ._fitted_state import EventReader, FittedState, RecordedSkeleton, trace_events
 from ._fitting import answer_features, fit_statistic, token_ranges
@@ -59,6 +61,7 @@ __all__ = [
     "critical_score",
     "cv_coverage",
     "fit_statistic",
+    "margins_from_scores",
     "moves_one_way",
     "preset_features",
     "reach_path",
@@ -67,4 +70,5 @@ __all__ = [
     "stop_at",
     "token_ranges",
     "trace_events",
+    "with_margins",
 ]

@@ -37,8 +37,10 @@ from guardrail._fitted_replay import (
     block_margins,
     calibrate_fitted,
     critical_score,
+    margins_from_scores,
     replay_fitted,
     stop_at,
+    with_margins,
 )
 from guardrail._fitted_state import FittedState, RecordedSkeleton, trace_events
 from guardrail._fitting import answer_features, fit_statistic, token_ranges
@@ -275,6 +277,7 @@ def test_block_margins_are_quantiles_of_the_correct_answers_later_rises(sample: 
         rises = [s[-1] - s[i] for s in right if s.size > i]
         assert m == pytest.approx(max(0.0, float(np.quantile(rises, 0.9))))
         assert sum(r > m for r in rises) <= 0.1 * len(rises) + 1
+    assert margins_from_scores(right, 0.9, min_answers=4) == got  # the same, from the replays
     # the statistic's own margins do not feed back into new ones
     again = block_margins(replace(stat, block_margins=got), traces, 0.9,
                           skeleton="prompt-free", min_answers=4)  # fmt: skip
@@ -288,6 +291,30 @@ def test_block_margins_refuse_bad_arguments(quantile: Any, min_answers: int) -> 
     with pytest.raises(ConfigError):
         block_margins(_fitted(SAMPLES[0]), _traces(SAMPLES[0]), quantile,
                       skeleton="prompt-free", min_answers=min_answers)  # fmt: skip
+    with pytest.raises(ConfigError):
+        margins_from_scores([np.zeros(3)], quantile, min_answers=min_answers)
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+@pytest.mark.parametrize("limit", [None, 3])
+def test_margins_applied_to_a_plain_replay_equal_the_replay_with_them(
+    sample: str, limit: int | None
+) -> None:
+    # the selection replays each answer once and applies every quantile's margins after
+    stat, traces = _fitted(sample), _traces(sample)
+    longest = max(t.n_tokens for t in traces)
+    fitted = block_margins(stat, traces, 0.5, skeleton="prompt-free", min_answers=3)
+    rng = np.random.default_rng(0)
+    for margins in (fitted, (), tuple(rng.uniform(0.0, 2.0, longest + 5)), (0.0,)):
+        gated = replace(stat, block_margins=margins)
+        for t in traces:
+            plain = replay_fitted(stat, t, skeleton="prompt-free", max_tokens=limit)
+            want = replay_fitted(gated, t, skeleton="prompt-free", max_tokens=limit)
+            got = with_margins(plain, margins)
+            for a, b in ((got.scores, want.scores), (got.lowers, want.lowers),
+                         (got.uppers, want.uppers)):  # fmt: skip
+                assert np.array_equal(a, b)  # bit for bit
+            assert got.limit == want.limit
 
 
 def test_a_margin_blocks_early_and_calibration_sees_the_same_block() -> None:

@@ -126,6 +126,11 @@ def test_early_block_margins_are_scored_by_the_coverage_of_the_rule_they_make() 
     # margins only ever block sooner: the ranking changes, and the lower the quantile the more
     assert len({exact.auroc, high.auroc, half.auroc}) == 3
     assert best is max(scored, key=lambda s: (s.coverage, -s.refused, s.auroc)).candidate
+    # scored together (one fit and one replay per fold for all three) as each alone
+    for c, s in zip(cands, scored, strict=True):
+        alone = cv_coverage(x, y, c, feats, vocab_size=traces[0].vocab_size, risk=0.5,
+                            delta=0.3, deployment=deployed)  # fmt: skip
+        assert (alone.coverage, alone.refused, alone.auroc) == (s.coverage, s.refused, s.auroc)
     # without a deployment the margins are not read: every candidate scores alike
     _, plain = select_statistic(x, y, cands, feats, vocab_size=traces[0].vocab_size,
                                 risk=0.5, delta=0.3)  # fmt: skip
