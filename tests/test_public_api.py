@@ -374,6 +374,7 @@ def test_public_submodules_are_pinned() -> None:
         "critical_score",
         "cv_coverage",
         "fit_statistic",
+        "margins_from_scores",
         "moves_one_way",
         "preset_features",
         "reach_path",
@@ -382,6 +383,7 @@ def test_public_submodules_are_pinned() -> None:
         "stop_at",
         "token_ranges",
         "trace_events",
+        "with_margins",
     ]
     for module in (guardrail.stats, guardrail.paper, guardrail.topk, guardrail.traces,
                    guardrail.vsd, guardrail.evaluate, guardrail.fitting):  # fmt: skip
