@@ -74,3 +74,30 @@ def test_docs_in_domain_page_is_what_in_domain_py_writes() -> None:
         for name in mod.NAMES.values():
             assert any(row.startswith(f"| {m.name}, {name} (") for row in rows), (m.name, name)
     assert all(row.count("%") == 4 for row in rows)
+
+
+def test_docs_margin_quantile_page_is_what_margin_quantile_py_writes() -> None:
+    mod = _script("margin_quantile")
+    written = mod.OUT.read_text(encoding="utf-8")
+    assert written == mod.render(mod.HERE / "results"), f"stale {mod.OUT.name}: run `{mod.COMMAND}`"
+    picked = mod.chosen(mod.HERE / "results")
+    assert picked in mod.QUANTILES and f"picks `--early-block {picked}`" in written
+    # the rule: no quantile has a mean coverage more than TIE above the one it picks
+    means = mod._means(mod._rows(mod.HERE / "results", mod.MODELS))
+    assert all(cov <= means[picked][0] + mod.TIE for cov, _ in means.values())
+
+
+def test_docs_selected_page_is_what_selected_py_writes() -> None:
+    mod = _script("selected")
+    written = mod.OUT.read_text(encoding="utf-8")
+    assert written == mod.render(mod.HERE / "results"), f"stale {mod.OUT.name}: run `{mod.COMMAND}`"
+    rows = [line for line in written.splitlines() if line.startswith("| ") and "%" in line]
+    assert rows and all(row.count(" | ") == 5 for row in rows)  # every column filled
+    # each selected certificate was fitted at the risk of its row, and says what it chose
+    for m in mod.MODELS:
+        for tag, fit_on in mod.FIT_ON.items():
+            for r in m.risks[tag]:
+                data = json.loads((mod.HERE / "results" / f"{m.key}_{fit_on}_sel_r{r}.json")
+                                  .read_text(encoding="utf-8"))  # fmt: skip
+                assert data["calibration"]["risk"] == float(r)
+                assert sum(row["chosen"] for row in data["statistic"]["info"]["selection"]) == 1

@@ -113,6 +113,19 @@ def best_baseline(methods: dict[str, dict[str, Any]]) -> str:
                key=lambda n: methods[n]["coverage_mean"])  # fmt: skip
 
 
+def cell(m: dict[str, Any], best: float) -> str:
+    """A page's cell for one method's eval results: coverage (bold when at least ``best``),
+    refused splits, and the share of a blocked answer read before the block (mean /
+    median)."""
+    cov = m["coverage_mean"]
+    text = f"{100 * cov:.1f}%" if cov else "0%"
+    if cov >= best:
+        text = f"**{text}**"
+    mean, median = m.get("blocked_read_mean"), m.get("blocked_read_median")
+    read = "-" if mean is None else f"{mean:.0%} / {median:.0%}"
+    return f"{text}, {m['refused']}, {read}"
+
+
 def read_result(results: Path, name: str, which: str = "") -> str:
     """The text of the results file ``name`` that ``run.py`` saved in ``results``; a missing
     one is a FileNotFoundError naming the command that makes it (``which``: for what)."""
@@ -131,23 +144,29 @@ def page_main(
     render: Callable[[Path, tuple[Model, ...]], str],
     out: Path,
     results: Path,
+    *,
+    needs_nq: bool = True,
 ) -> int:
     """The command line of a script that runs ``liftguard`` over both datasets' traces and
     writes one page from the saved results: ``SHARED_TRACES_DIR NQ_TRACES_DIR [--results
-    DIR] [--models KEY,...] [--render-only]``."""
+    DIR] [--models KEY,...] [--render-only]`` (``needs_nq=False``: a script that reads
+    only the TriviaQA traces, ``SHARED_TRACES_DIR`` alone)."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("tq_dir", type=Path, nargs="?", help="the shared TriviaQA traces")
-    parser.add_argument("nq_dir", type=Path, nargs="?", help="the NQ-Open traces")
+    if needs_nq:
+        parser.add_argument("nq_dir", type=Path, nargs="?", help="the NQ-Open traces")
     parser.add_argument("--results", type=Path, default=results)
     parser.add_argument("--models", help="comma-separated keys of models.py (default: all)")
     parser.add_argument("--render-only", action="store_true", help="only rewrite the page")
     args = parser.parse_args(argv)
     models = select(args.models)
     if not args.render_only:
-        if args.tq_dir is None or args.nq_dir is None:
-            parser.error("give SHARED_TRACES_DIR and NQ_TRACES_DIR (or --render-only)")
+        nq_dir = args.nq_dir if needs_nq else Path()
+        if args.tq_dir is None or nq_dir is None:
+            parser.error("give SHARED_TRACES_DIR and NQ_TRACES_DIR (or --render-only)"
+                         if needs_nq else "give SHARED_TRACES_DIR (or --render-only)")  # fmt: skip
         args.results.mkdir(parents=True, exist_ok=True)
-        run(args.tq_dir, args.nq_dir, args.results, models)
+        run(args.tq_dir, nq_dir, args.results, models)
     try:
         text = render(args.results, models)
     except FileNotFoundError as exc:
