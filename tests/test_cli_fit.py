@@ -405,6 +405,16 @@ def test_fit_selects_the_statistic_by_cross_validated_coverage(
         assert [f.name for f in stat.features] == [label]
     quantile = None if block == blocks[0] else float(block.rsplit(" ", 1)[1])
     assert (summary["early_block"] or {}).get("quantile") == quantile
+    # the summary names the next best candidate and how far behind it is
+    from adapters.cli._fit_select import selection_line
+
+    line = selection_line(table, 0.8)
+    behind = [r for r in table if r["cv_coverage"] < chosen["cv_coverage"]]
+    second = max(behind, key=lambda r: r["cv_coverage"])
+    gap = 100 * (chosen["cv_coverage"] - second["cv_coverage"])
+    assert f"next best {second['candidate']}: " in line and f"{gap:.2f} points behind" in line
+    level = [r for r in table if r["cv_coverage"] == chosen["cv_coverage"]]
+    assert (f"{len(level)} candidates tie on coverage" in line) == (len(level) > 1)
     # the monotone form offers only the single scores that move one way
     assert main([*args, "--select", "coverage", "--form", "monotone", "--json"]) == 0
     names = [row["candidate"] for row in json.loads(capsys.readouterr().out)["selection"]]

@@ -119,17 +119,28 @@ def selection_line(table: list[dict[str, Any]] | None, risk: float) -> str:
         f"  selection        {best['candidate']}: cross-validated coverage "
         f"{best['cv_coverage']:.1%} at risk {risk:g}, best of {len(table)} candidates\n"
     )
-    tied = sum(round(r["cv_coverage"], 12) == round(best["cv_coverage"], 12) for r in table)
+    level = round(best["cv_coverage"], 12)
+    tied = sum(round(r["cv_coverage"], 12) == level for r in table)
     if tied > 1:
         what = (
-            "every candidate certifies all of the fitting answers at this risk"
+            f"{tied} candidates tie on coverage"
+            if tied < len(table)
+            else "every candidate certifies all of the fitting answers at this risk"
             if best["cv_coverage"] >= 1.0
             else "no candidate certifies anything at this risk"
             if best["cv_coverage"] == 0.0
-            else f"{tied} candidates tie on coverage"
+            else f"all {tied} candidates tie on coverage"
         )
         line += (
             f"                   {what}: the choice fell to fewer refusals, then the "
             "out-of-fold AUROC, then the order listed\n"
+        )
+    behind = [r for r in table if round(r["cv_coverage"], 12) < level]
+    if behind:  # how far ahead the choice is: a hair is no evidence for it
+        second = max(behind, key=lambda r: r["cv_coverage"])
+        gap = 100 * (best["cv_coverage"] - second["cv_coverage"])
+        line += (
+            f"                   next best {second['candidate']}: {second['cv_coverage']:.1%}, "
+            f"{gap:.2f} points behind\n"
         )
     return line
