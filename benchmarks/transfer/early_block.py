@@ -28,14 +28,13 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 from models import (  # noqa: E402
-    DIRECTIONS,
     MODELS,
     Model,
-    best_baseline,
     cell,
     load,
     method_name,
     page_main,
+    settings,
 )
 from run import EVAL, _liftguard  # noqa: E402
 
@@ -73,20 +72,13 @@ def render(results: Path, models: tuple[Model, ...] = MODELS) -> str:
              f"{head} | "
              "best baseline |",
              "|---|---|---|" + "---|" * len(QUANTILES) + "---|"]  # fmt: skip
-    for model in models:
-        for tag in DIRECTIONS:
-            for risk in model.risks[tag]:
-                plain = load(results, model, tag, risk)["methods"]
-                if all(m["coverage_mean"] == 0 for m in plain.values()):
-                    continue  # nothing certifies at this risk, whatever the rule
-                top = best_baseline(plain)
-                best = plain[top]["coverage_mean"]
-                gated = [load(results, model, f"{tag}_eb{q}", risk)["methods"]["certificate"]
-                         for q in QUANTILES]  # fmt: skip
-                cells = " | ".join(cell(g, best) for g in gated)
-                lines.append(f"| {model.name}, {DIRECTIONS[tag]} | {risk} | "
-                             f"{cell(plain['certificate'], best)} | {cells} | "
-                             f"{100 * best:.1f}% ({method_name(top)}) |")  # fmt: skip
+    for row in settings(results, models):
+        best = row.best_coverage
+        gated = [load(results, row.model, f"{row.tag}_eb{q}", row.risk)["methods"]["certificate"]
+                 for q in QUANTILES]  # fmt: skip
+        cells = " | ".join(cell(g, best) for g in gated)
+        lines.append(f"| {row.label} | {cell(row.methods['certificate'], best)} | {cells} | "
+                     f"{100 * best:.1f}% ({method_name(row.best)}) |")  # fmt: skip
     lines += ["", "Each cell: coverage (bold: at least the best baseline's), refused splits of "
               "50, and the share of a blocked answer read before the block (mean / median). "
               "Risks where no method certifies anything are left out."]  # fmt: skip

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,6 +99,42 @@ def load(results: Path, model: Model, tag: str, risk: str) -> dict[str, Any]:
         read_result(results, f"{model.key}_{tag}_r{risk}.json", f" for {model.name} ({model.key})")
     )
     return data
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row of the held-out pages: a model, a direction and a risk at which some method
+    certifies something, with ``run.py``'s eval results there."""
+
+    model: Model
+    tag: str
+    risk: str
+    methods: dict[str, dict[str, Any]]
+
+    @property
+    def best(self) -> str:
+        """The best baseline's name (:func:`best_baseline`)."""
+        return best_baseline(self.methods)
+
+    @property
+    def best_coverage(self) -> float:
+        return float(self.methods[self.best]["coverage_mean"])
+
+    @property
+    def label(self) -> str:
+        """The row's first two cells: ``model, fit -> test | risk``."""
+        return f"{self.model.name}, {DIRECTIONS[self.tag]} | {self.risk}"
+
+
+def settings(results: Path, models: tuple[Model, ...]) -> Iterator[Setting]:
+    """Every model, direction and risk of ``run.py`` where some method certifies something
+    (the rest are left out of the pages: nothing certifies there, whatever the rule)."""
+    for model in models:
+        for tag in DIRECTIONS:
+            for risk in model.risks[tag]:
+                methods = load(results, model, tag, risk)["methods"]
+                if any(m["coverage_mean"] > 0 for m in methods.values()):
+                    yield Setting(model, tag, risk, methods)
 
 
 def method_name(method: str) -> str:

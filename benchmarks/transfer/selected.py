@@ -25,22 +25,20 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 from early_block import FIT_ON  # noqa: E402
 from models import (  # noqa: E402
-    DIRECTIONS,
     MODELS,
     Model,
-    best_baseline,
     cell,
     load,
     method_name,
     page_main,
     read_result,
+    settings,
 )
 from run import EVAL, _liftguard  # noqa: E402
 
@@ -80,23 +78,15 @@ def render(results: Path, models: tuple[Model, ...] = MODELS) -> str:
              "|---|---|---|---|---|---|"]  # fmt: skip
     wins = {"certificate": 0, "selected": 0}
     rows = 0
-    for model in models:
-        for tag in DIRECTIONS:
-            for risk in model.risks[tag]:
-                plain = load(results, model, tag, risk)["methods"]
-                if all(m["coverage_mean"] == 0 for m in plain.values()):
-                    continue  # nothing certifies at this risk, whatever the rule
-                top = best_baseline(plain)
-                best = plain[top]["coverage_mean"]
-                sel: dict[str, Any] = load(results, model, f"{tag}_sel", risk)["methods"]
-                rows += 1
-                wins["certificate"] += plain["certificate"]["coverage_mean"] >= best
-                wins["selected"] += sel["certificate"]["coverage_mean"] >= best
-                lines.append(f"| {model.name}, {DIRECTIONS[tag]} | {risk} | "
-                             f"{cell(plain['certificate'], best)} | "
-                             f"{cell(sel['certificate'], best)} | "
-                             f"{_chosen(results, model, tag, risk)} | "
-                             f"{100 * best:.1f}% ({method_name(top)}) |")  # fmt: skip
+    for row in settings(results, models):
+        best, plain = row.best_coverage, row.methods["certificate"]
+        sel = load(results, row.model, f"{row.tag}_sel", row.risk)["methods"]["certificate"]
+        rows += 1
+        wins["certificate"] += plain["coverage_mean"] >= best
+        wins["selected"] += sel["coverage_mean"] >= best
+        lines.append(f"| {row.label} | {cell(plain, best)} | {cell(sel, best)} | "
+                     f"{_chosen(results, row.model, row.tag, row.risk)} | "
+                     f"{100 * best:.1f}% ({method_name(row.best)}) |")  # fmt: skip
     lines += ["", f"At least the best baseline's coverage: the default certificate in "
               f"{wins['certificate']} of {rows} settings, the selected one in "
               f"{wins['selected']} of {rows}.", "",
