@@ -252,9 +252,12 @@ def with_margins(path: FittedPath, margins: Sequence[float]) -> FittedPath:
     the upper bound and the score plus ``margins[t - 1]``, as
     :meth:`~guardrail._fitted_state.FittedState.ceiling` computes it, so the result
     equals :func:`replay_fitted` of the statistic with those margins."""
-    k = min(len(margins), path.scores.size)
+    m = np.asarray(margins, dtype=np.float64)
+    if m.ndim != 1 or not (np.isfinite(m) & (m >= 0.0)).all():
+        raise ConfigError("margins: expected a list of finite numbers >= 0")
+    k = min(m.size, path.scores.size)
     if k == 0:
         return path
     uppers = path.uppers.copy()
-    uppers[:k] = np.minimum(uppers[:k], path.scores[:k] + np.asarray(margins[:k], dtype=np.float64))
+    uppers[:k] = np.minimum(uppers[:k], path.scores[:k] + m[:k])
     return FittedPath(path.scores, path.lowers, uppers, path.limit)

@@ -315,6 +315,10 @@ def test_margins_applied_to_a_plain_replay_equal_the_replay_with_them(
                          (got.uppers, want.uppers)):  # fmt: skip
                 assert np.array_equal(a, b)  # bit for bit
             assert got.limit == want.limit
+    plain = replay_fitted(stat, traces[0], skeleton="prompt-free")
+    for bad in ((1.0, -0.5), (math.nan,), ((1.0,),)):
+        with pytest.raises(ConfigError, match="margins"):
+            with_margins(plain, bad)  # type: ignore[arg-type]
 
 
 def test_a_margin_blocks_early_and_calibration_sees_the_same_block() -> None:
