@@ -49,6 +49,7 @@ __all__ = [
     "block_margins",
     "calibrate_fitted",
     "critical_score",
+    "margin_cost",
     "margins_from_scores",
     "replay_fitted",
     "stop_at",
@@ -261,3 +262,29 @@ def with_margins(path: FittedPath, margins: Sequence[float]) -> FittedPath:
     uppers = path.uppers.copy()
     uppers[:k] = np.minimum(uppers[:k], path.scores[:k] + m[:k])
     return FittedPath(path.scores, path.lowers, uppers, path.limit)
+
+
+def margin_cost(
+    plain: Sequence[FittedPath],
+    margins: Sequence[float],
+    correct: npt.ArrayLike,
+    policy: StreamPolicy,
+    tau: float,
+) -> tuple[int, int]:
+    """What early-block margins cost at ``tau``: ``(blocked, shown)``, where ``shown`` counts
+    the correct answers the rule without margins shows (``plain``: their replays without
+    margins, one per answer) and ``blocked`` those of them the margins block. The margins
+    are fitted so that few correct fitting answers rise past them; on answers that rise
+    later (another dataset, drifted traffic) ``blocked / shown`` grows, and with it what the
+    margins cost in coverage. Calibration prices the blocks in either way: this says
+    whether refitting the margins, or dropping them, would let more through."""
+    ok = np.asarray(correct, dtype=bool)
+    if ok.shape != (len(plain),):
+        raise ConfigError(f"correct: expected one label per path ({len(plain)}), got {ok.shape}")
+    blocked = shown = 0
+    for path, right in zip(plain, ok, strict=True):
+        if not right or critical_score(path, policy) < tau:
+            continue
+        shown += 1
+        blocked += critical_score(with_margins(path, margins), policy) < tau
+    return blocked, shown

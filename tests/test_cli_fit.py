@@ -119,7 +119,8 @@ def test_fit_early_block_sets_margins_from_the_correct_fitting_answers(
     assert default is not None and len(default.block_margins) == len(stat.block_margins)
     assert all(a >= b for a, b in zip(default.block_margins, stat.block_margins, strict=True))
     assert main([*args, "--json", "--early-block", "None"]) == 0  # only the exact blocks
-    assert json.loads(capsys.readouterr().out)["early_block"] is None
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["early_block"] is None and summary["margins_blocked"] is None
     assert Certificate.load(out).statistic.block_margins == ()  # type: ignore[union-attr]
     # too few correct answers reach the first token (the other sample: 4 of 20 fit here)
     assert main(["fit", "--traces", GEMMA, "--out", str(out)]) == 0

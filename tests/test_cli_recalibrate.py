@@ -12,7 +12,7 @@ import pytest
 
 from adapters.cli import main
 from guardrail import Certificate
-from guardrail.fitting import calibrate_fitted
+from guardrail.fitting import calibrate_fitted, margin_cost, replay_fitted
 from guardrail.traces import read_traces
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -54,6 +54,33 @@ def test_the_threshold_is_calibrated_on_the_other_answers_and_the_rest_is_kept(
     assert after.provenance["traces"] == Path(TQ).name
     assert after.provenance["fitted_on_sha256"] == before.provenance["traces_sha256"]
     assert after.provenance["fit"] == before.provenance["fit"]
+    assert after.calibration.extra["margins_blocked"] is None  # no margins: nothing to count
+
+
+def test_the_summary_says_what_the_margins_cost_on_these_answers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fitted, out = tmp_path / "all.json", tmp_path / "calibrated.json"
+    fit = ["fit", "--traces", NQ, "--group", "api", "--fit-fraction", "1", "--early-block", "0.2"]
+    assert main([*fit, "--out", str(fitted)]) == 0
+    capsys.readouterr()
+    stat = Certificate.load(fitted).statistic
+    assert stat is not None and stat.block_margins
+    args = ["calibrate", "--traces", TQ, "--certificate", str(fitted), "--risk", "0.8",
+            "--delta", "0.3", "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    after = Certificate.load(out)
+    assert after.calibration is not None
+    got = after.calibration.extra["margins_blocked"]
+    # counted as margin_cost counts it, on replays without the margins
+    traces = read_traces(TQ)
+    limit = after.context.max_tokens
+    plain = [replay_fitted(replace(stat, block_margins=()), t, max_tokens=limit) for t in traces]
+    want = margin_cost(plain, stat.block_margins, [bool(t.correct) for t in traces],
+                       after.policy, after.tau)  # fmt: skip
+    assert (got["blocked"], got["shown_without_margins"]) == want and want[0] > 0
+    assert f"margins blocked  {want[0]} of the {want[1]} correct calibration answers" in printed
 
 
 def test_refusals_are_one_line(

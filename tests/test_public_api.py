@@ -374,6 +374,7 @@ def test_public_submodules_are_pinned() -> None:
         "critical_score",
         "cv_coverage",
         "fit_statistic",
+        "margin_cost",
         "margins_from_scores",
         "moves_one_way",
         "preset_features",

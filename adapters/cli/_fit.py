@@ -122,7 +122,6 @@ def cmd_fit(args: argparse.Namespace) -> int:
         calibrate_fitted,
         critical_score,
         fit_statistic,
-        replay_fitted,
         stop_at,
         token_ranges,
     )
@@ -198,7 +197,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     refusal = ""
     progress.step("liftguard fit: calibration")
     progress(0, len(cal_tr))
-    paths = [replay_fitted(stat, t, skeleton=skel, max_tokens=limit) for t in cal_tr]
+    plain, paths = replays(stat, cal_tr, skel, limit)
     crit = np.array([critical_score(p, policy) for p in paths])
     cal, failed = None, ""
     if not fit_only:
@@ -252,10 +251,12 @@ def cmd_fit(args: argparse.Namespace) -> int:
         "calibration_ids_sha256": _ids_sha256([t.id for t in cal_tr]),
     }
     cal_auroc = auroc(crit, correct) if cal_tr else None
+    cost = None if refusal else margins_blocked(stat, plain, correct, policy, cal.tau)
     extra = {
         "split": split,
         "calibration_auroc": cal_auroc,
         "tokens_read_fraction": float(np.mean(reads)) if reads else 1.0,
+        "margins_blocked": cost,
     }
     if refusal:
         extra["certifies_nothing"] = True
@@ -314,6 +315,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         f"Clopper-Pearson upper {cal.risk_upper:.3f}\n"
         f"  tokens read      {extra['tokens_read_fraction']:.0%} before the verdict (mean, "
         f"calibration answers; token limit {limit})\n"
+        f"{margins_line(cost)}"
     )
     cal_line = (
         "none: tau is for 'liftguard calibrate --certificate' to set"
@@ -364,6 +366,41 @@ def _certifies_nothing(stat: Any, n: int, policy: Any, args: argparse.Namespace,
         if n == 0
         else f"Certifies nothing: no threshold passed the risk test at risk {args.risk:g}, "
         f"delta {args.delta:g} on the calibration traces, so every answer is withheld.",
+    )
+
+
+def replays(
+    stat: Any, traces: list[Any], skeleton: Any, limit: int | None
+) -> tuple[list[Any], list[Any]]:
+    """Each answer replayed as the monitor streams it, and without the statistic's
+    early-block margins (one replay: :func:`guardrail.fitting.with_margins` adds them)."""
+    from guardrail.fitting import replay_fitted, with_margins
+
+    bare = replace(stat, block_margins=()) if stat.block_margins else stat
+    plain = [replay_fitted(bare, t, skeleton=skeleton, max_tokens=limit) for t in traces]
+    return plain, [with_margins(p, stat.block_margins) for p in plain]
+
+
+def margins_blocked(
+    stat: Any, plain: list[Any], correct: Any, policy: Any, tau: float
+) -> dict[str, int] | None:
+    """:func:`guardrail.fitting.margin_cost` at ``tau`` as the summaries report it (``None``
+    for a statistic without margins)."""
+    from guardrail.fitting import margin_cost
+
+    if not stat.block_margins:
+        return None
+    blocked, shown = margin_cost(plain, stat.block_margins, correct, policy, tau)
+    return {"blocked": blocked, "shown_without_margins": shown}
+
+
+def margins_line(cost: dict[str, int] | None) -> str:
+    """The summary's line on what the margins cost (empty without margins)."""
+    if cost is None:
+        return ""
+    return (
+        f"  margins blocked  {cost['blocked']} of the {cost['shown_without_margins']} correct "
+        "calibration answers the rule shows without them\n"
     )
 
 

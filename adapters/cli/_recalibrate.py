@@ -64,6 +64,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     from guardrail.traces import file_sha256, read_traces
 
     from ._eval import _certificate_needs
+    from ._fit import margins_blocked, margins_line, replays
 
     _refuse_rule_flags(args, defaults)
     if args.out is None:
@@ -108,6 +109,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     if "skeleton" in stat.requires:
         kind = cert.skeleton.kind
         skeleton = "prompt-free" if kind == "prompt_free" else cert.skeleton.build()
+    plain, paths = replays(stat, traces, skeleton, cert.context.max_tokens)
     try:
         cal, crit = calibrate_fitted(
             stat,
@@ -118,10 +120,12 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
             skeleton=skeleton,
             max_tokens=cert.context.max_tokens,
             seed=args.seed,
+            paths=paths,
         )
     except InsufficientDataError as exc:
         raise CommandError(f"calibration on {len(traces)} traces refused: {exc}") from exc
     correct = np.array([bool(t.correct) for t in traces])
+    cost = margins_blocked(stat, plain, correct, cert.policy, cal.tau)
     split = {
         "method": "the statistic was fitted on other answers (provenance.fit); all of "
         "these calibrate tau",
@@ -129,7 +133,8 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         "fitted_on_sha256": fitted_on,
         "n_calibration": len(traces),
     }
-    cal = replace(cal, extra={"split": split, "calibration_auroc": auroc(crit, correct)})
+    extra = {"split": split, "calibration_auroc": auroc(crit, correct), "margins_blocked": cost}
+    cal = replace(cal, extra=extra)
     provenance = {
         **{k: v for k, v in cert.provenance.items() if k in ("fit", "note")},
         "fitted_on": cert.provenance.get("traces"),
@@ -151,6 +156,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         "empirical_risk": cal.empirical_risk,
         "risk_upper": cal.risk_upper,
         "calibration_auroc": cal.extra["calibration_auroc"],
+        "margins_blocked": cost,
     }
     if getattr(args, "json", False):
         print(json.dumps(summary, indent=2, sort_keys=True))
@@ -163,6 +169,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         f"  tau              {cal.tau:.4f} log-odds\n"
         f"  coverage (cal)   {cal.coverage:.1%}   empirical risk {cal.empirical_risk:.3f}   "
         f"Clopper-Pearson upper {cal.risk_upper:.3f}\n"
+        f"{margins_line(cost)}"
         f"  guarantee        {cal.guarantee}\n"
         f"wrote the certificate {args.out}"
     )

@@ -37,6 +37,7 @@ from guardrail._fitted_replay import (
     block_margins,
     calibrate_fitted,
     critical_score,
+    margin_cost,
     margins_from_scores,
     replay_fitted,
     stop_at,
@@ -589,3 +590,29 @@ def test_replay_of_an_answer_past_the_limit_is_never_shown() -> None:
     assert not within.over_limit and past.over_limit and past.limit == n - 1
     assert critical_score(within, policy) > -math.inf == critical_score(past, policy)
     assert stop_at(past, policy, critical_score(within, policy)) <= n
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_margin_cost_counts_the_correct_answers_only_the_margins_block(sample: str) -> None:
+    stat, traces = _fitted(sample), _traces(sample)
+    margins = block_margins(stat, traces, 0.5, skeleton="prompt-free", min_answers=3)
+    gated = replace(stat, block_margins=margins)
+    policy = StreamPolicy(on_length="answer")
+    plain = [replay_fitted(stat, t, skeleton="prompt-free") for t in traces]
+    with_them = [critical_score(replay_fitted(gated, t, skeleton="prompt-free"), policy)
+                 for t in traces]  # fmt: skip
+    without = [critical_score(p, policy) for p in plain]
+    correct = [bool(t.correct) for t in traces]
+    seen_block = False
+    # the labels are the traces' own, or every answer counted correct (so that answers
+    # whose score rises late, which the margins block, are among them)
+    for labels in (correct, [True] * len(traces)):
+        for tau in sorted(set(without)):
+            shown = [c and w >= tau for c, w in zip(labels, without, strict=True)]
+            blocked = [s and g < tau for s, g in zip(shown, with_them, strict=True)]
+            assert margin_cost(plain, margins, labels, policy, tau) == (sum(blocked), sum(shown))
+            seen_block |= any(blocked)
+    assert seen_block  # the margins block some shown answers: the test can fail
+    assert margin_cost(plain, (), correct, policy, min(without)) == (0, sum(correct))
+    with pytest.raises(ConfigError, match="one label per path"):
+        margin_cost(plain, margins, correct[:-1], policy, 0.0)
