@@ -122,12 +122,12 @@ def _oof_scores(
         margins: dict[float, tuple[float, ...]] = {}
         quantiles = {c.early_block for c in group if c.early_block is not None}
         if quantiles:
-            rises = [
+            right = [  # the correct fitting answers' scores, token by token
                 replay_fitted(stat, t, skeleton=skel, max_tokens=limit).scores
                 for t in (d.traces[int(i)] for i in np.flatnonzero(train))
                 if t.correct and t.n_tokens
             ]
-            margins = {q: margins_from_scores(rises, q) for q in quantiles}
+            margins = {q: margins_from_scores(right, q) for q in quantiles}
         for i in np.flatnonzero(test):
             path = replay_fitted(stat, d.traces[int(i)], skeleton=skel, max_tokens=limit)
             for c, o in zip(group, out, strict=True):
