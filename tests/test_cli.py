@@ -151,6 +151,38 @@ def test_calibrate_repeats_summary(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and "refused (too little data)  2 of 2" in capsys.readouterr().out
 
 
+def test_calibrate_json_is_the_record_it_writes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = str(FIXTURES / "traces_gemma3_sample.jsonl")
+    out = tmp_path / "cal.json"
+    args = ["calibrate", "--traces", path, "--risk", "0.9", "--delta", "0.1", "--score",
+            "min_logprob", "--cal-fraction", "0.75"]  # fmt: skip
+    assert main([*args, "--out", str(out), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)  # stdout is one JSON object, nothing else
+    assert printed.pop("out") == str(out) and printed.pop("score_name") == "min_logprob"
+    assert printed == json.loads(out.read_text())
+    assert printed["extra"]["test"]["n"] == 10
+    # the same calibration as the printed summary
+    assert main(args) == 0
+    assert f"tau              {printed['tau']:.4f}" in capsys.readouterr().out
+
+
+def test_calibrate_repeats_json_matches_the_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(FIXTURES / "traces_gemma3_sample.jsonl")
+    args = ["calibrate", "--traces", path, "--risk", "0.9", "--delta", "0.2", "--score", "nll",
+            "--repeats", "4"]  # fmt: skip
+    assert main([*args, "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert got["score"] == "nll" and got["splits"] == 4
+    assert f"refused (too little data)  {got['refused']} of 4" in text
+    assert f"test coverage (mean)       {got['coverage_mean']:.1%}" in text
+    assert f"risk violations            {got['violations']} of 4" in text
+    assert 0.0 <= got["coverage_mean"] <= got["oracle_coverage_mean"] <= 1.0
+
+
 def test_calibrate_writes_a_certificate_with_context_and_provenance(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

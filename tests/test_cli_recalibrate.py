@@ -83,6 +83,22 @@ def test_the_summary_says_what_the_margins_cost_on_these_answers(
     assert f"margins blocked  {want[0]} of the {want[1]} correct calibration answers" in printed
 
 
+def test_json_prints_the_summary_of_what_it_wrote(
+    fitted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "recalibrated.json"
+    args = ["calibrate", "--traces", TQ, "--certificate", str(fitted), "--risk", "0.7",
+            "--delta", "0.3", "--out", str(out), "--json"]  # fmt: skip
+    assert main(args) == 0
+    got = json.loads(capsys.readouterr().out)
+    after = Certificate.load(out)
+    assert after.calibration is not None
+    assert got["out"] == str(out) and got["tau"] == after.tau
+    assert got["coverage"] == after.calibration.coverage
+    assert got["margins_blocked"] == after.calibration.extra["margins_blocked"]
+    assert got["n_calibration"] == len(read_traces(TQ))
+
+
 def test_refusals_are_one_line(
     fitted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

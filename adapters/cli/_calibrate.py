@@ -9,6 +9,7 @@ vocabulary size: see :mod:`adapters.cli._recorded`.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
@@ -97,20 +98,31 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             log.info("split %d: %s", r, exc)
             reports.append((None, run.test_only(args.seed + r)))
     if args.repeats > 1:
-        _print_repeats(args, score_name, reports)
+        summary = _repeats_summary(args, reports)
+        if args.json:
+            print(json.dumps({"score": score_name, **summary}, indent=2, sort_keys=True))
+        else:
+            _print_repeats(args, score_name, summary)
         return 0
     result, test_report = reports[0]
     result = type(result).from_dict({**result.to_dict(), "extra": {"test": test_report}})
-    _print_summary(args, score_name, result, test_report)
+    if not args.json:
+        _print_summary(args, score_name, result, test_report)
+    wrote = ""
     if args.out and args.score == "lift":
         from ._certify import build_certificate
 
         cert = build_certificate(args, traces[0].model, traces[0].vocab_size, result)
         cert.save(args.out)
-        print(f"wrote the certificate {args.out}")
+        wrote = f"wrote the certificate {args.out}"
     elif args.out:  # a baseline score is a threshold on a whole answer, not a streaming rule
         Path(args.out).write_text(result.to_json() + "\n", encoding="utf-8")
-        print(f"wrote the calibration record {args.out} (a baseline is not a certificate)")
+        wrote = f"wrote the calibration record {args.out} (a baseline is not a certificate)"
+    if args.json:
+        record = {"score_name": score_name, "out": args.out, **result.to_dict()}
+        print(json.dumps(record, indent=2, sort_keys=True))
+    elif wrote:
+        print(wrote)
     return 0
 
 
@@ -224,31 +236,47 @@ class _Run:
         }
 
 
-def _print_repeats(
-    args: argparse.Namespace, score_name: str, reports: list[tuple[Any, dict[str, Any]]]
-) -> None:
+def _repeats_summary(
+    args: argparse.Namespace, reports: list[tuple[Any, dict[str, Any]]]
+) -> dict[str, Any]:
+    """What ``--repeats`` measured over its splits (a refused split shows nothing)."""
     from guardrail.stats import clopper_pearson_interval
 
     tests = [rep for _, rep in reports if rep]
-    refused = sum(result is None for result, _ in reports)
+    shown = [t for t in tests if t["n_shown"]]
     cov = float(np.mean([t["coverage"] for t in tests])) if tests else 0.0
     orc = float(np.mean([t["oracle_coverage"] for t in tests])) if tests else 0.0
-    shown = [t for t in tests if t["n_shown"]]
-    risk = float(np.mean([t["risk"] for t in shown])) if shown else 0.0
-    viol = sum(
-        clopper_pearson_interval(t["n_wrong"], t["n_shown"], 0.05)[0] > args.risk for t in shown
-    )
-    share = f"{cov / orc:.0%}" if orc > 0 else "n/a (no threshold meets the target on test)"
+    return {
+        "method": args.method,
+        "risk": args.risk,
+        "delta": args.delta,
+        "splits": len(reports),
+        "n_cal": args.n_cal,
+        "refused": sum(result is None for result, _ in reports),
+        "coverage_mean": cov,
+        "oracle_coverage_mean": orc,
+        "share_of_oracle": cov / orc if orc > 0 else None,
+        "risk_mean": float(np.mean([t["risk"] for t in shown])) if shown else 0.0,
+        "violations": sum(
+            clopper_pearson_interval(t["n_wrong"], t["n_shown"], 0.05)[0] > args.risk for t in shown
+        ),
+    }
+
+
+def _print_repeats(args: argparse.Namespace, score_name: str, summary: dict[str, Any]) -> None:
+    share = summary["share_of_oracle"]
+    n = summary["splits"]
     print(
         f"liftguard calibrate: {args.traces}  score {score_name}  method {args.method}\n"
-        f"  target risk {args.risk:g}  delta {args.delta:g}  splits {len(reports)}  "
+        f"  target risk {args.risk:g}  delta {args.delta:g}  splits {n}  "
         f"calibration size {args.n_cal or 'all'}\n"
-        f"  refused (too little data)  {refused} of {len(reports)}\n"
-        f"  test coverage (mean)       {cov:.1%}\n"
-        f"  oracle coverage (mean)     {orc:.1%}\n"
-        f"  share of oracle            {share}\n"
-        f"  test risk (mean, shown)    {risk:.3f}\n"
-        f"  risk violations            {viol} of {len(reports)} splits (test risk's 95% "
+        f"  refused (too little data)  {summary['refused']} of {n}\n"
+        f"  test coverage (mean)       {summary['coverage_mean']:.1%}\n"
+        f"  oracle coverage (mean)     {summary['oracle_coverage_mean']:.1%}\n"
+        f"  share of oracle            "
+        + (f"{share:.0%}" if share is not None else "n/a (no threshold meets the target on test)")
+        + f"\n  test risk (mean, shown)    {summary['risk_mean']:.3f}\n"
+        f"  risk violations            {summary['violations']} of {n} splits (test risk's 95% "
         f"Clopper-Pearson lower bound above the target)"
     )
 

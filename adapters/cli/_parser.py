@@ -167,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="calibrate this fitted certificate's tau on --traces (answers it was not "
         "fitted on), its statistic, policy, model and context held fixed; needs --out",
     )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_calibrate, rule_defaults={a.dest: a.default for a in p._actions})
 
     e = sub.add_parser(
