@@ -14,9 +14,10 @@
 
 "Best single score" is the best AUROC among ``table.PEERS`` (the peers' scores and the
 paper's configuration); "best baseline" also counts ``lift``, the default single-score
-certificate. Bold marks where the certificate clears the project's bar (:func:`auroc_bar`
-for AUROC; a coverage at least the best baseline's; at most ``REFUSAL_SLACK`` more
-refused splits than nll).
+certificate, whose AUROC the row names where it is at least the certificate's. Bold
+marks where the certificate clears the project's bar (:func:`auroc_bar` for AUROC; a
+coverage at least the best baseline's; at most ``REFUSAL_SLACK`` more refused splits
+than nll).
 
 ``--results DIR`` reads another results directory, ``--docs DIR`` writes the pages there
 instead, ``--models KEY,...`` renders only those models (both for trial runs).
@@ -96,7 +97,9 @@ def _auroc(results: Path, model: Model, tag: str, risk: str) -> str:
     methods = _methods(results, model, tag, risk)
     cert, peer = methods["certificate"]["auroc"], _best_single(methods)
     best, ceiling = methods[peer]["auroc"], _ceiling(results, model, tag)
-    return (f"{_bold(f'{cert:.3f}', auroc_bar(cert, best, ceiling))} / {best:.3f} "
+    lift = methods["lift"]["auroc"]
+    own = f" (`lift`: {lift:.3f})" if lift >= cert else ""
+    return (f"{_bold(f'{cert:.3f}', auroc_bar(cert, best, ceiling))}{own} / {best:.3f} "
             f"({method_name(peer)}) / {ceiling:.3f}")  # fmt: skip
 
 
@@ -157,7 +160,10 @@ def render(results: Path = RESULTS, models: Sequence[Model] = MODELS) -> str:
               f"most {REFUSAL_SLACK} more refused splits than nll. The in-domain ceiling is the "
               "certificate's features fitted and scored out of fold on the test set itself "
               "(`select_features.py --cv`): it looks at the test set, so it is a reference, "
-              "not a result."]  # fmt: skip
+              "not a result. The best single score is the best of the peers' scores; `lift`, "
+              "the project's own single-score certificate, counts among the baselines for "
+              "coverage, and where it ranks at least as well as the certificate its AUROC "
+              "follows the certificate's."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
