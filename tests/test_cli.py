@@ -176,7 +176,7 @@ def test_calibrate_repeats_json_matches_the_summary(capsys: pytest.CaptureFixtur
     got = json.loads(capsys.readouterr().out)
     assert main(args) == 0
     text = capsys.readouterr().out
-    assert got["score"] == "nll" and got["splits"] == 4
+    assert got["score_name"] == "nll" and got["splits"] == 4
     assert f"refused (too little data)  {got['refused']} of 4" in text
     assert f"test coverage (mean)       {got['coverage_mean']:.1%}" in text
     assert f"risk violations            {got['violations']} of 4" in text

@@ -100,7 +100,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.repeats > 1:
         summary = _repeats_summary(args, reports)
         if args.json:
-            print(json.dumps({"score": score_name, **summary}, indent=2, sort_keys=True))
+            print(json.dumps({"score_name": score_name, **summary}, indent=2, sort_keys=True))
         else:
             _print_repeats(args, score_name, summary)
         return 0
