@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -46,6 +47,7 @@ from ._traces import Trace
 
 __all__ = [
     "FittedPath",
+    "MarginAnswers",
     "block_margins",
     "calibrate_fitted",
     "critical_score",
@@ -193,6 +195,9 @@ def calibrate_fitted(
     return cal, crit
 
 
+MarginAnswers = Literal["correct", "all"]
+
+
 def block_margins(
     statistic: FittedStatistic,
     traces: Sequence[Trace],
@@ -201,23 +206,34 @@ def block_margins(
     skeleton: Skeleton | str | None = None,
     max_tokens: int | None = None,
     min_answers: int = _MIN_MARGIN_ANSWERS,
+    answers: MarginAnswers = "correct",
 ) -> tuple[float, ...]:
-    """Early-block margins for ``statistic`` from the correct answers of ``traces``: for
-    each ``t``, the ``quantile`` of how far a correct answer's score still rose after its
-    first ``t`` tokens (its final score minus its score then; 0 where that is negative),
-    over the correct answers longer than ``t - 1`` tokens; the list ends where fewer than
-    ``min_answers`` of them are that long. Set as ``statistic.block_margins``, the rule
-    blocks once the score so far plus the margin is below tau: at each position, about
-    ``1 - quantile`` of the correct answers seen rose more than that.
+    """Early-block margins for ``statistic`` from the answers of ``traces``: for each
+    ``t``, the ``quantile`` of how far an answer's score still rose after its first ``t``
+    tokens (its final score minus its score then; 0 where that is negative), over the
+    answers longer than ``t - 1`` tokens; the list ends where fewer than ``min_answers``
+    of them are that long. Set as ``statistic.block_margins``, the rule blocks once the
+    score so far plus the margin is below tau: at each position, about ``1 - quantile``
+    of the answers seen rose more than that.
 
-    Use the fitting answers (as ``liftguard fit --early-block`` does): the margins are
-    then part of the fixed rule that calibration replays, and the guarantee holds."""
+    ``answers="correct"`` reads the correct answers only (as ``liftguard fit
+    --early-block`` does, on the fitting answers). ``answers="all"`` reads every
+    non-empty answer and no label, so it takes unlabelled answers of the traffic the
+    rule will guard (as ``liftguard calibrate --certificate ... --margins-from`` does):
+    the margins then follow that traffic, where answers may rise later than the fitting
+    answers did.
+
+    The guarantee holds as long as the margins are fixed before calibration: from
+    answers other than the calibration answers. They are then part of the fixed rule
+    that calibration replays."""
     _check_margin_args(quantile, min_answers)
+    if answers not in ("correct", "all"):
+        raise ConfigError(f"answers must be 'correct' or 'all', got {answers!r}")
     plain = statistic if not statistic.block_margins else replace(statistic, block_margins=())
     scores = [
         replay_fitted(plain, t, skeleton=skeleton, max_tokens=max_tokens).scores
         for t in traces
-        if t.correct and t.n_tokens
+        if t.n_tokens and (answers == "all" or t.correct)
     ]
     return margins_from_scores(scores, quantile, min_answers=min_answers)
 
@@ -225,9 +241,9 @@ def block_margins(
 def margins_from_scores(
     scores: Sequence[FloatArray], quantile: float, *, min_answers: int = _MIN_MARGIN_ANSWERS
 ) -> tuple[float, ...]:
-    """:func:`block_margins` from the correct answers' replayed scores (each answer's score
-    after every token, as :attr:`FittedPath.scores`; a statistic without margins): one
-    replay serves every quantile."""
+    """:func:`block_margins` from the answers' replayed scores (each answer's score after
+    every token, as :attr:`FittedPath.scores`; a statistic without margins): one replay
+    serves every quantile."""
     _check_margin_args(quantile, min_answers)
     margins: list[float] = []
     for i in range(max((s.size for s in scores), default=0)):

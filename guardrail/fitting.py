@@ -24,6 +24,7 @@ from ._fitted import (
 )
 from ._fitted_replay import (
     FittedPath,
+    MarginAnswers,
     block_margins,
     calibrate_fitted,
     critical_score,
@@ -51,6 +52,7 @@ __all__ = [
     "FittedPath",
     "FittedState",
     "FittedStatistic",
+    "MarginAnswers",
     "RecordedSkeleton",
     "TokenFeaturizer",
     "aggregate_of",

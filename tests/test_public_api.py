@@ -363,6 +363,7 @@ def test_public_submodules_are_pinned() -> None:
         "FittedPath",
         "FittedState",
         "FittedStatistic",
+        "MarginAnswers",
         "RecordedSkeleton",
         "TokenFeaturizer",
         "aggregate_of",

@@ -286,6 +286,21 @@ def test_block_margins_are_quantiles_of_the_correct_answers_later_rises(sample: 
     assert block_margins(stat, traces, 0.9, skeleton="prompt-free", min_answers=10**6) == ()
 
 
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_block_margins_from_every_answer_read_no_label(sample: str) -> None:
+    stat, traces = _fitted(sample), _traces(sample)
+    every = [replay_fitted(stat, t, skeleton="prompt-free").scores for t in traces if t.n_tokens]
+    got = block_margins(stat, traces, 0.9, skeleton="prompt-free", min_answers=4, answers="all")
+    assert got and got == margins_from_scores(every, 0.9, min_answers=4)
+    # unlabelled traffic gives the same margins: the labels are not read
+    unlabelled = [replace(t, correct=None) for t in traces]
+    assert block_margins(stat, unlabelled, 0.9, skeleton="prompt-free", min_answers=4,
+                         answers="all") == got  # fmt: skip
+    assert got != block_margins(stat, traces, 0.9, skeleton="prompt-free", min_answers=4)
+    with pytest.raises(ConfigError, match="answers must be"):
+        block_margins(stat, traces, 0.9, skeleton="prompt-free", answers="wrong")  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(("quantile", "min_answers"), [(0.0, 20), (1.5, 20), (True, 20),
                                                        (0.9, 0)])  # fmt: skip
 def test_block_margins_refuse_bad_arguments(quantile: Any, min_answers: int) -> None:

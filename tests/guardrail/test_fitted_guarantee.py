@@ -9,11 +9,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 from scipy import stats
 
 from guardrail import InsufficientDataError, StreamPolicy
 from guardrail.evaluate import ltt_threshold
 from guardrail.fitting import (
+    MarginAnswers,
     answer_features,
     block_margins,
     critical_score,
@@ -26,7 +28,13 @@ from guardrail.traces import read_traces
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
-def test_a_fitted_rule_with_early_block_margins_keeps_its_risk_guarantee() -> None:
+@pytest.mark.parametrize("answers", ["correct", "all"])
+def test_a_fitted_rule_with_early_block_margins_keeps_its_risk_guarantee(
+    answers: MarginAnswers,
+) -> None:
+    """``answers="correct"``: margins from the fitting draw's correct answers, as ``liftguard
+    fit`` sets them; ``"all"``: from every answer of a third, unlabelled draw (the traffic
+    ``liftguard calibrate --margins-from`` reads), none of them a calibration answer."""
     # the population: the committed Gemma 3 samples (80 real answers, 35% correct); draws
     # with replacement from it are i.i.d. from a known distribution, so the population
     # risk at any tau is exact
@@ -43,7 +51,9 @@ def test_a_fitted_rule_with_early_block_margins_keeps_its_risk_guarantee() -> No
     for _ in range(reps):
         fit, cal = rng.integers(0, len(pop), n_fit), rng.integers(0, len(pop), n_cal)
         stat = fit_statistic(x[fit], correct[fit], feats, vocab_size=pop[0].vocab_size, l2=10.0)
-        margins = block_margins(stat, [pop[i] for i in fit], 0.9, max_tokens=limit)
+        source = fit if answers == "correct" else rng.integers(0, len(pop), n_fit)
+        margins = block_margins(stat, [pop[i] for i in source], 0.9, max_tokens=limit,
+                                answers=answers)  # fmt: skip
         stat = replace(stat, block_margins=margins)
         paths = [replay_fitted(stat, t, max_tokens=limit) for t in pop]
         crit = np.array([critical_score(p, policy) for p in paths])
