@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from adapters.cli import main
+from adapters.cli._fit_args import TRAFFIC_EARLY_BLOCK
 from guardrail import Certificate
-from guardrail.fitting import calibrate_fitted, margin_cost, replay_fitted
-from guardrail.traces import read_traces
+from guardrail.fitting import block_margins, calibrate_fitted, margin_cost, replay_fitted
+from guardrail.traces import file_sha256, read_traces
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NQ = str(FIXTURES / "traces_gemma3_nq_sample.jsonl")
@@ -174,3 +176,70 @@ def test_fit_fraction_edges_are_one_line_errors(
     assert main(["fit", "--traces", NQ, "--out", out, "--fit-fraction", "0.99"]) == 1
     err = capsys.readouterr().err.strip()
     assert "both parts need >= 20 (or --fit-fraction 1" in err and "\n" not in err
+
+
+def _unlabelled(src: str, dst: Path, edit: Any = None) -> Path:
+    """``src``'s traces with their labels dropped (recorded traffic), ``edit`` applied to
+    each record."""
+    rows = [json.loads(line) for line in Path(src).read_text(encoding="utf-8").splitlines()]
+    for row in rows:
+        row.pop("correct", None)
+        if edit:
+            edit(row)
+    dst.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return dst
+
+
+def test_margins_from_traffic_are_every_answers_rises_and_calibration_replays_them(
+    fitted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    traffic = _unlabelled(NQ, tmp_path / "traffic.jsonl")
+    out = tmp_path / "out.json"
+    args = ["calibrate", "--traces", TQ, "--certificate", str(fitted), "--risk", "0.7",
+            "--delta", "0.3", "--out", str(out), "--margins-from", str(traffic),
+            "--early-block", "0.5"]  # fmt: skip
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    before, after = Certificate.load(fitted), Certificate.load(out)
+    assert before.statistic is not None and after.statistic is not None
+    limit = before.context.max_tokens
+    want = block_margins(before.statistic, read_traces(NQ), 0.5, max_tokens=limit,
+                         answers="all")  # fmt: skip
+    assert want and after.statistic.block_margins == want
+    assert replace(after.statistic, block_margins=(), info={}) == replace(
+        before.statistic, block_margins=(), info={}
+    )  # only the margins (and their record) changed
+    record = after.statistic.info["early_block"]
+    assert record["traces"] == "traffic.jsonl" and record["answers"] == "all"
+    assert record["quantile"] == 0.5 and record["positions"] == len(want)
+    # tau is the one calibration gives the rule with these margins
+    cal, _ = calibrate_fitted(after.statistic, read_traces(TQ), policy=after.policy, risk=0.7,
+                              delta=0.3, max_tokens=limit)  # fmt: skip
+    assert after.tau == cal.tau
+    assert f"margins          from 40 answers of traffic.jsonl (labels not read): the first " \
+        f"{len(want)} tokens, quantile 0.5" in printed  # fmt: skip
+    # the default quantile, and the JSON summary's record of it
+    assert main([*args[:-2], "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["margins_from"]
+    assert got["quantile"] == TRAFFIC_EARLY_BLOCK and got["traces_sha256"] == file_sha256(traffic)
+
+
+def test_margins_from_calibration_answers_are_refused(
+    fitted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out.json"
+    base = ["calibrate", "--traces", TQ, "--certificate", str(fitted), "--risk", "0.7",
+            "--out", str(out), "--margins-from"]  # fmt: skip
+    assert main([*base, TQ]) == 1
+    err = capsys.readouterr().err
+    assert "these are the calibration traces" in err and len(err.strip().splitlines()) == 1
+    # another file holding calibration answers (the same ids, labels dropped)
+    copy = _unlabelled(TQ, tmp_path / "copy.jsonl")
+    assert main([*base, str(copy)]) == 1
+    assert "40 of its answers have the id of a calibration answer" in capsys.readouterr().err
+    # usage: --margins-from needs --certificate, --early-block needs --margins-from
+    assert main(["calibrate", "--traces", TQ, "--risk", "0.7", "--margins-from", NQ]) == 2
+    assert "give --certificate" in capsys.readouterr().err
+    assert main([*base[:-1], "--early-block", "0.9"]) == 2
+    assert "--early-block sets the quantile" in capsys.readouterr().err
+    assert not out.exists()

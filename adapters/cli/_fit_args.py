@@ -8,10 +8,15 @@ from typing import Any
 from ._common import fraction, integer, output_file, positive, probability
 from ._fit import DEFAULT_FIT_RISK, cmd_fit
 
-__all__ = ["DEFAULT_EARLY_BLOCK", "add_fit_parser"]
+__all__ = ["DEFAULT_EARLY_BLOCK", "TRAFFIC_EARLY_BLOCK", "add_fit_parser"]
 
 DEFAULT_EARLY_BLOCK = 0.99
 """``--early-block``'s default quantile."""
+
+TRAFFIC_EARLY_BLOCK = 0.95
+"""``calibrate --certificate ... --margins-from``'s default quantile: of 0.99, 0.95, 0.9
+and 0.8, the one ``benchmarks/transfer/traffic_margins.py``'s in-domain comparison
+chooses by the rule written down before it ran (``margin_quantile.chosen``)."""
 
 
 def _early_block(text: str) -> float | None:

@@ -6,6 +6,7 @@ import argparse
 from typing import Any, NoReturn
 
 from ._common import (
+    CommandError,
     fraction,
     integer,
     non_negative,
@@ -18,6 +19,12 @@ __all__ = ["build_parser"]
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
+    if args.margins_from is None and args.early_block is not None:
+        raise CommandError("--early-block sets the quantile of --margins-from's margins", status=2)
+    if args.certificate is None and args.margins_from is not None:
+        raise CommandError(
+            "--margins-from sets a fitted certificate's margins: give --certificate", status=2
+        )
     if args.certificate is not None:
         from ._recalibrate import cmd_recalibrate
 
@@ -166,6 +173,22 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="calibrate this fitted certificate's tau on --traces (answers it was not "
         "fitted on), its statistic, policy, model and context held fixed; needs --out",
+    )
+    p.add_argument(
+        "--margins-from",
+        metavar="TRAFFIC",
+        default=None,
+        help="with --certificate: set the early-block margins from every answer of these "
+        "traces (unlabelled traffic the certificate will guard, none of them a calibration "
+        "answer; labels are not read) before calibrating",
+    )
+    p.add_argument(
+        "--early-block",
+        metavar="Q",
+        type=fraction,
+        default=None,
+        help="with --margins-from: the quantile of how far an answer's score still rose "
+        "from each position (default 0.95)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_calibrate, rule_defaults={a.dest: a.default for a in p._actions})

@@ -7,6 +7,13 @@ chosen here, by the same fixed-sequence procedure as everywhere
 argument (``calibrate_fitted``'s docstring) needs those answers to be independent of
 the fitting ones: the command refuses the very file the statistic was fitted on, and
 the calibration record names both files' sha256.
+
+``--margins-from TRAFFIC`` first sets the statistic's early-block margins from every
+answer of ``TRAFFIC`` (:func:`guardrail.fitting.block_margins` with ``answers="all"``;
+labels are not read, so recorded traffic serves as it is), at ``--early-block``'s quantile
+(default :data:`~adapters.cli._fit_args.TRAFFIC_EARLY_BLOCK`). The margins are then part
+of the rule calibration replays; they must be fixed before it, so answers that are
+calibration answers (the same file, or a calibration answer's id) are refused.
 """
 
 from __future__ import annotations
@@ -109,6 +116,10 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     if "skeleton" in stat.requires:
         kind = cert.skeleton.kind
         skeleton = "prompt-free" if kind == "prompt_free" else cert.skeleton.build()
+    traffic = None
+    if args.margins_from is not None:
+        stat, traffic = _traffic_margins(args, cert, skeleton, traces, traces_sha)
+        cert = replace(cert, statistic=stat)
     plain, paths = replays(stat, traces, skeleton, cert.context.max_tokens)
     try:
         cal, crit = calibrate_fitted(
@@ -157,6 +168,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         "risk_upper": cal.risk_upper,
         "calibration_auroc": cal.extra["calibration_auroc"],
         "margins_blocked": cost,
+        "margins_from": traffic,
     }
     if getattr(args, "json", False):
         print(json.dumps(summary, indent=2, sort_keys=True))
@@ -169,8 +181,81 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         f"  tau              {cal.tau:.4f} log-odds\n"
         f"  coverage (cal)   {cal.coverage:.1%}   empirical risk {cal.empirical_risk:.3f}   "
         f"Clopper-Pearson upper {cal.risk_upper:.3f}\n"
+        f"{_traffic_line(traffic)}"
         f"{margins_line(cost)}"
         f"  guarantee        {cal.guarantee}\n"
         f"wrote the certificate {args.out}"
     )
     return 0
+
+
+def _traffic_margins(
+    args: argparse.Namespace, cert: Any, skeleton: Any, calibration: list[Any], cal_sha: str
+) -> tuple[Any, dict[str, Any]]:
+    """The certificate's statistic with early-block margins from every answer of
+    ``--margins-from`` (labels unread), and what to record of them. The margins are part
+    of the rule that calibration replays, so they must not come from calibration answers:
+    the same file, or answers with a calibration answer's id, are refused."""
+    from guardrail.fitting import block_margins
+    from guardrail.traces import file_sha256, read_traces
+
+    from ._eval import _certificate_needs
+    from ._fit_args import TRAFFIC_EARLY_BLOCK
+
+    path = args.margins_from
+    stat = cert.statistic
+    sha = file_sha256(path)
+    if sha == cal_sha:
+        raise CommandError(
+            f"--margins-from {path}: these are the calibration traces; set the margins from "
+            "other answers of the traffic (the guarantee needs them fixed before calibration)"
+        )
+    traffic = read_traces(path, require_label=False)  # unlabelled traffic: labels unread
+    if not traffic:
+        raise no_traces(path)
+    traffic = supply_vocab_size(traffic, args.vocab_size, path)
+    fields, what = _certificate_needs(cert)
+    refusal = lacking_message(path, traffic, ("vocab_size", *fields), what, "")
+    if refusal:
+        raise CommandError(refusal)
+    if any(t.vocab_size != stat.vocab_size for t in traffic):
+        raise CommandError(
+            f"the certificate's statistic is for a vocabulary of {stat.vocab_size} tokens; "
+            f"{path} has traces of another vocabulary: certificates are per model"
+        )
+    shared = {t.id for t in traffic} & {t.id for t in calibration}
+    if shared:
+        raise CommandError(
+            f"--margins-from {path}: {len(shared)} of its answers have the id of a calibration "
+            f"answer (e.g. {sorted(shared)[0]!r}); set the margins from other answers of the "
+            "traffic (the guarantee needs them fixed before calibration)"
+        )
+    quantile = TRAFFIC_EARLY_BLOCK if args.early_block is None else args.early_block
+    limit = cert.context.max_tokens
+    margins = block_margins(stat, traffic, quantile, skeleton=skeleton, max_tokens=limit,
+                            answers="all")  # fmt: skip
+    record = {
+        "quantile": quantile,
+        "positions": len(margins),
+        "answers": "all",
+        "n_answers": sum(1 for t in traffic if t.n_tokens),
+        "traces": Path(path).name,
+        "traces_sha256": sha,
+    }
+    info = {**stat.info, "early_block": record}
+    return replace(stat, block_margins=margins, info=info), record
+
+
+def _traffic_line(record: dict[str, Any] | None) -> str:
+    """The summary's line on margins set from ``--margins-from`` (empty without it)."""
+    if record is None:
+        return ""
+    if not record["positions"]:
+        return (
+            f"  margins          none: {record['n_answers']} answers of {record['traces']} "
+            "are too few to set one\n"
+        )
+    return (
+        f"  margins          from {record['n_answers']} answers of {record['traces']} (labels "
+        f"not read): the first {record['positions']} tokens, quantile {record['quantile']:g}\n"
+    )
