@@ -101,3 +101,23 @@ def test_docs_selected_page_is_what_selected_py_writes() -> None:
                                   .read_text(encoding="utf-8"))  # fmt: skip
                 assert data["calibration"]["risk"] == float(r)
                 assert sum(row["chosen"] for row in data["statistic"]["info"]["selection"]) == 1
+
+
+def test_docs_traffic_margins_page_is_what_traffic_margins_py_writes() -> None:
+    mod = _script("traffic_margins")
+    results = mod.HERE / "results"
+    written = mod.OUT.read_text(encoding="utf-8")
+    assert written == mod.render(results), f"stale {mod.OUT.name}: run `{mod.COMMAND}`"
+    # calibrate --margins-from's default quantile is the one the in-domain rule picks
+    picked = mod.chosen(results, mod.MODELS, "in_tq_all", mod.QUANTILES)
+    assert float(picked) == mod.TRAFFIC_EARLY_BLOCK and f"picks **{picked}**" in written
+    # each held-out certificate's margins came from every answer of the other half
+    for m in mod.MODELS:
+        for tag in mod.FIT_ON:
+            for traffic in mod.HALVES:
+                cert = json.loads((results / f"{m.key}_{tag}_traffic{traffic}.json")
+                                  .read_text(encoding="utf-8"))  # fmt: skip
+                record = cert["statistic"]["info"]["early_block"]
+                assert record["answers"] == "all" and record["traces"].startswith(f"{traffic}_")
+                assert record["quantile"] == mod.TRAFFIC_EARLY_BLOCK
+                assert len(cert["statistic"]["block_margins"]) == record["positions"] > 0

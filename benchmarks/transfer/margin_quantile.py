@@ -61,29 +61,37 @@ def run(tq_dir: Path, _nq_dir: Path, out: Path, models: tuple[Model, ...]) -> No
             print(f"{m.key}: {time.monotonic() - start:.0f}s", file=sys.stderr)
 
 
-def _rows(results: Path, models: tuple[Model, ...]) -> list[tuple[Model, str, dict[str, Any]]]:
-    """``(model, risk, {quantile: the certificate's eval results})`` per row."""
+def _rows(
+    results: Path, models: tuple[Model, ...], prefix: str = "in_tq_eb",
+    quantiles: tuple[str, ...] = QUANTILES,
+) -> list[tuple[Model, str, dict[str, Any]]]:  # fmt: skip
+    """``(model, risk, {quantile: the certificate's eval results})`` per row, from the
+    results ``*_{prefix}{quantile}_r{risk}.json``."""
 
     def certificate(m: Model, q: str, r: str) -> dict[str, Any]:
-        return dict(load(results, m, f"in_tq_eb{q}", r)["methods"]["certificate"])
+        return dict(load(results, m, f"{prefix}{q}", r)["methods"]["certificate"])
 
-    return [(m, r, {q: certificate(m, q, r) for q in QUANTILES}) for m in models
+    return [(m, r, {q: certificate(m, q, r) for q in quantiles}) for m in models
             for r in m.risks[TAG]]  # fmt: skip
 
 
 def _means(rows: list[tuple[Model, str, dict[str, Any]]]) -> dict[str, tuple[float, float]]:
     """Per quantile: mean coverage (points) and mean blocked read (share) over the rows."""
     out = {}
-    for q in QUANTILES:
+    for q in rows[0][2]:
         cov = [100 * row[q]["coverage_mean"] for _, _, row in rows]
         read = [row[q].get("blocked_read_mean") or 1.0 for _, _, row in rows]
         out[q] = (sum(cov) / len(cov), sum(read) / len(read))
     return out
 
 
-def chosen(results: Path, models: tuple[Model, ...] = MODELS) -> str:
-    """The quantile the rule of the module docstring picks from the saved results."""
-    means = _means(_rows(results, models))
+def chosen(
+    results: Path, models: tuple[Model, ...] = MODELS, prefix: str = "in_tq_eb",
+    quantiles: tuple[str, ...] = QUANTILES,
+) -> str:  # fmt: skip
+    """The quantile the rule of the module docstring picks from the saved results (those of
+    another family of margins with ``prefix`` and ``quantiles``)."""
+    means = _means(_rows(results, models, prefix, quantiles))
     top = max(cov for cov, _ in means.values())
     level = [q for q, (cov, _) in means.items() if cov >= top - TIE]
     return min(level, key=lambda q: means[q][1])
