@@ -21,7 +21,8 @@ gets margins from every answer of that half at ``TRAFFIC_EARLY_BLOCK``
 (``*_{tag}_traffic{H}.json``) and is evaluated on the other half
 (``*_{tag}_on{E}_traffic_r{risk}.json``), beside the default certificate (margins from the
 fitting dataset's correct answers, ``run.py``'s ``*_{tq,nq}.json``) and every baseline on
-the same half (``*_{tag}_on{E}_default_r{risk}.json``), exactly as ``run.py`` evaluates.
+the same half (``*_{tag}_on{E}_default_r{risk}.json``), exactly as ``run.py`` evaluates,
+with 95% paired bootstrap intervals at the ``intervals`` risks of ``models.py``.
 Then writes ``docs/results/traffic_margins.md``. ``--render-only`` rewrites the page from
 the saved results.
 """
@@ -56,6 +57,9 @@ from adapters.cli._fit_args import DEFAULT_EARLY_BLOCK, TRAFFIC_EARLY_BLOCK  # n
 
 QUANTILES = ("0.99", "0.95", "0.9", "0.8")
 """The quantiles of margins from every answer compared within TriviaQA."""
+BOOTSTRAP = "200"
+"""Resamples of the paired intervals (the traffic certificate's evaluations at each model's
+``intervals`` risks), as ``run.py``'s."""
 HALVES = {"A": "B", "B": "A"}
 """The traffic half -> the half evaluated."""
 FIT_ON = {"nq2tq": "nq", "tq2nq": "tq"}
@@ -113,9 +117,13 @@ def run(tq_dir: Path, nq_dir: Path, out: Path, models: tuple[Model, ...]) -> Non
                     default = str(out / f"{m.key}_{fit_on}.json")
                     for r in m.risks[tag]:
                         on = f"{m.key}_{tag}_on{evaluated}"
-                        for kind, c in (("traffic", str(cert)), ("default", default)):
+                        boot = ("--bootstrap", BOOTSTRAP) if r in m.intervals[tag] else ()
+                        for kind, c, more in (
+                            ("traffic", str(cert), boot),
+                            ("default", default, ()),
+                        ):
                             _liftguard("eval", "--traces", str(parts[evaluated]),
-                                       "--certificate", c, "--risk", r, *EVAL,
+                                       "--certificate", c, "--risk", r, *EVAL, *more,
                                        out=out / f"{on}_{kind}_r{r}.json")  # fmt: skip
             print(f"{m.key}: {time.monotonic() - start:.0f}s", file=sys.stderr)
 
@@ -149,7 +157,8 @@ def _choice(results: Path, models: tuple[Model, ...]) -> list[str]:
 def _held_out(results: Path, models: tuple[Model, ...]) -> tuple[list[str], dict[str, Any]]:
     """The page's second table, and what its note counts."""
     lines = ["| model, fit -> test | risk | evaluated half | default certificate | margins "
-             "from the other half | best baseline |", "|---|---|---|---|---|---|"]  # fmt: skip
+             "from the other half | best baseline | margins from the other half minus the best "
+             "baseline |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     counts = {"rows": 0, "default": 0, "traffic": 0}
     reads: dict[str, list[float]] = {"default": [], "traffic": []}
     for m in models:
@@ -169,9 +178,13 @@ def _held_out(results: Path, models: tuple[Model, ...]) -> tuple[list[str], dict
                         counts[kind] += c["coverage_mean"] >= best
                         if m.key == "smollm2" and tag == "tq2nq" and risk == "0.95":
                             reads[kind].append(c.get("blocked_read_mean") or 1.0)
+                    boot = mine[top].get("bootstrap", {}).get("certificate_minus", {})
+                    diff = boot.get("coverage_mean")
+                    interval = f"[{100 * diff[0]:+.1f}, {100 * diff[1]:+.1f}]" if diff else "-"
+                    cells = f"{cell(cert['default'], best)} | {cell(cert['traffic'], best)}"
                     lines.append(f"| {m.name}, {DIRECTIONS[tag]} | {risk} | {evaluated} | "
-                                 f"{cell(cert['default'], best)} | {cell(cert['traffic'], best)} | "
-                                 f"{100 * best:.1f}% ({method_name(top)}) |")  # fmt: skip
+                                 f"{cells} | {100 * best:.1f}% ({method_name(top)}) | "
+                                 f"{interval} |")  # fmt: skip
     return lines, {**counts, "reads": reads}
 
 
@@ -183,7 +196,10 @@ def render(results: Path, models: tuple[Model, ...] = MODELS) -> str:
              f"Held out, margins from every answer of one half of the test dataset at "
              f"{TRAFFIC_EARLY_BLOCK:g}, evaluated on the other half:", "", *held, ""]  # fmt: skip
     note = (
-        f"Each cell as above (bold: at least the best baseline's). At or above the best "
+        f"Each cell as above (bold: at least the best baseline's); the last column: 95% "
+        f"paired bootstrap interval of the difference in coverage, in points ({BOOTSTRAP} "
+        f"resamples of the evaluated answers; at the risks the transfer tables give intervals "
+        f"at). At or above the best "
         f"baseline: the default certificate in {counts['default']} of {counts['rows']} "
         f"rows, margins from the traffic in {counts['traffic']}."
     )
