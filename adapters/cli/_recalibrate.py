@@ -68,9 +68,8 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     from guardrail import Certificate, InsufficientDataError
     from guardrail.evaluate import auroc
     from guardrail.fitting import calibrate_fitted
-    from guardrail.traces import file_sha256, read_traces
+    from guardrail.traces import file_sha256
 
-    from ._eval import _certificate_needs
     from ._fit import margins_blocked, margins_line, replays
 
     _refuse_rule_flags(args, defaults)
@@ -91,19 +90,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
             "calibrate on other labelled answers (the guarantee needs answers independent "
             "of the fit)"
         )
-    traces = read_traces(args.traces)
-    if not traces:
-        raise no_traces(args.traces)
-    traces = supply_vocab_size(traces, args.vocab_size, args.traces)
-    fields, what = _certificate_needs(cert)
-    refusal = lacking_message(args.traces, traces, ("vocab_size", *fields), what, "")
-    if refusal:
-        raise CommandError(refusal)
-    if any(t.vocab_size != stat.vocab_size for t in traces):
-        raise CommandError(
-            f"the certificate's statistic is for a vocabulary of {stat.vocab_size} tokens; "
-            f"{args.traces} has traces of another vocabulary: certificates are per model"
-        )
+    traces = _read_for(cert, args.traces, args.vocab_size, require_label=True)
     models = {t.model for t in traces}
     if models != {cert.model.model_id}:
         print(
@@ -189,6 +176,30 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     return 0
 
 
+def _read_for(cert: Any, path: str, vocab_size: int | None, *, require_label: bool) -> list[Any]:
+    """The traces of ``path``, refused in one line where they lack what ``cert``'s statistic
+    reads or are of another vocabulary (``vocab_size``: ``--vocab-size``, for recordings
+    without one)."""
+    from guardrail.traces import read_traces
+
+    from ._eval import _certificate_needs
+
+    traces = read_traces(path, require_label=require_label)
+    if not traces:
+        raise no_traces(path)
+    traces = supply_vocab_size(traces, vocab_size, path)
+    fields, what = _certificate_needs(cert)
+    refusal = lacking_message(path, traces, ("vocab_size", *fields), what, "")
+    if refusal:
+        raise CommandError(refusal)
+    if any(t.vocab_size != cert.statistic.vocab_size for t in traces):
+        raise CommandError(
+            f"the certificate's statistic is for a vocabulary of {cert.statistic.vocab_size} "
+            f"tokens; {path} has traces of another vocabulary: certificates are per model"
+        )
+    return traces
+
+
 def _traffic_margins(
     args: argparse.Namespace, cert: Any, skeleton: Any, calibration: list[Any], cal_sha: str
 ) -> tuple[Any, dict[str, Any]]:
@@ -197,9 +208,8 @@ def _traffic_margins(
     of the rule that calibration replays, so they must not come from calibration answers:
     the same file, or answers with a calibration answer's id, are refused."""
     from guardrail.fitting import block_margins
-    from guardrail.traces import file_sha256, read_traces
+    from guardrail.traces import file_sha256
 
-    from ._eval import _certificate_needs
     from ._fit_args import TRAFFIC_EARLY_BLOCK
 
     path = args.margins_from
@@ -210,19 +220,7 @@ def _traffic_margins(
             f"--margins-from {path}: these are the calibration traces; set the margins from "
             "other answers of the traffic (the guarantee needs them fixed before calibration)"
         )
-    traffic = read_traces(path, require_label=False)  # unlabelled traffic: labels unread
-    if not traffic:
-        raise no_traces(path)
-    traffic = supply_vocab_size(traffic, args.vocab_size, path)
-    fields, what = _certificate_needs(cert)
-    refusal = lacking_message(path, traffic, ("vocab_size", *fields), what, "")
-    if refusal:
-        raise CommandError(refusal)
-    if any(t.vocab_size != stat.vocab_size for t in traffic):
-        raise CommandError(
-            f"the certificate's statistic is for a vocabulary of {stat.vocab_size} tokens; "
-            f"{path} has traces of another vocabulary: certificates are per model"
-        )
+    traffic = _read_for(cert, path, args.vocab_size, require_label=False)  # labels unread
     shared = {t.id for t in traffic} & {t.id for t in calibration}
     if shared:
         raise CommandError(
