@@ -242,4 +242,10 @@ def test_margins_from_calibration_answers_are_refused(
     assert "give --certificate" in capsys.readouterr().err
     assert main([*base[:-1], "--early-block", "0.9"]) == 2
     assert "--early-block sets the quantile" in capsys.readouterr().err
+    # too few answers to set a margin: refused, not the certificate's margins dropped
+    few = tmp_path / "few.jsonl"
+    few.write_text("".join(Path(NQ).read_text(encoding="utf-8").splitlines(True)[:5]))
+    assert main([*base, str(few)]) == 1
+    err = capsys.readouterr().err
+    assert "its 5 answers are too few to set a margin" in err and len(err.splitlines()) == 1
     assert not out.exists()

@@ -232,11 +232,18 @@ def _traffic_margins(
     limit = cert.context.max_tokens
     margins = block_margins(stat, traffic, quantile, skeleton=skeleton, max_tokens=limit,
                             answers="all")  # fmt: skip
+    n_answers = sum(1 for t in traffic if t.n_tokens)
+    if not margins:
+        raise CommandError(
+            f"--margins-from {path}: its {n_answers} answers are too few to set a margin; "
+            "record more of the traffic, or drop --margins-from to keep the certificate's "
+            "margins"
+        )
     record = {
         "quantile": quantile,
         "positions": len(margins),
         "answers": "all",
-        "n_answers": sum(1 for t in traffic if t.n_tokens),
+        "n_answers": n_answers,
         "traces": Path(path).name,
         "traces_sha256": sha,
     }
@@ -248,11 +255,6 @@ def _traffic_line(record: dict[str, Any] | None) -> str:
     """The summary's line on margins set from ``--margins-from`` (empty without it)."""
     if record is None:
         return ""
-    if not record["positions"]:
-        return (
-            f"  margins          none: {record['n_answers']} answers of {record['traces']} "
-            "are too few to set one\n"
-        )
     return (
         f"  margins          from {record['n_answers']} answers of {record['traces']} (labels "
         f"not read): the first {record['positions']} tokens, quantile {record['quantile']:g}\n"
