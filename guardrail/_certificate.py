@@ -212,6 +212,15 @@ class Certificate:
         ``monitor().reads``)."""
         return Reads(skeleton=True) if self.statistic is None else self.statistic.reads
 
+    def replay_skeleton(self) -> Skeleton | str | None:
+        """The ``skeleton`` that :func:`guardrail.fitting.replay_fitted` takes to replay this
+        certificate's fitted statistic on recorded traces: ``None`` where the statistic reads
+        no skeleton (or there is none), ``"prompt-free"`` for the prompt-free kind (the
+        traces' recorded prompt-free log-probabilities), else the one its spec builds."""
+        if self.statistic is None or "skeleton" not in self.statistic.requires:
+            return None
+        return "prompt-free" if self.skeleton.kind == "prompt_free" else self.skeleton.build()
+
     def _skeleton(self, skeleton: Skeleton | None) -> Skeleton:
         skel = skeleton if skeleton is not None else self.bound_skeleton
         if skel is None:

@@ -142,10 +142,7 @@ def fitted_method(
     stat = certificate.statistic
     if stat is None:
         raise ConfigError("the certificate has no fitted statistic")
-    skeleton: Any = None
-    if "skeleton" in stat.requires:
-        kind = certificate.skeleton.kind
-        skeleton = "prompt-free" if kind == "prompt_free" else certificate.skeleton.build()
+    skeleton = certificate.replay_skeleton()
     policy = certificate.policy
     limit = certificate.context.max_tokens if max_tokens is None else max_tokens
     paths = []

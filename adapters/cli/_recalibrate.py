@@ -99,10 +99,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
             "(certificates do not transfer across models)",
             file=sys.stderr,
         )
-    skeleton: Any = None
-    if "skeleton" in stat.requires:
-        kind = cert.skeleton.kind
-        skeleton = "prompt-free" if kind == "prompt_free" else cert.skeleton.build()
+    skeleton = cert.replay_skeleton()
     traffic = None
     if args.margins_from is not None:
         stat, traffic = _traffic_margins(args, cert, skeleton, traces, traces_sha)

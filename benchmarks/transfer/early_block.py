@@ -83,7 +83,7 @@ def _past(cert_path: Path, traces_path: str) -> float:
     stat = cert.statistic
     assert stat is not None and stat.block_margins, cert_path
     plain, margins = replace(stat, block_margins=()), stat.block_margins
-    skel = "prompt-free" if cert.skeleton.kind == "prompt_free" else cert.skeleton.build()
+    skel = cert.replay_skeleton()
     right = [t for t in read_traces(traces_path) if t.correct and t.n_tokens]
     past = 0
     for t in right:

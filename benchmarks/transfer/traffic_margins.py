@@ -79,9 +79,7 @@ def with_traffic_margins(plain: Path, traffic: Path, quantile: float, out: Path)
     cert = Certificate.load(plain)
     stat = cert.statistic
     assert stat is not None and not stat.block_margins, plain
-    skel: Any = None
-    if "skeleton" in stat.requires:
-        skel = "prompt-free" if cert.skeleton.kind == "prompt_free" else cert.skeleton.build()
+    skel = cert.replay_skeleton()
     answers = read_traces(traffic, require_label=False)
     margins = block_margins(stat, answers, quantile, skeleton=skel,
                             max_tokens=cert.context.max_tokens, answers="all")  # fmt: skip

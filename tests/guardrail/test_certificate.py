@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +139,17 @@ def test_context_request_settings() -> None:
     assert ctx.request_settings() == {"temperature": 0.0, "max_tokens": 24, "stop": ["\n"]}
     assert GenerationContext().request_settings() == {}
     assert certificate(calibration=None).calibrated is False
+
+
+def test_replay_skeleton_is_what_a_replay_of_the_statistic_reads() -> None:
+    data = Path(__file__).parents[2] / "guardrail" / "data"
+    lift = Certificate.load(data / "smollm2_fitted_certificate.json")  # reads prompt-free lifts
+    api = Certificate.load(data / "qwen_fitted_certificate.json")  # reads no skeleton
+    single = Certificate.load(data / "smollm2_certificate.json")  # no fitted statistic
+    assert lift.statistic is not None and "skeleton" in lift.statistic.requires
+    assert lift.replay_skeleton() == "prompt-free"
+    assert api.statistic is not None and "skeleton" not in api.statistic.requires
+    assert api.replay_skeleton() is None and single.replay_skeleton() is None
+    # any other kind: the skeleton its spec builds
+    built = replace(lift, skeleton=SkeletonSpec("uniform", {"vocab_size": 49152})).replay_skeleton()
+    assert isinstance(built, UniformSkeleton)
