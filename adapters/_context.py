@@ -1,13 +1,10 @@
-"""What every adapter shares about the rule it deploys: a :class:`Guard`, and the
-generation context a certificate was calibrated on, applied to a request.
+"""What every adapter shares about the rule it deploys: a :class:`Guard`, and what the
+rule reads checked against what a stream carries.
 
 A :class:`Guard` is built once per adapter from ``certificate=`` (or, for a
 hand-made rule, from ``policy``/``tau``/``skeleton``) and gives one fresh monitor
-per answer. :func:`apply_context` fills a Chat Completions request with the
-certificate's generation context where the caller left a setting unset, and
-returns the settings the caller set to something else (:class:`Mismatch`; an
-adapter warns, :func:`warn_mismatch`, the proxy reports them): the guarantee
-covers only answers generated like the calibration's.
+per answer. (Whether a request generates answers as the calibration's were is
+:mod:`adapters._settings`'s one check.)
 
 What a rule reads per token (its :class:`~guardrail.Reads`: every rule reads the
 token's logprob; a fitted statistic may read ``statistic.alternatives``
@@ -20,15 +17,12 @@ naming the fix -- never a block in the middle of an answer.
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal, NamedTuple
+from typing import Literal
 
 from guardrail import (
     Certificate,
     ConfigError,
-    ContextMismatchWarning,
     ModelIdentity,
     Monitor,
     Reads,
@@ -43,15 +37,10 @@ from guardrail.fitting import DEFAULT_ALTERNATIVES
 
 __all__ = [
     "Guard",
-    "Mismatch",
     "Supplies",
-    "apply_context",
     "check_supplies",
-    "filled_limit",
     "monitor_for",
-    "request_limit",
     "resolve_guard",
-    "warn_mismatch",
 ]
 
 MissingPolicy = Literal["block", "pass", "error"]
@@ -244,86 +233,3 @@ def _with_resolver(guard: Guard) -> Guard:
             "'tiktoken:cl100k_base' or 'gguf:...') or pass token_ids=..."
         )
     return replace(guard, token_ids=ids)
-
-
-def request_limit(settings: Mapping[str, Any]) -> int | None:
-    """The token limit a Chat Completions request (or a LangChain run's invocation
-    parameters) holds its answer to: ``max_completion_tokens`` or ``max_tokens``;
-    ``None`` when it sets none (the provider's own limit is not known)."""
-    for key in ("max_completion_tokens", "max_tokens"):
-        value = settings.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-            return value
-    return None
-
-
-def filled_limit(certificate: Certificate, settings: Mapping[str, Any]) -> int | None:
-    """The token limit of a request once :func:`apply_context` has filled it in: the
-    request's own (:func:`request_limit`), else the certificate's context's."""
-    limit = request_limit(settings)
-    return certificate.context.max_tokens if limit is None else limit
-
-
-class Mismatch(NamedTuple):
-    """A setting a request changed from the certificate's generation context."""
-
-    setting: str
-    requested: object
-    calibrated: object
-
-
-def warn_mismatch(field: str, requested: object, calibrated: object, stacklevel: int = 4) -> None:
-    """Warn that a request changes a setting the certificate was calibrated with."""
-    warnings.warn(
-        f"the request sets {field}={requested!r} but the certificate was calibrated with "
-        f"{field}={calibrated!r}: its risk guarantee does not cover these answers",
-        ContextMismatchWarning,
-        stacklevel=stacklevel,
-    )
-
-
-def apply_context(
-    certificate: Certificate, kwargs: Mapping[str, Any]
-) -> tuple[dict[str, Any], list[Mismatch]]:
-    """``kwargs`` of ``chat.completions.create`` with the certificate's generation context
-    filled in where unset, and each setting the caller changed (model, system prompt,
-    temperature, top_p, max_tokens, stop, repeat_penalty): the caller warns
-    (:func:`warn_mismatch`) or reports them."""
-    out = dict(kwargs)
-    ctx = certificate.context
-    found: list[Mismatch] = []
-    api_model = certificate.model.api_model
-    if api_model is not None:
-        if "model" not in out:
-            out["model"] = api_model
-        elif out["model"] != api_model:
-            found.append(Mismatch("model", out["model"], api_model))
-    for key, value in ctx.request_settings().items():
-        given = out.get(key, out.get("max_completion_tokens") if key == "max_tokens" else None)
-        if given is None:
-            out[key] = value
-        elif given != value:
-            found.append(Mismatch(key, given, value))
-    if ctx.repeat_penalty is not None:  # llama.cpp's setting, sent in the body
-        extra = dict(out.get("extra_body") or {})
-        given = extra.get("repeat_penalty")
-        if given is None:
-            extra["repeat_penalty"] = ctx.repeat_penalty
-            out["extra_body"] = extra
-        elif given != ctx.repeat_penalty:
-            found.append(Mismatch("repeat_penalty", given, ctx.repeat_penalty))
-    if ctx.system_prompt is not None and "messages" in out:
-        out["messages"] = _with_system(list(out["messages"]), ctx.system_prompt, found)
-    return out, found
-
-
-def _with_system(messages: list[Any], system: str, found: list[Mismatch]) -> list[Any]:
-    """The messages with ``system`` first unless they have a system message (checked)."""
-    for message in messages:
-        role = message.get("role") if isinstance(message, Mapping) else None
-        if role in ("system", "developer"):
-            content = message.get("content")
-            if content != system:
-                found.append(Mismatch("system prompt", content, system))
-            return messages
-    return [{"role": "system", "content": system}, *messages]

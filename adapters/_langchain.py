@@ -58,7 +58,7 @@ from guardrail import (
     Verdict,
 )
 
-from ._context import Guard, request_limit, resolve_guard, warn_mismatch
+from ._context import Guard, resolve_guard
 from ._errors import ProviderFormatError
 from ._langchain_parts import (
     LANGCHAIN_STREAM,
@@ -76,6 +76,7 @@ from ._langchain_parts import (
 from ._langchain_parts import blocked as _blocked
 from ._openai import logprobs_refused, refuses_logprobs
 from ._openai_events import ChunkParts
+from ._settings import request_limit, warn_mismatch
 from ._stream import (
     DEFAULT_MAX_TOKEN_CHARS,
     EMPTY_STREAM_REASON,
@@ -242,9 +243,10 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        """Warn (once per setting) when the run's settings differ from the certificate's
-        generation context: model, system prompt, temperature, top_p, max_tokens; note
-        the run's token limit for its monitor."""
+        """Warn (once per setting) when the run generates answers otherwise than the
+        certificate's calibration answers were (the one settings check, on the run's
+        invocation parameters and messages: model, system prompt, decoding settings, token
+        limit, stop sequences, penalties, ...); note the run's token limit for its monitor."""
         params = kwargs.get("invocation_params")
         params = params if isinstance(params, Mapping) else {}
         self._limits[run_id] = request_limit(params)

@@ -12,6 +12,7 @@ from guardrail import Cause, Certificate, GuardrailBlocked, TokenEvent, Verdict
 
 from ._context import Supplies, check_supplies
 from ._openai_events import _bad, _list_or_none, _segment
+from ._settings import Mismatch, context_mismatches
 from ._stream import blocked_error
 
 if TYPE_CHECKING:
@@ -214,25 +215,28 @@ def refusal_of(record: Any) -> bool:
     return isinstance(extra, Mapping) and bool(extra.get("refusal"))
 
 
+_ROLES = {"system": "system", "human": "user", "ai": "assistant", "tool": "tool"}
+
+
 def context_checks(
     certificate: Certificate, params: Mapping[str, Any], messages: list[list[BaseMessage]]
-) -> list[tuple[str, object, object]]:
-    """``(setting, requested, calibrated)`` for each setting a run changed."""
-    ctx = certificate.context
-    out: list[tuple[str, object, object]] = []
-    api_model = certificate.model.api_model
-    model = params.get("model_name", params.get("model"))
-    if api_model is not None and model is not None and model != api_model:
-        out.append(("model", model, api_model))
-    for key, value in ctx.request_settings().items():
-        given = params.get(key)
-        if given is not None and given != value and key != "stop":
-            out.append((key, given, value))
-    if ctx.system_prompt is not None and messages:
-        system = next((m.content for m in messages[0] if m.type == "system"), None)
-        if system != ctx.system_prompt:
-            out.append(("system prompt", system, ctx.system_prompt))
-    return out
+) -> list[Mismatch]:
+    """Each setting a run changed, by the one settings check
+    (:func:`~adapters._settings.context_mismatches`) on the request as sent: the run's
+    invocation parameters (``model_name`` as ``model``, ``model_kwargs`` and ``extra_body``
+    merged in) and its first prompt's messages. Nothing is filled in here, so a setting the
+    certificate records and the run leaves unset is a change."""
+    request = dict(params)
+    if "model" not in request and "model_name" in request:
+        request["model"] = request["model_name"]
+    kwargs = request.pop("model_kwargs", None)
+    if isinstance(kwargs, Mapping):
+        request.update(kwargs)
+    if messages:
+        request["messages"] = [
+            {"role": _ROLES.get(m.type, m.type), "content": m.content} for m in messages[0]
+        ]
+    return context_mismatches(certificate, request, as_sent=True)
 
 
 def has_tool_calls(generation: Any) -> bool:

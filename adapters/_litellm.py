@@ -24,49 +24,56 @@ Checked against litellm 1.110.2 (the version the ``litellm`` extra pins):
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
-from fastapi import HTTPException
 from litellm.integrations.custom_guardrail import CustomGuardrail
-from litellm.types.utils import Delta, ModelResponseStream, StreamingChoices
+from litellm.types.utils import ModelResponseStream
 
 from guardrail import Cause, ConfigError, GuardrailError, State
 
 from . import _litellm_feedback
 from ._litellm_answer import Answer, GuardedRequest, completion_chunk, prepare_request, strip_choice
+from ._litellm_config import (
+    GuardrailStartupError,
+    check_known_settings,
+    check_settings,
+    config_relative,
+)
+from ._litellm_wire import (
+    BLOCKED_STATUS,
+    GuardrailHTTPError,
+    blocked_body,
+    finishes,
+    refusal_chunk,
+    refuse_completion,
+)
 from ._proxy._certs import CertificateSource, certificate_source
-from ._proxy._chat import check_upstream
 from ._proxy._config import DEFAULT_REFUSAL, check_positive, check_risk_settings
 from ._proxy._risk_watch import FinishedAnswer, RiskWatch
-from ._proxy._wire import BLOCKED_TYPE, UPSTREAM_TYPE, VERDICT_FIELD, error_body
+from ._proxy._wire import UPSTREAM_TYPE, VERDICT_FIELD, error_body
+from ._serving._prepare import (
+    DEFAULT_MAX_ANSWER_TOKENS,
+    LITELLM_FIX,
+    RequestError,
+    check_upstream,
+)
 from ._stream import DEFAULT_MAX_TOKEN_CHARS, aclose_upstream, check_max_token_chars
 
 __all__ = ["BLOCKED_STATUS", "LiftGuardGuardrail"]
 
 logger = logging.getLogger(__name__)
 
-BLOCKED_STATUS = 422
-"""The HTTP status of a blocked answer (the proxy's, for a non-streamed request)."""
 _HOOKS = ("pre_call", "post_call")
 _CHAT_CALLS = ("completion", "acompletion")
 _MAX_PENDING = 10_000
 """Requests between the pre-call and post-call hooks kept at once (the oldest is dropped
 past it: a request whose post-call hook never ran, e.g. a client that left)."""
-
-
-class GuardrailHTTPError(HTTPException):  # type: ignore[misc]  # (fastapi is not type-checked)
-    """An error LiteLLM relays to the client with OpenAI's error shape: ``type`` becomes
-    ``error.type``, ``detail`` (the proxy's error body) ``error.provider_specific_fields``."""
-
-    def __init__(self, status: int, detail: dict[str, Any]) -> None:
-        super().__init__(status_code=status, detail=detail)
-        self.type = detail["error"]["type"]
-        self.param = None
 
 
 class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is not type-checked)
@@ -95,6 +102,15 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
     non-streamed request gets HTTP 422) or ``refusal`` (``refusal_message`` as the answer,
     ``finish_reason`` ``content_filter``). ``top_logprobs``: alternatives asked of the
     upstream per token (``None``: 20, or more if the certificate reads more).
+    ``max_answer_tokens``: the most tokens read of one answer (16,384, and never more than the
+    request's own limit once the certificate's context fills it in): an upstream that
+    ignores the limit has its answer blocked there (cause ``over_token_limit``).
+    A relative ``certificate`` path is read beside LiteLLM's ``config.yaml`` when it is there.
+
+    Any configuration error (a setting's value, a setting it does not know, a certificate it
+    cannot read or that this upstream cannot feed) raises :class:`GuardrailStartupError`,
+    which stops LiteLLM at start: LiteLLM serves the models without a guardrail whose
+    constructor raises ``ValueError``, and this one never lets that happen.
     ``refresh_s``: how often a store alias is re-read (at most; on the next request after
     that many seconds, in a worker thread; 0: never): a new version applies to the requests
     that start after it, and gets a fresh risk monitor.
@@ -114,7 +130,17 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
     under ``error.provider_specific_fields.error.liftguard`` of a block.
     """
 
-    def __init__(
+    def __init__(self, **settings: Any) -> None:
+        try:  # (the settings and their defaults: see _configure)
+            self._configure(**settings)
+        except Exception as exc:  # any of them: LiteLLM would start without the guardrail
+            name = settings.get("guardrail_name") or "liftguard"
+            raise GuardrailStartupError(
+                f"the liftguard guardrail {name!r} cannot guard, so LiteLLM must not start "
+                f"(it would serve the models unguarded): {exc}"
+            ) from exc
+
+    def _configure(
         self,
         *,
         certificate: str | CertificateSource | None = None,
@@ -123,28 +149,24 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         refusal_message: str = DEFAULT_REFUSAL,
         top_logprobs: int | None = None,
         max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
+        max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS,
         storage_options: Mapping[str, Any] | None = None,
         risk_alpha: float = 0.05,
         feedback_ids: int = 50_000,
         refresh_s: float = 10.0,
         **kwargs: Any,
     ) -> None:
-        if certificate is None:
-            raise ConfigError("the liftguard guardrail needs certificate: (a file or STORE#NAME)")
-        if guard_mode not in ("buffered", "passthrough"):
-            raise ConfigError(f"guard_mode must be buffered or passthrough, got {guard_mode!r}")
-        if on_block not in ("error", "refusal"):
-            raise ConfigError(f"on_block must be error or refusal, got {on_block!r}")
-        if not isinstance(refusal_message, str) or not refusal_message:
-            raise ConfigError("refusal_message must be a non-empty string")
-        if top_logprobs is not None and (
-            isinstance(top_logprobs, bool)
-            or not isinstance(top_logprobs, int)
-            or not 0 <= top_logprobs <= 20
-        ):
-            raise ConfigError(f"top_logprobs must be an integer in 0..20, got {top_logprobs!r}")
+        check_settings(
+            certificate=certificate,
+            guard_mode=guard_mode,
+            on_block=on_block,
+            refusal_message=refusal_message,
+            top_logprobs=top_logprobs,
+            max_answer_tokens=max_answer_tokens,
+        )
         check_risk_settings(risk_alpha, feedback_ids)
         check_positive("refresh_s", refresh_s, allow_zero=True)
+        check_known_settings(kwargs, inspect.signature(self._configure).parameters)
         hooks = kwargs.get("event_hook")
         hooks = [hooks] if isinstance(hooks, str) else list(hooks or ())
         if hooks and not all(h in hooks for h in _HOOKS):
@@ -153,13 +175,18 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
                 f"pre-call hook asks the upstream for logprobs), got {hooks}"
             )
         super().__init__(**kwargs)
-        self.source = certificate_source(certificate, storage_options=storage_options)
+        self.source = certificate_source(
+            config_relative(cast(str | CertificateSource, certificate)),
+            storage_options=storage_options,
+        )
         self.guard_mode: str = guard_mode
         self.on_block: str = on_block
         self.refusal_message = refusal_message
         self.top_logprobs = top_logprobs
         self.max_token_chars = check_max_token_chars(max_token_chars)
-        check_upstream(self.source.current()[0], top_logprobs)  # refused now, not per request
+        self.max_answer_tokens = max_answer_tokens
+        # refused now, not per request
+        check_upstream(self.source.current()[0], top_logprobs, LITELLM_FIX)
         self._pending: OrderedDict[str, GuardedRequest] = OrderedDict()
         self.name = str(getattr(self, "guardrail_name", None) or "liftguard")
         self.risk = RiskWatch(
@@ -193,12 +220,13 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
                 request_id=request_id,
                 mode="buffered" if self.guard_mode == "buffered" else "passthrough",
                 top_logprobs=self.top_logprobs,
+                max_answer_tokens=self.max_answer_tokens,
             )
         except ConfigError as exc:
             body = error_body(str(exc), "liftguard_config_error", "certificate_unsupported")
             raise GuardrailHTTPError(500, body) from exc
-        except ValueError as exc:
-            body = error_body(str(exc), "invalid_request_error", "invalid_request", param="n")
+        except RequestError as exc:
+            body = error_body(str(exc), "invalid_request_error", "invalid_request", param=exc.param)
             raise GuardrailHTTPError(400, body) from exc
         if request.mismatches:
             logger.info("request %s changes %s: not covered", request_id, request.mismatches)
@@ -296,7 +324,7 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
             else:
                 held = self._step(answer, answer.end)
                 if held and answer.blocked is None:  # on the chunk with the finish reason
-                    last_finish = next((c for c in reversed(held) if _finishes(c)), held[-1])
+                    last_finish = next((c for c in reversed(held) if finishes(c)), held[-1])
                     setattr(last_finish, VERDICT_FIELD, answer.verdict_field())
                 ended = True
                 for out in held:
@@ -327,33 +355,8 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         verdict = answer.verdict
         logger.info("answer %s blocked: %s", answer.request.request_id, verdict.reason)
         if self.on_block == "refusal":
-            return self._refusal_chunk(answer, like)
-        raise GuardrailHTTPError(BLOCKED_STATUS, self._blocked_body(answer))
-
-    @staticmethod
-    def _blocked_body(answer: Answer) -> dict[str, Any]:
-        verdict = answer.verdict
-        return error_body(
-            f"liftguard {verdict.reason}",
-            BLOCKED_TYPE,
-            verdict.cause.value,
-            verdict=answer.verdict_field(),
-        )
-
-    def _refusal_chunk(self, answer: Answer, like: Any) -> Any:
-        """The chunk that ends a blocked answer with the refusal (``content_filter``)."""
-        choice = StreamingChoices(
-            index=0,
-            delta=Delta(role="assistant", content=self.refusal_message),
-            finish_reason="content_filter",
-        )
-        chunk = ModelResponseStream(choices=[choice])
-        for name in ("id", "created", "model"):
-            value = getattr(like, name, None)
-            if value is not None:
-                setattr(chunk, name, value)
-        setattr(chunk, VERDICT_FIELD, answer.verdict_field())
-        return chunk
+            return refusal_chunk(answer, like, self.refusal_message)
+        raise GuardrailHTTPError(BLOCKED_STATUS, blocked_body(answer))
 
     # -- whole answers -----------------------------------------------------------------------
 
@@ -378,16 +381,7 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         if answer.blocked is not None:
             logger.info("answer %s blocked: %s", request.request_id, answer.verdict.reason)
             if self.on_block == "error":
-                raise GuardrailHTTPError(BLOCKED_STATUS, self._blocked_body(answer))
-            for choice in response.choices:
-                choice.message.content = self.refusal_message
-                choice.finish_reason = "content_filter"
-                choice.logprobs = None
+                raise GuardrailHTTPError(BLOCKED_STATUS, blocked_body(answer))
+            refuse_completion(response, self.refusal_message)
         setattr(response, VERDICT_FIELD, answer.verdict_field())
         return response
-
-
-def _finishes(chunk: Any) -> bool:
-    """``chunk`` carries a finish reason (the usage chunk after it does not, and LiteLLM drops
-    the usage chunk it asked for itself)."""
-    return any(getattr(c, "finish_reason", None) for c in getattr(chunk, "choices", None) or ())

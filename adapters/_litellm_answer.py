@@ -1,13 +1,13 @@
 """The LiteLLM guardrail's rules, sans I/O (no LiteLLM import): the upstream request a client
 request becomes, and one guarded answer, chunks in, the chunks the client may see out.
 
-:func:`prepare_request` is the proxy's preparation (:func:`adapters._proxy._chat.prepare`)
-for a request that LiteLLM sends on: the same helpers fill in the certificate's generation
-context (:func:`~adapters._context.apply_context`, the model left out: LiteLLM's ``model`` is
-a routing name), report the settings the client changed (``sampling_changes``), and ask the
-upstream for the logprobs and alternatives the certificate reads. Unlike the proxy it keeps
-``stream`` as the client asked: LiteLLM hands a streamed answer to the iterator hook and a
-whole one to the success hook.
+:func:`prepare_request` is the serving core's preparation
+(:func:`~adapters._serving._prepare.prepare_upstream`, as the proxy's) for a request that
+LiteLLM sends on: the certificate's generation context filled in (the model left out: LiteLLM's
+``model`` is a routing name), the settings the client changed reported, and the upstream asked
+for the logprobs and alternatives the certificate reads. Unlike the proxy it keeps ``stream`` as
+the client asked: LiteLLM hands a streamed answer to the iterator hook and a whole one to the
+success hook.
 
 :class:`Answer` drives the adapters' :class:`~adapters._stream.GuardStep` (every stream-ending
 rule lives there) with LiteLLM's chunk objects as the units it holds and releases, as the
@@ -26,10 +26,10 @@ from typing import Any
 
 from guardrail import Certificate, Monitor, Verdict
 
-from ._context import apply_context, filled_limit
 from ._openai_events import ChunkParts, chat_chunk_parts
-from ._proxy._chat import DEFAULT_UPSTREAM_TOP, check_upstream, sampling_changes
 from ._proxy._wire import merge_released, verdict_info
+from ._serving._prepare import DEFAULT_MAX_ANSWER_TOKENS, LITELLM_FIX, prepare_upstream
+from ._settings import pack_extra_body
 from ._stream import DEFAULT_MAX_TOKEN_CHARS, GuardStep, Mode
 
 __all__ = [
@@ -56,6 +56,8 @@ class GuardedRequest:
     upstream_top: int = 1
     limit: int | None = None
     mismatches: list[str] = field(default_factory=list)
+    max_tokens: int = DEFAULT_MAX_ANSWER_TOKENS
+    """The most tokens read of the answer (its limit, capped by the guardrail's)."""
 
     @property
     def covered(self) -> bool:
@@ -75,42 +77,36 @@ def prepare_request(
     request_id: str,
     mode: Mode,
     top_logprobs: int | None,
+    max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS,
 ) -> GuardedRequest:
     """Fill ``data`` (LiteLLM's request, changed in place) with the certificate's generation
-    context and the logprobs it reads; what the post-call hooks need to guard the answer.
+    context and the logprobs it reads (the serving core's
+    :func:`~adapters._serving._prepare.prepare_upstream`, the model left out: LiteLLM's
+    ``model`` is a routing name); what the post-call hooks need to guard the answer.
 
-    A certificate the upstream cannot feed is a :class:`~guardrail.ConfigError` (as the
-    proxy's :func:`check_upstream`); a request for several answers (``n`` > 1) is a
-    ``ValueError`` (the guard certifies one answer per request)."""
-    if data.get("n") not in (None, 1):
-        raise ValueError("liftguard certifies one answer per request: n must be 1")
-    reads = check_upstream(certificate, top_logprobs)
-    want = bool(data.get("logprobs"))
-    top_k = int(data.get("top_logprobs") or 0) if want else 0
-    default = max(DEFAULT_UPSTREAM_TOP, reads.alternatives) if reads.uses_alternatives else 1
-    # at least one alternative: llama.cpp's server sends no logprobs at all for 0
-    upstream_top = max(top_logprobs if top_logprobs is not None else default, top_k, 1)
-    mismatches = sampling_changes(data)
-    body = {k: v for k, v in data.items() if k != "model"}
-    if "repeat_penalty" in body:  # llama.cpp's setting: apply_context reads it in extra_body
-        extra = dict(body.get("extra_body") or {})
-        extra["repeat_penalty"] = body.pop("repeat_penalty")
-        body["extra_body"] = extra
-        del data["repeat_penalty"]
-    out, changed = apply_context(certificate, body)
-    out.pop("model", None)
-    data.update(out)
-    data.update(logprobs=True, top_logprobs=upstream_top)
+    The settings a client library does not take as arguments (llama.cpp's
+    ``repeat_penalty``, and what the client sent in ``extra_body``) go to the upstream in
+    ``extra_body``. ``max_answer_tokens``: the guardrail's cap on the tokens read of one
+    answer. Raises what :func:`prepare_upstream` raises."""
+    ask = prepare_upstream(
+        certificate, data, top_logprobs=top_logprobs, routed_model=True, fix=LITELLM_FIX
+    )
+    body = pack_extra_body(ask.body, set(ask.extra_keys))
+    body.pop("model", None)
+    for key in ("extra_body", *ask.extra_keys):
+        data.pop(key, None)
+    data.update(body)
     return GuardedRequest(
         request_id=request_id,
         certificate=certificate,
         label=label,
         mode=mode,
-        want_logprobs=want,
-        top_k=top_k,
-        upstream_top=upstream_top,
-        limit=filled_limit(certificate, out),
-        mismatches=[m.setting for m in changed] + mismatches,
+        want_logprobs=ask.want_logprobs,
+        top_k=ask.top_k,
+        upstream_top=ask.upstream_top,
+        limit=ask.limit,
+        mismatches=ask.changed,
+        max_tokens=ask.cap(max_answer_tokens),
     )
 
 
@@ -139,6 +135,7 @@ class Answer:
             unit=self._unit,
             max_token_chars=max_token_chars,
             hold_finish=True,
+            max_tokens=request.max_tokens,
         )
         self.tokens_read = 0
 
@@ -207,28 +204,26 @@ def strip_choice(choice: Any, want_logprobs: bool, top_k: int) -> None:
 
 
 def completion_chunk(response: Any) -> dict[str, Any]:
-    """A whole (non-streamed) completion as the one chunk of its answer: choice 0's message
-    as its ``delta``, with its ``logprobs`` and ``finish_reason``, so that it goes through
-    the same step as a stream."""
-    choices = _field(response, "choices") or []
-    choice = next((c for c in choices if (_field(c, "index") or 0) == 0), None)
-    if choice is None:
-        return {"choices": []}
-    message = _field(choice, "message")
-    delta = {
-        key: _field(message, key)
-        for key in ("content", "refusal", "tool_calls", "function_call", "audio")
-    }
-    return {
-        "choices": [
+    """A whole (non-streamed) completion as the one chunk of its answer: each choice's
+    message as its ``delta``, with its ``index``, ``logprobs`` and ``finish_reason``, so that
+    it goes through the same step as a stream (which blocks a completion of several
+    choices, or of a choice without index 0)."""
+    choices = []
+    for choice in _field(response, "choices") or ():
+        message = _field(choice, "message")
+        delta = {
+            key: _field(message, key)
+            for key in ("content", "refusal", "tool_calls", "function_call", "audio")
+        }
+        choices.append(
             {
-                "index": 0,
+                "index": _field(choice, "index"),
                 "delta": delta,
                 "logprobs": _field(choice, "logprobs"),
                 "finish_reason": _field(choice, "finish_reason"),
             }
-        ]
-    }
+        )
+    return {"choices": choices}
 
 
 def joined_chunks(held: list[Any], build: Callable[..., Any]) -> list[Any]:

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 
 from guardrail import Certificate, ConfigError, Monitor
 
-from ._context import Supplies, monitor_for, warn_mismatch
+from ._context import Supplies, monitor_for
 from ._openai_events import ChunkParts
+from ._settings import warn_mismatch
 from ._stream import GuardStep, Mode, OnBlock, guard
 
 if TYPE_CHECKING:

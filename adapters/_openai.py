@@ -25,17 +25,26 @@ from typing import TYPE_CHECKING, Any, cast
 
 from guardrail import Certificate, ConfigError, MissingDependencyError, Monitor
 
-from ._context import (
-    Supplies,
+from ._context import Supplies, check_supplies, monitor_for
+from ._openai_events import ChunkParts, chat_chunk_parts
+from ._settings import (
+    REPEAT_PENALTY_NAMES,
     apply_context,
-    check_supplies,
     filled_limit,
-    monitor_for,
+    flatten_request,
+    pack_extra_body,
     request_limit,
     warn_mismatch,
 )
-from ._openai_events import ChunkParts, chat_chunk_parts
-from ._stream import DEFAULT_MAX_TOKEN_CHARS, GuardStep, Mode, OnBlock, Parser, aguard, guard
+from ._stream import (
+    DEFAULT_MAX_TOKEN_CHARS,
+    GuardStep,
+    Mode,
+    OnBlock,
+    Parser,
+    aguard,
+    guard,
+)
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -238,17 +247,40 @@ def logprobs_refused(exc: Any, model: object) -> ConfigError:
 
 def _create_kwargs(kwargs: dict[str, Any], alternatives: int) -> dict[str, Any]:
     """The request: ``stream``, ``logprobs`` forced; ``top_logprobs`` as given, else 20
-    (or the ``alternatives`` the rule reads, if more)."""
+    (or the ``alternatives`` the rule reads, if more). Read as the upstream reads it: what
+    ``extra_body`` holds counts (:func:`~adapters._settings.flatten_request`)."""
+    try:
+        flat = flatten_request(kwargs)
+    except ValueError as exc:
+        raise ConfigError(f"guarded_chat_completion: {exc}") from None
     for key in ("stream", "logprobs"):
-        if kwargs.get(key, True) is not True:
-            raise ConfigError(f"guarded_chat_completion needs {key}=True, got {kwargs[key]!r}")
-    n = kwargs.get("n")
+        if flat.get(key, True) is not True:
+            raise ConfigError(f"guarded_chat_completion needs {key}=True, got {flat[key]!r}")
+    n = flat.get("n")
     if n is not None and n != 1:
         raise ConfigError(f"guarded_chat_completion guards one answer: n must be 1, got {n!r}")
     out = dict(kwargs, stream=True, logprobs=True)
+    extra = out.get("extra_body")
+    if isinstance(extra, Mapping):  # what the guard asks for is sent once, at the top
+        forced = ("stream", "logprobs", "top_logprobs")
+        out["extra_body"] = {k: v for k, v in extra.items() if k not in forced}
+        if extra.get("top_logprobs") is not None:
+            out["top_logprobs"] = extra["top_logprobs"]
     if out.get("top_logprobs") is None:
         out["top_logprobs"] = max(DEFAULT_TOP_LOGPROBS, alternatives)
     return out
+
+
+def _with_context(certificate: Certificate, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with the certificate's generation context filled in, each change warned
+    about; llama.cpp's ``repeat_penalty`` and whatever came in ``extra_body`` are sent
+    there again (the SDK's ``create`` takes no other unknown argument)."""
+    extra = kwargs.get("extra_body")
+    keys = set(extra) if isinstance(extra, Mapping) else set()
+    out, mismatches = apply_context(certificate, kwargs)
+    for m in mismatches:
+        warn_mismatch(m.setting, m.requested, m.calibrated, stacklevel=4)
+    return pack_extra_body(out, keys | {k for k in REPEAT_PENALTY_NAMES if k in out})
 
 
 def _request_supplies(top_logprobs: Any) -> Supplies:
@@ -303,12 +335,11 @@ async def guarded_chat_completion(
     supplies = _request_supplies(kwargs["top_logprobs"])
     monitor = monitor_for(monitor, certificate, supplies, max_tokens=limit)
     if applied is not None:
-        kwargs, mismatches = apply_context(applied, kwargs)
-        for m in mismatches:
-            warn_mismatch(m.setting, m.requested, m.calibrated, stacklevel=3)
+        kwargs = _with_context(applied, kwargs)
     step = GuardStep(
-        monitor, mode, on_block, _chunk_parser(monitor), max_token_chars=max_token_chars
-    )
+        monitor, mode, on_block, _chunk_parser(monitor), max_token_chars=max_token_chars,
+        max_tokens=limit,
+    )  # fmt: skip
     try:
         stream = await cast(Any, client).chat.completions.create(**kwargs)
     except openai.APIStatusError as exc:

@@ -78,6 +78,10 @@ class ChunkParts(NamedTuple):
     tool_call: bool = False
     """The item carries a tool or function call (or audio): content no certificate reads,
     so an answer that holds one is never certified."""
+    stray_choice: str | None = None
+    """What the item carries besides the one guarded choice (a second choice, a duplicate
+    or missing index), in words: content the guard would not read, so the answer is
+    blocked (cause ``unguarded_choice``) and the item never delivered."""
 
 
 def _get(obj: Any, key: str) -> Any:
@@ -206,39 +210,38 @@ def _segment(
     return [], ""
 
 
-def chat_chunk_parts(chunk: Any, choice: int = 0, *, with_top: bool = True) -> ChunkParts:
-    """Token events of choice ``choice`` in one ``ChatCompletionChunk``, the text it adds,
-    its ``finish_reason`` and whether it carries refusal text.
+def chat_chunk_parts(chunk: Any, *, with_top: bool = True) -> ChunkParts:
+    """Token events of the one choice of a ``ChatCompletionChunk`` (index 0), the text it
+    adds, its ``finish_reason`` and whether it carries refusal text.
 
-    ``with_top=False`` leaves ``top_logprobs`` empty (for skeletons that never
-    read the alternatives; parsing them is most of the guard's per-token cost)."""
+    A guarded answer is exactly one choice: a chunk with any other choice (an index other
+    than 0, a duplicate index 0, a choice without an index) gives no events and says so in
+    ``stray_choice``. ``with_top=False`` leaves ``top_logprobs`` empty (for skeletons that
+    never read the alternatives; parsing them is most of the guard's per-token cost)."""
     if type(chunk) is dict:
-        parts = _plain_chunk_parts(chunk, choice, with_top)
+        parts = _plain_chunk_parts(chunk, with_top)
         if parts is not None:
             return parts
-    return _chunk_parts(chunk, choice, with_top)
+    return _chunk_parts(chunk, with_top)
 
 
-def _plain_chunk_parts(chunk: dict[str, Any], choice: int, with_top: bool) -> ChunkParts | None:
+def _plain_chunk_parts(chunk: dict[str, Any], with_top: bool) -> ChunkParts | None:
     """:func:`chat_chunk_parts` of the common chunk, fast (it runs once per token): decoded
-    JSON whose chosen choice has a dict ``delta`` with text or nothing, no refusal and no
-    tool call. None for anything else, which :func:`_chunk_parts` then reads or rejects
-    with the field it names (the two agree: ``tests/adapters/test_openai_events_fast.py``)."""
+    JSON with no choice, or one dict choice of index 0 whose ``delta`` is a dict with text
+    or nothing, no refusal and no tool call. None for anything else, which
+    :func:`_chunk_parts` then reads or rejects with the field it names (the two agree:
+    ``tests/adapters/test_openai_events_fast.py``)."""
     choices = chunk.get("choices")
     if type(choices) is not list:
         return None
-    for pos, ch in enumerate(choices):
-        if type(ch) is not dict:
-            return None
-        index = ch.get("index")
-        if index is None:
-            index = pos
-        elif type(index) is not int:
-            return None
-        if index == choice:
-            break
-    else:
+    if not choices:
         return ChunkParts([], "")
+    ch = choices[0]
+    if len(choices) != 1 or type(ch) is not dict:
+        return None
+    index = ch.get("index")
+    if type(index) is not int or index != 0:
+        return None
     finish, delta, logprobs = ch.get("finish_reason"), ch.get("delta"), ch.get("logprobs")
     if type(delta) is not dict or not (finish is None or type(finish) is str):
         return None
@@ -261,7 +264,7 @@ def _plain_chunk_parts(chunk: dict[str, Any], choice: int, with_top: bool) -> Ch
     if entries:
         events = None if with_top else _plain_events(entries)
         if events is None:  # alternatives to read, or an entry out of the common shape
-            where = f"choices[{pos}].logprobs.content"
+            where = "choices[0].logprobs.content"
             events = _token_events(entries, where, with_bytes=True, with_top=with_top)
         return ChunkParts(events, text if text is not None else "".join(e.text for e in events),
                           finish)  # fmt: skip
@@ -295,7 +298,7 @@ def _plain_events(entries: list[Any]) -> list[TokenEvent] | None:
     return events
 
 
-def _chunk_parts(chunk: Any, choice: int, with_top: bool) -> ChunkParts:
+def _chunk_parts(chunk: Any, with_top: bool) -> ChunkParts:
     """:func:`chat_chunk_parts` of any chunk record (a dict, an SDK object), every field
     checked: a malformed chunk is a :class:`ProviderFormatError` naming the field."""
     if not _is_record(chunk):
@@ -303,17 +306,20 @@ def _chunk_parts(chunk: Any, choice: int, with_top: bool) -> ChunkParts:
     choices = _get(chunk, "choices")
     if not isinstance(choices, list | tuple):
         raise _bad("a list", choices, "choices")
+    indices: list[int | None] = []
     for pos, ch in enumerate(choices):
-        base = f"choices[{pos}]"
         if not _is_record(ch):
-            raise _bad("an object", ch, base)
+            raise _bad("an object", ch, f"choices[{pos}]")
         index = _opt(ch, "index")
         if index is not None and (isinstance(index, bool) or not isinstance(index, int)):
-            raise _bad("an integer", index, f"{base}.index")
-        if (index if index is not None else pos) == choice:
-            break
-    else:
-        return ChunkParts([], "")  # e.g. the usage-only last chunk (choices == [])
+            raise _bad("an integer", index, f"choices[{pos}].index")
+        indices.append(index)
+    if not choices:
+        return ChunkParts([], "")  # e.g. the usage-only last chunk
+    stray = _stray_choice(indices)
+    if stray is not None:
+        return ChunkParts([], "", stray_choice=stray)
+    ch, base = choices[0], "choices[0]"
     finish = _str_or_none(_opt(ch, "finish_reason"), f"{base}.finish_reason")
     delta, logprobs = _opt(ch, "delta"), _opt(ch, "logprobs")
     for name, value in (("delta", delta), ("logprobs", logprobs)):
@@ -332,6 +338,19 @@ def _chunk_parts(chunk: Any, choice: int, with_top: bool) -> ChunkParts:
         shown += txt
         refusal = refusal or (key == "refusal" and bool(evs))
     return ChunkParts(events, shown, finish, refusal, tool_call)
+
+
+def _stray_choice(indices: list[int | None]) -> str | None:
+    """What the choices' indices hold besides one choice of index 0, in words (None: just
+    that one)."""
+    if None in indices:
+        return "a choice without an index"
+    if len(indices) == 1 and indices[0] == 0:
+        return None
+    if indices.count(0) > 1:
+        return f"{indices.count(0)} choices with index 0"
+    other = next(i for i in indices if i != 0)
+    return f"a choice with index {other}"
 
 
 def events_from_chat_chunk(chunk: Any) -> list[TokenEvent]:

@@ -79,7 +79,9 @@ class GuardStep(Generic[U]):
     reason an item carried: :meth:`end` passes it to the monitor, so only a
     stream that ended the documented way can be certified.
 
-    Besides the evidence, an item blocks the answer when it carries refusal
+    Besides the evidence, an item blocks the answer when it carries a choice the
+    guard does not read (a second choice, a duplicate or missing index: cause
+    ``unguarded_choice``; the item is never released), refusal
     text (cause ``refusal``), a tool or function call (cause ``tool_call``: no
     logprob backs it, whatever finish reason follows) or a token whose text cannot
     be reconstructed (empty text and no bytes, as llama.cpp streams partial UTF-8
@@ -88,8 +90,8 @@ class GuardStep(Generic[U]):
     """
 
     __slots__ = (
-        "_held", "_hold_finish", "_items", "_max_chars", "_monitor", "_parse", "_unit",
-        "blocked", "finish_reason", "on_block",
+        "_held", "_hold_finish", "_items", "_max_chars", "_max_tokens", "_monitor", "_parse",
+        "_tokens", "_unit", "blocked", "finish_reason", "on_block",
     )  # fmt: skip
 
     @overload
@@ -101,6 +103,7 @@ class GuardStep(Generic[U]):
         parse: Parser,
         *,
         max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
+        max_tokens: int | None = None,
     ) -> None: ...
 
     @overload
@@ -115,6 +118,7 @@ class GuardStep(Generic[U]):
         max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
         hold_finish: bool = False,
         enforce: bool = True,
+        max_tokens: int | None = None,
     ) -> None: ...
 
     def __init__(
@@ -128,6 +132,7 @@ class GuardStep(Generic[U]):
         max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
         hold_finish: bool = False,
         enforce: bool = True,
+        max_tokens: int | None = None,
     ) -> None:
         if not isinstance(monitor, Monitor):
             raise ConfigError(f"monitor must be a guardrail.Monitor, got {type(monitor).__name__}")
@@ -142,6 +147,7 @@ class GuardStep(Generic[U]):
         self.blocked: Verdict | None = None
         self.finish_reason: str | None = None
         self._items = 0
+        self._max_tokens, self._tokens = max_tokens, 0
 
     @property
     def monitor(self) -> Monitor:
@@ -154,19 +160,26 @@ class GuardStep(Generic[U]):
         return self._feed_parts(item, self._parse(item))
 
     def _feed_parts(self, item: Any, parts: ChunkParts) -> list[U]:
-        if len(parts) == 5:  # (no starred unpacking: this runs per item)
+        stray = None
+        if len(parts) == 6:  # (no starred unpacking: this runs per item)
+            events, shown, finish, refusal, tool_call, stray = parts
+        elif len(parts) == 5:
             events, shown, finish, refusal, tool_call = parts
-        elif len(parts) == 4:  # a parser's 4-tuple: no tool call
+        else:  # a parser's 4-tuple: no tool call
             (events, shown, finish, refusal), tool_call = parts, False
-        else:
-            events, shown, finish, refusal, tool_call = parts[:5]
         unit = self._unit(item, parts)
         if finish is not None:
             self.finish_reason = finish
             if self._hold_finish:
                 self._held.hold_to_end()
         monitor = self._monitor
-        if tool_call:
+        if self._max_tokens is not None:
+            self._tokens += len(events)
+        if stray is not None:
+            verdict = monitor.abort(Cause.UNGUARDED_CHOICE, stray_choice_reason(stray))
+        elif self._max_tokens is not None and self._tokens > self._max_tokens:
+            verdict = monitor.abort(Cause.OVER_TOKEN_LIMIT, over_limit_reason(self._max_tokens))
+        elif tool_call:
             verdict = monitor.abort(Cause.TOOL_CALL, TOOL_CALL_REASON)
         elif not events:
             verdict = monitor.verdict
@@ -258,6 +271,22 @@ TOOL_CALL_REASON = (
     "guard the tool's own answer instead (adapters.guard_tool), or send tool-calling turns "
     "without the guard"
 )
+
+def over_limit_reason(limit: int) -> str:
+    """The reason of a block for an answer past its token limit."""
+    return (
+        f"the upstream sent more than {limit} tokens for one answer (its token limit): the "
+        "rest was never judged"
+    )
+
+
+def stray_choice_reason(what: str) -> str:
+    """The reason of a block for a choice the guard did not read (``what``: in words)."""
+    return (
+        f"the provider sent {what}: the guard reads exactly one choice (index 0) and "
+        "delivers only what it read, so the answer is blocked and none of it is delivered"
+    )
+
 
 UNREADABLE_REASON = (
     "a token arrived with empty text and no bytes, so the answer's text cannot be "

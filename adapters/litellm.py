@@ -30,10 +30,12 @@ from __future__ import annotations
 INSTALL_HINT = 'the LiteLLM guardrail needs LiteLLM and its proxy: pip install "liftguard[litellm]"'
 
 try:
-    from ._litellm import BLOCKED_STATUS, LiftGuardGuardrail
+    from ._litellm import LiftGuardGuardrail
+    from ._litellm_config import GuardrailStartupError
+    from ._litellm_wire import BLOCKED_STATUS
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     if exc.name is not None and exc.name.split(".")[0] in ("litellm", "fastapi", "starlette"):
         raise ImportError(INSTALL_HINT) from exc
     raise
 
-__all__ = ["BLOCKED_STATUS", "INSTALL_HINT", "LiftGuardGuardrail"]
+__all__ = ["BLOCKED_STATUS", "INSTALL_HINT", "GuardrailStartupError", "LiftGuardGuardrail"]

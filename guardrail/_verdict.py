@@ -58,6 +58,9 @@ class Cause(str, Enum):
     TOOL_CALL = "tool_call"
     """The answer carries a tool (function) call or other content that is not text with
     token log-probabilities: nothing the certificate reads backs it."""
+    UNGUARDED_CHOICE = "unguarded_choice"
+    """The provider sent a choice besides the one guarded (a second choice, a duplicate or
+    missing index): content the guard did not read, so none of it is delivered."""
     OVER_TOKEN_LIMIT = "over_token_limit"
     """The answer ran past the token limit a fitted monitor's early verdicts assume (the
     certificate's ``context.max_tokens``, or the ``max_tokens`` it was given)."""

@@ -37,7 +37,7 @@ from ._guarded import AnswerGuard
 from ._metrics import ProxyMetrics
 from ._recording import Recorder
 from ._upstream import TOO_LARGE, UpstreamAnswer, UpstreamFailure, decode_chunk
-from ._wire import DONE, merge_released, sse
+from ._wire import DONE, merge_released, redact_text, sse
 
 __all__ = ["SCORING_THREADS", "AnswerLoop"]
 
@@ -104,7 +104,7 @@ class AnswerLoop:
         except UpstreamFailure as exc:
             self.metrics.upstream_errors.labels(kind=exc.kind).inc()
             cause = Cause.OVER_TOKEN_LIMIT if exc.kind == TOO_LARGE else Cause.TRUNCATED
-            guard.fail(exc.kind, str(exc), cause)
+            guard.fail(exc.kind, redact_text(str(exc), upstream.secrets), cause)
         except ProviderFormatError as exc:
             self.metrics.upstream_errors.labels(kind="malformed_chunk").inc()
             guard.fail("malformed_chunk", str(exc))

@@ -27,26 +27,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from .._serving._prepare import check_upstream
 from ._answers import AnswerLoop
 from ._auth import Auth
 from ._certs import CertificateSource, CertificateTable
-from ._chat import (
-    check_upstream,
-    error_response,
-    prepare,
-    upstream_status_response,
-)
+from ._chat import error_response, prepare, upstream_status_response
 from ._config import ProxyConfig
 from ._feedback import FEEDBACK_PATH, ProxyRiskWatch
 from ._guarded import AnswerGuard
 from ._metrics import ProxyMetrics
 from ._recording import Recorder
 from ._request import BadRequest, parse_json, read_body, validate_chat
-from ._upstream import (
-    Upstream,
-    UpstreamAnswer,
-    aclose_response,
-)
+from ._upstream import MAX_SIDE_BODY_BYTES, Upstream, UpstreamAnswer, read_capped
 from ._wire import (
     HEADER_CERTIFICATE,
     HEADER_MODE,
@@ -55,6 +47,7 @@ from ._wire import (
     header_value,
     redact_secrets,
     redact_url,
+    relayed_headers,
 )
 
 __all__ = ["Proxy", "create_app"]
@@ -183,7 +176,8 @@ class Proxy:
             message = f"the upstream failed: {exc!r}"
             return error_response(502, message, UPSTREAM_TYPE, "unreachable")
         media = resp.headers.get("content-type", "application/json")
-        return Response(resp.content, status_code=resp.status_code, media_type=media)
+        raw = redact_secrets(await read_capped(resp, MAX_SIDE_BODY_BYTES), self._secrets(request))
+        return Response(raw, status_code=resp.status_code, media_type=media)
 
     # -- chat completions ------------------------------------------------------------------
 
@@ -227,8 +221,7 @@ class Proxy:
             status = 504 if kind == "upstream_timeout" else 502
             return error_response(status, f"the upstream failed: {exc!r}", UPSTREAM_TYPE, kind)
         if resp.status_code != 200:
-            raw = await resp.aread()
-            await aclose_response(resp)
+            raw = await read_capped(resp, MAX_SIDE_BODY_BYTES)
             self.metrics.upstream_errors.labels(kind="status").inc()
             self._log(
                 {
@@ -239,8 +232,12 @@ class Proxy:
             )
             media = resp.headers.get("content-type", "application/json")
             raw = redact_secrets(raw, self._secrets(request))
-            return upstream_status_response(resp.status_code, raw, media, info.model)
-        answer = UpstreamAnswer(resp, max_bytes=config.max_answer_bytes)
+            response = upstream_status_response(resp.status_code, raw, media, info.model)
+            response.headers.update(relayed_headers(resp.headers))
+            return response
+        answer = UpstreamAnswer(
+            resp, max_bytes=config.max_answer_bytes, secrets=self._secrets(request)
+        )
         guard = AnswerGuard(
             info,
             prepared.monitor,

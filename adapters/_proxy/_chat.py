@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.responses import JSONResponse, Response
 
-from guardrail import Certificate, ConfigError, Monitor, Reads
+from guardrail import ConfigError, Monitor
 
-from .._context import Supplies, apply_context, check_supplies, filled_limit
 from .._openai import logprobs_refused, refuses_logprobs
+from .._serving._prepare import RequestError, prepare_upstream
 from ._guarded import RequestInfo, _index, chunk_frame
 from ._recording import AnswerRecord
 from ._wire import (
@@ -47,12 +47,10 @@ if TYPE_CHECKING:
     from ._guarded import AnswerGuard
 
 __all__ = [
-    "DEFAULT_UPSTREAM_TOP",
     "Prepared",
     "answer_record",
     "assemble",
     "blocked_response",
-    "check_upstream",
     "error_event",
     "error_response",
     "prepare",
@@ -63,22 +61,6 @@ __all__ = [
 
 _SETTINGS = ("model", "temperature", "top_p", "max_tokens", "max_completion_tokens", "stop",
              "repeat_penalty", "seed")  # fmt: skip
-DEFAULT_UPSTREAM_TOP = 20
-"""Alternatives asked of the upstream per token when the proxy's ``top_logprobs`` is unset
-(and the rule reads them)."""
-
-
-def check_upstream(certificate: Certificate, top_logprobs: int | None) -> Reads:
-    """What ``certificate`` reads per token, after checking that an OpenAI-compatible
-    upstream asked for ``top_logprobs`` alternatives (the proxy's setting; ``None``: 20,
-    or more if the rule reads more) can feed it: a :class:`~guardrail.ConfigError`
-    naming the fix otherwise. For the proxy's start and every request."""
-    asked = top_logprobs
-    if asked is None:
-        asked = max(DEFAULT_UPSTREAM_TOP, certificate.reads.alternatives)
-    source = f"the upstream's Chat Completions stream (the proxy asks for top_logprobs={asked})"
-    fix = "start the proxy with top_logprobs={k} or more (or leave it unset)"
-    return check_supplies(certificate, Supplies(source, alternatives=asked, fix=fix))
 
 
 def error_response(
@@ -115,7 +97,8 @@ def prepare(
     max_answer_tokens: int,
 ) -> Prepared | JSONResponse:
     """The guarded request for a client body (already checked by
-    :func:`~._request.validate_chat`), or the client's error (400/404)."""
+    :func:`~._request.validate_chat`), or the client's error (400/404), or the proxy's
+    (500: a certificate this upstream cannot feed)."""
     model = body.get("model")
     source = source_for(model)
     if source is None:
@@ -123,36 +106,17 @@ def prepare(
             404, f"no certificate for model {model!r} on this proxy", code="model_not_found",
             param="model",
         )  # fmt: skip
-    messages = body["messages"]
-    stream = body.get("stream", False)
-    want = body.get("logprobs", False)
-    if body.get("n") not in (None, 1):
-        return _bad("the guard proxy certifies one answer per request: n must be 1", "n")
-    top_k = int(body.get("top_logprobs") or 0) if want else 0
     certificate, label = source.current()
-    # the answer's token limit once apply_context (below) has filled the request in
-    limit = filled_limit(certificate, body)
     try:
-        check_upstream(certificate, top_logprobs)
-        monitor = certificate.monitor(max_tokens=limit)
+        ask = prepare_upstream(certificate, body, top_logprobs=top_logprobs)
+        monitor = certificate.monitor(max_tokens=ask.limit)
+    except RequestError as exc:
+        return error_response(400, str(exc), code="invalid_request", param=exc.param)
     except ConfigError as exc:
         message = f"the proxy's certificate {label} cannot guard this upstream: {exc}"
         return error_response(500, message, "liftguard_config_error", "certificate_unsupported")
-    reads = monitor.reads  # the certificate's, and its skeleton's
-    default = max(DEFAULT_UPSTREAM_TOP, reads.alternatives) if reads.uses_alternatives else 1
-    # at least one alternative: llama.cpp's server sends no logprobs at all for 0
-    upstream_top = max(top_logprobs if top_logprobs is not None else default, top_k, 1)
-    kwargs = {
-        k: v for k, v in body.items()
-        if k not in ("stream", "stream_options", "logprobs", "top_logprobs", "n")
-    }  # fmt: skip
-    if "repeat_penalty" in kwargs:  # llama.cpp's setting: apply_context reads it in extra_body
-        kwargs["extra_body"] = {"repeat_penalty": kwargs.pop("repeat_penalty")}
-    out, changed = apply_context(certificate, kwargs)
-    mismatches = [m.setting for m in changed] + sampling_changes(body)
-    out.update(out.pop("extra_body", None) or {})
-    out.update(stream=True, logprobs=True, top_logprobs=upstream_top)
-    if stream and isinstance(body.get("stream_options"), dict):
+    out = {**ask.body, "stream": True}
+    if body.get("stream") and isinstance(body.get("stream_options"), dict):
         out["stream_options"] = body["stream_options"]
     info = RequestInfo(
         request_id=f"lg-{uuid.uuid4().hex[:20]}",
@@ -160,39 +124,16 @@ def prepare(
         label=label,
         mode=mode,
         model=str(model),
-        want_logprobs=bool(want),
-        top_k=top_k,
-        upstream_top=upstream_top,
-        stream=bool(stream),
-        mismatches=mismatches,
-        messages=list(out.get("messages", messages)),
+        want_logprobs=ask.want_logprobs,
+        top_k=ask.top_k,
+        upstream_top=ask.upstream_top,
+        stream=bool(body.get("stream", False)),
+        mismatches=ask.changed,
+        messages=list(out.get("messages", body["messages"])),
         settings={k: out[k] for k in _SETTINGS if k in out},
-        max_tokens=max_answer_tokens if limit is None else min(limit, max_answer_tokens),
+        max_tokens=ask.cap(max_answer_tokens),
     )
     return Prepared(info, monitor, out)
-
-
-_NEUTRAL: dict[str, tuple[Any, ...]] = {
-    "logit_bias": (None, {}),
-    "frequency_penalty": (None, 0, 0.0),
-    "presence_penalty": (None, 0, 0.0),
-    "top_k": (None,),
-    "min_p": (None,),
-    "typical_p": (None, 1, 1.0),
-    "mirostat": (None, 0),
-}
-"""Sampling settings no certificate records: any other value moves the answer's logprobs."""
-
-
-def sampling_changes(body: dict[str, Any]) -> list[str]:
-    """The settings of ``body`` that change the answer distribution in a way a certificate
-    cannot have been calibrated for: a non-neutral value of a setting in :data:`_NEUTRAL`,
-    or an assistant prefill (the last message is the assistant's own start)."""
-    out = [name for name, neutral in _NEUTRAL.items() if body.get(name) not in neutral]
-    messages = body.get("messages") or []
-    if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
-        out.append("assistant_prefill")
-    return out
 
 
 def upstream_status_response(status: int, raw: bytes, media_type: str, model: Any) -> Response:

@@ -10,9 +10,10 @@ from urllib.parse import urlsplit
 
 from guardrail import ConfigError
 
+from .._serving._prepare import DEFAULT_MAX_ANSWER_TOKENS
 from .._stream import DEFAULT_MAX_TOKEN_CHARS
 from ._certs import CertificateSource
-from ._upstream import DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_ANSWER_TOKENS
+from ._upstream import DEFAULT_MAX_ANSWER_BYTES
 
 __all__ = [
     "DEFAULT_REFUSAL",

@@ -27,8 +27,8 @@ from typing import Any
 from guardrail import Cause, Certificate, Monitor, State, Verdict
 
 from .._openai_events import ChunkParts, chat_chunk_parts
+from .._serving._prepare import DEFAULT_MAX_ANSWER_TOKENS
 from .._stream import GuardStep, Mode
-from ._upstream import DEFAULT_MAX_ANSWER_TOKENS
 from ._wire import VERDICT_FIELD, strip_chunk, verdict_info
 
 __all__ = ["MAX_ID_CHARS", "AnswerGuard", "RequestInfo", "chunk_frame"]

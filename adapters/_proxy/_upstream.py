@@ -42,8 +42,8 @@ _STALE = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.
 
 TOO_LARGE = "upstream_too_large"
 """The failure of an answer past the proxy's token or byte limit for one answer."""
-DEFAULT_MAX_ANSWER_TOKENS = 16_384
-"""Most tokens the proxy reads of one answer (less when the request's own limit is lower)."""
+MAX_SIDE_BODY_BYTES = 1024 * 1024
+"""Most bytes read of an upstream body that is not an answer: an error body, a model list."""
 DEFAULT_MAX_ANSWER_BYTES = 8 * 1024 * 1024
 """Most bytes one upstream answer may send (its events with their logprobs)."""
 
@@ -106,7 +106,9 @@ class Upstream:
             return await self.client.send(request, stream=True)
 
     async def get(self, path: str, headers: Mapping[str, str]) -> httpx.Response:
-        return await self.client.get(self._url(path), headers=dict(headers))
+        """GET ``path`` with its body unread (the caller reads it capped, and closes it)."""
+        request = self.client.build_request("GET", self._url(path), headers=dict(headers))
+        return await self.client.send(request, stream=True)
 
     def _url(self, path: str) -> httpx.URL:
         """``base_url`` + ``path``, parsed once (httpx parses a string on every request)."""
@@ -114,6 +116,22 @@ class Upstream:
         if url is None:
             url = self._urls[path] = httpx.URL(f"{self.base_url}{path}")
         return url
+
+
+async def read_capped(response: httpx.Response, max_bytes: int) -> bytes:
+    """At most ``max_bytes`` of ``response``'s body (an upstream error body, a model list),
+    the rest left unread; the response is closed."""
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async for part in response.aiter_bytes():
+            parts.append(part[: max_bytes - size])
+            size += len(parts[-1])
+            if size >= max_bytes:
+                break
+    finally:
+        await aclose_response(response)
+    return b"".join(parts)
 
 
 async def aclose_response(response: httpx.Response) -> None:
@@ -127,10 +145,16 @@ class UpstreamAnswer:
     after ``[DONE]`` is read from the same iterator)."""
 
     def __init__(
-        self, response: httpx.Response, *, max_bytes: int = DEFAULT_MAX_ANSWER_BYTES
+        self,
+        response: httpx.Response,
+        *,
+        max_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+        secrets: list[str] | None = None,
     ) -> None:
         self.response = response
         self.events = events(response, max_bytes)
+        self.secrets = secrets or []
+        """What no failure message may carry (an upstream's error event may echo its key)."""
         self.clean = False  # ``[DONE]`` or the end of the body was reached
 
     async def close(self) -> None:

@@ -49,6 +49,7 @@ __all__ = [
     "ScriptedUpstream",
     "blocked_verdict",
     "running_litellm",
+    "start_outcome",
     "write_config",
 ]
 
@@ -195,6 +196,42 @@ def _alive(url: str) -> bool:
         return False
 
 
+def _command(config: Path) -> tuple[list[str], dict[str, str], str]:
+    executable = shutil.which("litellm", path=str(Path(sys.executable).parent))
+    assert executable is not None, "the litellm command is not installed next to python"
+    key = f"sk-{secrets.token_hex(24)}"
+    env = {**os.environ, **OFFLINE_ENV, "LITELLM_MASTER_KEY": key, "NO_PROXY": "127.0.0.1"}
+    port = _free_port()
+    command = [executable, "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
+    return command, env, key
+
+
+def start_outcome(config: Path, timeout_s: float = START_TIMEOUT_S) -> tuple[int | None, str]:
+    """Start ``litellm --config config`` and wait until it serves or exits: ``(None, log)``
+    if it serves (then it is stopped), else ``(exit code, log)``."""
+    command, env, _ = _command(config)
+    url = f"http://127.0.0.1:{command[-1]}"
+    log = config.parent / "litellm.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            command, cwd=config.parent, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        deadline = time.monotonic() + timeout_s
+        while process.poll() is None and not _alive(url):
+            assert time.monotonic() < deadline, "LiteLLM neither served nor exited"
+            time.sleep(0.2)
+        return process.poll(), log.read_text(errors="replace")
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+
+
 @contextlib.contextmanager
 def running_litellm(
     directory: Path,
@@ -213,18 +250,13 @@ def running_litellm(
         directory, upstream, certificate, guardrails, timeout_s=timeout_s,
         default_on=default_on, callbacks=callbacks,
     )  # fmt: skip
-    executable = shutil.which("litellm", path=str(Path(sys.executable).parent))
-    assert executable is not None, "the litellm command is not installed next to python"
-    key = f"sk-{secrets.token_hex(24)}"
-    env = {**os.environ, **OFFLINE_ENV, "LITELLM_MASTER_KEY": key, "NO_PROXY": "127.0.0.1"}
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
+    command, env, key = _command(config)
+    url = f"http://127.0.0.1:{command[-1]}"
     log = directory / "litellm.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [executable, "--config", str(config), "--host", "127.0.0.1", "--port", str(port)],
-            cwd=directory, env=env, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            command, cwd=directory, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not _alive(url):

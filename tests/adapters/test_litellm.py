@@ -272,15 +272,16 @@ def test_a_bad_configuration_is_refused_at_start(tmp_path: Path) -> None:
         os.environ.setdefault(key, value)
     from proxy_harness import make_certificate
 
-    from adapters.litellm import LiftGuardGuardrail
+    from adapters.litellm import GuardrailStartupError, LiftGuardGuardrail
 
     make_certificate().save(tmp_path / "cert.json")
     cert = str(tmp_path / "cert.json")
-    with pytest.raises(ConfigError, match="pre_call, post_call"):
+    with pytest.raises(GuardrailStartupError, match="pre_call, post_call") as caught:
         LiftGuardGuardrail(certificate=cert, event_hook="post_call")
-    with pytest.raises(ConfigError, match="guard_mode"):
+    assert isinstance(caught.value.__cause__, ConfigError)
+    with pytest.raises(GuardrailStartupError, match="guard_mode"):
         LiftGuardGuardrail(certificate=cert, guard_mode="observe")
-    with pytest.raises(ConfigError, match="certificate"):
+    with pytest.raises(GuardrailStartupError, match="certificate"):
         LiftGuardGuardrail(event_hook=["pre_call", "post_call"])
     guard = LiftGuardGuardrail(certificate=cert, event_hook=["pre_call", "post_call"])
     assert guard.source.current()[1].startswith("cert.json#")

@@ -21,8 +21,8 @@ from proxy_harness import ROLE, STOP, Upstream, running_proxy, tokens
 from sse_server import Reply
 
 from adapters._proxy._app import Proxy
-from adapters._proxy._chat import check_upstream
 from adapters._proxy._config import ProxyConfig
+from adapters._serving._prepare import check_upstream
 from adapters.proxy import StaticCertificate, certificate_source
 from guardrail import ConfigError, GenerationContext
 from skeleton_store import SkeletonStore
