@@ -1,0 +1,165 @@
+"""Every front end behind one interface: ask a question, get what the client saw.
+
+A front end sends one chat request (``messages`` and settings, as a client would) towards the
+scripted upstream (``litellm_harness.ScriptedUpstream``: it answers each request by its last
+user message) and reports an :class:`Outcome`: the text and tool calls the client received,
+whether it was told the answer is certified, the cause of a block, the settings the guard
+reported as changed, and the HTTP status of a refusal. The front ends:
+
+- ``sdk-buffered`` / ``sdk-passthrough``: :func:`adapters.guarded_chat_completion` with the
+  real ``openai.AsyncOpenAI`` (it streams; changes are ``ContextMismatchWarning`` warnings);
+- ``proxy-<mode>-<stream|whole>``: ``liftguard serve`` (a real uvicorn server) in buffered and
+  passthrough mode, asked with the openai client, streamed and not;
+- ``litellm-<mode>-<stream|whole>``: a real ``litellm --config`` process with the guardrail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+
+from adapters import guarded_chat_completion
+from guardrail import Certificate, ContextMismatchWarning, GuardrailBlocked
+
+
+@dataclass
+class Outcome:
+    """What the client of a front end saw of one answer."""
+
+    text: str = ""
+    tool_calls: bool = False
+    certified: bool = False
+    cause: str | None = None
+    mismatches: list[str] = field(default_factory=list)
+    status: int | None = None
+    choices: set[int] = field(default_factory=set)
+
+
+class FrontEnd:
+    name: str
+
+    def ask(self, question: str, **settings: Any) -> Outcome:
+        raise NotImplementedError
+
+
+class SDK(FrontEnd):
+    def __init__(self, base_url: str, certificate: Certificate, mode: str) -> None:
+        self.name, self.base_url, self.certificate, self.mode = (
+            f"sdk-{mode}",
+            base_url,
+            certificate,
+            mode,
+        )
+
+    def ask(self, question: str, **settings: Any) -> Outcome:
+        return asyncio.run(self._ask(question, settings))
+
+    async def _ask(self, question: str, settings: dict[str, Any]) -> Outcome:
+        out = Outcome()
+        messages = settings.pop("messages", [{"role": "user", "content": question}])
+        async with openai.AsyncOpenAI(base_url=self.base_url, api_key="k", max_retries=0) as client:
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always", ContextMismatchWarning)
+                try:
+                    parts = guarded_chat_completion(
+                        client, certificate=self.certificate, mode=self.mode,  # type: ignore[arg-type]
+                        model="test-model", messages=messages, **settings,
+                    )  # fmt: skip
+                    async for part in parts:
+                        out.text += part
+                    out.certified = True
+                except GuardrailBlocked as blocked:
+                    out.cause = blocked.verdict.cause.value
+                except (ValueError, openai.APIStatusError) as exc:
+                    out.status = getattr(exc, "status_code", 400)
+            out.mismatches = [
+                str(w.message).split("=", 1)[0].removeprefix("the request sets ")
+                for w in seen
+                if issubclass(w.category, ContextMismatchWarning)
+            ]
+        return out
+
+
+def _read_verdict(obj: Any) -> dict[str, Any] | None:
+    extra = getattr(obj, "model_extra", None) or {}
+    verdict = extra.get("liftguard")
+    return verdict if isinstance(verdict, dict) else None
+
+
+class HTTPFrontEnd(FrontEnd):
+    """A server the openai client talks to: the guard proxy or LiteLLM."""
+
+    def __init__(self, name: str, base_url: str, key: str, model: str, stream: bool) -> None:
+        self.name, self.base_url, self.key, self.model, self.stream = (
+            name, base_url, key, model, stream,
+        )  # fmt: skip
+
+    def ask(self, question: str, **settings: Any) -> Outcome:
+        out = Outcome()
+        messages = settings.pop("messages", [{"role": "user", "content": question}])
+        extra_body = settings.pop("extra_body", None)
+        client = openai.OpenAI(base_url=self.base_url, api_key=self.key, max_retries=0, timeout=60)
+        with client:
+            try:
+                kwargs: dict[str, Any] = dict(model=self.model, messages=messages, **settings)
+                if extra_body is not None:  # a literal "extra_body" key in the request's JSON
+                    kwargs["extra_body"] = {"extra_body": extra_body}
+                if self.stream:
+                    for chunk in client.chat.completions.create(stream=True, **kwargs):
+                        self._take_chunk(out, chunk)
+                else:
+                    self._take_completion(out, client.chat.completions.create(**kwargs))
+            except openai.APIStatusError as exc:
+                out.status = exc.status_code
+                self._take_error(out, exc.body)
+            except openai.APIError as exc:  # an in-stream error event
+                self._take_error(out, exc.body)
+        return out
+
+    @staticmethod
+    def _take_verdict(out: Outcome, verdict: dict[str, Any] | None) -> None:
+        if verdict is None:
+            return
+        out.certified = verdict.get("state") == "certified"
+        if verdict.get("state") == "blocked":
+            out.cause = verdict.get("cause")
+        out.mismatches = list(verdict.get("context_mismatches") or [])
+
+    def _take_chunk(self, out: Outcome, chunk: Any) -> None:
+        for choice in chunk.choices:
+            out.choices.add(choice.index)
+            delta = choice.delta
+            if choice.finish_reason == "content_filter":
+                out.cause = out.cause or "refused"
+                continue
+            out.text += delta.content or ""
+            out.tool_calls |= bool(delta.tool_calls or delta.function_call)
+        self._take_verdict(out, _read_verdict(chunk))
+
+    def _take_completion(self, out: Outcome, completion: Any) -> None:
+        for choice in completion.choices:
+            out.choices.add(choice.index)
+            if choice.finish_reason == "content_filter":
+                continue
+            out.text += choice.message.content or ""
+            out.tool_calls |= bool(choice.message.tool_calls or choice.message.function_call)
+        self._take_verdict(out, _read_verdict(completion))
+
+    def _take_error(self, out: Outcome, body: Any) -> None:
+        if isinstance(body, str) and "data: " in body:  # LiteLLM's error event as an HTTP body
+            body = json.loads(body.split("data: ", 1)[1].split("\n", 1)[0]).get("error")
+        if not isinstance(body, dict):
+            return
+        verdict = body.get("liftguard")
+        if verdict is None:
+            nested = (body.get("provider_specific_fields") or {}).get("error") or {}
+            verdict = nested.get("liftguard")
+        if isinstance(verdict, dict):
+            out.certified = False
+            out.cause = verdict.get("cause")
+            out.mismatches = list(verdict.get("context_mismatches") or [])
