@@ -201,6 +201,39 @@ def label_file(
     return counts
 
 
+#: ``(fewest answers, share)``: a rule that labels fewer than ``share`` or more than
+#: ``1 - share`` of at least that many answers correct draws a warning.
+LOPSIDED = (20, 0.02)
+
+_OTHER_RULE = {
+    "contains": "--rule f1 (partial answers such as 'fusion' for 'nuclear fusion')",
+    "f1": "--rule contains (answers in sentences score a low F1 against a short reference)",
+}
+
+
+def lopsided_labels(correct: int, labelled: int, rule: str) -> str | None:
+    """The warning when ``rule`` labelled almost none or almost all of ``labelled`` (at least
+    ``LOPSIDED[0]``) answers correct, naming another rule to try; None otherwise.
+
+    >>> lopsided_labels(0, 96, "f1>=0.6")[:44]
+    'the rule f1>=0.6 labelled 0 of 96 answers co'
+    >>> lopsided_labels(40, 96, "contains") is None
+    True
+    """
+    fewest, share = LOPSIDED
+    if labelled < fewest or share <= correct / labelled <= 1 - share:
+        return None
+    kind = rule.split(">=")[0].split(":")[0]
+    other = _OTHER_RULE.get(kind, "--references with --rule contains or f1")
+    which = "almost none" if correct / labelled < share else "almost all"
+    return (
+        f"the rule {rule} labelled {correct} of {labelled} answers correct ({which}): labels "
+        f"that say the same of every answer teach calibration nothing and may be the rule's "
+        f"fault, not the model's; read a few labelled answers, and try {other}"
+        + ("" if kind == "judge" else " or a --judge")
+    )
+
+
 def _check_rule(args: argparse.Namespace) -> None:
     """``--rule`` and ``--f1-threshold`` go with ``--references``, the threshold with
     ``--rule f1``."""
@@ -251,6 +284,9 @@ def cmd_label(args: argparse.Namespace) -> int:
         f"({counts['correct']} correct){'; ' + rest if rest else ''}",
         file=sys.stderr,
     )
+    lopsided = lopsided_labels(counts["correct"], counts["labelled"], rule)
+    if lopsided:
+        print(f"liftguard traces label: warning: {lopsided}", file=sys.stderr)
     return 0 if counts["labelled"] or not counts["read"] else 1
 
 
