@@ -8,7 +8,9 @@ and counted in the summary on stderr:
 
 - an **incomplete** answer (``complete: false``: blocked early or cut off, so
   the trace holds a prefix, not the answer; record in ``--mode observe`` to get
-  complete answers), unless ``--include-incomplete``;
+  complete answers), unless ``--include-incomplete`` (``calibrate``, ``fit`` and
+  ``eval`` leave such lines out all the same; ``monitor`` counts them in the
+  coverage: :mod:`adapters.cli._recorded`);
 - an answer **without usable logprobs** (a token without a finite logprob <= 0,
   e.g. OpenAI's censored -9999): it cannot be replayed;
 - an answer **without a label**: no reference matches its id or question
@@ -29,7 +31,9 @@ a label (to retry).
 Each labelled line names what labelled it in ``label_rule``, a key the trace
 format does not name (so it goes after the documented keys, and readers ignore
 it): ``"contains"``, ``"f1>=0.6"`` (the threshold used) or ``"judge:MODEL"``;
-the summary on stderr names it too.
+the summary on stderr names it too. A rule that labels almost none or almost all
+of at least 20 answers correct draws a warning naming another rule to try
+(:func:`lopsided_labels`).
 
 Every other line must be a trace (:func:`guardrail.traces.parse_trace`, without a
 label; what an API stream lacks may be null): a malformed one stops the command
@@ -354,7 +358,8 @@ def add_label_parser(cmds: Any) -> None:
     lb.add_argument(
         "--include-incomplete",
         action="store_true",
-        help="also label answers that were blocked early or cut off (prefixes)",
+        help="also label answers that were blocked early or cut off (prefixes): "
+        "calibrate, fit and eval leave them out, monitor counts them in the coverage",
     )
     lb.add_argument(
         "--unlabelled",
