@@ -243,3 +243,31 @@ def test_monitor_counts_prefixes_as_the_recording_showed_them(
     assert "cannot see the true coverage" in warning and "--include-incomplete" in warning
     code, text, _ = _run(capsys, "monitor", "--traces", whole, "--certificate", cert)
     assert code == 0 and "over-states the traffic's" in text
+
+
+def test_the_issue_label_include_incomplete_then_calibrate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The reported path: a buffered recording labelled with ``--include-incomplete`` and
+    calibrated with ``--cal-fraction 1`` gave "coverage (cal) 100.0%" and a guarantee
+    over prefixes; now the certificate counts the whole answers only, and says why."""
+    rows = _recorded(_rows())
+    unlabelled = [{k: v for k, v in r.items() if k != "correct"} for r in rows]
+    recording = _write(tmp_path, "rec.jsonl", unlabelled)
+    refs = _write(tmp_path, "refs.jsonl", [{"id": r["id"], "references": r["references"]}
+                                           for r in rows])  # fmt: skip
+    labelled = str(tmp_path / "labelled.jsonl")
+    argv = ["traces", "label", "--traces", recording, "--references", refs, "--out", labelled,
+            "--include-incomplete"]  # fmt: skip
+    assert main(argv) == 0
+    capsys.readouterr()
+    cert = str(tmp_path / "cert.json")
+    code, out, err = _run(
+        capsys, "calibrate", "--traces", labelled, "--risk", "0.6", "--cal-fraction", "1",
+        "--out", cert,
+    )  # fmt: skip
+    assert code == 0 and f"n={N_WHOLE} " in out
+    _left_out("calibrate", labelled, err)
+    _shown_only("calibrate", err, "calibrating on them")
+    calibration = Certificate.load(cert).calibration
+    assert calibration is not None and calibration.n == N_WHOLE
