@@ -115,7 +115,7 @@ def read_merged(paths: list[str]) -> tuple[list[Any], list[str], str, WholeAnswe
             if sort.whole(obj):
                 answer: Any = parse_trace(obj, source=path, line=lineno)  # type: ignore[arg-type]
             else:
-                answer = _Prefix(shown=verdict_shown(obj))  # type: ignore[arg-type]
+                answer = _Prefix(shown=verdict_shown(obj))
             created = obj.get("created") if isinstance(obj, dict) else None
             rows.append((answer, f"{path}:{lineno}", created))
     if not rows:

@@ -206,9 +206,9 @@ def prefix_reason(obj: object) -> str | None:
     return None
 
 
-def verdict_shown(obj: dict[str, Any]) -> bool:
+def verdict_shown(obj: object) -> bool:
     """Whether the recorded line ``obj``'s verdict (the proxy's) certified its answer."""
-    verdict = obj.get("verdict")
+    verdict = obj.get("verdict") if isinstance(obj, dict) else None
     return isinstance(verdict, dict) and verdict.get("state") == "certified"
 
 
@@ -239,13 +239,11 @@ class WholeAnswers:
         self.read += 1
         why = prefix_reason(obj)
         if why is not None:
-            assert isinstance(obj, dict)
             self.prefixes[why] += 1
             self.prefixes_shown += verdict_shown(obj)
             return False
         verdict = obj.get("verdict") if isinstance(obj, dict) else None
         if isinstance(verdict, dict) and verdict.get("mode") in _CUTTING_MODES:
-            assert isinstance(obj, dict)
             self.cut += 1
             self.cut_shown += verdict_shown(obj)
             self.modes[str(verdict["mode"])] += 1
