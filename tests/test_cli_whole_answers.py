@@ -23,6 +23,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SAMPLE = FIXTURES / "traces_gemma3_nq_sample.jsonl"
 OTHER = FIXTURES / "traces_gemma3_sample.jsonl"
 CERT = "chat@production=v1"
+DATA = FIXTURES.parent.parent / "guardrail" / "data"
 
 
 def _rows(path: Path = SAMPLE) -> list[dict[str, Any]]:
@@ -136,12 +137,14 @@ def test_an_observe_recording_is_not_a_biased_sample(
     "argv",
     [
         ["calibrate", "--risk", "0.6", "--cal-fraction", "1"],
+        ["calibrate", "--risk", "0.6", "--repeats", "3"],
+        ["calibrate", "--certificate", str(DATA / "smollm2_fitted_certificate.json"),
+         "--risk", "0.6", "--out", "{tmp}/cal.json"],
         ["fit", "--fit-fraction", "1", "--out", "{tmp}/fit.json"],
         ["eval", "--risk", "0.5", "--splits", "2"],
-        ["monitor", "--certificate", str(FIXTURES.parent.parent / "guardrail" / "data"
-                                         / "smollm2_certificate.json")],
+        ["monitor", "--certificate", str(DATA / "smollm2_certificate.json")],
     ],
-    ids=lambda argv: argv[0],
+    ids=["calibrate", "calibrate-repeats", "calibrate-certificate", "fit", "eval", "monitor"],
 )  # fmt: skip
 def test_a_file_of_prefixes_only_is_refused_in_one_line(
     argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]

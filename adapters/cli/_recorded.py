@@ -1,4 +1,5 @@
-"""What ``calibrate``, ``eval`` and ``fit`` do with traces that lack fields.
+"""What ``calibrate``, ``eval``, ``fit`` and ``monitor`` do with traces that lack fields or
+hold a prefix of their answer.
 
 Traces recorded from an API stream (``liftguard serve --record``, labelled by
 ``liftguard traces label``) carry logprobs and top-k alternatives only: no
