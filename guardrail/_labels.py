@@ -12,7 +12,16 @@ so an answer that only repeats the question is not correct for free.
   normalised answer is non-empty and some usable reference ``r`` equals it or
   occurs in it as whole words. Generous to sentence answers ("The capital is
   Paris." names "paris"), strict with partial ones ("fusion" does not name
-  "nuclear fusion").
+  "nuclear fusion"). Numbers are words compared by value: a run of digits, with
+  thousands separators (``1,000``) and a decimal part (``100.0``) or not, is read
+  as a number before punctuation is deleted, so "approximately 100.0 degrees"
+  names "100" and "1,000" names "1000", while "1000" does not name "100" and
+  "100.0" does not name "1000" (deleting the point would have made it "1000").
+  Equal values only, no relative tolerance: for years and counts, 1914 is not
+  1915. A number glued to letters ("100km", "A1") stays part of its word. It
+  reads words, not meaning: "Leonardo da Vinci, but Michelangelo was the actual
+  artist" names the reference "Leonardo da Vinci", and is correct by this rule
+  (a judge, or a look at the answers, catches such contradictions).
 - **f1** (:func:`token_f1`, :func:`is_correct_f1`): SQuAD's token F1, the
   harmonic mean of precision and recall of the answer's bag of tokens (the
   normalised text split on whitespace) against a reference's, the maximum over
@@ -40,6 +49,7 @@ import re
 import string
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from decimal import Decimal
 
 from ._errors import ConfigError
 
@@ -71,21 +81,71 @@ def _contains(haystack: str, needle: str) -> bool:
     return f" {needle} " in f" {haystack} "
 
 
-def _usable_references(references: Iterable[str], question: str) -> Iterator[str]:
-    """The normalised references, without the empty ones and those the question holds."""
+def _usable(references: Iterable[str], question: str) -> Iterator[tuple[str, str]]:
+    """``(reference, normalised)`` of the references, without the empty ones and those the
+    question holds."""
     q = normalize_answer(question)
     for ref in references:
         r = normalize_answer(ref)
         if r and not (q and _contains(q, r)):
-            yield r
+            yield ref, r
+
+
+def _usable_references(references: Iterable[str], question: str) -> Iterator[str]:
+    """The normalised references, without the empty ones and those the question holds."""
+    return (r for _, r in _usable(references, question))
+
+
+# A number not glued to a word: digits with thousands separators or not, a decimal part
+# or not; not a piece of a longer run of digits, points and commas ("1.2.3", "3,5").
+_NUMBER = re.compile(r"(?<![\w.,])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?!\w|[.,]\d)")
+
+
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def _normal_words(text: str) -> list[str | Decimal]:
+    """The words of :func:`normalize_answer`, a word of digits its value."""
+    return [Decimal(w) if _DIGITS.fullmatch(w) else w for w in normalize_answer(text).split()]
+
+
+def _words(text: str) -> list[str | Decimal]:
+    """``text`` as the contains rule reads it: the words of :func:`normalize_answer`, with
+    each number (``_NUMBER``) one word, its value."""
+    out: list[str | Decimal] = []
+    start = 0
+    for match in _NUMBER.finditer(text):
+        out += _normal_words(text[start : match.start()])
+        out.append(Decimal(match.group().replace(",", "")))
+        start = match.end()
+    return out + _normal_words(text[start:])
+
+
+def _names(answer: list[str | Decimal], reference: list[str | Decimal]) -> bool:
+    """Whether the words ``reference`` occur in ``answer``, in a row (a number equals a
+    number of the same value, never a word)."""
+    n = len(reference)
+
+    def same(a: str | Decimal, r: str | Decimal) -> bool:
+        return type(a) is type(r) and a == r
+
+    return any(all(map(same, answer[i : i + n], reference)) for i in range(len(answer) - n + 1))
 
 
 def is_correct(answer: str, references: Iterable[str], question: str = "") -> bool:
     """Whether ``answer`` names one of ``references`` (the **contains** rule of the
-    module docstring)."""
-    a = normalize_answer(answer)
-    refs = _usable_references(references, question)
-    return bool(a) and any(a == r or _contains(a, r) for r in refs)
+    module docstring).
+
+    >>> is_correct("The capital is Paris.", ["Paris"])
+    True
+    >>> is_correct("approximately 100.0 degrees Celsius", ["100"])
+    True
+    >>> is_correct("1000 degrees", ["100"]), is_correct("1,000", ["1000"])
+    (False, True)
+    """
+    words = _words(answer)
+    refs = (_words(ref) for ref, _ in _usable(references, question))
+    return bool(words) and any(r and _names(words, r) for r in refs)
 
 
 def _bag_f1(answer_tokens: Counter[str], n_answer: int, reference: str) -> float:

@@ -1,8 +1,8 @@
-"""The strict parser of trace objects and JSONL text (format: :mod:`guardrail._traces`).
+"""The strict parser of trace objects (format: :mod:`guardrail._traces`).
 
 :func:`parse_trace` turns one decoded object into a :class:`Trace`, whose
-per-token data are read-only numpy arrays; :func:`parse_trace_lines` parses
-in-memory text line by line. Anything that does not follow the format raises
+per-token data are read-only numpy arrays (the lines of a file or of in-memory
+text are read in :mod:`guardrail._traces`). Anything that does not follow the format raises
 :class:`~guardrail._errors.TraceFormatError` naming the source, the 1-based
 line and the field path (e.g. ``tokens[3].logprob``).
 
@@ -17,7 +17,7 @@ else is as strict as for the documented files.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -51,10 +51,7 @@ from ._trace_format import (
     Trace,
 )
 
-__all__ = ["parse_trace", "parse_trace_lines"]
-
-# A byte-order mark some editors put at the start of a UTF-8 file; it is skipped.
-_BOM = "\ufeff"
+__all__ = ["parse_trace"]
 
 # The keys every token must have (the others may be null or absent: an API recording).
 _REQUIRED_TOKEN_KEYS = tuple(k for k in _TOKEN_KEYS if k not in _NULLABLE_TOKEN_KEYS)
@@ -335,62 +332,3 @@ def parse_trace(
         prompt_free_logprobs=pf_logprobs,
         missing=frozenset(missing),
     )
-
-
-# --------------------------------------------------------------------------- #
-# Reading lines
-# --------------------------------------------------------------------------- #
-
-
-def _check_limit(limit: int | None) -> None:
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise ValueError(f"limit must be None or a non-negative integer, got {limit!r}")
-
-
-def parse_trace_lines(
-    lines: Iterable[str],
-    *,
-    source: str = "<traces>",
-    limit: int | None = None,
-    require_label: bool = True,
-) -> Iterator[Trace]:
-    """Parse JSONL text, one trace per line, lazily.
-
-    ``lines`` is an iterable of lines (trailing newlines allowed); a single
-    ``str`` is taken as the whole text and split on ``"\\n"``. A UTF-8
-    byte-order mark at the start of the first line is skipped. Blank lines are
-    skipped but still counted, so error line numbers (1-based) match the
-    source. At most ``limit`` traces are produced. Invalid arguments raise
-    at once; format errors are raised when the offending line is reached.
-    """
-    _check_limit(limit)
-    if isinstance(lines, str):
-        lines = lines.split("\n")
-    return _parse_lines(lines, source, limit, require_label)
-
-
-def _parse_lines(
-    lines: Iterable[str], source: str, limit: int | None, require_label: bool
-) -> Iterator[Trace]:
-    if limit == 0:
-        return
-    count = 0
-    for lineno, text in enumerate(lines, start=1):
-        if lineno == 1 and text.startswith(_BOM):
-            text = text[1:]
-        if not text or text.isspace():
-            continue
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TraceFormatError(
-                f"invalid JSON: {exc.msg} (column {exc.colno})", source=source, line=lineno
-            ) from None
-        except RecursionError:
-            raise TraceFormatError(
-                "invalid JSON: nested too deeply", source=source, line=lineno
-            ) from None
-        yield parse_trace(obj, source=source, line=lineno, require_label=require_label)
-        count += 1
-        if limit is not None and count >= limit:
-            return

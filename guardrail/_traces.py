@@ -29,21 +29,23 @@ back, so that read -> write -> read round-trips exactly.
 
 The code lies in private modules, re-exported here: the :class:`Trace` record
 and the format's constants in :mod:`guardrail._trace_format`, the field checks
-in :mod:`guardrail._trace_checks`, the strict parser of objects and lines
-in :mod:`guardrail._trace_parse` and the one writer of trace lines (of a
+in :mod:`guardrail._trace_checks`, the strict parser of objects in
+:mod:`guardrail._trace_parse` and the one writer of trace lines (of a
 :class:`Trace`, of an API recording, of a line relabelled) in
-:mod:`guardrail._trace_write`; the file reader is here.
+:mod:`guardrail._trace_write`; the readers of lines and files are here.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from ._errors import TraceFormatError
 from ._trace_format import CENSORED_LOGPROB, DEFAULT_LOGZ_TEMPERATURES, Trace
-from ._trace_parse import _check_limit, _parse_lines, parse_trace, parse_trace_lines
+from ._trace_parse import parse_trace
 from ._trace_write import dump_trace_line, trace_to_dict
 
 __all__ = [
@@ -52,12 +54,78 @@ __all__ = [
     "Trace",
     "dump_trace_line",
     "file_sha256",
+    "iter_trace_objects",
     "iter_traces",
     "parse_trace",
     "parse_trace_lines",
     "read_traces",
     "trace_to_dict",
 ]
+
+# A byte-order mark some editors put at the start of a UTF-8 file; it is skipped.
+_BOM = "\ufeff"
+
+
+# --------------------------------------------------------------------------- #
+# Reading lines
+# --------------------------------------------------------------------------- #
+
+
+def _check_limit(limit: int | None) -> None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit must be None or a non-negative integer, got {limit!r}")
+
+
+def parse_trace_lines(
+    lines: Iterable[str],
+    *,
+    source: str = "<traces>",
+    limit: int | None = None,
+    require_label: bool = True,
+) -> Iterator[Trace]:
+    """Parse JSONL text, one trace per line, lazily.
+
+    ``lines`` is an iterable of lines (trailing newlines allowed); a single
+    ``str`` is taken as the whole text and split on ``"\\n"``. A UTF-8
+    byte-order mark at the start of the first line is skipped. Blank lines are
+    skipped but still counted, so error line numbers (1-based) match the
+    source. At most ``limit`` traces are produced. Invalid arguments raise
+    at once; format errors are raised when the offending line is reached.
+    """
+    _check_limit(limit)
+    if isinstance(lines, str):
+        lines = lines.split("\n")
+    return _parse_lines(lines, source, limit, require_label)
+
+
+def _objects(lines: Iterable[str], source: str) -> Iterator[tuple[int, Any]]:
+    """``(1-based line number, decoded value)`` of each non-blank line (a BOM skipped)."""
+    for lineno, text in enumerate(lines, start=1):
+        if lineno == 1 and text.startswith(_BOM):
+            text = text[1:]
+        if not text or text.isspace():
+            continue
+        try:
+            obj = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            why = (
+                f"{exc.msg} (column {exc.colno})"
+                if isinstance(exc, json.JSONDecodeError)
+                else "nested too deeply"
+            )
+            raise TraceFormatError(f"invalid JSON: {why}", source=source, line=lineno) from None
+        yield lineno, obj
+
+
+def _parse_lines(
+    lines: Iterable[str], source: str, limit: int | None, require_label: bool
+) -> Iterator[Trace]:
+    if limit == 0:
+        return
+    for count, (lineno, obj) in enumerate(_objects(lines, source), start=1):
+        yield parse_trace(obj, source=source, line=lineno, require_label=require_label)
+        if limit is not None and count >= limit:
+            return
 
 
 # --------------------------------------------------------------------------- #
@@ -97,6 +165,26 @@ def iter_traces(
 def _iter_file(path: str, limit: int | None, require_label: bool) -> Iterator[Trace]:
     with open(path, "rb") as fh:
         yield from _parse_lines(_decoded_lines(fh, path), path, limit, require_label)
+
+
+def iter_trace_objects(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
+    """``(1-based line number, decoded JSON value)`` of each non-blank line of a trace
+    file, read as :func:`iter_traces` reads it (same errors), each left to the caller
+    to pass to :func:`parse_trace`: for a reader that looks first at keys the format
+    leaves to the writer, such as a recording's ``complete`` and ``verdict``.
+
+    >>> import json, tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "t.jsonl"
+    >>> _ = f.write_text(json.dumps({"id": "a", "complete": False}) + "\\n\\n")
+    >>> next(iter_trace_objects(f))
+    (1, {'id': 'a', 'complete': False})
+    """
+    return _iter_objects(os.fspath(path))
+
+
+def _iter_objects(path: str) -> Iterator[tuple[int, Any]]:
+    with open(path, "rb") as fh:
+        yield from _objects(_decoded_lines(fh, path), path)
 
 
 def read_traces(

@@ -29,6 +29,7 @@ from ._trace_write import (
 from ._traces import (
     Trace,
     file_sha256,
+    iter_trace_objects,
     iter_traces,
     parse_trace,
     parse_trace_lines,
@@ -46,6 +47,7 @@ __all__ = [
     "file_sha256",
     "is_correct",
     "is_correct_f1",
+    "iter_trace_objects",
     "iter_traces",
     "label_line",
     "normalize_answer",

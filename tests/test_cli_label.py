@@ -120,3 +120,40 @@ def test_a_judge_takes_no_rule(tmp_path: Path, capsys: pytest.CaptureFixture[str
         "liftguard traces label: error: --rule labels by --references; a --judge labels on "
         "its own\n"
     )
+
+
+SMOLLM2 = SAMPLE.parent / "traces_smollm2_sample.jsonl"
+
+
+@pytest.mark.parametrize(("rule", "other"), [("f1", "--rule contains"), ("contains", "--rule f1")])
+def test_a_rule_that_labels_almost_nothing_correct_is_named_with_another_to_try(
+    rule: str, other: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SmolLM2 answers in sentences: token F1 against the short references calls them all
+    wrong; references that no answer names do the same to contains."""
+    rows = [json.loads(line) for line in SMOLLM2.read_text(encoding="utf-8").splitlines()]
+    rows = [r for r in rows if not is_correct_f1(r["answer"], r["references"], r["question"])]
+    refs = tmp_path / "refs.jsonl"
+    wrong = ["no answer names this reference"]
+    refs.write_text("".join(json.dumps({"id": r["id"], "references": r["references"]
+                                        if rule == "f1" else wrong}) + "\n" for r in rows),
+                    encoding="utf-8")  # fmt: skip
+    out = tmp_path / "labelled.jsonl"
+    argv = ["traces", "label", "--traces", str(SMOLLM2), "--references", str(refs),
+            "--rule", rule, "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and f"labelled {len(rows)} of 40 traces" in err[0]
+    name = "f1>=0.6" if rule == "f1" else "contains"
+    assert err[1].startswith(
+        f"liftguard traces label: warning: the rule {name} labelled 0 of {len(rows)} answers "
+        "correct (almost none)"
+    )
+    assert f"try {other}" in err[1] and "--judge" in err[1]
+
+
+def test_labels_that_vary_draw_no_warning(
+    refs: dict[str, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, _, err = _label(tmp_path, capsys, "--rule", "f1")
+    assert len(err.splitlines()) == 1  # the summary only: 9 of 40 correct

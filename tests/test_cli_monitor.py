@@ -82,7 +82,7 @@ def test_recordings_are_merged_by_time_and_the_alarm_is_located(
         obj["created"] = f"2025-01-01T00:00:{i:02d}Z"
     a = _recording(tmp_path, "a.jsonl", lines[0::2])
     b = _recording(tmp_path, "b.jsonl", lines[1::2])
-    traces, sources, order = read_merged([b, a])
+    traces, sources, order, _ = read_merged([b, a])
     assert order == "created"
     assert [t.id for t in traces] == [obj["id"] for obj in lines]
     assert sources[:3] == [f"{a}:1", f"{b}:1", f"{a}:2"]
@@ -100,7 +100,7 @@ def test_without_a_time_on_every_line_the_files_keep_their_order(tmp_path: Path)
     lines[0]["created"] = "2025-01-01T00:00:09Z"
     a = _recording(tmp_path, "a.jsonl", lines[:2])
     b = _recording(tmp_path, "b.jsonl", lines[2:])
-    traces, _, order = read_merged([b, a])
+    traces, _, order, _ = read_merged([b, a])
     assert order == "file" and [t.id for t in traces] == [lines[i]["id"] for i in (2, 3, 0, 1)]
 
 

@@ -307,6 +307,7 @@ def test_public_submodules_are_pinned() -> None:
         "file_sha256",
         "is_correct",
         "is_correct_f1",
+        "iter_trace_objects",
         "iter_traces",
         "label_line",
         "normalize_answer",

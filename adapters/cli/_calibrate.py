@@ -20,7 +20,6 @@ import numpy.typing as npt
 
 from ._common import (
     CommandError,
-    no_traces,
     oracle_coverage,
     resolve_clip,
     split_indices,
@@ -31,6 +30,7 @@ from ._recorded import (
     carries,
     estimate_note,
     lacking_message,
+    read_whole,
     score_needs,
     supply_vocab_size,
 )
@@ -49,7 +49,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from guardrail import GuardrailError
     from guardrail.evaluate import critical_thresholds
     from guardrail.stats import DEFAULT_CLIP
-    from guardrail.traces import baseline_score, read_traces
+    from guardrail.traces import baseline_score
 
     if args.score != "lift" and args.method == "paper":
         raise CommandError("--method paper needs --score lift", status=2)
@@ -57,9 +57,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         from ._certify import read_context
 
         read_context(args.context)  # a bad context file fails before the work
-    traces = read_traces(args.traces)
-    if not traces:
-        raise no_traces(args.traces)
+    traces = read_whole(args.traces, "calibrate", "calibrating on them")
     traces = supply_vocab_size(traces, args.vocab_size, args.traces)
     fields, what, hint = score_needs(args.score, args.skeleton, traces)
     if args.out and args.score == "lift" and args.skeleton != "prompt-free":

@@ -18,13 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from ._common import CommandError, no_traces, resolve_clip, stream_policy
+from ._common import CommandError, resolve_clip, stream_policy
 from ._eval_report import finite_or_null, print_intervals, refusal_note, share, trailing_note
 from ._recorded import (
     absent,
     carries,
     estimate_note,
     lacking_message,
+    read_whole,
     score_needs,
     supply_vocab_size,
 )
@@ -135,7 +136,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         lift_method,
     )
     from guardrail.stats import DEFAULT_CLIP
-    from guardrail.traces import BASELINES, read_traces
+    from guardrail.traces import BASELINES
 
     from ._progress import Progress
 
@@ -148,9 +149,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             status=2,
         )
     cert = _read_certificate(args.certificate) if args.certificate else None
-    traces = read_traces(args.traces)
-    if not traces:
-        raise no_traces(args.traces)
+    traces = read_whole(args.traces, "eval", "evaluating on them")
     if args.top_k is not None:
         traces = [t.truncate_top(args.top_k) for t in traces]
     vocab = args.vocab_size

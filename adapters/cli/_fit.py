@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ._common import CommandError, no_traces
+from ._common import CommandError
 from ._progress import Progress
-from ._recorded import lacking_message, supply_vocab_size
+from ._recorded import lacking_message, read_whole, supply_vocab_size
 
 __all__ = ["DEFAULT_FIT_RISK", "cmd_fit"]
 
@@ -125,7 +125,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         stop_at,
         token_ranges,
     )
-    from guardrail.traces import file_sha256, read_traces
+    from guardrail.traces import file_sha256
 
     from ._certify import read_context, skeleton_spec
     from ._fit_select import choose_statistic, selection_line
@@ -133,9 +133,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if not 0.0 <= args.range_quantile < 0.5:
         raise CommandError("--range-quantile must lie in [0, 0.5)", status=2)
     context = read_context(args.context)
-    traces = read_traces(args.traces)
-    if not traces:
-        raise no_traces(args.traces)
+    traces = read_whole(args.traces, "fit", "fitting and calibrating on them")
     traces = supply_vocab_size(traces, args.vocab_size, args.traces)
     feats = _features(args)
     for needs in _group_needs(args, {f.base for f in feats}):

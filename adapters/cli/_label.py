@@ -8,7 +8,9 @@ and counted in the summary on stderr:
 
 - an **incomplete** answer (``complete: false``: blocked early or cut off, so
   the trace holds a prefix, not the answer; record in ``--mode observe`` to get
-  complete answers), unless ``--include-incomplete``;
+  complete answers), unless ``--include-incomplete`` (``calibrate``, ``fit`` and
+  ``eval`` leave such lines out all the same; ``monitor`` counts them in the
+  coverage: :mod:`adapters.cli._recorded`);
 - an answer **without usable logprobs** (a token without a finite logprob <= 0,
   e.g. OpenAI's censored -9999): it cannot be replayed;
 - an answer **without a label**: no reference matches its id or question
@@ -29,7 +31,9 @@ a label (to retry).
 Each labelled line names what labelled it in ``label_rule``, a key the trace
 format does not name (so it goes after the documented keys, and readers ignore
 it): ``"contains"``, ``"f1>=0.6"`` (the threshold used) or ``"judge:MODEL"``;
-the summary on stderr names it too.
+the summary on stderr names it too. A rule that labels almost none or almost all
+of at least 20 answers correct draws a warning naming another rule to try
+(:func:`lopsided_labels`).
 
 Every other line must be a trace (:func:`guardrail.traces.parse_trace`, without a
 label; what an API stream lacks may be null): a malformed one stops the command
@@ -201,6 +205,39 @@ def label_file(
     return counts
 
 
+#: ``(fewest answers, share)``: a rule that labels fewer than ``share`` or more than
+#: ``1 - share`` of at least that many answers correct draws a warning.
+LOPSIDED = (20, 0.02)
+
+_OTHER_RULE = {
+    "contains": "--rule f1 (partial answers such as 'fusion' for 'nuclear fusion')",
+    "f1": "--rule contains (answers in sentences score a low F1 against a short reference)",
+}
+
+
+def lopsided_labels(correct: int, labelled: int, rule: str) -> str | None:
+    """The warning when ``rule`` labelled almost none or almost all of ``labelled`` (at least
+    ``LOPSIDED[0]``) answers correct, naming another rule to try; None otherwise.
+
+    >>> lopsided_labels(0, 96, "f1>=0.6")[:44]
+    'the rule f1>=0.6 labelled 0 of 96 answers co'
+    >>> lopsided_labels(40, 96, "contains") is None
+    True
+    """
+    fewest, share = LOPSIDED
+    if labelled < fewest or share <= correct / labelled <= 1 - share:
+        return None
+    kind = rule.split(">=")[0].split(":")[0]
+    other = _OTHER_RULE.get(kind, "--references with --rule contains or f1")
+    which = "almost none" if correct / labelled < share else "almost all"
+    return (
+        f"the rule {rule} labelled {correct} of {labelled} answers correct ({which}): labels "
+        f"that say the same of every answer teach calibration nothing and may be the rule's "
+        f"fault, not the model's; read a few labelled answers, and try {other}"
+        + ("" if kind == "judge" else " or a --judge")
+    )
+
+
 def _check_rule(args: argparse.Namespace) -> None:
     """``--rule`` and ``--f1-threshold`` go with ``--references``, the threshold with
     ``--rule f1``."""
@@ -251,6 +288,9 @@ def cmd_label(args: argparse.Namespace) -> int:
         f"({counts['correct']} correct){'; ' + rest if rest else ''}",
         file=sys.stderr,
     )
+    lopsided = lopsided_labels(counts["correct"], counts["labelled"], rule)
+    if lopsided:
+        print(f"liftguard traces label: warning: {lopsided}", file=sys.stderr)
     return 0 if counts["labelled"] or not counts["read"] else 1
 
 
@@ -318,7 +358,8 @@ def add_label_parser(cmds: Any) -> None:
     lb.add_argument(
         "--include-incomplete",
         action="store_true",
-        help="also label answers that were blocked early or cut off (prefixes)",
+        help="also label answers that were blocked early or cut off (prefixes): "
+        "calibrate, fit and eval leave them out, monitor counts them in the coverage",
     )
     lb.add_argument(
         "--unlabelled",

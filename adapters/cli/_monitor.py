@@ -9,6 +9,15 @@ report says where the alarm fired (the answer's position in the merged order, it
 ``file:line``, and how many labelled shown answers it took), the final bounds, the
 coverage and whether it drew a warning.
 
+Whole answers only: a line that holds a prefix of its answer (``complete: false``, an
+answer the proxy blocked mid-stream in ``buffered`` or ``passthrough`` mode) is not
+replayed, since a score on a prefix is not the answer's (:class:`~adapters.cli._recorded.
+WholeAnswers`), but it is one of the answers of the traffic: it counts in the coverage as
+the recording's verdict says (not shown, unless certified before it was cut), its label
+unread. Whole answers of such a recording without its prefixes are the ones the serving
+certificate showed or blocked at their end: the coverage of those alone over-states the
+traffic's, and a warning says the monitor cannot see the true coverage.
+
 Order: several files (e.g. one per proxy replica) are merged by the ``created`` time the
 proxy's recorder writes on every line (ISO 8601; ties keep the files' order). If any
 line has no ``created``, the files are taken one after the other, each in file order,
@@ -20,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -27,7 +37,14 @@ import numpy as np
 import numpy.typing as npt
 
 from ._common import CommandError, integer, probability
-from ._recorded import lacking_message, recorded_lines, score_needs, supply_vocab_size
+from ._recorded import (
+    WholeAnswers,
+    lacking_message,
+    recorded_lines,
+    score_needs,
+    supply_vocab_size,
+    verdict_shown,
+)
 
 __all__ = ["add_monitor_parser", "cmd_monitor"]
 
@@ -80,21 +97,27 @@ def _created(value: object, where: str) -> datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
 
 
-def read_merged(paths: list[str]) -> tuple[list[Any], list[str], str]:
-    """The labelled traces of ``paths`` in time order, each one's ``file:line``, and the
-    order used (``"created"`` or ``"file"``)."""
+def read_merged(paths: list[str]) -> tuple[list[Any], list[str], str, WholeAnswers]:
+    """The answers of ``paths`` in time order (a labelled trace for each whole answer, for
+    each prefix whether its recorded verdict showed it), each one's ``file:line``, the
+    order used (``"created"`` or ``"file"``) and what the sort into whole answers and
+    prefixes counted."""
     from guardrail.traces import parse_trace
 
     rows: list[tuple[Any, str, object]] = []
+    sort = WholeAnswers("monitor")
     for path in paths:
 
         def torn(lineno: int, path: str = path) -> None:
             print(f"liftguard monitor: {path}:{lineno}: skipped a torn last line", file=sys.stderr)
 
         for lineno, obj in recorded_lines(path, torn):
-            trace = parse_trace(obj, source=path, line=lineno)  # type: ignore[arg-type]
+            if sort.whole(obj):
+                answer: Any = parse_trace(obj, source=path, line=lineno)  # type: ignore[arg-type]
+            else:
+                answer = _Prefix(shown=verdict_shown(obj))
             created = obj.get("created") if isinstance(obj, dict) else None
-            rows.append((trace, f"{path}:{lineno}", created))
+            rows.append((answer, f"{path}:{lineno}", created))
     if not rows:
         raise CommandError(f"{', '.join(paths)}: holds no traces")
     order = "file"
@@ -103,7 +126,14 @@ def read_merged(paths: list[str]) -> tuple[list[Any], list[str], str]:
         keys = sorted(range(len(rows)), key=times.__getitem__)  # stable: ties keep file order
         rows = [rows[i] for i in keys]
         order = "created"
-    return [r[0] for r in rows], [r[1] for r in rows], order
+    return [r[0] for r in rows], [r[1] for r in rows], order, sort
+
+
+@dataclass(frozen=True)
+class _Prefix:
+    """A recorded prefix of an answer: not replayed; ``shown``: its recorded verdict."""
+
+    shown: bool
 
 
 def _trace_skeleton(kind: str, params: Any) -> str:
@@ -144,30 +174,65 @@ def shown_by(cert: Any, traces: list[Any], where: str) -> npt.NDArray[np.bool_]:
     return np.asarray(shown_at(cert.policy, lifts, [cert.tau])[:, 0], dtype=bool)
 
 
+def _report_sort(sort: WholeAnswers, where: str) -> bool:
+    """Print what became of the prefixes and, for a recording that cut off what it blocked
+    and holds none of those prefixes, that the coverage cannot be seen; whether it cannot."""
+    if not sort.n_whole:
+        sort.report(where, "")  # refuses: nothing to replay
+    n = sum(sort.prefixes.values())
+    if n:
+        print(
+            f"liftguard monitor: note: {where}: {n} of {sort.read} answers are prefixes of "
+            f"their answers ({sort.reasons()}): not replayed (a score on a prefix is not the "
+            "answer's), counted in the coverage as their recorded verdict says "
+            f"({sort.prefixes_shown} shown), their labels unread",
+            file=sys.stderr,
+        )
+    blind = bool(sort.cut) and not sort.prefixes
+    if blind:
+        print(
+            f"liftguard monitor: warning: {where}: {sort.cut} answers were recorded in "
+            f"{' and '.join(sorted(sort.modes))} mode, which cuts off what it blocks, and "
+            "none of the cut-off answers is here: the coverage below counts the answers "
+            "the certificate showed or blocked at their end only, and over-states the "
+            "traffic's (the monitor cannot see the true coverage); label the recording "
+            "with --include-incomplete, or record in --mode observe",
+            file=sys.stderr,
+        )
+    return blind
+
+
 def cmd_monitor(args: argparse.Namespace) -> int:
     from guardrail import Certificate
 
     cert = Certificate.load(args.certificate)
     monitor = cert.risk_monitor(alpha=args.alpha)  # a ConfigError if uncalibrated
-    traces, sources, order = read_merged(args.traces)
+    answers, sources, order, sort = read_merged(args.traces)
     where = ", ".join(args.traces)
+    blind = _report_sort(sort, where)
+    whole = [i for i, a in enumerate(answers) if not isinstance(a, _Prefix)]
+    traces = [answers[i] for i in whole]
     vocab = cert.model.vocab_size
     if args.vocab_size is None and vocab is not None:  # the certificate's model is the traces'
-        for t, source in zip(traces, sources, strict=True):
+        for i in whole:
+            t = answers[i]
             if "vocab_size" not in t.missing and t.vocab_size != vocab:
                 raise CommandError(
-                    f"{source}: a trace of vocabulary size {t.vocab_size}; the certificate is "
-                    f"for {vocab} tokens (certificates are per model)"
+                    f"{sources[i]}: a trace of vocabulary size {t.vocab_size}; the certificate "
+                    f"is for {vocab} tokens (certificates are per model)"
                 )
     traces = supply_vocab_size(traces, args.vocab_size or vocab, where)
-    shown = shown_by(cert, traces, where)
+    replayed = dict(zip(whole, shown_by(cert, traces, where).tolist(), strict=True))
+    labels = dict(zip(whole, (bool(t.correct) for t in traces), strict=True))
     alarm: dict[str, Any] | None = None
     warning: dict[str, Any] | None = None
-    for i, (trace, is_shown) in enumerate(zip(traces, shown.tolist(), strict=True)):
+    for i, answer in enumerate(answers):
+        is_shown = answer.shown if isinstance(answer, _Prefix) else replayed[i]
+        name = sources[i] if isinstance(answer, _Prefix) else answer.id
         if monitor.update_shown(is_shown) and warning is None:
-            warning = {"answer": i + 1, "id": trace.id, "source": sources[i]}
-        if is_shown and monitor.update(correct=bool(trace.correct)) and alarm is None:
-            alarm = {"answer": i + 1, "labelled": monitor.n, "id": trace.id, "source": sources[i]}
+            warning = {"answer": i + 1, "id": name, "source": sources[i]}
+        if i in labels and is_shown and monitor.update(correct=labels[i]) and alarm is None:
+            alarm = {"answer": i + 1, "labelled": monitor.n, "id": name, "source": sources[i]}
     lower, upper = monitor.bounds
     report = {
         "certificate": args.certificate,
@@ -182,6 +247,9 @@ def cmd_monitor(args: argparse.Namespace) -> int:
         "expected_coverage": monitor.coverage,
         "alarm": alarm,
         "coverage_warning": warning,
+        "prefixes": sum(sort.prefixes.values()),
+        "prefixes_shown": sort.prefixes_shown,
+        "coverage_seen": "partial" if blind else "all",
         "log_e_value": monitor.log_e_value,
         "bounds": {
             "lower": lower,
@@ -203,6 +271,10 @@ def _text(r: dict[str, Any]) -> str:
     cov = f"coverage {r['coverage']:.1%}" + (
         f", expected at least {expected:.1%}" if expected is not None else ""
     )
+    if r["prefixes"]:
+        cov += f"; {r['prefixes']} of them prefixes, {r['prefixes_shown']} shown by the recording"
+    if r["coverage_seen"] == "partial":
+        cov += "; over-states the traffic's: the answers cut off are not in the files"
     wrong = f" ({r['errors'] / r['shown']:.1%})" if r["shown"] else ""
     a, w, b = r["alarm"], r["coverage_warning"], r["bounds"]
     alarm = (

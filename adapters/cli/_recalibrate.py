@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from ._common import CommandError, no_traces
-from ._recorded import lacking_message, supply_vocab_size
+from ._common import CommandError
+from ._recorded import lacking_message, read_whole, supply_vocab_size
 
 __all__ = ["cmd_recalibrate"]
 
@@ -90,7 +90,9 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
             "calibrate on other labelled answers (the guarantee needs answers independent "
             "of the fit)"
         )
-    traces = _read_for(cert, args.traces, args.vocab_size, require_label=True)
+    traces = _read_for(
+        cert, args.traces, args.vocab_size, "calibrating on them", require_label=True
+    )
     models = {t.model for t in traces}
     if models != {cert.model.model_id}:
         print(
@@ -173,17 +175,16 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     return 0
 
 
-def _read_for(cert: Any, path: str, vocab_size: int | None, *, require_label: bool) -> list[Any]:
-    """The traces of ``path``, refused in one line where they lack what ``cert``'s statistic
+def _read_for(
+    cert: Any, path: str, vocab_size: int | None, use: str, *, require_label: bool
+) -> list[Any]:
+    """The whole answers of ``path`` (:func:`~adapters.cli._recorded.read_whole`; ``use``:
+    what is done with them), refused in one line where they lack what ``cert``'s statistic
     reads or are of another vocabulary (``vocab_size``: ``--vocab-size``, for recordings
     without one)."""
-    from guardrail.traces import read_traces
-
     from ._eval import _certificate_needs
 
-    traces = read_traces(path, require_label=require_label)
-    if not traces:
-        raise no_traces(path)
+    traces = read_whole(path, "calibrate", use, require_label=require_label)
     traces = supply_vocab_size(traces, vocab_size, path)
     fields, what = _certificate_needs(cert)
     refusal = lacking_message(path, traces, ("vocab_size", *fields), what, "")
@@ -217,7 +218,8 @@ def _traffic_margins(
             f"--margins-from {path}: these are the calibration traces; set the margins from "
             "other answers of the traffic (the guarantee needs them fixed before calibration)"
         )
-    traffic = _read_for(cert, path, args.vocab_size, require_label=False)  # labels unread
+    use = "setting margins from them"
+    traffic = _read_for(cert, path, args.vocab_size, use, require_label=False)  # labels unread
     shared = {t.id for t in traffic} & {t.id for t in calibration}
     if shared:
         raise CommandError(

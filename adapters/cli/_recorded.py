@@ -1,4 +1,5 @@
-"""What ``calibrate``, ``eval`` and ``fit`` do with traces that lack fields.
+"""What ``calibrate``, ``eval``, ``fit`` and ``monitor`` do with traces that lack fields or
+hold a prefix of their answer.
 
 Traces recorded from an API stream (``liftguard serve --record``, labelled by
 ``liftguard traces label``) carry logprobs and top-k alternatives only: no
@@ -14,25 +15,44 @@ tokenizers to take it from a model name.
 
 The recorded files themselves are read by :func:`recorded_lines`, which skips a
 torn last line (a record cut off mid-write) and says so.
+
+**Whole answers only.** A recorded line can hold a prefix of its answer, not the
+answer: ``complete: false`` (the proxy blocked it mid-stream in ``buffered`` or
+``passthrough`` mode and closed the upstream, or the upstream cut it off), which
+``liftguard traces label --include-incomplete`` keeps. A score computed on a prefix
+is not the score of the answer the rule will see, so a threshold or a statistic set
+on prefixes carries no guarantee. ``calibrate``, ``fit`` and ``eval`` read their
+files through :func:`read_whole` and ``monitor`` sorts its lines with the same
+:class:`WholeAnswers`: prefixes are left out with one note on stderr, and a file
+that holds prefixes only is refused in one line. The whole answers of a recording
+made in a mode that cuts off what it blocks are a biased sample (mostly the ones
+the serving certificate showed): a warning names the bias and the fix, recording in
+``--mode observe``.
 """
 
 from __future__ import annotations
 
 import json
+import sys
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ._common import CommandError
+from ._common import CommandError, no_traces
 
 __all__ = [
     "VOCAB_HINT",
+    "WholeAnswers",
     "absent",
     "carries",
     "estimate_note",
     "lacking_message",
+    "prefix_reason",
+    "read_whole",
     "recorded_lines",
     "score_needs",
     "supply_vocab_size",
+    "verdict_shown",
 ]
 
 _BOM = b"\xef\xbb\xbf"
@@ -161,3 +181,137 @@ def estimate_note(scores: Sequence[tuple[str, str]], traces: Sequence[Any]) -> s
         f"the traces carry no exact {' or '.join(parts)}: estimated from their top-k "
         "alternatives instead (as on a deployed API stream)"
     )
+
+
+# --------------------------------------------------------------------------- #
+# Whole answers only (see the module docstring)
+# --------------------------------------------------------------------------- #
+
+#: The proxy's modes that cut off an answer they block: its line holds a prefix.
+_CUTTING_MODES = ("buffered", "passthrough")
+
+_WHY = "a score on a prefix is not the score of the answer the rule sees"
+
+
+def prefix_reason(obj: object) -> str | None:
+    """Why the trace line ``obj`` holds a prefix of its answer (``"complete: false"``, or
+    ``"no finish_reason"`` for a recorded line without ``complete`` whose upstream never
+    finished), or None for a whole answer (every line of a trace file that is not a
+    recording)."""
+    if not isinstance(obj, dict):
+        return None  # not a trace line: the strict parser says so
+    if obj.get("complete") is False:
+        return "complete: false"
+    if "complete" not in obj and "verdict" in obj and obj.get("finish_reason", "") is None:
+        return "no finish_reason"
+    return None
+
+
+def verdict_shown(obj: object) -> bool:
+    """Whether the recorded line ``obj``'s verdict (the proxy's) certified its answer."""
+    verdict = obj.get("verdict") if isinstance(obj, dict) else None
+    return isinstance(verdict, dict) and verdict.get("state") == "certified"
+
+
+class WholeAnswers:
+    """Sorts the lines of trace files into whole answers and prefixes (:meth:`whole`),
+    and says in one line each what it left out (:meth:`note`), what bias the whole
+    answers carry (:meth:`bias`), or that nothing whole is left (:meth:`report`).
+
+    ``command`` names the command in the lines printed (``liftguard <command>: ...``).
+    """
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.read = 0
+        self.prefixes: Counter[str] = Counter()  # why -> how many
+        self.prefixes_shown = 0  # prefixes whose recorded verdict certified them
+        self.cut = 0  # whole answers recorded in a mode that cuts off what it blocks
+        self.cut_shown = 0  # ... of them, certified by the serving certificate
+        self.modes: Counter[str] = Counter()
+        self.certificates: Counter[str] = Counter()
+
+    @property
+    def n_whole(self) -> int:
+        return self.read - sum(self.prefixes.values())
+
+    def whole(self, obj: object) -> bool:
+        """Count the line ``obj``; whether it holds a whole answer (to read)."""
+        self.read += 1
+        why = prefix_reason(obj)
+        if why is not None:
+            self.prefixes[why] += 1
+            self.prefixes_shown += verdict_shown(obj)
+            return False
+        verdict = obj.get("verdict") if isinstance(obj, dict) else None
+        if isinstance(verdict, dict) and verdict.get("mode") in _CUTTING_MODES:
+            self.cut += 1
+            self.cut_shown += verdict_shown(obj)
+            self.modes[str(verdict["mode"])] += 1
+            self.certificates[str(verdict.get("certificate"))] += 1
+        return True
+
+    def reasons(self) -> str:
+        """``why: how many`` of the prefixes, e.g. ``complete: false: 26``."""
+        return ", ".join(f"{why}: {n}" for why, n in sorted(self.prefixes.items()))
+
+    def note(self, where: str) -> str | None:
+        """The line on the prefixes left out (None if there were none)."""
+        n = sum(self.prefixes.values())
+        if not n:
+            return None
+        return (
+            f"liftguard {self.command}: note: {where}: left out {n} of {self.read} answers, "
+            f"prefixes of their answers ({self.reasons()}): {self.command} reads whole "
+            f"answers only ({_WHY})"
+        )
+
+    def bias(self, where: str, use: str) -> str | None:
+        """The warning on whole answers recorded in a mode that cuts off what it blocks
+        (None if there were none); ``use`` says what the command does with them."""
+        if not self.cut:
+            return None
+        modes = " and ".join(sorted(self.modes))
+        certs = ", ".join(sorted(self.certificates))
+        left = sum(self.prefixes.values())
+        here = f"{left} left out here" if left else "none of them in this file"
+        return (
+            f"liftguard {self.command}: warning: {where}: {self.cut} of these answers were "
+            f"recorded in {modes} mode, which cuts off what certificate {certs} blocked: "
+            f"they are the ones it showed ({self.cut_shown} of {self.cut}) and those it "
+            f"blocked at their end; the ones it blocked mid-stream were recorded as prefixes "
+            f"({here}): {use} over-states coverage and the guarantee does not hold for the "
+            "traffic; record in --mode observe"
+        )
+
+    def report(self, where: str, use: str) -> None:
+        """Print :meth:`note` and :meth:`bias` on stderr; a one-line refusal (status 2) if
+        every answer read is a prefix."""
+        if self.read and not self.n_whole:
+            raise CommandError(
+                f"{where}: all {self.read} answers are prefixes of their answers "
+                f"({self.reasons()}), none is whole: {self.command} reads whole answers "
+                f"only ({_WHY}); record in --mode observe",
+                status=2,
+            )
+        for line in (self.note(where), self.bias(where, use)):
+            if line:
+                print(line, file=sys.stderr)
+
+
+def read_whole(path: str, command: str, use: str, *, require_label: bool = True) -> list[Any]:
+    """The whole answers of the trace file ``path``, parsed strictly (prefixes left out and
+    said so, a file of prefixes refused: :class:`WholeAnswers`; ``use``: what
+    ``command`` does with them, for the bias warning)."""
+    from guardrail.traces import iter_trace_objects, parse_trace
+
+    sort = WholeAnswers(command)
+    traces = [
+        parse_trace(obj, source=path, line=lineno, require_label=require_label)
+        for lineno, obj in iter_trace_objects(path)
+        if sort.whole(obj)
+    ]
+    sort.report(path, use)
+    if not traces:
+        raise no_traces(path)
+    return traces

@@ -104,3 +104,37 @@ def test_an_answer_that_equals_a_reference_is_correct_by_both_rules(name: str) -
             assert f1 == 1.0
         shared = any(set(a.split()) & set(r.split()) for r in usable)
         assert (f1 > 0.0) == shared
+
+
+@pytest.mark.parametrize(
+    ("answer", "reference", "correct"),
+    [
+        # numbers are compared by value: trailing zeros and thousands separators
+        ("approximately 100.0 degrees Celsius", "100", True),
+        ("100", "100.0", True),
+        ("1,000 metres", "1000", True),
+        ("1000", "1,000", True),
+        ("It boils at 100 °C.", "100", True),
+        ("$100", "100", True),
+        ("In 1914.", "1914", True),
+        ("3.50", "3.5", True),
+        # ... never by digits: deleting the point no longer makes 100.0 into 1000
+        ("1000 degrees", "100", False),
+        ("100.0", "1000", False),
+        ("3.5", "35", False),
+        ("1915", "1914", False),
+        # a number glued to letters stays part of its word
+        ("100km", "100", False),
+        ("COVID-19", "COVID-19", True),
+        ("December 7, 1941", "December", True),
+    ],
+)
+def test_contains_compares_numbers_by_value(answer: str, reference: str, correct: bool) -> None:
+    assert is_correct(answer, [reference]) is correct
+
+
+def test_contains_reads_words_not_meaning() -> None:
+    """The contradiction case the docs warn about: the answer names the reference and then
+    takes it back, and contains calls it correct."""
+    answer = "Leonardo da Vinci, but on reflection Michelangelo was the actual artist"
+    assert is_correct(answer, ["Leonardo da Vinci"])
