@@ -50,6 +50,8 @@ class Reply:
     hold_timeout: float = 30.0  # ... at most this long, then go on (the test then fails)
     done: bool = True  # end with ``data: [DONE]``; False: a clean close without it
     stall: bool = False  # with ``hold_after``: never go on (a stalled upstream)
+    headers: dict[str, str] = field(default_factory=dict)  # sent with a non-200 reply
+    raw: bytes | None = None  # a non-200 reply's body as it is (instead of ``body``)
 
 
 @dataclass
@@ -120,10 +122,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self, reply: Reply, rec: Record) -> None:
         if reply.status != 200 or reply.body is not None:
-            payload = json.dumps(reply.body).encode()
+            payload = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
             self.send_response(reply.status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(payload)
             return
