@@ -173,12 +173,8 @@ class GuardStep(Generic[U]):
             if self._hold_finish:
                 self._held.hold_to_end()
         monitor = self._monitor
-        if self._max_tokens is not None:
-            self._tokens += len(events)
         if stray is not None:
             verdict = monitor.abort(Cause.UNGUARDED_CHOICE, stray_choice_reason(stray))
-        elif self._max_tokens is not None and self._tokens > self._max_tokens:
-            verdict = monitor.abort(Cause.OVER_TOKEN_LIMIT, over_limit_reason(self._max_tokens))
         elif tool_call:
             verdict = monitor.abort(Cause.TOOL_CALL, TOOL_CALL_REASON)
         elif not events:
@@ -187,6 +183,11 @@ class GuardStep(Generic[U]):
             verdict = monitor.abort(Cause.REFUSAL, "the model refused to answer (refusal text)")
         else:
             verdict = feed_events(monitor, events, shown, self._max_chars)
+            if self._max_tokens is not None and verdict.state is not State.BLOCKED:
+                self._tokens += len(events)
+                if self._tokens > self._max_tokens:  # (the monitor may know the limit too)
+                    reason = over_limit_reason(self._max_tokens)
+                    verdict = monitor.abort(Cause.OVER_TOKEN_LIMIT, reason)
         out = self._held.push(unit, verdict)
         if verdict.state is State.BLOCKED:
             self._block(verdict)
