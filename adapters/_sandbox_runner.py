@@ -1,0 +1,166 @@
+"""The child side of :mod:`adapters._sandbox`: run as a script, never imported by the library.
+
+Started as ``python -I -S -B _sandbox_runner.py RESULT_FD JOB_PATH`` by
+:func:`adapters.run_sandboxed`, in a new session, in the run's temporary directory,
+with a minimal environment. In order, before any model-written code runs:
+
+1. read the job (the program, the setup, the asserts, the limits; a root-only file when
+   the parent runs as root) and delete it; read the run's nonce from stdin, then put
+   ``/dev/null`` on stdin;
+2. try to leave the network (a new network namespace: only a loopback interface, down)
+   and, where that works, the process tree (a new PID namespace, whose first process is
+   forked off to run the job: when it ends, the kernel kills every process it left);
+3. set the resource limits, drop to the unprivileged uid/gid when running as root, and
+   ask for SIGKILL if the parent dies;
+4. write the ``ready`` line (what was enforced) on the result channel, compile every part,
+   then run the program, the setup and each assert in one namespace, restoring the
+   builtins and the ``sys.modules`` entries that existed before the program (and
+   clearing trace and profile hooks) before the setup and before every assert;
+5. only when every part returned normally, write ``pass NONCE N`` (N asserts) on the
+   result channel, then leave at once (``os._exit``: no atexit handler, no thread joins).
+
+Everything the last two steps call after the program started is held in locals taken
+before it started, so rebinding names in ``builtins``, ``os`` or this module does not
+reach them. What this does not defend is in ``docs/checking.md``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import json
+import os
+import resource
+import signal
+import sys
+import time
+from typing import Any
+
+CLONE_NEWNET = 0x40000000
+CLONE_NEWPID = 0x20000000
+PR_SET_PDEATHSIG = 1
+_LIMITS = (
+    ("RLIMIT_CPU", "cpu_seconds"),
+    ("RLIMIT_AS", "memory_bytes"),
+    ("RLIMIT_FSIZE", "file_bytes"),
+    ("RLIMIT_NPROC", "processes"),
+    ("RLIMIT_NOFILE", "open_files"),
+)
+
+
+def _libc() -> Any:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _unshare(flags: int) -> bool:
+    """Enter new namespaces ``flags``; False where the platform or our rights refuse."""
+    try:
+        return bool(_libc().unshare(flags) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def _set_limits(job: dict[str, Any]) -> None:
+    for name, key in _LIMITS:
+        which = getattr(resource, name)
+        _soft, hard = resource.getrlimit(which)
+        value = int(job[key])
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        # CPU: SIGXCPU at the limit, SIGKILL a second later
+        top = value + 1 if name == "RLIMIT_CPU" and hard == resource.RLIM_INFINITY else value
+        resource.setrlimit(which, (value, top))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _drop_privileges(uid: int, gid: int) -> None:
+    if os.geteuid() != 0:
+        return
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+    if os.geteuid() == 0 or os.getuid() == 0:  # pragma: no cover - setuid cannot fail open
+        raise SystemExit("could not drop root")
+
+
+def _wait(pid: int, timeout: float) -> int:
+    """The PID namespace's first process' exit status; SIGKILL it after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        time.sleep(0.01)
+
+
+def _run(job: dict[str, Any], nonce: bytes, fd: int, ready: bytes) -> None:
+    """Steps 4 and 5 of the module docstring; never returns."""
+    write, leave, exec_, length = os.write, os._exit, builtins.exec, len
+    settrace, setprofile = sys.settrace, sys.setprofile
+    builtins_dict, modules = vars(builtins), sys.modules
+    saved_builtins, saved_modules = dict(builtins_dict), dict(modules)
+    clear, update, update_modules = builtins_dict.clear, builtins_dict.update, modules.update
+    asserts: list[str] = job["asserts"]
+    parts = [("answer", job["program"]), ("setup", job["setup"])]
+    parts += [(f"assert {i}", a) for i, a in enumerate(asserts)]
+    write(fd, ready)
+    try:
+        codes = [compile(src, f"<{name}>", "exec", 0, True, 0) for name, src in parts]
+    except BaseException as exc:  # a syntax error in the answer (the rest is the task's)
+        write(fd, f"fail compile {type(exc).__name__}: {exc}\n".encode()[:1000])
+        leave(1)
+    namespace: dict[str, Any] = {"__name__": "answer", "__builtins__": builtins}
+    done = 0
+    for (name, _), code in zip(parts, codes, strict=True):
+        if done:
+            settrace(None)
+            setprofile(None)
+            clear()
+            update(saved_builtins)
+            update_modules(saved_modules)
+        try:
+            exec_(code, namespace)
+        except BaseException as exc:  # SystemExit too: leaving early is failing
+            write(fd, f"fail {name} {type(exc).__name__}\n".encode()[:1000])
+            leave(1)
+        done += 1
+    if done == length(parts):
+        write(fd, b"pass " + nonce + b" %d\n" % length(asserts))
+    leave(0)
+
+
+def main() -> None:
+    fd, job_path = int(sys.argv[1]), sys.argv[2]
+    with open(job_path, encoding="utf-8") as fh:
+        job: dict[str, Any] = json.load(fh)
+    os.unlink(job_path)
+    nonce = os.read(0, 256).strip()
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    network = _unshare(CLONE_NEWNET)
+    pidns = _unshare(CLONE_NEWPID)
+    pid = os.fork() if pidns else 0
+    if pid:  # the parent, outside the new PID namespace: runs nothing of the job
+        for own in (0, 1, 2, fd):
+            os.close(own)
+        code = _wait(pid, float(job["timeout"]) + 1.0)  # a backstop: the library kills first
+        os._exit(code if code >= 0 else 128 - code)
+    _set_limits(job)
+    _drop_privileges(int(job["uid"]), int(job["gid"]))
+    if os.geteuid() != 0 and not os.access(os.path.dirname(os.__file__), os.R_OK | os.X_OK):
+        os.write(fd, b"startfail the interpreter's standard library is not readable\n")
+        os._exit(3)
+    with contextlib.suppress(OSError, AttributeError):
+        _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    ready = f"ready net={int(network)} pidns={int(pidns)} uid={os.geteuid()}\n".encode()
+    _run(job, nonce, fd, ready)
+
+
+if __name__ == "__main__":
+    main()
