@@ -102,7 +102,8 @@ class SandboxResult:
     ``"no_report"`` (the child ended without a verdict: ``os._exit``, a signal, a limit);
     ``"start_failed"`` (the sandbox itself did not start: no model code ran, so this says
     nothing about the program). ``network_isolated``, ``pid_namespace`` and
-    ``unprivileged`` say what the child reported it enforced before running the program.
+    ``unprivileged`` (switched from root to ``nobody``) say what the child reported it
+    enforced before running the program.
     """
 
     passed: bool
@@ -331,5 +332,5 @@ def _finish(
         elapsed=time.monotonic() - start,
         network_isolated="net=1" in ready.split(),
         pid_namespace="pidns=1" in ready.split(),
-        unprivileged=ready.startswith("ready ") and "uid=0" not in ready.split(),
+        unprivileged="dropped=1" in ready.split(),
     )

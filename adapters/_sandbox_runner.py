@@ -14,8 +14,9 @@ with a minimal environment. In order, before any model-written code runs:
    ask for SIGKILL if the parent dies;
 4. write the ``ready`` line (what was enforced) on the result channel, compile every part,
    then run the program, the setup and each assert in one namespace, restoring the
-   builtins and the ``sys.modules`` entries that existed before the program (and
-   clearing trace and profile hooks) before the setup and before every assert;
+   builtins and ``sys.modules`` as they were before the program (and
+   clearing trace and profile hooks) before the setup and before every assert (modules
+   the program imported are dropped from ``sys.modules``: an import there re-imports);
 5. only when every part returned normally, write ``pass NONCE N`` (N asserts) on the
    result channel, then leave at once (``os._exit``: no atexit handler, no thread joins).
 
@@ -34,10 +35,11 @@ import resource
 import signal
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 CLONE_NEWNET = 0x40000000
 CLONE_NEWPID = 0x20000000
+CLONE_NEWUSER = 0x10000000
 PR_SET_PDEATHSIG = 1
 _LIMITS = (
     ("RLIMIT_CPU", "cpu_seconds"),
@@ -75,14 +77,16 @@ def _set_limits(job: dict[str, Any]) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def _drop_privileges(uid: int, gid: int) -> None:
-    if os.geteuid() != 0:
-        return
+def _drop_privileges(uid: int, gid: int, root: bool) -> bool:
+    """Switch to ``uid``/``gid`` with no supplementary groups if we started as root."""
+    if not root:
+        return False
     os.setgroups([])
     os.setgid(gid)
     os.setuid(uid)
     if os.geteuid() == 0 or os.getuid() == 0:  # pragma: no cover - setuid cannot fail open
         raise SystemExit("could not drop root")
+    return True
 
 
 def _wait(pid: int, timeout: float) -> int:
@@ -98,9 +102,17 @@ def _wait(pid: int, timeout: float) -> int:
         time.sleep(0.01)
 
 
-def _run(job: dict[str, Any], nonce: bytes, fd: int, ready: bytes) -> None:
+def _run(job: dict[str, Any], nonce: bytes, fd: int, ready: bytes) -> NoReturn:
     """Steps 4 and 5 of the module docstring; never returns."""
-    write, leave, exec_, length = os.write, os._exit, builtins.exec, len
+    write, exit_, exec_, length = os.write, os._exit, builtins.exec, len
+    flushes = (sys.stdout.flush, sys.stderr.flush)
+
+    def leave(status: int) -> NoReturn:  # after the verdict: what the program printed, then out
+        for flush in flushes:
+            with contextlib.suppress(BaseException):
+                flush()
+        exit_(status)
+
     settrace, setprofile = sys.settrace, sys.setprofile
     builtins_dict, modules = vars(builtins), sys.modules
     saved_builtins, saved_modules = dict(builtins_dict), dict(modules)
@@ -122,6 +134,8 @@ def _run(job: dict[str, Any], nonce: bytes, fd: int, ready: bytes) -> None:
             setprofile(None)
             clear()
             update(saved_builtins)
+            for module in [module for module in modules if module not in saved_modules]:
+                del modules[module]
             update_modules(saved_modules)
         try:
             exec_(code, namespace)
@@ -143,7 +157,9 @@ def main() -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    network = _unshare(CLONE_NEWNET)
+    root = os.geteuid() == 0
+    # not root: a user namespace of our own gives the rights to make the other two
+    network = _unshare(CLONE_NEWNET | (0 if root else CLONE_NEWUSER))
     pidns = _unshare(CLONE_NEWPID)
     pid = os.fork() if pidns else 0
     if pid:  # the parent, outside the new PID namespace: runs nothing of the job
@@ -152,13 +168,13 @@ def main() -> None:
         code = _wait(pid, float(job["timeout"]) + 1.0)  # a backstop: the library kills first
         os._exit(code if code >= 0 else 128 - code)
     _set_limits(job)
-    _drop_privileges(int(job["uid"]), int(job["gid"]))
-    if os.geteuid() != 0 and not os.access(os.path.dirname(os.__file__), os.R_OK | os.X_OK):
+    dropped = _drop_privileges(int(job["uid"]), int(job["gid"]), root)
+    if dropped and not os.access(os.path.dirname(os.__file__), os.R_OK | os.X_OK):
         os.write(fd, b"startfail the interpreter's standard library is not readable\n")
         os._exit(3)
     with contextlib.suppress(OSError, AttributeError):
         _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    ready = f"ready net={int(network)} pidns={int(pidns)} uid={os.geteuid()}\n".encode()
+    ready = f"ready net={int(network)} pidns={int(pidns)} dropped={int(dropped)}\n".encode()
     _run(job, nonce, fd, ready)
 
 
