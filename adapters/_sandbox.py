@@ -67,6 +67,10 @@ class SandboxLimits:
         ``RLIMIT_NOFILE``: open file descriptors per process.
     output_bytes
         Bytes of stdout, and of stderr, kept; the rest is read and discarded.
+    scratch_bytes
+        Size of each private tmpfs on ``/tmp`` (the working directory), ``/var/tmp``,
+        ``/dev/shm`` and ``/run/lock``, where the platform allows mounts; it caps what the
+        program can write there (a tmpfs takes memory, not disk).
 
     Examples
     --------
@@ -81,6 +85,7 @@ class SandboxLimits:
     processes: int = 64
     open_files: int = 64
     output_bytes: int = 64 << 10
+    scratch_bytes: int = 64 << 20
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
@@ -101,9 +106,10 @@ class SandboxResult:
     compile: ``detail`` names it, e.g. ``"assert 1 AssertionError"``); ``"timeout"``;
     ``"no_report"`` (the child ended without a verdict: ``os._exit``, a signal, a limit);
     ``"start_failed"`` (the sandbox itself did not start: no model code ran, so this says
-    nothing about the program). ``network_isolated``, ``pid_namespace`` and
-    ``unprivileged`` (switched from root to ``nobody``) say what the child reported it
-    enforced before running the program.
+    nothing about the program). ``network_isolated``, ``pid_namespace``,
+    ``unprivileged`` (switched from root to ``nobody``) and ``private_scratch`` (fresh
+    tmpfs on the world-writable directories) say what the child reported it enforced
+    before running the program.
     """
 
     passed: bool
@@ -116,6 +122,7 @@ class SandboxResult:
     network_isolated: bool
     pid_namespace: bool
     unprivileged: bool
+    private_scratch: bool
 
 
 def _world_readable(path: str) -> bool:
@@ -284,7 +291,7 @@ def run_sandboxed(
             why = f"{type(exc).__name__}: {exc}"
             elapsed = time.monotonic() - start
             return SandboxResult(False, "start_failed", why, None, b"", b"", elapsed,
-                                 False, False, False)  # fmt: skip
+                                 False, False, False, False)  # fmt: skip
         finally:
             os.close(write_fd)
         return _finish(proc, read_fd, nonce, len(asserts), limits, start)
@@ -333,4 +340,5 @@ def _finish(
         network_isolated="net=1" in ready.split(),
         pid_namespace="pidns=1" in ready.split(),
         unprivileged="dropped=1" in ready.split(),
+        private_scratch="scratch=1" in ready.split(),
     )

@@ -7,9 +7,12 @@ with a minimal environment. In order, before any model-written code runs:
 1. read the job (the program, the setup, the asserts, the limits; a root-only file when
    the parent runs as root) and delete it; read the run's nonce from stdin, then put
    ``/dev/null`` on stdin;
-2. try to leave the network (a new network namespace: only a loopback interface, down)
-   and, where that works, the process tree (a new PID namespace, whose first process is
-   forked off to run the job: when it ends, the kernel kills every process it left);
+2. try to leave the network (a new network namespace: only a loopback interface, down),
+   the process tree (a new PID namespace, whose first process is forked off to run the
+   job: when it ends, the kernel kills every process it left, and it mounts a ``/proc``
+   of its own) and the file system's scratch space (a new mount namespace with a fresh,
+   size-capped tmpfs on ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``/run/lock``, the
+   working directory inside the new ``/tmp``);
 3. set the resource limits, drop to the unprivileged uid/gid when running as root, and
    ask for SIGKILL if the parent dies;
 4. write the ``ready`` line (what was enforced) on the result channel, compile every part,
@@ -40,7 +43,11 @@ from typing import Any, NoReturn
 CLONE_NEWNET = 0x40000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWNS = 0x00020000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 0x4000, 1 << 18
 PR_SET_PDEATHSIG = 1
+#: The world-writable directories: a private, size-capped tmpfs each where mounts work.
+SCRATCH = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 _LIMITS = (
     ("RLIMIT_CPU", "cpu_seconds"),
     ("RLIMIT_AS", "memory_bytes"),
@@ -64,6 +71,31 @@ def _unshare(flags: int) -> bool:
         return False
 
 
+def _mount(source: str, target: str, kind: str | None, flags: int, data: str | None) -> bool:
+    try:
+        return bool(_libc().mount(source.encode(), target.encode(),
+                                  kind and kind.encode(), flags,
+                                  data and data.encode()) == 0)  # fmt: skip
+    except (OSError, AttributeError):
+        return False
+
+
+def _private_scratch(size: int, workdir: str) -> str | None:
+    """A mount namespace of our own, with a fresh tmpfs of ``size`` bytes on every
+    :data:`SCRATCH` directory; the new working directory (``workdir``'s name under the
+    new ``/tmp``), or None where mounts are refused."""
+    if not _unshare(CLONE_NEWNS) or not _mount("none", "/", None, MS_REC | MS_PRIVATE, None):
+        return None
+    for target in SCRATCH:
+        options = f"size={size},mode=1777"
+        if os.path.isdir(target) and not _mount("tmpfs", target, "tmpfs",
+                                                 MS_NOSUID | MS_NODEV, options):  # fmt: skip
+            return None
+    work = os.path.join("/tmp", os.path.basename(workdir))
+    os.mkdir(work, 0o700)
+    return work
+
+
 def _set_limits(job: dict[str, Any]) -> None:
     for name, key in _LIMITS:
         which = getattr(resource, name)
@@ -75,6 +107,7 @@ def _set_limits(job: dict[str, Any]) -> None:
         top = value + 1 if name == "RLIMIT_CPU" and hard == resource.RLIM_INFINITY else value
         resource.setrlimit(which, (value, top))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large write fails (EFBIG), always
 
 
 def _drop_privileges(uid: int, gid: int, root: bool) -> bool:
@@ -161,12 +194,21 @@ def main() -> None:
     # not root: a user namespace of our own gives the rights to make the other two
     network = _unshare(CLONE_NEWNET | (0 if root else CLONE_NEWUSER))
     pidns = _unshare(CLONE_NEWPID)
+    work = _private_scratch(int(job["scratch_bytes"]), os.getcwd())
+    if work is not None:
+        if root:
+            os.chown(work, int(job["uid"]), int(job["gid"]))
+        os.chdir(work)
+        os.environ.update(HOME=work, TMPDIR=work)
     pid = os.fork() if pidns else 0
     if pid:  # the parent, outside the new PID namespace: runs nothing of the job
         for own in (0, 1, 2, fd):
             os.close(own)
         code = _wait(pid, float(job["timeout"]) + 1.0)  # a backstop: the library kills first
         os._exit(code if code >= 0 else 128 - code)
+    # the first process of the new PID namespace: a /proc that shows only its processes
+    private_proc = bool(pidns and work and _mount("proc", "/proc", "proc",
+                                                  MS_NOSUID | MS_NODEV | MS_NOEXEC, None))
     _set_limits(job)
     dropped = _drop_privileges(int(job["uid"]), int(job["gid"]), root)
     if dropped and not os.access(os.path.dirname(os.__file__), os.R_OK | os.X_OK):
@@ -174,7 +216,8 @@ def main() -> None:
         os._exit(3)
     with contextlib.suppress(OSError, AttributeError):
         _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    ready = f"ready net={int(network)} pidns={int(pidns)} dropped={int(dropped)}\n".encode()
+    ready = (f"ready net={int(network)} pidns={int(pidns)} dropped={int(dropped)} "
+             f"scratch={int(work is not None)} proc={int(private_proc)}\n").encode()
     _run(job, nonce, fd, ready)
 
 

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -122,17 +123,38 @@ def test_nothing_is_written_outside_the_working_directory(tmp_path: Path) -> Non
     mine.write_text("original", encoding="utf-8")
     mine.chmod(0o666)
     target = tmp_path / "created.txt"
+    scratch = Path("/tmp") / f"liftguard-test-{uuid.uuid4().hex}.txt"  # world-writable
     program = (
-        "import os\nhits = []\n"
-        f"for path, mode in (({str(mine)!r}, 'w'), ({str(target)!r}, 'w'), ('mine.txt', 'w')):\n"
-        "    try:\n        open(path, mode).write('pwned')\n        hits.append(path)\n"
+        "hits = []\n"
+        f"for path in ({str(mine)!r}, {str(target)!r}, {str(scratch)!r}, 'mine.txt'):\n"
+        "    try:\n        open(path, 'w').write('pwned')\n        hits.append(path)\n"
         "    except OSError:\n        pass\n"
     )
-    result = _run(program, ("assert hits == ['mine.txt']",))
-    assert result.passed, result  # it ran, and wrote only in its own directory
+    result = _run(program, (f"assert hits[0] != {str(mine)!r}",))
+    assert result.passed, result  # it ran, and wrote only in its own directories
     assert mine.read_text(encoding="utf-8") == "original"
     assert not target.exists()
     assert result.unprivileged
+    if result.private_scratch:  # else /tmp is shared: documented
+        assert not scratch.exists()
+    scratch.unlink(missing_ok=True)
+
+
+def test_what_a_program_writes_is_capped() -> None:
+    program = ("written = 0\nfor i in range(200):\n    try:\n"
+               "        with open(f'f{i}', 'wb') as fh:\n"
+               "            written += fh.write(b'x' * (1 << 20))\n"
+               "    except OSError:\n        break\n"
+               "big = 0\ntry:\n    with open('big', 'wb') as fh:\n"
+               "        for _ in range(100):\n            big += fh.write(b'x' * (1 << 20))\n"
+               "except OSError:\n    pass\n")  # fmt: skip
+    limits = SandboxLimits(timeout=30, file_bytes=8 << 20, scratch_bytes=32 << 20)
+    result = run_sandboxed(program, ["assert big <= 8 << 20", "assert written <= 32 << 20"],
+                           limits=limits)  # fmt: skip
+    if result.private_scratch:
+        assert result.passed, result
+    else:
+        assert "assert 0" not in result.detail  # RLIMIT_FSIZE holds everywhere
 
 
 @needs_root
