@@ -71,6 +71,15 @@ def _unshare(flags: int) -> bool:
         return False
 
 
+def _map_ids(uid: int, gid: int) -> None:
+    """In a new user namespace: be the same uid and gid there as outside (unmapped ids
+    cannot create files)."""
+    for path, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{uid} {uid} 1"),
+                       ("/proc/self/gid_map", f"{gid} {gid} 1")):  # fmt: skip
+        with contextlib.suppress(OSError), open(path, "w", encoding="ascii") as fh:
+            fh.write(text)
+
+
 def _mount(source: str, target: str, kind: str | None, flags: int, data: str | None) -> bool:
     try:
         return bool(_libc().mount(source.encode(), target.encode(),
@@ -92,7 +101,10 @@ def _private_scratch(size: int, workdir: str) -> str | None:
                                                  MS_NOSUID | MS_NODEV, options):  # fmt: skip
             return None
     work = os.path.join("/tmp", os.path.basename(workdir))
-    os.mkdir(work, 0o700)
+    try:
+        os.mkdir(work, 0o700)
+    except OSError:
+        return None
     return work
 
 
@@ -190,9 +202,11 @@ def main() -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    root = os.geteuid() == 0
-    # not root: a user namespace of our own gives the rights to make the other two
+    root, uid, gid = os.geteuid() == 0, os.getuid(), os.getgid()
+    # not root: a user namespace of our own gives the rights to make the others
     network = _unshare(CLONE_NEWNET | (0 if root else CLONE_NEWUSER))
+    if network and not root:
+        _map_ids(uid, gid)
     pidns = _unshare(CLONE_NEWPID)
     work = _private_scratch(int(job["scratch_bytes"]), os.getcwd())
     if work is not None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -217,3 +219,34 @@ def test_every_mbpp_reference_solution_passes() -> None:
         passed = list(pool.map(lambda t: check_code(t["reference_code"], t, limits=limits), tasks))
     assert len(tasks) == 500
     assert [t["id"] for t, ok in zip(tasks, passed, strict=True) if not ok] == []
+
+
+_AS_NOBODY = """
+import os, sys
+from adapters import SandboxLimits, run_sandboxed
+os.setgroups([]); os.setgid(65534); os.setuid(65534)
+limits = SandboxLimits(timeout=10, cpu_seconds=5)
+for program, asserts in ((sys.argv[1], ["assert f(2) == 4"]), (sys.argv[2], ["assert False"])):
+    r = run_sandboxed(program, asserts, limits=limits, python=sys.argv[3])
+    print(r.passed, r.outcome, r.network_isolated, r.pid_namespace, r.private_scratch,
+          r.unprivileged)
+"""
+
+
+@needs_root
+def test_a_caller_without_root_gets_namespaces_of_its_own(tmp_path: Path) -> None:
+    # the same checks from a caller that is not root (nobody here), through a user namespace
+    system = Path("/usr/bin/python3")
+    if not system.exists():
+        pytest.skip("no system python3 that nobody can run")
+    hostile = "import os\nos.kill(os.getppid(), 9)\nos.kill(0, 9)"
+    out = subprocess.run(
+        [sys.executable, "-c", _AS_NOBODY, "def f(x):\n    return 2 * x", hostile, str(system)],
+        capture_output=True, text=True, timeout=BOUND, cwd="/",
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("True passed") and lines[1].startswith("False ")
+    if "True True True False" not in lines[0]:
+        pytest.skip(f"no user namespaces here: {lines[0]}")
