@@ -139,7 +139,8 @@ def _world_readable(path: str) -> bool:
 def default_python() -> str:
     """The interpreter a run uses: this one, unless the run drops to ``nobody`` and its
     standard library is out of that user's reach (e.g. a pyenv under ``/root``); then the
-    system's ``python3``, whose standard library is."""
+    system's ``python3`` if ``nobody`` can run it (a child that then finds its standard
+    library unreadable fails to start, and says so)."""
     mine = os.path.realpath(sys.executable)
     if os.geteuid() != 0 or _world_readable(os.path.dirname(os.__file__)):
         return mine
@@ -310,6 +311,7 @@ def _finish(
     try:
         with contextlib.suppress(BrokenPipeError):  # a child that died at once: start_failed
             proc.stdin.write(nonce + b"\n")
+        with contextlib.suppress(BrokenPipeError):
             proc.stdin.close()
         bufs = {proc.stdout.fileno(): out, proc.stderr.fileno(): err, read_fd: result}
         caps = {proc.stdout.fileno(): limits.output_bytes,
@@ -328,6 +330,8 @@ def _finish(
         proc.stderr.close()
     lines = bytes(result).splitlines()
     passed, outcome, detail = _verdict(lines, nonce, n_asserts, on_time, returncode)
+    if outcome == "start_failed" and err.strip():  # only our own code ran: its last words
+        detail += ": " + bytes(err).strip().splitlines()[-1].decode(errors="replace")
     ready = lines[0].decode(errors="replace") if lines else ""
     return SandboxResult(
         passed=passed,
