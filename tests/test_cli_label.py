@@ -175,6 +175,23 @@ def test_check_code_runs_each_answer_with_its_tasks_tests(
                           "no_task 1")  # fmt: skip
 
 
+def test_a_sandbox_that_cannot_start_leaves_answers_unlabelled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import adapters._sandbox
+
+    monkeypatch.setattr(adapters._sandbox, "default_python", lambda: str(tmp_path / "none"))
+    task = json.loads((FIXTURES / "mbpp_sample.jsonl").read_text().splitlines()[0])
+    traces, out = tmp_path / "traces.jsonl", tmp_path / "labelled.jsonl"
+    traces.write_text(_trace(task["id"], "q", task["reference_code"]), encoding="utf-8")
+    argv = ["traces", "label", "--traces", str(traces), "--references",
+            str(FIXTURES / "mbpp_sample.jsonl"), "--out", str(out), "--check", "code"]  # fmt: skip
+    assert main(argv) == 1  # nothing labelled
+    assert out.read_text(encoding="utf-8") == ""
+    err = capsys.readouterr().err
+    assert "labelled 0 of 1 traces" in err and "unlabelled: sandbox_failed_to_start 1" in err
+
+
 def test_check_number_compares_final_numbers(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -4,6 +4,7 @@ number it ends on, and the labels (or reasons for none) they give."""
 from __future__ import annotations
 
 import doctest
+from types import ModuleType
 
 import pytest
 
@@ -13,8 +14,8 @@ from adapters import CheckSkipped, check_code, check_number, extract_python_code
 
 
 @pytest.mark.parametrize("module", [adapters._checks, adapters._sandbox])
-def test_docstring_examples_run(module: object) -> None:
-    failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)  # type: ignore[arg-type]
+def test_docstring_examples_run(module: ModuleType) -> None:
+    failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert tried > 0 and failures == 0
 
 
