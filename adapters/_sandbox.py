@@ -180,9 +180,17 @@ def _exited(pid: int, wait: float) -> bool:
     return True
 
 
-def _kill_group(pgid: int) -> None:
+def _stop(pid: int) -> None:
+    """End the child ``pid`` (not yet reaped, so its pid and group id are still ours) and
+    whatever it left: SIGTERM first, which the runner's outer process answers by killing
+    the first process of its PID namespace (and so all of it), then SIGKILL to the
+    process and its group (leftovers of a run that ended on time too)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+        os.kill(pid, signal.SIGTERM)
+        _exited(pid, 1.0)
+    for kill, target in ((os.killpg, pid), (os.kill, pid)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            kill(target, signal.SIGKILL)
 
 
 def _read(
@@ -320,7 +328,7 @@ def _finish(
     finally:
         if on_time:
             _exited(proc.pid, 1.0)  # its own exit status, if it is on its way out
-        _kill_group(proc.pid)  # leftovers of a finished run too (not yet reaped: safe)
+        _stop(proc.pid)
         try:
             returncode: int | None = proc.wait(timeout=_GRACE)
         except subprocess.TimeoutExpired:

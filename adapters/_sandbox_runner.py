@@ -216,6 +216,9 @@ def main() -> None:
         os.environ.update(HOME=work, TMPDIR=work)
     pid = os.fork() if pidns else 0
     if pid:  # the parent, outside the new PID namespace: runs nothing of the job
+        # the library's SIGTERM: kill the child by its pid, which it cannot leave (unlike
+        # the process group) and whose death takes its whole PID namespace with it
+        signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGKILL))
         for own in (0, 1, 2, fd):
             os.close(own)
         code = _wait(pid, float(job["timeout"]) + 1.0)  # a backstop: the library kills first

@@ -92,6 +92,38 @@ def test_hostile_programs_never_pass(program: str) -> None:
     assert result.outcome in ("failed", "timeout", "no_report"), result
 
 
+def _orphaned_runners() -> set[int]:
+    """Sandbox processes whose parent is gone (re-parented to pid 1): leaked ones."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            status = (entry / "status").read_text(encoding="ascii")
+        except OSError:
+            continue
+        if b"_sandbox_runner.py" in cmdline and re.search(r"^PPid:\s+1$", status, re.M):
+            found.add(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize(
+    "program",
+    ["import os, time\nos.setsid()\ntime.sleep(10_000)",
+     "import ctypes, os, time\nos.setsid()\nctypes.CDLL(None).prctl(1, 0)\n"  # no PDEATHSIG
+     "time.sleep(10_000)",
+     "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(10_000)"],
+    ids=["leave the session", "leave the session and the parent-death signal",
+         "a child that leaves the session"],
+)  # fmt: skip
+def test_nothing_outlives_the_run(program: str) -> None:
+    before = _orphaned_runners()
+    assert not _run(program).passed
+    deadline = time.monotonic() + 10
+    while _orphaned_runners() - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _orphaned_runners() - before == set()
+
+
 def test_a_patched_helper_does_not_reach_the_asserts() -> None:
     # builtins and sys.modules are put back before every assert
     patched = ("import builtins, sys, types\nbuiltins.len = lambda x: 3\n"
