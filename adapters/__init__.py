@@ -53,6 +53,15 @@ the proxy's server stack):
 - :class:`Judge`: asks any OpenAI-compatible endpoint whether an answer is correct,
   parsing its one-word reply strictly; :class:`JudgeFailure` is a judge that gave no
   usable verdict (the trace then stays unlabelled).
+
+Labelling by checking (``liftguard traces label --check``; see ``docs/checking.md``):
+
+- :func:`check_code`: runs an answer's Python (:func:`extract_python_code`) with its MBPP
+  task's tests in :func:`run_sandboxed` (a child process in its own session, PID and
+  network namespaces where allowed, under :class:`SandboxLimits`, as ``nobody`` when
+  called as root); :class:`SandboxResult` says whether the asserts really ran to the end.
+- :func:`check_number`: compares an answer's :func:`final_number` with a GSM8K task's.
+- :class:`CheckSkipped`: a check that cannot label an answer, with the reason.
 """
 
 from __future__ import annotations
@@ -65,6 +74,7 @@ from ._anthropic import (
     guard_anthropic_stream_sync,
     guarded_message,
 )
+from ._checks import CheckSkipped, check_code, check_number, extract_python_code, final_number
 from ._errors import ProviderFormatError
 from ._judge import Judge, JudgeFailure
 from ._openai import guard_chat_stream, guard_chat_stream_sync, guarded_chat_completion
@@ -75,6 +85,7 @@ from ._openai_events import (
     events_from_responses_event,
 )
 from ._prompt_free import PromptFreeSkeleton, smollm2_prompt_free_prefix
+from ._sandbox import SandboxLimits, SandboxResult, run_sandboxed
 from ._scorer import LocalTextScorer
 from ._token_ids import GGUFIds, TiktokenIds, token_ids_for
 
@@ -84,6 +95,7 @@ if _typing.TYPE_CHECKING:
 
 __all__ = [
     "Abstention",
+    "CheckSkipped",
     "ChunkParts",
     "GGUFIds",
     "Judge",
@@ -92,11 +104,17 @@ __all__ = [
     "LocalTextScorer",
     "PromptFreeSkeleton",
     "ProviderFormatError",
+    "SandboxLimits",
+    "SandboxResult",
     "TiktokenIds",
     "anthropic_scorer_prompt",
     "chat_chunk_parts",
+    "check_code",
+    "check_number",
     "events_from_chat_chunk",
     "events_from_responses_event",
+    "extract_python_code",
+    "final_number",
     "guard_anthropic_stream",
     "guard_anthropic_stream_sync",
     "guard_chat_stream",
@@ -105,6 +123,7 @@ __all__ = [
     "guard_tool",
     "guarded_chat_completion",
     "guarded_message",
+    "run_sandboxed",
     "smollm2_prompt_free_prefix",
     "token_ids_for",
 ]

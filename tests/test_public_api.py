@@ -131,6 +131,7 @@ def test_adapter_public_names_are_pinned() -> None:
 
     assert adapters.__all__ == [
         "Abstention",
+        "CheckSkipped",
         "ChunkParts",
         "GGUFIds",
         "Judge",
@@ -139,11 +140,17 @@ def test_adapter_public_names_are_pinned() -> None:
         "LocalTextScorer",
         "PromptFreeSkeleton",
         "ProviderFormatError",
+        "SandboxLimits",
+        "SandboxResult",
         "TiktokenIds",
         "anthropic_scorer_prompt",
         "chat_chunk_parts",
+        "check_code",
+        "check_number",
         "events_from_chat_chunk",
         "events_from_responses_event",
+        "extract_python_code",
+        "final_number",
         "guard_anthropic_stream",
         "guard_anthropic_stream_sync",
         "guard_chat_stream",
@@ -152,6 +159,7 @@ def test_adapter_public_names_are_pinned() -> None:
         "guard_tool",
         "guarded_chat_completion",
         "guarded_message",
+        "run_sandboxed",
         "smollm2_prompt_free_prefix",
         "token_ids_for",
     ]

@@ -19,18 +19,24 @@ and counted in the summary on stderr:
 Labelling by references: ``FILE`` is JSONL with ``"question"`` (or ``"id"``) and
 the references as ``"answer"`` or ``"references"`` (a string or a list), as
 ``liftguard traces generate`` reads; a trace matches by ``id`` first, then by
-its question text (surrounding whitespace ignored); the trace's ``references``
+its question text (surrounding whitespace ignored; a row's question is its
+``"question"``, else its ``"text"`` as in MBPP); the trace's ``references``
 are filled in and ``correct`` comes from ``--rule``: ``contains`` (the default,
 the trace format's rule, :func:`guardrail.traces.is_correct`: the answer names a
 reference) or ``f1`` (SQuAD token F1 against the best reference at least
 ``--f1-threshold``, :func:`guardrail.traces.is_correct_f1`). By judge: see
 :class:`adapters.Judge` for the prompt and the strict parsing; the key comes
-from ``--judge-key-env``. ``--unlabelled FILE`` writes the traces left without
+from ``--judge-key-env``. By checking (``--check code|number|MODULE:FUNCTION``, with
+``--references`` holding the task rows, e.g. MBPP's tests or GSM8K's final numbers):
+see :mod:`adapters.cli._label_check`; an answer its check cannot label is left
+unlabelled by reason (``no_task``, ``no_code_block``, ``sandbox_failed_to_start``...).
+``--unlabelled FILE`` writes the traces left without
 a label (to retry).
 
 Each labelled line names what labelled it in ``label_rule``, a key the trace
 format does not name (so it goes after the documented keys, and readers ignore
-it): ``"contains"``, ``"f1>=0.6"`` (the threshold used) or ``"judge:MODEL"``;
+it): ``"contains"``, ``"f1>=0.6"`` (the threshold used), ``"check:code"`` (or
+``check:number``, ``check:MODULE:FUNCTION``) or ``"judge:MODEL"``;
 the summary on stderr names it too. A rule that labels almost none or almost all
 of at least 20 answers correct draws a warning naming another rule to try
 (:func:`lopsided_labels`).
@@ -53,12 +59,13 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from ._common import CommandError, json_lines
 from ._recorded import recorded_lines
 
-__all__ = ["add_label_parser", "cmd_label", "read_references", "usable"]
+__all__ = ["Labeller", "add_label_parser", "cmd_label", "match", "read_references", "read_tasks",
+           "usable"]  # fmt: skip
 
 Labeller = Callable[[dict[str, Any]], tuple[bool | None, str]]
 
@@ -75,12 +82,30 @@ def _lines(path: str, torn: Callable[[int], None]) -> Iterator[tuple[int, dict[s
         yield lineno, obj
 
 
+def _question(row: dict[str, Any]) -> str | None:
+    """A references row's question: ``"question"``, else ``"text"`` (MBPP's task text)."""
+    for key in ("question", "text"):
+        if isinstance(row.get(key), str):
+            return str(row[key])
+    return None
+
+
+def _keyed_rows(path: str) -> Iterator[tuple[int, dict[str, Any], str | None, str | None]]:
+    """``(line, row, id, question)`` of each row of a references file (see the module
+    docstring); a row with neither an id nor a question is a one-line error."""
+    for lineno, value in json_lines(path):
+        row: dict[str, Any] = value if isinstance(value, dict) else {}
+        key_id, question = row.get("id"), _question(row)
+        if not isinstance(key_id, str) and question is None:
+            raise CommandError(f'{path}:{lineno}: expected a "question" (or "text") or an "id"')
+        yield lineno, row, key_id if isinstance(key_id, str) else None, question
+
+
 def read_references(path: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """``(by id, by question)`` from a references JSONL file (see the module docstring)."""
     by_id: dict[str, list[str]] = {}
     by_question: dict[str, list[str]] = {}
-    for lineno, value in json_lines(path):
-        row: dict[str, Any] = value if isinstance(value, dict) else {}
+    for lineno, row, key_id, question in _keyed_rows(path):
         refs = row.get("references", row.get("answer"))
         if isinstance(refs, str):
             refs = [refs]
@@ -89,14 +114,32 @@ def read_references(path: str) -> tuple[dict[str, list[str]], dict[str, list[str
                 f'{path}:{lineno}: expected "answer" or "references" (a string or a '
                 "non-empty list of strings)"
             )
-        key_id, question = row.get("id"), row.get("question")
-        if not isinstance(key_id, str) and not isinstance(question, str):
-            raise CommandError(f'{path}:{lineno}: expected a "question" or an "id"')
-        if isinstance(key_id, str):
+        if key_id is not None:
             by_id.setdefault(key_id, []).extend(refs)
-        if isinstance(question, str):
+        if question is not None:
             by_question.setdefault(question.strip(), []).extend(refs)
     return by_id, by_question
+
+
+def read_tasks(path: str) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """``(by id, by question)`` of the whole rows of a references file, for ``--check``
+    (the first row of an id or a question wins)."""
+    by_id: dict[str, dict[str, Any]] = {}
+    by_question: dict[str, dict[str, Any]] = {}
+    for _, row, key_id, question in _keyed_rows(path):
+        if key_id is not None:
+            by_id.setdefault(key_id, row)
+        if question is not None:
+            by_question.setdefault(question.strip(), row)
+    return by_id, by_question
+
+
+_T = TypeVar("_T")
+
+
+def match(obj: dict[str, Any], by_id: dict[str, _T], by_question: dict[str, _T]) -> _T | None:
+    """What a trace matches: by its ``id`` first, then by its question text."""
+    return by_id.get(str(obj.get("id"))) or by_question.get(obj["question"].strip())
 
 
 def usable(obj: dict[str, Any]) -> bool:
@@ -130,7 +173,7 @@ def _by_references(path: str, rule: str, f1_threshold: float) -> Labeller:
         return is_correct(answer, refs, question)
 
     def label(obj: dict[str, Any]) -> tuple[bool | None, str]:
-        refs = by_id.get(str(obj.get("id"))) or by_question.get(obj["question"].strip())
+        refs = match(obj, by_id, by_question)
         if not refs:
             return None, "no_reference"
         obj["references"] = list(dict.fromkeys(refs))
@@ -212,6 +255,8 @@ LOPSIDED = (20, 0.02)
 _OTHER_RULE = {
     "contains": "--rule f1 (partial answers such as 'fusion' for 'nuclear fusion')",
     "f1": "--rule contains (answers in sentences score a low F1 against a short reference)",
+    "check": "matching answers and tasks by hand (a check that never or always passes often "
+    "reads the wrong task, or a code block the answers do not have)",
 }
 
 
@@ -234,13 +279,19 @@ def lopsided_labels(correct: int, labelled: int, rule: str) -> str | None:
         f"the rule {rule} labelled {correct} of {labelled} answers correct ({which}): labels "
         f"that say the same of every answer teach calibration nothing and may be the rule's "
         f"fault, not the model's; read a few labelled answers, and try {other}"
-        + ("" if kind == "judge" else " or a --judge")
+        + ("" if kind in ("judge", "check") else " or a --judge")
     )
 
 
 def _check_rule(args: argparse.Namespace) -> None:
     """``--rule`` and ``--f1-threshold`` go with ``--references``, the threshold with
-    ``--rule f1``."""
+    ``--rule f1``; ``--check`` with ``--references`` and no ``--rule``."""
+    if args.check is not None and args.references is None:
+        raise CommandError("--check needs --references FILE (the tasks to check against)",
+                           status=2)  # fmt: skip
+    if args.check is not None and (args.rule is not None or args.f1_threshold is not None):
+        raise CommandError("--rule labels by reference answers; --check labels by checking",
+                           status=2)  # fmt: skip
     if args.judge is not None and args.rule is not None:
         raise CommandError("--rule labels by --references; a --judge labels on its own", status=2)
     if args.f1_threshold is not None and args.rule != "f1":
@@ -248,11 +299,11 @@ def _check_rule(args: argparse.Namespace) -> None:
 
 
 def cmd_label(args: argparse.Namespace) -> int:
+    _check_rule(args)
     if args.references is None and args.judge is None:
         raise CommandError("give --references FILE or --judge URL --judge-model NAME", status=2)
     if args.judge is not None and not args.judge_model:
         raise CommandError("--judge needs --judge-model NAME", status=2)
-    _check_rule(args)
     for path in args.traces:
         if not os.path.isfile(path):
             raise CommandError(f"{path}: no such file")
@@ -267,7 +318,12 @@ def cmd_label(args: argparse.Namespace) -> int:
             unlabelled=args.unlabelled,
         )
 
-    if args.references is not None:
+    if args.check is not None:
+        from ._label_check import by_check
+
+        labeller, rule = by_check(args.check, args.references)
+        counts = run(labeller, rule)
+    elif args.references is not None:
         from guardrail.traces import DEFAULT_F1_THRESHOLD
 
         how = args.rule or "contains"
@@ -302,12 +358,13 @@ def add_label_parser(cmds: Any) -> None:
 
     lb = cmds.add_parser(
         "label",
-        help="add correctness labels to recorded traces (by references or an LLM judge)",
+        help="add correctness labels to recorded traces (by references, checks or a judge)",
         description="Label the traces that 'liftguard serve --record' writes, by reference "
-        "answers (--rule contains or f1) or by an LLM judge behind any OpenAI-compatible "
-        "endpoint; the output feeds 'liftguard calibrate'. Incomplete answers, answers "
-        "without usable logprobs and answers the labeller could not label are left out "
-        "and counted.",
+        "answers (--rule contains or f1), by checking them against their tasks (--check: "
+        "run code's tests, compare final numbers), or by an LLM judge behind any "
+        "OpenAI-compatible endpoint; the output feeds 'liftguard calibrate'. Incomplete "
+        "answers, answers without usable logprobs and answers the labeller could not label "
+        "are left out and counted.",
     )
     lb.add_argument(
         "--traces",
@@ -317,7 +374,7 @@ def add_label_parser(cmds: Any) -> None:
         help="recorded trace files (JSONL; e.g. every file under --record DIR)",
     )
     lb.add_argument("--out", type=output_file, required=True, help="labelled traces (JSONL)")
-    how = lb.add_mutually_exclusive_group(required=True)
+    how = lb.add_mutually_exclusive_group()  # one of them: cmd_label says which goes how
     how.add_argument(
         "--references",
         metavar="FILE",
@@ -339,6 +396,15 @@ def add_label_parser(cmds: Any) -> None:
         metavar="F",
         help=f"the token F1 that --rule f1 counts as correct, in (0, 1] "
         f"(default {DEFAULT_F1_THRESHOLD:g})",
+    )
+    lb.add_argument(
+        "--check",
+        metavar="HOW",
+        default=None,
+        help="label by checking each answer against its task row in --references instead of "
+        "matching text: 'code' (run the answer's Python with the task's test_setup_code and "
+        "test_list asserts, in a sandbox), 'number' (its final number against the task's "
+        "answer) or MODULE:FUNCTION (your own check, (answer, task) -> bool | None)",
     )
     lb.add_argument("--judge-model", metavar="NAME", help="the judge's model name")
     lb.add_argument(

@@ -265,8 +265,11 @@ def test_the_judge_is_parsed_strictly(upstream: Upstream) -> None:
 
 
 def test_label_usage_errors(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit):  # one of --references / --judge is required
-        _parser().parse_args(["traces", "label", "--traces", "x", "--out", str(tmp_path / "o")])
+    with pytest.raises(CommandError, match="give --references FILE or --judge URL"):
+        _label(["--traces", "x", "--out", str(tmp_path / "o")])
+    with pytest.raises(SystemExit):  # --references and --judge exclude each other
+        _parser().parse_args(["traces", "label", "--traces", "x", "--references", "r",
+                              "--judge", "http://j/v1", "--out", str(tmp_path / "o")])
     with pytest.raises(CommandError, match="--judge-model"):
         _label(["--traces", "x", "--judge", "http://j/v1", "--out", str(tmp_path / "o")])
     with pytest.raises(CommandError, match="no such file"):
