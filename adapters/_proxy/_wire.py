@@ -383,7 +383,7 @@ class _Run:
         lp: dict[str, Any] | None = None
         if self.with_entries or (self.with_entries is None and self.any_logprobs):
             lp = {"content": self.entries}
-            if any("refusal" in (c["choices"][0]["logprobs"] or ()) for c in self.chunks):
+            if any("refusal" in (c["choices"][0].get("logprobs") or ()) for c in self.chunks):
                 lp["refusal"] = None
         delta = {**choice["delta"], "content": "".join(self.texts)}
         return {**first, "choices": [{**choice, "delta": delta, "logprobs": lp}]}

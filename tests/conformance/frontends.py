@@ -38,6 +38,10 @@ class Outcome:
     mismatches: list[str] = field(default_factory=list)
     status: int | None = None
     choices: set[int] = field(default_factory=set)
+    logprobs: int = 0
+    """Token logprob entries the client received."""
+    top: int = 0
+    """The most alternatives it received for one token."""
 
 
 class FrontEnd:
@@ -139,7 +143,14 @@ class HTTPFrontEnd(FrontEnd):
                 continue
             out.text += delta.content or ""
             out.tool_calls |= bool(delta.tool_calls or delta.function_call)
+            self._take_logprobs(out, choice.logprobs)
         self._take_verdict(out, _read_verdict(chunk))
+
+    @staticmethod
+    def _take_logprobs(out: Outcome, logprobs: Any) -> None:
+        for entry in getattr(logprobs, "content", None) or ():
+            out.logprobs += 1
+            out.top = max(out.top, len(entry.top_logprobs or ()))
 
     def _take_completion(self, out: Outcome, completion: Any) -> None:
         for choice in completion.choices:
@@ -148,6 +159,7 @@ class HTTPFrontEnd(FrontEnd):
                 continue
             out.text += choice.message.content or ""
             out.tool_calls |= bool(choice.message.tool_calls or choice.message.function_call)
+            self._take_logprobs(out, choice.logprobs)
         self._take_verdict(out, _read_verdict(completion))
 
     def _take_error(self, out: Outcome, body: Any) -> None:

@@ -26,7 +26,7 @@ import pytest
 from frontends import SDK, FrontEnd, HTTPFrontEnd, Outcome
 from litellm_harness import ScriptedUpstream, running_litellm
 from proxy_harness import GOOD, ROLE, STOP, make_certificate, running_proxy, tokens
-from sse_server import Reply, serving
+from sse_server import Reply, chat_chunk, serving
 
 from adapters.proxy import StaticCertificate
 from guardrail import GenerationContext
@@ -212,6 +212,18 @@ def test_an_answer_within_its_token_limit_is_certified(
     events = [ROLE, *tokens([GOOD] * LIMIT, WORDS), STOP]
     out = _ask(upstream, front_end, "within the limit", events)
     assert out.certified and out.text == "".join(WORDS[:LIMIT]) and out.mismatches == [], out
+
+
+def test_a_client_that_asks_for_logprobs_gets_them_with_a_certified_answer(
+    upstream: Upstream, front_end: FrontEnd
+) -> None:
+    if isinstance(front_end, SDK):
+        pytest.skip("the SDK adapter yields text: its caller reads no logprobs")
+    role = chat_chunk({"role": "assistant", "content": ""}, None)  # (llama.cpp's: no logprobs)
+    events = [role, *tokens([GOOD] * 4, WORDS), STOP]
+    out = _ask(upstream, front_end, "with logprobs", events, logprobs=True, top_logprobs=2)
+    assert out.certified and out.text == "".join(WORDS[:4]), out
+    assert out.logprobs == 4 and out.top <= 2, out
 
 
 # --- settings ---------------------------------------------------------------------------------
