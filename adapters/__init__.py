@@ -68,30 +68,36 @@ from __future__ import annotations
 
 import typing as _typing
 
-from ._anthropic import (
-    anthropic_scorer_prompt,
-    guard_anthropic_stream,
-    guard_anthropic_stream_sync,
-    guarded_message,
-)
-from ._checks import CheckSkipped, check_code, check_number, extract_python_code, final_number
 from ._errors import ProviderFormatError
-from ._judge import Judge, JudgeFailure
-from ._openai import guard_chat_stream, guard_chat_stream_sync, guarded_chat_completion
-from ._openai_events import (
+from ._guard._openai_events import (
     ChunkParts,
     chat_chunk_parts,
     events_from_chat_chunk,
     events_from_responses_event,
 )
-from ._prompt_free import PromptFreeSkeleton, smollm2_prompt_free_prefix
-from ._sandbox import SandboxLimits, SandboxResult, run_sandboxed
-from ._scorer import LocalTextScorer
-from ._token_ids import GGUFIds, TiktokenIds, token_ids_for
+from ._guard._token_ids import GGUFIds, TiktokenIds, token_ids_for
+from ._labels._checks import (
+    CheckSkipped,
+    check_code,
+    check_number,
+    extract_python_code,
+    final_number,
+)
+from ._labels._judge import Judge, JudgeFailure
+from ._labels._sandbox import SandboxLimits, SandboxResult, run_sandboxed
+from ._local._prompt_free import PromptFreeSkeleton, smollm2_prompt_free_prefix
+from ._providers._anthropic import (
+    anthropic_scorer_prompt,
+    guard_anthropic_stream,
+    guard_anthropic_stream_sync,
+    guarded_message,
+)
+from ._providers._openai import guard_chat_stream, guard_chat_stream_sync, guarded_chat_completion
+from ._providers._scorer import LocalTextScorer
 
 if _typing.TYPE_CHECKING:
-    from ._langchain import LiftGuardCallbackHandler
-    from ._langchain_runnable import Abstention, guard_runnable, guard_tool
+    from ._providers._langchain import LiftGuardCallbackHandler
+    from ._providers._langchain_runnable import Abstention, guard_runnable, guard_tool
 
 __all__ = [
     "Abstention",

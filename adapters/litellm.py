@@ -30,9 +30,9 @@ from __future__ import annotations
 INSTALL_HINT = 'the LiteLLM guardrail needs LiteLLM and its proxy: pip install "liftguard[litellm]"'
 
 try:
-    from ._litellm import LiftGuardGuardrail
-    from ._litellm_config import GuardrailStartupError
-    from ._litellm_wire import BLOCKED_STATUS
+    from ._litellm._config import GuardrailStartupError
+    from ._litellm._guardrail import LiftGuardGuardrail
+    from ._litellm._wire import BLOCKED_STATUS
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     if exc.name is not None and exc.name.split(".")[0] in ("litellm", "fastapi", "starlette"):
         raise ImportError(INSTALL_HINT) from exc

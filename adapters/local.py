@@ -32,9 +32,9 @@ imported only when a model is loaded.
 
 from __future__ import annotations
 
-from ._chat_template import ChatTemplate
-from ._gemma import GEMMA3_MODEL_NAME, GEMMA3_PROMPT_FREE, gemma3_fewshot_prompt, gemma3_path
-from ._local import (
+from ._local._chat_template import ChatTemplate
+from ._local._gemma import GEMMA3_MODEL_NAME, GEMMA3_PROMPT_FREE, gemma3_fewshot_prompt, gemma3_path
+from ._local._model import (
     SMOLLM2_SYSTEM,
     LocalModel,
     LocalToken,
@@ -42,10 +42,10 @@ from ._local import (
     gguf_architecture,
     smollm2_chat_prompt,
 )
-from ._local_server import LocalChatServer
-from ._packaged import PACKAGED_MODELS, packaged_model_path
-from ._qwen import QWEN_MODEL_NAME, QWEN_SYSTEM, qwen_path
-from ._shipped import (
+from ._local._packaged import PACKAGED_MODELS, packaged_model_path
+from ._local._qwen import QWEN_MODEL_NAME, QWEN_SYSTEM, qwen_path
+from ._local._server import LocalChatServer
+from ._local._shipped import (
     SMOLLM2_CERTIFICATE,
     SMOLLM2_FITTED_CERTIFICATE,
     smollm2_certificate,

@@ -20,7 +20,7 @@ filled in where the client left a setting unset; every answer goes through the
 same stream rules as the adapters (an answer is certified only after the
 upstream's documented finish). The wire shapes (the error event, the
 ``liftguard`` verdict field and headers) are documented in
-:mod:`adapters._proxy._wire`; the metrics in :mod:`adapters._proxy._metrics`;
+:mod:`adapters._serving._wire`; the metrics in :mod:`adapters._serving._metrics`;
 the recorded trace lines in :mod:`adapters._proxy._recording`.
 
 Recorded answers are labelled with ``liftguard traces label`` (by reference answers,
@@ -33,15 +33,15 @@ from ._proxy._serve import INSTALL_HINT, serve
 
 try:
     from ._proxy._app import Proxy, create_app
-    from ._proxy._certs import (
+    from ._proxy._config import DEFAULT_REFUSAL, ProxyConfig
+    from ._serving._certs import (
         CertificateSource,
         FileCertificate,
         StaticCertificate,
         StoreCertificate,
         certificate_source,
     )
-    from ._proxy._config import DEFAULT_REFUSAL, ProxyConfig
-    from ._proxy._wire import BLOCKED_TYPE, UPSTREAM_TYPE, VERDICT_FIELD, redact_url
+    from ._serving._wire import BLOCKED_TYPE, UPSTREAM_TYPE, VERDICT_FIELD, redact_url
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     if exc.name in ("starlette", "uvicorn", "httpx", "prometheus_client", "anyio", "pydantic"):
         raise ImportError(INSTALL_HINT) from exc

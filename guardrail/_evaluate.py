@@ -32,7 +32,7 @@ from ._errors import ConfigError, InsufficientDataError
 from ._fitted_replay import FittedPath, critical_score, replay_fitted, stop_at
 from ._policy import StreamPolicy, critical_thresholds, replay, running_statistic, shown_at
 from ._scores import BASELINES, baseline_score, trace_clipped_lifts
-from ._traces import Trace
+from ._trace_format import Trace
 
 if TYPE_CHECKING:
     from ._certificate import Certificate

@@ -43,7 +43,7 @@ from ._fitted import FittedStatistic
 from ._fitted_state import EventReader, FittedState, RecordedSkeleton, trace_events
 from ._policy import StreamPolicy
 from ._reads import Skeleton
-from ._traces import Trace
+from ._trace_format import Trace
 
 __all__ = [
     "FittedPath",

@@ -22,7 +22,7 @@ from ._errors import ConfigError
 from ._features import TokenFeaturizer
 from ._fitted import FittedStatistic
 from ._reads import LOGPROB_SLACK, Reads, Skeleton, usable_logprob
-from ._traces import CENSORED_LOGPROB, Trace
+from ._trace_format import CENSORED_LOGPROB, Trace
 from ._verdict import TokenEvent
 
 __all__ = ["EventReader", "FittedState", "RecordedSkeleton", "plan_of", "trace_events"]

@@ -22,7 +22,7 @@ from ._errors import ConfigError
 from ._features import BASES, DEFAULT_TEMPERATURE, TopKTables, base_range
 from ._features_batch import base_features_batch
 from ._fitted import DEFAULT_ALTERNATIVES, DEFAULT_L2, FittedStatistic, Form
-from ._traces import Trace
+from ._trace_format import Trace
 
 __all__ = ["answer_features", "fit_statistic", "token_ranges", "trace_base_features"]
 

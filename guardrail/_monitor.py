@@ -36,7 +36,7 @@ from ._fitted import FittedStatistic
 from ._policy import OnMissing, StreamPolicy
 from ._reads import Reads, Skeleton
 from ._rules import BLOCK, CONTINUE, MISSING, EvidenceRule, FittedRule, LiftRule
-from ._traces import CENSORED_LOGPROB
+from ._trace_format import CENSORED_LOGPROB
 from ._verdict import Cause, State, TokenEvent, Verdict, end_cause
 from ._verdict import make_verdict as _verdict
 

@@ -35,7 +35,7 @@ import numpy.typing as npt
 from ._errors import ConfigError
 from ._lift import DEFAULT_CLIP, clipped_lifts
 from ._topk import TailRule, estimate_entropy_batch, estimate_logz_batch, fit_tail
-from ._traces import Trace
+from ._trace_format import Trace
 
 __all__ = [
     "BASELINES",

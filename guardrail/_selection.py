@@ -44,7 +44,7 @@ from ._fitted_replay import critical_score, margins_from_scores, replay_fitted, 
 from ._fitting import fit_statistic
 from ._policy import StreamPolicy
 from ._reads import Skeleton
-from ._traces import Trace
+from ._trace_format import Trace
 
 __all__ = ["Candidate", "CandidateScore", "Deployment", "cv_coverage", "select_statistic"]
 

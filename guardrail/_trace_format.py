@@ -1,6 +1,6 @@
 """The :class:`Trace` record of one generated answer and the constants of the trace format.
 
-The JSONL format itself is documented in :mod:`guardrail._traces`, which
+The JSONL format itself is documented in :mod:`guardrail.traces._read`, which
 re-exports everything public here.
 
 A trace recorded from an API stream (``liftguard serve --record``) lacks what

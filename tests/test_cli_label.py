@@ -215,9 +215,9 @@ def test_check_code_runs_each_answer_with_its_tasks_tests(
 def test_a_sandbox_that_cannot_start_leaves_answers_unlabelled(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import adapters._sandbox
+    import adapters._labels._sandbox
 
-    monkeypatch.setattr(adapters._sandbox, "default_python", lambda: str(tmp_path / "none"))
+    monkeypatch.setattr(adapters._labels._sandbox, "default_python", lambda: str(tmp_path / "none"))
     task = json.loads((FIXTURES / "mbpp_sample.jsonl").read_text().splitlines()[0])
     traces, out = tmp_path / "traces.jsonl", tmp_path / "labelled.jsonl"
     traces.write_text(_trace(task["id"], "q", task["reference_code"]), encoding="utf-8")

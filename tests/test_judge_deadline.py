@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "adapters"))
 
 from sse_server import serving, token_entry
 
-from adapters._judge import Judge, JudgeFailure
+from adapters._labels._judge import Judge, JudgeFailure
 from adapters._proxy._recording import AnswerRecord, record_line
 from adapters.cli import main
 

@@ -85,3 +85,31 @@ def test_the_command_line_uses_only_public_names() -> None:
         exported = importlib.import_module(module).__all__
         bad += [f"{path}:{line}: {module}.{name}" for name in names if name not in exported]
     assert bad == []
+
+
+ROLES: dict[str, set[str]] = {
+    "_guard": {"_errors", "_local"},  # _local: lazily, a GGUF's vocabulary for token ids
+    "_local": {"_guard"},
+    "_labels": set(),
+    "_providers": {"_errors", "_guard", "_local"},  # _local: the Anthropic scorer's model
+    "_serving": {"_guard", "_local"},  # _local: a prompt-free skeleton's model, lazily
+    "_proxy": {"_errors", "_guard", "_providers", "_serving"},  # _providers: logprob refusals
+    "_litellm": {"_guard", "_serving"},
+}
+"""Which role sub-package of ``adapters`` may import which (besides itself): the guard step
+at the bottom, providers and local models beside it, the serving core above them, and the
+two front ends (the proxy's HTTP, LiteLLM's hooks) on the serving core, never on each other."""
+
+
+def test_the_role_sub_packages_import_only_what_their_role_allows() -> None:
+    on_disk = {p.name for p in (ROOT / "adapters").iterdir() if (p / "__init__.py").exists()}
+    assert on_disk - {"cli"} == set(ROLES), "a role sub-package without a rule, or the reverse"
+    bad = []
+    for role, allowed in ROLES.items():
+        for path, line, module, _ in _imported_modules(f"adapters/{role}"):
+            parts = module.split(".")
+            if parts[0] != "adapters" or len(parts) < 2 or parts[1] == role:
+                continue
+            if parts[1] not in allowed:
+                bad.append(f"{path}:{line}: {module}")
+    assert bad == []

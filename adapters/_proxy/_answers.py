@@ -23,6 +23,9 @@ from starlette.responses import JSONResponse, Response
 from guardrail import Cause, GuardrailError, MissingLogprobsError
 
 from .._errors import ProviderFormatError
+from .._serving._metrics import ProxyMetrics
+from .._serving._redact import redact_text
+from .._serving._wire import DONE, merge_released, sse
 from ._chat import (
     answer_record,
     assemble,
@@ -34,10 +37,8 @@ from ._chat import (
 from ._config import ProxyConfig
 from ._feedback import ProxyRiskWatch
 from ._guarded import AnswerGuard
-from ._metrics import ProxyMetrics
 from ._recording import Recorder
 from ._upstream import TOO_LARGE, UpstreamAnswer, UpstreamFailure, decode_chunk
-from ._wire import DONE, merge_released, redact_text, sse
 
 __all__ = ["SCORING_THREADS", "AnswerLoop"]
 

@@ -3,7 +3,7 @@
 Routes: ``POST /v1/chat/completions`` (guarded; each answer then runs in the
 :class:`~adapters._proxy._answers.AnswerLoop`), ``GET /v1/models`` (passed
 through), ``POST /v1/liftguard/feedback`` (labels for the risk monitors,
-:mod:`~adapters._proxy._feedback`), ``GET /healthz``, ``GET /metrics``
+:mod:`~adapters._serving._feedback`), ``GET /healthz``, ``GET /metrics``
 (Prometheus). The app's lifespan starts the upstream client, the recorder thread
 and the certificate refresh loop, and stops them in reverse order (the recorder
 writes what is queued).
@@ -27,28 +27,29 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from .._serving._certs import CertificateSource, CertificateTable
+from .._serving._feedback import FEEDBACK_PATH
+from .._serving._metrics import ProxyMetrics
 from .._serving._prepare import check_upstream
-from ._answers import AnswerLoop
-from ._auth import Auth
-from ._certs import CertificateSource, CertificateTable
-from ._chat import error_response, prepare, upstream_status_response
-from ._config import ProxyConfig
-from ._feedback import FEEDBACK_PATH, ProxyRiskWatch
-from ._guarded import AnswerGuard
-from ._metrics import ProxyMetrics
-from ._recording import Recorder
-from ._request import BadRequest, parse_json, read_body, validate_chat
-from ._upstream import MAX_SIDE_BODY_BYTES, Upstream, UpstreamAnswer, read_capped
-from ._wire import (
+from .._serving._redact import redact_secrets, relayed_headers
+from .._serving._request import BadRequest, parse_json, read_body, validate_chat
+from .._serving._wire import (
     HEADER_CERTIFICATE,
     HEADER_MODE,
     HEADER_REQUEST_ID,
     UPSTREAM_TYPE,
+    error_response,
     header_value,
-    redact_secrets,
     redact_url,
-    relayed_headers,
 )
+from ._answers import AnswerLoop
+from ._auth import Auth
+from ._chat import prepare, upstream_status_response
+from ._config import ProxyConfig
+from ._feedback import ProxyRiskWatch
+from ._guarded import AnswerGuard
+from ._recording import Recorder
+from ._upstream import MAX_SIDE_BODY_BYTES, Upstream, UpstreamAnswer, read_capped
 
 __all__ = ["Proxy", "create_app"]
 

@@ -25,11 +25,9 @@ from starlette.responses import JSONResponse, Response
 
 from guardrail import ConfigError, Monitor
 
-from .._openai import logprobs_refused, refuses_logprobs
+from .._providers._openai import logprobs_refused, refuses_logprobs
 from .._serving._prepare import RequestError, prepare_upstream
-from ._guarded import RequestInfo, _index, chunk_frame
-from ._recording import AnswerRecord
-from ._wire import (
+from .._serving._wire import (
     BLOCKED_TYPE,
     HEADER_CAUSE,
     HEADER_CERTIFICATE,
@@ -40,8 +38,11 @@ from ._wire import (
     UPSTREAM_TYPE,
     VERDICT_FIELD,
     error_body,
+    error_response,
     header_value,
 )
+from ._guarded import RequestInfo, _index, chunk_frame
+from ._recording import AnswerRecord
 
 if TYPE_CHECKING:
     from ._guarded import AnswerGuard
@@ -52,7 +53,6 @@ __all__ = [
     "assemble",
     "blocked_response",
     "error_event",
-    "error_response",
     "prepare",
     "refusal_chunk",
     "upstream_status_response",
@@ -61,20 +61,6 @@ __all__ = [
 
 _SETTINGS = ("model", "temperature", "top_p", "max_tokens", "max_completion_tokens", "stop",
              "repeat_penalty", "seed")  # fmt: skip
-
-
-def error_response(
-    status: int,
-    message: str,
-    type_: str = "invalid_request_error",
-    code: str | None = None,
-    *,
-    param: str | None = None,
-    headers: dict[str, str] | None = None,
-    verdict: dict[str, Any] | None = None,
-) -> JSONResponse:
-    body = error_body(message, type_, code, param=param, verdict=verdict)
-    return JSONResponse(body, status_code=status, headers=headers)
 
 
 @dataclass

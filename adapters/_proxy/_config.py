@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -10,9 +9,15 @@ from urllib.parse import urlsplit
 
 from guardrail import ConfigError
 
+from .._guard._stream import DEFAULT_MAX_TOKEN_CHARS
+from .._serving._certs import CertificateSource
+from .._serving._options import (
+    DEFAULT_REFUSAL,
+    check_positive,
+    check_risk_settings,
+    integer_at_least,
+)
 from .._serving._prepare import DEFAULT_MAX_ANSWER_TOKENS
-from .._stream import DEFAULT_MAX_TOKEN_CHARS
-from ._certs import CertificateSource
 from ._upstream import DEFAULT_MAX_ANSWER_BYTES
 
 __all__ = [
@@ -28,34 +33,6 @@ __all__ = [
 ProxyMode = Literal["buffered", "passthrough", "observe"]
 OnBlock = Literal["error", "refusal"]
 OnMismatch = Literal["log", "reject"]
-
-DEFAULT_REFUSAL = (
-    "I can't give a reliable answer to this question, so I won't answer it. "
-    "(The answer was withheld because it was not certified.)"
-)
-
-
-def check_positive(name: str, value: float, *, allow_zero: bool = False) -> None:
-    """``value`` is a finite number > 0 (>= 0 with ``allow_zero``), else ConfigError."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ConfigError(f"{name} must be a finite number {bound}, got {value!r}")
-
-
-def _integer(name: str, value: int, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
-
-
-def check_risk_settings(risk_alpha: float, feedback_ids: int) -> None:
-    """The live risk monitor's settings (the proxy's, the LiteLLM guardrail's), else
-    ConfigError naming the field."""
-    alpha = risk_alpha
-    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 1:
-        raise ConfigError(f"risk_alpha must be a number strictly inside (0, 1), got {alpha!r}")
-    _integer("feedback_ids", feedback_ids, 1)
-
 
 @dataclass(frozen=True)
 class ProxyConfig:
@@ -176,21 +153,21 @@ class ProxyConfig:
             if key is not None and (not isinstance(key, str) or not key.strip()):
                 raise ConfigError(f"{key_name} must be a non-empty string or None")
         if self.top_logprobs is not None:
-            _integer("top_logprobs", self.top_logprobs, 0)
+            integer_at_least("top_logprobs", self.top_logprobs, 0)
             if self.top_logprobs > 20:
                 raise ConfigError(f"top_logprobs must be <= 20, got {self.top_logprobs}")
-        _integer("max_token_chars", self.max_token_chars, 1)
-        _integer("max_upstream_connections", self.max_upstream_connections, 1)
-        _integer("max_body_bytes", self.max_body_bytes, 1024)
+        integer_at_least("max_token_chars", self.max_token_chars, 1)
+        integer_at_least("max_upstream_connections", self.max_upstream_connections, 1)
+        integer_at_least("max_body_bytes", self.max_body_bytes, 1024)
         check_positive("body_timeout_s", self.body_timeout_s)
-        _integer("max_answer_tokens", self.max_answer_tokens, 1)
-        _integer("max_answer_bytes", self.max_answer_bytes, 1024)
+        integer_at_least("max_answer_tokens", self.max_answer_tokens, 1)
+        integer_at_least("max_answer_bytes", self.max_answer_bytes, 1024)
         hosts = self.allowed_hosts
         if isinstance(hosts, str) or not all(isinstance(h, str) and h for h in hosts) or not hosts:
             raise ConfigError(f"allowed_hosts must be a non-empty list of names, got {hosts!r}")
         object.__setattr__(self, "allowed_hosts", tuple(hosts))
-        _integer("record_max_bytes", self.record_max_bytes, 1024)
-        _integer("record_queue", self.record_queue, 1)
+        integer_at_least("record_max_bytes", self.record_max_bytes, 1024)
+        integer_at_least("record_queue", self.record_queue, 1)
         if self.record_dir is not None and not isinstance(self.record_dir, str):
             raise ConfigError(f"record_dir must be a path string, got {self.record_dir!r}")
         if not isinstance(self.record_dataset, str) or not self.record_dataset:

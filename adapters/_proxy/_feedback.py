@@ -1,11 +1,5 @@
-"""``POST /v1/liftguard/feedback``: labels after the fact for the proxy's risk monitors
-(:mod:`._risk_watch`).
-
-The body is ``{"id": ..., "correct": true|false}`` (at most :data:`MAX_FEEDBACK_BYTES`); a
-malformed body is HTTP 400 naming the field, a label the watch refuses a 4xx naming why
-(:class:`~._risk_watch.FeedbackRefused`), and nothing changes. Every label sent is counted
-with ``accepted`` or the refusal's code.
-"""
+"""The proxy's risk watch: its model entries, its settings, its metrics, fed each answer the
+proxy finished (the serving core's :class:`~adapters._serving._risk_watch.RiskWatch`)."""
 
 from __future__ import annotations
 
@@ -13,58 +7,17 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
-from ._certs import CertificateSource
-from ._chat import error_response
-from ._guarded import MAX_ID_CHARS, AnswerGuard
-from ._request import BadRequest, parse_json, read_body
-from ._risk_watch import FeedbackRefused, FinishedAnswer, RiskWatch
+from .._serving._certs import CertificateSource
+from .._serving._feedback import feedback_response
+from .._serving._risk_watch import FinishedAnswer, RiskWatch
+from ._guarded import AnswerGuard
 
 if TYPE_CHECKING:
     from ._config import ProxyConfig
 
-__all__ = [
-    "FEEDBACK_PATH",
-    "MAX_FEEDBACK_BYTES",
-    "ProxyRiskWatch",
-    "feedback_response",
-    "read_feedback",
-]
-
-FEEDBACK_PATH = "/v1/liftguard/feedback"
-MAX_FEEDBACK_BYTES = 16 * 1024
-"""The largest feedback body (at most the proxy's ``max_body_bytes``): HTTP 413 beyond."""
-
-
-async def feedback_response(
-    watches: list[RiskWatch],
-    request: Request,
-    *,
-    max_bytes: int = MAX_FEEDBACK_BYTES,
-    timeout_s: float = 30.0,
-) -> Response:
-    """The reply to one feedback request: the label goes to the first of ``watches`` whose
-    store knows the id (the caller has checked the client's key)."""
-    count = watches[0].count if watches else (lambda result: None)
-    try:
-        answer_id, correct = await read_feedback(request, max_bytes=max_bytes, timeout_s=timeout_s)
-    except BadRequest as exc:
-        count(exc.code)
-        return error_response(exc.status, str(exc), code=exc.code, param=exc.param)
-    refusal = FeedbackRefused(404, "unknown_answer", "no risk monitor is running here")
-    for watch in watches:
-        try:
-            out = watch.label(answer_id, correct)
-        except FeedbackRefused as exc:
-            refusal = exc
-            if exc.code != "unknown_answer":
-                break
-        else:
-            count("accepted")
-            return JSONResponse(out)
-    count(refusal.code)
-    return error_response(refusal.status, str(refusal), code=refusal.code, param="id")
+__all__ = ["ProxyRiskWatch"]
 
 
 class ProxyRiskWatch(RiskWatch):
@@ -108,28 +61,3 @@ class ProxyRiskWatch(RiskWatch):
         return await feedback_response(
             [self], request, max_bytes=config.max_body_bytes, timeout_s=config.body_timeout_s
         )
-
-
-async def read_feedback(
-    request: Request, *, max_bytes: int = MAX_FEEDBACK_BYTES, timeout_s: float = 30.0
-) -> tuple[str, bool]:
-    """``(id, correct)`` of a feedback request's body, else :class:`BadRequest` (too
-    large, too slow, not JSON, a field missing or of the wrong type)."""
-    raw = await read_body(
-        request, max_bytes=min(max_bytes, MAX_FEEDBACK_BYTES), timeout_s=timeout_s
-    )
-    return _validate(parse_json(raw))
-
-
-def _validate(body: Any) -> tuple[str, bool]:
-    """``(id, correct)`` of a feedback body, else :class:`BadRequest` naming the field."""
-    if not isinstance(body, dict):
-        raise BadRequest('the feedback body must be a JSON object {"id": ..., "correct": ...}')
-    answer_id, correct = body.get("id"), body.get("correct")
-    if not isinstance(answer_id, str) or not answer_id:
-        raise BadRequest("id: the answer's id (a non-empty string) is required", param="id")
-    if len(answer_id) > MAX_ID_CHARS:
-        raise BadRequest(f"id: longer than {MAX_ID_CHARS} characters", param="id")
-    if not isinstance(correct, bool):
-        raise BadRequest(f"correct: must be true or false (got {correct!r:.40})", param="correct")
-    return answer_id, correct

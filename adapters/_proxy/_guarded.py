@@ -1,6 +1,6 @@
 """One guarded answer, sans I/O: upstream chunks in, the chunks the client may see out.
 
-:class:`AnswerGuard` drives the adapters' :class:`~adapters._stream.GuardStep`
+:class:`AnswerGuard` drives the adapters' :class:`~adapters._guard._stream.GuardStep`
 (every stream-ending rule lives there) with the chunks themselves as the units it
 holds and releases, so that the client gets the upstream's own chunks (ids, roles,
 finish reasons) minus what it did not ask for:
@@ -26,15 +26,13 @@ from typing import Any
 
 from guardrail import Cause, Certificate, Monitor, State, Verdict
 
-from .._openai_events import ChunkParts, chat_chunk_parts
+from .._guard._openai_events import ChunkParts, chat_chunk_parts
+from .._guard._stream import GuardStep, Mode
 from .._serving._prepare import DEFAULT_MAX_ANSWER_TOKENS
-from .._stream import GuardStep, Mode
-from ._wire import VERDICT_FIELD, strip_chunk, verdict_info
+from .._serving._wire import MAX_ID_CHARS, VERDICT_FIELD, strip_chunk, verdict_info
 
-__all__ = ["MAX_ID_CHARS", "AnswerGuard", "RequestInfo", "chunk_frame"]
+__all__ = ["AnswerGuard", "RequestInfo", "chunk_frame"]
 
-MAX_ID_CHARS = 256
-"""The longest answer id the proxy keeps for feedback (an upstream's id may be longer)."""
 
 
 @dataclass

@@ -18,7 +18,7 @@ proxy runs as, whatever the umask: the directories the recorder creates are
 mode 0700 and its files mode 0600 (a directory that already exists keeps its
 mode).
 
-The line is the project's trace format (``guardrail/_traces.py``) for what an
+The line is the project's trace format (``guardrail/traces/_read.py``) for what an
 API stream carries, without a label, plus what the request was, written by the
 format's one writer (:mod:`guardrail.traces`: key order, nulls, encoding):
 
@@ -57,7 +57,7 @@ from typing import Any
 
 from guardrail.traces import token_object, trace_line, trace_object
 
-from ._metrics import ProxyMetrics
+from .._serving._metrics import ProxyMetrics
 
 __all__ = ["AnswerRecord", "Recorder", "record_line"]
 

@@ -16,8 +16,8 @@ from typing import Any
 import anyio
 import httpx
 
+from .._serving._wire import loads
 from ._transport import OneRequestPerIdleConnection, upstream_transport
-from ._wire import loads
 
 __all__ = [
     "OneRequestPerIdleConnection",

@@ -1,10 +1,10 @@
 """A client's Chat Completions request as the guarded upstream request, sans I/O.
 
 :func:`prepare_upstream` is every server front end's request preparation: a literal
-``extra_body`` merged in (:func:`~adapters._settings.flatten_request`), the requests the guard
-cannot serve refused with the parameter named (:class:`RequestError`), the certificate's
+``extra_body`` merged in (:func:`~adapters._guard._settings.flatten_request`), the requests
+the guard cannot serve refused with the parameter named (:class:`RequestError`), the certificate's
 generation context filled in and the changes reported by the one settings check
-(:func:`~adapters._settings.apply_context`), and the upstream asked for the logprobs and
+(:func:`~adapters._guard._settings.apply_context`), and the upstream asked for the logprobs and
 alternatives the certificate reads. A certificate the upstream cannot feed is a
 :class:`~guardrail.ConfigError` (:func:`check_upstream`): the server is misconfigured, not the
 request.
@@ -18,8 +18,8 @@ from typing import Any
 
 from guardrail import Certificate, Reads
 
-from .._context import Supplies, check_supplies
-from .._settings import (
+from .._guard._context import Supplies, check_supplies
+from .._guard._settings import (
     REPEAT_PENALTY_NAMES,
     Mismatch,
     apply_context,

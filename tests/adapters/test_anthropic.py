@@ -32,14 +32,14 @@ import numpy as np
 import pytest
 from sse_server import peer_closed, serving
 
-from adapters._anthropic import (
+from adapters._local._model import SMOLLM2_SYSTEM, LocalModel, smollm2_chat_prompt
+from adapters._providers._anthropic import (
     anthropic_scorer_prompt,
     guard_anthropic_stream,
     guard_anthropic_stream_sync,
     guarded_message,
 )
-from adapters._local import SMOLLM2_SYSTEM, LocalModel, smollm2_chat_prompt
-from adapters._scorer import LocalTextScorer, stable_prefix_length
+from adapters._providers._scorer import LocalTextScorer, stable_prefix_length
 from adapters.local import smollm2_certificate
 from guardrail import (
     Cause,

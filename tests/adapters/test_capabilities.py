@@ -36,7 +36,7 @@ from adapters import (
     guard_tool,
     guarded_chat_completion,
 )
-from adapters._context import Supplies, check_supplies
+from adapters._guard._context import Supplies, check_supplies
 from guardrail import (
     Certificate,
     ConfigError,

@@ -8,12 +8,12 @@ from types import ModuleType
 
 import pytest
 
-import adapters._checks
-import adapters._sandbox
+import adapters._labels._checks
+import adapters._labels._sandbox
 from adapters import CheckSkipped, check_code, check_number, extract_python_code, final_number
 
 
-@pytest.mark.parametrize("module", [adapters._checks, adapters._sandbox])
+@pytest.mark.parametrize("module", [adapters._labels._checks, adapters._labels._sandbox])
 def test_docstring_examples_run(module: ModuleType) -> None:
     failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert tried > 0 and failures == 0

@@ -57,7 +57,7 @@ import pytest
 from sse_server import Reply, SSEServer
 
 from adapters import guard_chat_stream, guarded_chat_completion
-from adapters._stream import GuardStep
+from adapters._guard._stream import GuardStep
 from guardrail import (
     Guarded,
     GuardedText,

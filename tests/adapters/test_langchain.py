@@ -39,7 +39,7 @@ from adapters import (
     guard_runnable,
     guard_tool,
 )
-from adapters._langchain import token_events
+from adapters._providers._langchain import token_events
 from guardrail import (
     ConfigError,
     GuardrailBlocked,

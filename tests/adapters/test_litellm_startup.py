@@ -93,7 +93,7 @@ def test_litellm_does_not_start_with_a_guardrail_that_cannot_guard(
 def test_a_relative_certificate_is_read_beside_litellms_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from adapters._litellm_config import config_relative
+    from adapters._litellm._config import config_relative
 
     (tmp_path / "conf").mkdir()
     make_certificate().save(tmp_path / "conf" / "cert.json")
@@ -109,7 +109,7 @@ def test_a_relative_certificate_is_read_beside_litellms_config(
 
 
 def test_the_checks_name_the_setting_and_a_good_configuration_passes(tmp_path: Path) -> None:
-    from adapters._litellm_config import check_settings
+    from adapters._litellm._config import check_settings
 
     with pytest.raises(ConfigError, match="needs certificate"):
         check_settings(

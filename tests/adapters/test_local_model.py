@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from adapters import PromptFreeSkeleton
-from adapters._local import LocalModel, bundled_smollm2_path
+from adapters._local._model import LocalModel, bundled_smollm2_path
 from adapters.cli import main
 from adapters.cli._demo import _Screen, load_demo_certificate, run_question
 from guardrail import State

@@ -11,8 +11,8 @@ import pytest
 from openai.types.chat import ChatCompletionChunk
 
 from adapters import guarded_chat_completion
-from adapters._local import LocalModel
-from adapters._local_server import LocalChatServer
+from adapters._local._model import LocalModel
+from adapters._local._server import LocalChatServer
 from adapters.local import smollm2_certificate
 from guardrail import GuardrailBlocked, Monitor, State, StreamPolicy, UniformSkeleton
 

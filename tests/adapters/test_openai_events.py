@@ -211,8 +211,8 @@ def test_import_adapters_does_not_import_vendor_sdks() -> None:
 
 
 def test_alternatives_are_skipped_when_the_skeleton_does_not_read_them() -> None:
-    from adapters._openai import _chunk_parser
-    from adapters._openai_events import chat_chunk_parts
+    from adapters._guard._openai_events import chat_chunk_parts
+    from adapters._providers._openai import _chunk_parser
     from guardrail import Monitor, StreamPolicy, TemperatureSkeleton, UniformSkeleton
 
     top = [{"token": f"t{i}", "logprob": -0.5 * i, "bytes": None} for i in range(5)]

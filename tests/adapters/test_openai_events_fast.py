@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from adapters import ProviderFormatError
-from adapters._openai_events import _chunk_parts, chat_chunk_parts
+from adapters._guard._openai_events import _chunk_parts, chat_chunk_parts
 
 _TOKEN = ["a", None, 5, ""]
 _LOGPROB: list[Any] = [-1.0, -1, 0.0, None, "x", True, math.nan]

@@ -21,8 +21,8 @@ from guardrail import (
     StreamPolicy,
     TokenEvent,
 )
-from guardrail._traces import Trace
 from guardrail.traces import read_traces
+from guardrail.traces._read import Trace
 
 needs_llama = pytest.mark.skipif(
     importlib.util.find_spec("llama_cpp") is None, reason='needs pip install "liftguard[local]"'
@@ -108,7 +108,7 @@ def test_equals_a_hand_made_incremental_evaluation(traces: list[Trace]) -> None:
     """The same computation with llama-cpp-python's own API: the prefix from an empty cache
     in one batch (later answers reuse its cache but its last token, as the skeleton does),
     then one token per step, log-softmax of the last logits row in float64."""
-    from adapters._local import LocalModel
+    from adapters._local._model import LocalModel
 
     skeleton = PromptFreeSkeleton()  # an empty cache, as the reference below
     reference = LocalModel()
@@ -174,7 +174,7 @@ class _Recorder:
 
 @needs_llama
 def test_end_to_end_lifts_are_logprob_minus_skeleton(skeleton: PromptFreeSkeleton) -> None:
-    from adapters._local import LocalModel, smollm2_chat_prompt
+    from adapters._local._model import LocalModel, smollm2_chat_prompt
 
     generator = LocalModel()  # the skeleton has a model of its own
     policy = StreamPolicy(early=False)
@@ -202,7 +202,7 @@ def test_end_to_end_lifts_are_logprob_minus_skeleton(skeleton: PromptFreeSkeleto
 
 @needs_llama
 def test_refuses_a_model_that_generates_and_does_not_corrupt_it() -> None:
-    from adapters._local import LocalModel, smollm2_chat_prompt
+    from adapters._local._model import LocalModel, smollm2_chat_prompt
 
     model = LocalModel()
     prompt = smollm2_chat_prompt("What is the capital of France?")

@@ -1,4 +1,4 @@
-"""The Qwen GGUF assembled from its part packages (``adapters._qwen``), with small fake
+"""The Qwen GGUF assembled from its part packages (``adapters._local._qwen``), with small fake
 parts laid out as the real wheels are: ``<package>/__init__.py`` and
 ``<package>/data/partNN.bin``, on ``sys.path`` in a temporary folder. The cache is a
 temporary ``XDG_CACHE_HOME``; nothing here needs the real 1.1 GB model."""
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from adapters import _prompt_free_spec, _qwen
-from adapters._packaged import packaged_model_name, packaged_model_path
-from adapters._qwen import qwen_cache_path, qwen_path, qwen_verified_sha256
+from adapters._local._packaged import packaged_model_name, packaged_model_path
+from adapters._local._qwen import qwen_cache_path, qwen_path, qwen_verified_sha256
 from guardrail import ConfigError
 
 CHUNKS = (b"GGUF" + b"a" * 96, b"b" * 100, b"c" * 37)

@@ -1,4 +1,5 @@
-"""A GGUF's own chat template, rendered as llama.cpp renders it (``adapters._chat_template``).
+"""A GGUF's own chat template, rendered as llama.cpp renders it
+(``adapters._local._chat_template``).
 
 The committed fixtures (``tests/fixtures/README.md``): Qwen2.5-Coder-1.5B-Instruct's
 ``tokenizer.chat_template`` and six lines of the shared Qwen traces, whose ``prompt``
@@ -123,7 +124,7 @@ def test_the_local_server_renders_requests_with_the_models_own_template() -> Non
     """``local-server --model PATH.gguf`` renders a request's messages with the GGUF's
     chat template: the whole conversation, the template's default system line when the
     request sends none, and a 400-worthy ValueError for messages it cannot render."""
-    from adapters._local_server import _prompt_from_messages
+    from adapters._local._server import _prompt_from_messages
 
     template = ChatTemplate(QWEN_TEMPLATE, "<|endoftext|>", "<|im_end|>")
     row = _sample()[0]

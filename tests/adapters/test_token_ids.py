@@ -16,7 +16,7 @@ from sse_server import chat_chunk as _chunk
 from sse_server import token_entry as _tok
 
 from adapters import LiftGuardCallbackHandler, guard_chat_stream_sync
-from adapters._token_ids import TiktokenIds, token_ids_for
+from adapters._guard._token_ids import TiktokenIds, token_ids_for
 from guardrail import (
     Cause,
     Certificate,

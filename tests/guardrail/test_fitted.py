@@ -478,7 +478,7 @@ def test_missing_inputs_follow_the_policy_and_streams_end_like_certificate_monit
 
 
 def test_guarded_text_and_the_stream_step_accept_a_fitted_monitor() -> None:
-    from adapters._stream import GuardStep
+    from adapters._guard._stream import GuardStep
 
     t = next(t for t in _traces(SAMPLES[1]) if t.correct)
     stat = _fitted(SAMPLES[1], "api")

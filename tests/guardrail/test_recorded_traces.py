@@ -28,8 +28,8 @@ from guardrail._scores import (
     trace_skeleton_logprobs,
     vector_clipped_lifts,
 )
-from guardrail._vsd_data import distributions_from_traces
 from guardrail.traces import Trace, parse_trace, parse_trace_lines, read_traces, trace_to_dict
+from guardrail.vsd._data import distributions_from_traces
 
 pytest.importorskip("prometheus_client")  # the recorder counts drops in the proxy's metrics
 

@@ -23,7 +23,7 @@ from guardrail._topk import (
     fit_tail,
     topk_compensated_lift,
 )
-from guardrail._traces import read_traces
+from guardrail.traces._read import read_traces
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 MODELS = {"gemma3": "traces_gemma3_sample.jsonl", "smollm2": "traces_smollm2_sample.jsonl"}

@@ -1,4 +1,4 @@
-"""The one writer of trace lines (``guardrail._trace_write``): ``traces generate``
+"""The one writer of trace lines (``guardrail.traces._write``): ``traces generate``
 (``dump_trace_line``), the proxy's recorder (``record_line``) and ``traces label``
 (``label_line``) write the same answer the same way wherever the format says how.
 

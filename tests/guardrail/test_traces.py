@@ -1,4 +1,4 @@
-"""Tests for the JSONL trace reader and writer (guardrail._traces)."""
+"""Tests for the JSONL trace reader and writer (guardrail.traces._read)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from guardrail._errors import GuardrailError, TraceFormatError
-from guardrail._traces import (
+from guardrail.traces._read import (
     CENSORED_LOGPROB,
     Trace,
     dump_trace_line,

@@ -14,7 +14,8 @@ import numpy.typing as npt
 import pytest
 
 from guardrail import ConfigError
-from guardrail._vsd import (
+from guardrail.traces import read_traces
+from guardrail.vsd._design import (
     Geometry,
     VSDResult,
     _run,
@@ -23,7 +24,6 @@ from guardrail._vsd import (
     vsd,
     vsd_objective,
 )
-from guardrail.traces import read_traces
 
 torch = pytest.importorskip("torch")
 
@@ -126,7 +126,7 @@ def bisection_projection(v: FloatArray, d: FloatArray, floor: float) -> FloatArr
 
 @pytest.mark.parametrize("seed", range(5))
 def test_projection_is_exact(seed: int) -> None:
-    from guardrail._vsd import _project
+    from guardrail.vsd._design import _project
 
     rng = np.random.default_rng(seed)
     v = rng.standard_normal(200) * 0.05 + 1 / 200
@@ -139,7 +139,7 @@ def test_projection_is_exact(seed: int) -> None:
 
 
 def test_projection_keeps_a_feasible_point() -> None:
-    from guardrail._vsd import _project
+    from guardrail.vsd._design import _project
 
     s = np.random.default_rng(0).dirichlet(np.ones(50)) * (1 - 50e-6) + 1e-6
     got = _project(torch.tensor(s), torch.tensor(s), 1e-6).numpy()
@@ -386,6 +386,6 @@ def test_distributions_from_logits_is_a_softmax() -> None:
 
 
 def test_vsd_module_imports_torch_lazily() -> None:
-    code = "import sys, guardrail, guardrail._vsd\nprint('torch' in sys.modules)\n"
+    code = "import sys, guardrail, guardrail.vsd._design\nprint('torch' in sys.modules)\n"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

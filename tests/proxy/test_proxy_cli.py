@@ -20,7 +20,7 @@ import pytest
 from proxy_harness import BAD, GOOD, ROLE, STOP, Upstream, make_certificate, running_proxy, tokens
 from sse_server import Reply
 
-from adapters._judge import JUDGE_PROMPT, Judge, JudgeFailure, parse_verdict
+from adapters._labels._judge import JUDGE_PROMPT, Judge, JudgeFailure, parse_verdict
 from adapters.cli._common import CommandError
 from adapters.cli._label import add_label_parser
 from adapters.cli._serve import add_serve_parser

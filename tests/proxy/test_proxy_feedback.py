@@ -193,7 +193,7 @@ async def test_a_run_of_wrong_labels_fires_the_alarm(
     cert = calibrated()
     needed = wrong_labels_to_alarm(cert)
     assert needed > 1
-    caplog.set_level(logging.WARNING, logger="adapters._proxy._risk_watch")
+    caplog.set_level(logging.WARNING, logger="adapters._serving._risk_watch")
     with serving(upstream, cert) as proxy:
         async with httpx.AsyncClient(timeout=30) as client:
             ids = [request_id(await ask(client, proxy, upstream, CLEAN)) for _ in range(needed + 1)]
@@ -211,7 +211,7 @@ async def test_a_run_of_wrong_labels_fires_the_alarm(
     assert metric(loud, "liftguard_risk_labels", **MONITOR) == needed + 1
     assert (metric(loud, "liftguard_risk_log_evalue", **MONITOR) or 0.0) >= math.log(1 / ALPHA)
     assert health["status"] == "ok" and health["risk"]["*"]["alarm"] is True
-    alarms = [r for r in caplog.records if r.name == "adapters._proxy._risk_watch"]
+    alarms = [r for r in caplog.records if r.name == "adapters._serving._risk_watch"]
     assert len(alarms) == 1 and alarms[0].levelno == logging.WARNING
     line = alarms[0].getMessage()
     assert "model *" in line and "cal-cert" in line and f"after {needed} labelled" in line
@@ -331,7 +331,7 @@ async def test_a_new_certificate_version_starts_a_new_monitor(
     upstream: Upstream, caplog: pytest.LogCaptureFixture
 ) -> None:
     source = Swappable(calibrated())
-    caplog.set_level(logging.INFO, logger="adapters._proxy._risk_watch")
+    caplog.set_level(logging.INFO, logger="adapters._serving._risk_watch")
     with running_proxy(upstream.base_url, certificate=source) as proxy:
         async with httpx.AsyncClient(timeout=30) as client:
             old = request_id(await ask(client, proxy, upstream, CLEAN))
@@ -350,7 +350,7 @@ async def test_a_new_certificate_version_starts_a_new_monitor(
     assert metric(text, "liftguard_risk_labels", **v1) is None
     assert metric(text, "liftguard_risk_labels", **v2) == 1.0
     assert metric(text, "liftguard_risk_target", **v2) == 0.2
-    lines = [r.getMessage() for r in caplog.records if r.name == "adapters._proxy._risk_watch"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "adapters._serving._risk_watch"]
     assert any("v1 -> chat@production=v2: a new risk monitor" in m and "took 1 labels" in m
                for m in lines), lines  # fmt: skip
 

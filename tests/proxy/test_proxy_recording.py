@@ -11,8 +11,8 @@ import openai
 from proxy_harness import BAD, GOOD, ROLE, STOP, Upstream, VerdictLines, running_proxy, tokens
 from sse_server import Reply
 
-from adapters._proxy._metrics import ProxyMetrics
 from adapters._proxy._recording import AnswerRecord, Recorder
+from adapters._serving._metrics import ProxyMetrics
 
 FULL = [GOOD, GOOD, GOOD, BAD, GOOD, GOOD, GOOD]
 CLEAN = [ROLE, *tokens([GOOD] * 5), STOP]

@@ -1,7 +1,7 @@
 """What a client receives when the proxy releases a held answer at once.
 
 A buffered answer is held whole and released in one write at certification. Its
-plain text chunks go out joined (``adapters._proxy._wire.merge_released``): one
+plain text chunks go out joined (``adapters._serving._wire.merge_released``): one
 chunk with the text and the logprob entries of all of them, then the finish chunk
 that carries the verdict. Token by token the client would parse a hundred chunks
 after the upstream ended, for text that arrives in the same instant. Checked here
@@ -22,7 +22,7 @@ import pytest
 from proxy_harness import GOOD, ROLE, STOP, WORDS, Upstream, running_proxy, tokens
 from sse_server import Reply, chat_chunk, token_entry
 
-from adapters._proxy._wire import merge_released
+from adapters._serving._wire import merge_released
 
 MESSAGES: Any = [{"role": "user", "content": "What is the capital of France?"}]
 TEXT = "".join(WORDS)

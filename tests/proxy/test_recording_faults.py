@@ -25,8 +25,8 @@ import proxy_harness  # noqa: F401 (puts the adapters' test servers on the path)
 import pytest
 from sse_server import token_entry
 
-from adapters._proxy._metrics import ProxyMetrics
 from adapters._proxy._recording import AnswerRecord, Recorder, record_line
+from adapters._serving._metrics import ProxyMetrics
 from adapters.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,7 +160,7 @@ def test_a_tail_that_could_not_be_cut_at_once_is_cut_before_the_next_line(
 _CHILD = textwrap.dedent(
     """
     import json, resource, signal, sys
-    from adapters._proxy._metrics import ProxyMetrics
+    from adapters._serving._metrics import ProxyMetrics
     from adapters._proxy._recording import AnswerRecord, Recorder
 
     directory, limit = sys.argv[1], int(sys.argv[2])

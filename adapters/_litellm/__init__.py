@@ -1,0 +1,1 @@
+"""The LiteLLM guardrail: LiteLLM's hooks around the serving core."""

@@ -1,0 +1,249 @@
+"""The LiteLLM guardrail's rules, sans I/O (no LiteLLM import): the upstream request a client
+request becomes, and one guarded answer, chunks in, the chunks the client may see out.
+
+:func:`prepare_request` is the serving core's preparation
+(:func:`~adapters._serving._prepare.prepare_upstream`, as the proxy's) for a request that
+LiteLLM sends on: the certificate's generation context filled in (the model left out: LiteLLM's
+``model`` is a routing name), the settings the client changed reported, and the upstream asked
+for the logprobs and alternatives the certificate reads. Unlike the proxy it keeps ``stream`` as
+the client asked: LiteLLM hands a streamed answer to the iterator hook and a whole one to the
+success hook.
+
+:class:`Answer` drives the adapters' :class:`~adapters._guard._stream.GuardStep` (every
+stream-ending rule lives there) with LiteLLM's chunk objects as the units it holds and
+releases, as the proxy's :class:`~adapters._proxy._guarded.AnswerGuard` does with decoded chunks:
+``hold_finish=True``, so the chunk with ``finish_reason`` is released only with a certified
+final verdict, and what the client did not ask for (logprobs, alternatives past its
+``top_logprobs``) is stripped from every chunk it gets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from guardrail import Certificate, Monitor, Verdict
+
+from .._guard._openai_events import ChunkParts, chat_chunk_parts
+from .._guard._settings import pack_extra_body
+from .._guard._stream import DEFAULT_MAX_TOKEN_CHARS, GuardStep, Mode
+from .._serving._prepare import DEFAULT_MAX_ANSWER_TOKENS, LITELLM_FIX, prepare_upstream
+from .._serving._wire import merge_released, verdict_info
+
+__all__ = [
+    "Answer",
+    "GuardedRequest",
+    "completion_chunk",
+    "joined_chunks",
+    "prepare_request",
+    "strip_choice",
+]
+
+
+@dataclass
+class GuardedRequest:
+    """What one request asked for and which rule applies to it (kept from the pre-call hook
+    to the post-call hooks)."""
+
+    request_id: str
+    certificate: Certificate
+    label: str
+    mode: Mode
+    want_logprobs: bool = False
+    top_k: int = 0
+    upstream_top: int = 1
+    limit: int | None = None
+    mismatches: list[str] = field(default_factory=list)
+    max_tokens: int = DEFAULT_MAX_ANSWER_TOKENS
+    """The most tokens read of the answer (its limit, capped by the guardrail's)."""
+
+    @property
+    def covered(self) -> bool:
+        """The certificate's guarantee applies: calibrated, and the context kept."""
+        return self.certificate.calibrated and not self.mismatches
+
+    def monitor(self) -> Monitor:
+        """A fresh monitor of the certificate for this answer."""
+        return self.certificate.monitor(max_tokens=self.limit)
+
+
+def prepare_request(
+    data: dict[str, Any],
+    certificate: Certificate,
+    label: str,
+    *,
+    request_id: str,
+    mode: Mode,
+    top_logprobs: int | None,
+    max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS,
+) -> GuardedRequest:
+    """Fill ``data`` (LiteLLM's request, changed in place) with the certificate's generation
+    context and the logprobs it reads (the serving core's
+    :func:`~adapters._serving._prepare.prepare_upstream`, the model left out: LiteLLM's
+    ``model`` is a routing name); what the post-call hooks need to guard the answer.
+
+    The settings a client library does not take as arguments (llama.cpp's
+    ``repeat_penalty``, and what the client sent in ``extra_body``) go to the upstream in
+    ``extra_body``. ``max_answer_tokens``: the guardrail's cap on the tokens read of one
+    answer. Raises what :func:`prepare_upstream` raises."""
+    ask = prepare_upstream(
+        certificate, data, top_logprobs=top_logprobs, routed_model=True, fix=LITELLM_FIX
+    )
+    body = pack_extra_body(ask.body, set(ask.extra_keys))
+    body.pop("model", None)
+    for key in ("extra_body", *ask.extra_keys):
+        data.pop(key, None)
+    data.update(body)
+    return GuardedRequest(
+        request_id=request_id,
+        certificate=certificate,
+        label=label,
+        mode=mode,
+        want_logprobs=ask.want_logprobs,
+        top_k=ask.top_k,
+        upstream_top=ask.upstream_top,
+        limit=ask.limit,
+        mismatches=ask.changed,
+        max_tokens=ask.cap(max_answer_tokens),
+    )
+
+
+class Answer:
+    """One guarded answer: feed LiteLLM's chunk objects (or :func:`completion_chunk` of a
+    whole response), get the ones the client may see, stripped of what it did not ask
+    for. ``blocked`` holds the BLOCKED verdict once there is one. ``join`` (LiteLLM's
+    chunk class) joins the text chunks released at the end into one."""
+
+    def __init__(
+        self,
+        request: GuardedRequest,
+        *,
+        max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
+        join: Callable[..., Any] | None = None,
+    ) -> None:
+        self.request = request
+        self._join = join
+        self.monitor = request.monitor()
+        parse = partial(chat_chunk_parts, with_top=self.monitor.reads.uses_alternatives)
+        self.step: GuardStep[Any] = GuardStep(
+            self.monitor,
+            request.mode,
+            "stop",
+            parse,
+            unit=self._unit,
+            max_token_chars=max_token_chars,
+            hold_finish=True,
+            max_tokens=request.max_tokens,
+        )
+        self.tokens_read = 0
+
+    @property
+    def blocked(self) -> Verdict | None:
+        return self.step.blocked
+
+    @property
+    def verdict(self) -> Verdict:
+        verdict: Verdict = self.monitor.verdict
+        return verdict
+
+    def feed(self, chunk: Any) -> list[Any]:
+        """One upstream chunk: the chunks the client may see now."""
+        return self.step.feed(chunk)
+
+    def end(self) -> list[Any]:
+        """The upstream ended: the final verdict; the held chunks if it is certified (with
+        ``join``, the chunk class: their plain text chunks joined, :func:`joined_chunks`)."""
+        out = self.step.end()
+        return joined_chunks(out, self._join) if self._join is not None else out
+
+    def _unit(self, chunk: Any, parts: ChunkParts) -> Any:
+        self.tokens_read += len(parts.events)
+        for choice in _field(chunk, "choices") or ():
+            strip_choice(choice, self.request.want_logprobs, self.request.top_k)
+        return chunk
+
+    def verdict_field(self, error: str | None = None) -> dict[str, Any]:
+        """The documented ``liftguard`` field (the proxy's shape)."""
+        return verdict_info(
+            self.verdict,
+            self.request,
+            tokens_read=self.tokens_read,
+            statistic=self.monitor.value,
+            error=error,
+        )
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def _set(obj: Any, name: str, value: Any) -> None:
+    if isinstance(obj, dict):
+        obj[name] = value
+    else:
+        setattr(obj, name, value)
+
+
+def strip_choice(choice: Any, want_logprobs: bool, top_k: int) -> None:
+    """``choice`` (a chunk's or a completion's, an object or a dict) without what the
+    client did not ask for: its ``logprobs`` (None) unless it asked for them, else at most
+    ``top_k`` alternatives per token. Changed in place."""
+    logprobs = _field(choice, "logprobs")
+    if logprobs is None:
+        return
+    if not want_logprobs:
+        _set(choice, "logprobs", None)
+        return
+    for key in ("content", "refusal"):
+        for entry in _field(logprobs, key) or ():
+            top = _field(entry, "top_logprobs")
+            if isinstance(top, list) and len(top) > top_k:
+                _set(entry, "top_logprobs", top[:top_k])
+
+
+def completion_chunk(response: Any) -> dict[str, Any]:
+    """A whole (non-streamed) completion as the one chunk of its answer: each choice's
+    message as its ``delta``, with its ``index``, ``logprobs`` and ``finish_reason``, so that
+    it goes through the same step as a stream (which blocks a completion of several
+    choices, or of a choice without index 0)."""
+    choices = []
+    for choice in _field(response, "choices") or ():
+        message = _field(choice, "message")
+        delta = {
+            key: _field(message, key)
+            for key in ("content", "refusal", "tool_calls", "function_call", "audio")
+        }
+        choices.append(
+            {
+                "index": _field(choice, "index"),
+                "delta": delta,
+                "logprobs": _field(choice, "logprobs"),
+                "finish_reason": _field(choice, "finish_reason"),
+            }
+        )
+    return {"choices": choices}
+
+
+def joined_chunks(held: list[Any], build: Callable[..., Any]) -> list[Any]:
+    """``held`` (chunk objects released at once) with their plain text chunks joined, as
+    the proxy joins them (:func:`~adapters._serving._wire.merge_released`, here on the
+    chunks' dumps; ``build(**dump)`` makes a joined chunk, LiteLLM's
+    ``ModelResponseStream``): LiteLLM then serialises, and the client parses, one chunk
+    for the text instead of one per token. Chunks that are not joined go out as the same
+    objects; a joined one keeps its first chunk's ``_hidden_params``."""
+    if len(held) < 3:
+        return held
+    dumps = [c.model_dump(exclude_none=True) if hasattr(c, "model_dump") else {} for c in held]
+    kept = {id(d): c for d, c in zip(dumps, held, strict=True)}
+    hidden = getattr(held[0], "_hidden_params", None)
+    out = []
+    for dump in merge_released(dumps):
+        chunk = kept.get(id(dump))
+        if chunk is None:  # a joined run
+            chunk = build(**dump)
+            if hidden is not None:
+                chunk._hidden_params = hidden
+        out.append(chunk)
+    return out

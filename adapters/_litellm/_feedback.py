@@ -1,0 +1,159 @@
+"""The LiteLLM guardrail's live risk monitor: labels after the fact on LiteLLM's own server,
+and the ``liftguard_risk_*`` gauges in the process's Prometheus registry.
+
+Each :class:`~adapters.litellm.LiftGuardGuardrail` has a
+:class:`~adapters._serving._feedback.RiskWatch` with one model entry, the guardrail's name.
+:func:`register` adds it to this process's watches and, once, adds to LiteLLM's FastAPI app
+(when LiteLLM's proxy server runs in this process):
+
+- ``POST /v1/liftguard/feedback`` ``{"id": ..., "correct": true|false}``: the label of one
+  certified answer (the proxy's endpoint: same body, same replies). The ``id`` is the
+  request id (``liftguard.request_id`` of the verdict, LiteLLM's ``x-litellm-call-id``
+  header) or the completion's ``id`` while no other kept answer carries it. The route is
+  behind LiteLLM's own key check (``user_api_key_auth``: the master key, or a key LiteLLM's
+  route rules let through).
+- ``GET /v1/liftguard/risk``: every guardrail's monitor (alarm, bounds, counts), behind the
+  same key check.
+- ``POST /v1/liftguard/refresh``: re-read every guardrail's certificate now (a store alias
+  after ``liftguard store promote``), ``{guardrail: changed}``; the same key check.
+
+The gauges (the proxy's, with ``model`` set to the guardrail's name) and
+``liftguard_feedback_total{result}`` are registered in ``prometheus_client``'s default
+registry, which LiteLLM's ``/metrics`` serves when its ``prometheus`` callback is on
+(``litellm_settings: callbacks: ["prometheus"]``). With ``PROMETHEUS_MULTIPROC_DIR`` set
+LiteLLM serves a registry of its own instead, and with several workers each process has its
+own monitors: a label must reach the process that served the answer. Run one worker, or
+replay recordings with ``liftguard monitor``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from .._serving._feedback import FEEDBACK_PATH, feedback_response
+from .._serving._metrics import RiskState, risk_collector
+from .._serving._risk_watch import RiskWatch
+
+__all__ = ["FEEDBACK_PATH", "REFRESH_PATH", "RISK_PATH", "count", "register"]
+
+logger = logging.getLogger(__name__)
+
+RISK_PATH = "/v1/liftguard/risk"
+REFRESH_PATH = "/v1/liftguard/refresh"
+_PROXY_MODULE = "litellm.proxy.proxy_server"
+
+_lock = threading.Lock()
+_watches: dict[str, RiskWatch] = {}
+_refreshers: dict[str, Callable[[], Awaitable[bool]]] = {}
+_feedback_counter: Any = None
+_routes_added: set[int] = set()
+
+
+def register(name: str, watch: RiskWatch, refresh: Callable[[], Awaitable[bool]]) -> None:
+    """Serve guardrail ``name``'s ``watch`` (its labels, its gauges) and ``refresh`` (re-read
+    its certificate) from this process."""
+    with _lock:
+        _watches[name] = watch
+        _refreshers[name] = refresh
+        _export_metrics()
+        app = _litellm_app()
+        if app is not None and id(app) not in _routes_added:
+            _add_routes(app)
+            _routes_added.add(id(app))
+
+
+def count(result: str) -> None:
+    """One label sent: ``accepted`` or the refusal's code."""
+    if _feedback_counter is not None:
+        _feedback_counter.labels(result=result).inc()
+
+
+def _states() -> list[RiskState]:
+    with _lock:
+        watches = list(_watches.values())
+    return [state for watch in watches for state in watch.states()]
+
+
+def _export_metrics() -> None:
+    global _feedback_counter
+    if _feedback_counter is not None:
+        return
+    from prometheus_client import REGISTRY, Counter
+
+    _feedback_counter = Counter(
+        "liftguard_feedback", "Labels sent to the feedback endpoint", ["result"]
+    )
+    REGISTRY.register(risk_collector(_states))
+
+
+def _litellm_app() -> Any:
+    """LiteLLM's FastAPI app when its proxy server runs in this process, else None (the
+    guardrail made in a plain Python program: nothing to serve from)."""
+    module = sys.modules.get(_PROXY_MODULE)
+    return getattr(module, "app", None)
+
+
+def _add_routes(app: Any) -> None:
+    from fastapi import Depends
+    from fastapi.routing import APIRoute
+    from litellm.proxy.auth.user_api_key_auth import user_api_key_auth
+
+    auth = [Depends(user_api_key_auth)]
+    routes = [
+        APIRoute(
+            FEEDBACK_PATH, feedback, methods=["POST"], dependencies=auth, include_in_schema=False
+        ),
+        APIRoute(RISK_PATH, risk, methods=["GET"], dependencies=auth, include_in_schema=False),
+        APIRoute(
+            REFRESH_PATH, refresh, methods=["POST"], dependencies=auth, include_in_schema=False
+        ),
+    ]
+    # first, ahead of LiteLLM's catch-all pass-through routes
+    app.router.routes[0:0] = routes
+    logger.info("liftguard: %s added to LiteLLM's server", ", ".join(r.path for r in routes))
+
+
+async def feedback(request: Request) -> Response:
+    """``POST /v1/liftguard/feedback``: the label goes to the guardrail that served the
+    answer (the first whose store knows the id)."""
+    with _lock:
+        watches = list(_watches.values())
+    return await feedback_response(watches, request)
+
+
+async def risk(request: Request) -> Response:
+    """``GET /v1/liftguard/risk``: ``{guardrail: its monitor}`` (the alarm, the bounds, the
+    counts; ``monitored`` false for an uncalibrated certificate)."""
+    with _lock:
+        watches = dict(_watches)
+    out: dict[str, Any] = {}
+    for name, watch in watches.items():
+        states = {s.model: s for s in watch.states()}
+        for entry, health in watch.health().items():
+            state = states.get(entry)
+            if state is not None:
+                health.update(
+                    target=state.target,
+                    labels=state.labels,
+                    errors=state.errors,
+                    bounds=[state.lower, state.upper],
+                    answers=state.answers,
+                    shown=state.shown,
+                )
+            out[name] = health
+    return JSONResponse(out)
+
+
+async def refresh(request: Request) -> Response:
+    """``POST /v1/liftguard/refresh``: ``{guardrail: whether a new certificate version is in
+    force}`` (a failing store keeps the current one, logged)."""
+    with _lock:
+        refreshers = dict(_refreshers)
+    return JSONResponse({name: await reread() for name, reread in refreshers.items()})

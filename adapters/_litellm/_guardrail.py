@@ -1,0 +1,387 @@
+"""The LiteLLM proxy guardrail: LiteLLM's hooks around :mod:`adapters._litellm._answer`.
+
+Checked against litellm 1.110.2 (the version the ``litellm`` extra pins):
+
+- ``async_pre_call_hook`` runs before the request is routed; what it returns is what
+  LiteLLM sends on (``logprobs`` and ``top_logprobs`` included).
+- ``async_post_call_streaming_iterator_hook`` gets every chunk as a
+  ``ModelResponseStream`` with ``choices[0].logprobs`` as the upstream sent them (LiteLLM
+  passes logprobs through unchanged, also those the client did not ask for); what it
+  yields is what the client gets; an extra attribute of a chunk (``liftguard``) reaches
+  the client as a field of the chunk.
+- A stream that ends without a finish reason (cut off, with or without ``[DONE]``)
+  raises in the iterator (``APIConnectionError``: "Stream ended before a finish_reason
+  was received"), as does an upstream error event: the error goes through the hook.
+- An ``HTTPException`` raised in the iterator hook closes the upstream request and
+  reaches the client as an in-stream error event (``{"error": {...}}``; the openai SDK
+  raises ``openai.APIError``), or, when nothing was sent yet, as an HTTP error with that
+  status (``openai.UnprocessableEntityError`` for 422); the exception's ``type``
+  attribute becomes ``error.type`` and its ``detail`` ``error.provider_specific_fields``.
+- ``async_post_call_success_hook`` gets a non-streamed ``ModelResponse``; an attribute
+  set on it reaches the client as a field of the completion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, Callable, Mapping
+from functools import partial
+from typing import Any, cast
+
+from litellm.integrations.custom_guardrail import CustomGuardrail
+from litellm.types.utils import ModelResponseStream
+
+from guardrail import Cause, ConfigError, GuardrailError, State
+
+from .._guard._stream import DEFAULT_MAX_TOKEN_CHARS, aclose_upstream, check_max_token_chars
+from .._serving._certs import CertificateSource, certificate_source
+from .._serving._options import DEFAULT_REFUSAL, check_positive, check_risk_settings
+from .._serving._prepare import (
+    DEFAULT_MAX_ANSWER_TOKENS,
+    LITELLM_FIX,
+    RequestError,
+    check_upstream,
+)
+from .._serving._risk_watch import FinishedAnswer, RiskWatch
+from .._serving._wire import UPSTREAM_TYPE, VERDICT_FIELD, error_body
+from . import _feedback as _litellm_feedback
+from ._answer import Answer, GuardedRequest, completion_chunk, prepare_request, strip_choice
+from ._config import (
+    GuardrailStartupError,
+    check_known_settings,
+    check_settings,
+    config_relative,
+)
+from ._wire import (
+    BLOCKED_STATUS,
+    GuardrailHTTPError,
+    blocked_body,
+    finishes,
+    refusal_chunk,
+    refuse_completion,
+)
+
+__all__ = ["BLOCKED_STATUS", "LiftGuardGuardrail"]
+
+logger = logging.getLogger(__name__)
+
+_HOOKS = ("pre_call", "post_call")
+_CHAT_CALLS = ("completion", "acompletion")
+_MAX_PENDING = 10_000
+"""Requests between the pre-call and post-call hooks kept at once (the oldest is dropped
+past it: a request whose post-call hook never ran, e.g. a client that left)."""
+
+
+class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is not type-checked)
+    """Certify or block every chat answer that goes through a LiteLLM proxy.
+
+    In ``config.yaml``::
+
+        guardrails:
+          - guardrail_name: liftguard
+            litellm_params:
+              guardrail: adapters.litellm.LiftGuardGuardrail
+              mode: [pre_call, post_call]    # LiteLLM's hooks: both are needed
+              default_on: true
+              certificate: cert.json         # or STORE_URL#NAME@ALIAS
+              guard_mode: buffered           # or passthrough
+              on_block: error                # or refusal
+              risk_alpha: 0.05               # the live risk monitor's false-alarm level
+
+    ``certificate``: a certificate file (``liftguard calibrate --out``) or a store alias
+    ``STORE_URL#NAME[@ALIAS]``, read once when LiteLLM starts, its skeleton built
+    (the proxy's certificate sources); ``storage_options`` for an fsspec store.
+    ``guard_mode``: ``buffered`` (nothing reaches the client before the answer is
+    certified) or ``passthrough`` (chunks flow at once; a block ends the stream). (LiteLLM's
+    own ``mode`` names its hooks.) ``on_block``: ``error`` (the stream ends with an error the
+    openai SDK raises as ``openai.APIError``, type ``liftguard_blocked``, status 422; a
+    non-streamed request gets HTTP 422) or ``refusal`` (``refusal_message`` as the answer,
+    ``finish_reason`` ``content_filter``). ``top_logprobs``: alternatives asked of the
+    upstream per token (``None``: 20, or more if the certificate reads more).
+    ``max_answer_tokens``: the most tokens read of one answer (16,384, and never more than the
+    request's own limit once the certificate's context fills it in): an upstream that
+    ignores the limit has its answer blocked there (cause ``over_token_limit``).
+    A relative ``certificate`` path is read beside LiteLLM's ``config.yaml`` when it is there.
+
+    Any configuration error (a setting's value, a setting it does not know, a certificate it
+    cannot read or that this upstream cannot feed) raises :class:`GuardrailStartupError`,
+    which stops LiteLLM at start: LiteLLM serves the models without a guardrail whose
+    constructor raises ``ValueError``, and this one never lets that happen.
+    ``refresh_s``: how often a store alias is re-read (at most; on the next request after
+    that many seconds, in a worker thread; 0: never): a new version applies to the requests
+    that start after it, and gets a fresh risk monitor.
+
+    The live risk monitor (:mod:`adapters._litellm._feedback`): every answer the certificate
+    decided feeds its coverage watch; ``POST /v1/liftguard/feedback`` on LiteLLM's server
+    takes the label of a certified answer (``risk_alpha``: the monitor's level;
+    ``feedback_ids``: the latest answers kept for labels); ``GET /v1/liftguard/risk`` and
+    LiteLLM's ``/metrics`` (with its ``prometheus`` callback) show the bounds and the alarm.
+
+    The pre-call hook asks the upstream for logprobs and fills the certificate's generation
+    context in where the client left a setting unset; a setting the client changed is
+    reported in the verdict (``covered: false``). The post-call hooks guard the answer with
+    the stream step every adapter uses: only an answer that ended with a documented finish
+    can be certified. The verdict travels in the ``liftguard`` field (the proxy's shape): on
+    the last chunk of a certified stream, on a non-streamed completion, in a refusal, and
+    under ``error.provider_specific_fields.error.liftguard`` of a block.
+    """
+
+    def __init__(self, **settings: Any) -> None:
+        try:  # (the settings and their defaults: see _configure)
+            self._configure(**settings)
+        except Exception as exc:  # any of them: LiteLLM would start without the guardrail
+            name = settings.get("guardrail_name") or "liftguard"
+            raise GuardrailStartupError(
+                f"the liftguard guardrail {name!r} cannot guard, so LiteLLM must not start "
+                f"(it would serve the models unguarded): {exc}"
+            ) from exc
+
+    def _configure(
+        self,
+        *,
+        certificate: str | CertificateSource | None = None,
+        guard_mode: str = "buffered",
+        on_block: str = "error",
+        refusal_message: str = DEFAULT_REFUSAL,
+        top_logprobs: int | None = None,
+        max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
+        max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS,
+        storage_options: Mapping[str, Any] | None = None,
+        risk_alpha: float = 0.05,
+        feedback_ids: int = 50_000,
+        refresh_s: float = 10.0,
+        **kwargs: Any,
+    ) -> None:
+        check_settings(
+            certificate=certificate,
+            guard_mode=guard_mode,
+            on_block=on_block,
+            refusal_message=refusal_message,
+            top_logprobs=top_logprobs,
+            max_answer_tokens=max_answer_tokens,
+        )
+        check_risk_settings(risk_alpha, feedback_ids)
+        check_positive("refresh_s", refresh_s, allow_zero=True)
+        check_known_settings(kwargs, inspect.signature(self._configure).parameters)
+        hooks = kwargs.get("event_hook")
+        hooks = [hooks] if isinstance(hooks, str) else list(hooks or ())
+        if hooks and not all(h in hooks for h in _HOOKS):
+            raise ConfigError(
+                f"the liftguard guardrail needs LiteLLM's mode: [pre_call, post_call] (the "
+                f"pre-call hook asks the upstream for logprobs), got {hooks}"
+            )
+        super().__init__(**kwargs)
+        self.source = certificate_source(
+            config_relative(cast(str | CertificateSource, certificate)),
+            storage_options=storage_options,
+        )
+        self.guard_mode: str = guard_mode
+        self.on_block: str = on_block
+        self.refusal_message = refusal_message
+        self.top_logprobs = top_logprobs
+        self.max_token_chars = check_max_token_chars(max_token_chars)
+        self.max_answer_tokens = max_answer_tokens
+        # refused now, not per request
+        check_upstream(self.source.current()[0], top_logprobs, LITELLM_FIX)
+        self._pending: OrderedDict[str, GuardedRequest] = OrderedDict()
+        self.name = str(getattr(self, "guardrail_name", None) or "liftguard")
+        self.risk = RiskWatch(
+            {self.name: self.source},
+            risk_alpha=risk_alpha,
+            feedback_ids=feedback_ids,
+            count=_litellm_feedback.count,
+        )
+        _litellm_feedback.register(self.name, self.risk, self.refresh)
+        self.refresh_s = float(refresh_s)
+        self._refreshed = time.monotonic()
+        self._refreshing: asyncio.Task[None] | None = None
+        logger.info("liftguard guardrail: certificate %s, %s", self.source.describe(), guard_mode)
+
+    # -- pre-call ----------------------------------------------------------------------------
+
+    async def async_pre_call_hook(
+        self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: str
+    ) -> dict[str, Any]:
+        """Ask the upstream for the logprobs the certificate reads, with its context."""
+        if call_type not in _CHAT_CALLS:
+            return data
+        self._maybe_refresh()
+        certificate, label = self.source.current()
+        request_id = str(data.get("litellm_call_id") or id(data))
+        try:
+            request = prepare_request(
+                data,
+                certificate,
+                label,
+                request_id=request_id,
+                mode="buffered" if self.guard_mode == "buffered" else "passthrough",
+                top_logprobs=self.top_logprobs,
+                max_answer_tokens=self.max_answer_tokens,
+            )
+        except ConfigError as exc:
+            body = error_body(str(exc), "liftguard_config_error", "certificate_unsupported")
+            raise GuardrailHTTPError(500, body) from exc
+        except RequestError as exc:
+            body = error_body(str(exc), "invalid_request_error", "invalid_request", param=exc.param)
+            raise GuardrailHTTPError(400, body) from exc
+        if request.mismatches:
+            logger.info("request %s changes %s: not covered", request_id, request.mismatches)
+        self._pending[request_id] = request
+        while len(self._pending) > _MAX_PENDING:
+            self._pending.popitem(last=False)
+        return data
+
+    def _maybe_refresh(self) -> None:
+        """Re-read a store alias in a worker thread when ``refresh_s`` has passed."""
+        due = self.refresh_s > 0 and time.monotonic() - self._refreshed >= self.refresh_s
+        if due and self._refreshing is None:
+            self._refreshed = time.monotonic()
+            self._refreshing = asyncio.get_running_loop().create_task(self._refresh_due())
+
+    async def _refresh_due(self) -> None:
+        try:
+            await self.refresh()
+        finally:
+            self._refreshing = None
+
+    async def refresh(self) -> bool:
+        """Re-read the certificate's origin now (a store alias; a file never changes);
+        True if a new version is in force (it gets a fresh risk monitor). A failure keeps
+        the current certificate (logged)."""
+        old = self.source.current()[1]
+        try:
+            changed = await asyncio.to_thread(self.source.refresh)
+        except Exception as exc:
+            logger.warning("refreshing %s failed: %s", self.source.describe(), exc)
+            changed = False
+        if changed:
+            logger.info(
+                "liftguard guardrail %s: certificate %s -> %s",
+                self.name,
+                old,
+                self.source.current()[1],
+            )
+            self.risk.sync()
+        return changed
+
+    def _finished(self, answer: Answer, completion_id: Any, *, decided: bool) -> None:
+        """Hand the answer's final verdict to the risk watch (once per answer)."""
+        request = answer.request
+        certified = decided and answer.blocked is None and answer.verdict.state is State.CERTIFIED
+        self.risk.take(
+            self.name,
+            FinishedAnswer(
+                request.request_id,
+                str(completion_id or request.request_id),
+                request.label,
+                certified,
+                decided,
+                request.covered,
+                bool(request.mismatches),
+                answer.verdict.cause.value,
+            ),
+        )
+
+    def _request(self, data: Mapping[str, Any]) -> GuardedRequest | None:
+        return self._pending.pop(str(data.get("litellm_call_id")), None)
+
+    async def async_post_call_failure_hook(
+        self,
+        request_data: dict[str, Any],
+        original_exception: Exception,
+        user_api_key_dict: Any,
+        traceback_str: str | None = None,
+    ) -> None:
+        self._request(request_data)  # the answer failed before a post-call hook took it
+
+    # -- streamed answers --------------------------------------------------------------------
+
+    async def async_post_call_streaming_iterator_hook(
+        self, user_api_key_dict: Any, response: Any, request_data: dict[str, Any]
+    ) -> AsyncGenerator[Any, None]:
+        """Guard the stream: hold or pass chunks, end a blocked answer, close the upstream."""
+        request = self._request(request_data)
+        if request is None:  # not a request the pre-call hook prepared (another route)
+            async for chunk in response:
+                yield chunk
+            return
+        answer = Answer(request, max_token_chars=self.max_token_chars, join=ModelResponseStream)
+        last: Any = None
+        first_id: Any = None
+        ended = False
+        try:
+            async for chunk in response:
+                last = chunk
+                first_id = first_id or getattr(chunk, "id", None)
+                for out in self._step(answer, partial(answer.feed, chunk)):
+                    yield out
+                if answer.blocked is not None:
+                    break
+            else:
+                held = self._step(answer, answer.end)
+                if held and answer.blocked is None:  # on the chunk with the finish reason
+                    last_finish = next((c for c in reversed(held) if finishes(c)), held[-1])
+                    setattr(last_finish, VERDICT_FIELD, answer.verdict_field())
+                ended = True
+                for out in held:
+                    yield out
+        finally:  # a block, an error, the client gone: no more tokens generated or paid for
+            await aclose_upstream(response)
+            self._finished(answer, first_id, decided=ended or answer.blocked is not None)
+        if answer.blocked is not None:
+            yield self._blocked(answer, last)
+
+    def _step(self, answer: Answer, step: Callable[[], list[Any]]) -> list[Any]:
+        """``step()``; a malformed chunk (or a missing logprob under policy ``error``) ends
+        the answer with the proxy's upstream error (HTTP 502), never certified."""
+        try:
+            return step()
+        except GuardrailError as exc:
+            answer.monitor.abort(Cause.TRUNCATED, f"the upstream's answer was unusable: {exc}")
+            body = error_body(
+                str(exc),
+                UPSTREAM_TYPE,
+                "malformed_chunk",
+                verdict=answer.verdict_field(error="malformed_chunk"),
+            )
+            raise GuardrailHTTPError(502, body) from exc
+
+    def _blocked(self, answer: Answer, like: Any) -> Any:
+        """The end of a blocked stream: the refusal chunk, or the error LiteLLM relays."""
+        verdict = answer.verdict
+        logger.info("answer %s blocked: %s", answer.request.request_id, verdict.reason)
+        if self.on_block == "refusal":
+            return refusal_chunk(answer, like, self.refusal_message)
+        raise GuardrailHTTPError(BLOCKED_STATUS, blocked_body(answer))
+
+    # -- whole answers -----------------------------------------------------------------------
+
+    async def async_post_call_success_hook(
+        self, data: dict[str, Any], user_api_key_dict: Any, response: Any
+    ) -> Any:
+        """Decide on a whole (non-streamed) answer; the verdict travels with the response."""
+        request = self._request(data)
+        if request is None or not hasattr(response, "choices"):
+            return response
+        answer = Answer(request, max_token_chars=self.max_token_chars)
+        try:
+            self._step(answer, partial(answer.feed, completion_chunk(response)))
+            if answer.blocked is None:
+                self._step(answer, answer.end)
+        except GuardrailHTTPError:
+            self._finished(answer, getattr(response, "id", None), decided=False)
+            raise
+        self._finished(answer, getattr(response, "id", None), decided=True)
+        for choice in response.choices:
+            strip_choice(choice, request.want_logprobs, request.top_k)
+        if answer.blocked is not None:
+            logger.info("answer %s blocked: %s", request.request_id, answer.verdict.reason)
+            if self.on_block == "error":
+                raise GuardrailHTTPError(BLOCKED_STATUS, blocked_body(answer))
+            refuse_completion(response, self.refusal_message)
+        setattr(response, VERDICT_FIELD, answer.verdict_field())
+        return response

@@ -1,0 +1,88 @@
+"""What a blocked answer becomes on LiteLLM's wire: the error LiteLLM relays, or the refusal.
+
+Checked against litellm 1.110.2: an ``HTTPException`` raised in a post-call hook reaches the
+client with OpenAI's error shape (its ``type`` attribute as ``error.type``, its ``detail`` as
+``error.provider_specific_fields``); a chunk or a completion the hook returns is what the
+client gets, an extra attribute (``liftguard``) as a field of it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import HTTPException
+from litellm.types.utils import Delta, ModelResponseStream, StreamingChoices
+
+from .._serving._wire import BLOCKED_TYPE, VERDICT_FIELD, error_body
+from ._answer import Answer
+
+__all__ = [
+    "BLOCKED_STATUS",
+    "GuardrailHTTPError",
+    "blocked_body",
+    "finishes",
+    "refusal_chunk",
+    "refuse_completion",
+]
+
+BLOCKED_STATUS = 422
+"""The HTTP status of a blocked answer (the proxy's, for a non-streamed request)."""
+
+
+class GuardrailHTTPError(HTTPException):  # type: ignore[misc]  # (fastapi is not type-checked)
+    """An error LiteLLM relays to the client with OpenAI's error shape: ``type`` becomes
+    ``error.type`` and ``param`` ``error.param``; ``detail`` (the proxy's error body)
+    becomes ``error.provider_specific_fields``."""
+
+    def __init__(self, status: int, detail: dict[str, Any]) -> None:
+        super().__init__(status_code=status, detail=detail)
+        self.type = detail["error"]["type"]
+        self.param = detail["error"].get("param")
+
+
+def blocked_body(answer: Answer) -> dict[str, Any]:
+    """The error body of a blocked answer (type ``liftguard_blocked``, the cause as code)."""
+    verdict = answer.verdict
+    return error_body(
+        f"liftguard {verdict.reason}",
+        BLOCKED_TYPE,
+        verdict.cause.value,
+        verdict=answer.verdict_field(),
+    )
+
+
+def refusal_chunk(answer: Answer, like: Any, message: str) -> Any:
+    """The chunk that ends a blocked stream with ``message`` (finish ``content_filter``),
+    with ``like``'s id, creation time and model."""
+    choice = StreamingChoices(
+        index=0,
+        delta=Delta(role="assistant", content=message),
+        finish_reason="content_filter",
+    )
+    chunk = ModelResponseStream(choices=[choice])
+    for name in ("id", "created", "model"):
+        value = getattr(like, name, None)
+        if value is not None:
+            setattr(chunk, name, value)
+    setattr(chunk, VERDICT_FIELD, answer.verdict_field())
+    return chunk
+
+
+def refuse_completion(response: Any, message: str) -> None:
+    """A blocked whole answer as one refusal choice (``message``, finish ``content_filter``):
+    whatever else its choices carried (text, tool calls, other choices) is dropped."""
+    choice = response.choices[0]
+    choice.index = 0
+    choice.message.content = message
+    for name in ("tool_calls", "function_call", "audio"):
+        if getattr(choice.message, name, None) is not None:
+            setattr(choice.message, name, None)
+    choice.finish_reason = "content_filter"
+    choice.logprobs = None
+    response.choices = [choice]
+
+
+def finishes(chunk: Any) -> bool:
+    """``chunk`` carries a finish reason (the usage chunk after it does not, and LiteLLM drops
+    the usage chunk it asked for itself)."""
+    return any(getattr(c, "finish_reason", None) for c in getattr(chunk, "choices", None) or ())

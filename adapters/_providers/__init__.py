@@ -1,0 +1,1 @@
+"""Provider integrations: OpenAI, Anthropic (with its local scorer) and LangChain."""
