@@ -136,10 +136,10 @@ __all__ = [
 
 # names whose modules import an optional SDK: loaded on first access (PEP 562)
 _LAZY = {
-    "Abstention": "._langchain_runnable",
-    "LiftGuardCallbackHandler": "._langchain",
-    "guard_runnable": "._langchain_runnable",
-    "guard_tool": "._langchain_runnable",
+    "Abstention": "._providers._langchain_runnable",
+    "LiftGuardCallbackHandler": "._providers._langchain",
+    "guard_runnable": "._providers._langchain_runnable",
+    "guard_tool": "._providers._langchain_runnable",
 }
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ._common import CommandError
+from ._margins import margins_blocked, margins_line, replays
 from ._progress import Progress
 from ._recorded import lacking_message, read_whole, supply_vocab_size
 
@@ -364,41 +365,6 @@ def _certifies_nothing(stat: Any, n: int, policy: Any, args: argparse.Namespace,
         if n == 0
         else f"Certifies nothing: no threshold passed the risk test at risk {args.risk:g}, "
         f"delta {args.delta:g} on the calibration traces, so every answer is withheld.",
-    )
-
-
-def replays(
-    stat: Any, traces: list[Any], skeleton: Any, limit: int | None
-) -> tuple[list[Any], list[Any]]:
-    """Each answer replayed as the monitor streams it, and without the statistic's
-    early-block margins (one replay: :func:`guardrail.fitting.with_margins` adds them)."""
-    from guardrail.fitting import replay_fitted, with_margins
-
-    bare = replace(stat, block_margins=()) if stat.block_margins else stat
-    plain = [replay_fitted(bare, t, skeleton=skeleton, max_tokens=limit) for t in traces]
-    return plain, [with_margins(p, stat.block_margins) for p in plain]
-
-
-def margins_blocked(
-    stat: Any, plain: list[Any], correct: Any, policy: Any, tau: float
-) -> dict[str, int] | None:
-    """:func:`guardrail.fitting.margin_cost` at ``tau`` as the summaries report it (``None``
-    for a statistic without margins)."""
-    from guardrail.fitting import margin_cost
-
-    if not stat.block_margins:
-        return None
-    blocked, shown = margin_cost(plain, stat.block_margins, correct, policy, tau)
-    return {"blocked": blocked, "shown_without_margins": shown}
-
-
-def margins_line(cost: dict[str, int] | None) -> str:
-    """The summary's line on what the margins cost (empty without margins)."""
-    if cost is None:
-        return ""
-    return (
-        f"  margins blocked  {cost['blocked']} of the {cost['shown_without_margins']} correct "
-        "calibration answers the rule shows without them\n"
     )
 
 

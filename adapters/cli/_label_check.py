@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._common import CommandError
-from ._label import Labeller, match, read_tasks
+from ._label_refs import Labeller, match, read_tasks
 
 __all__ = ["by_check"]
 

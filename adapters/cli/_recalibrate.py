@@ -70,7 +70,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     from guardrail.fitting import calibrate_fitted
     from guardrail.traces import file_sha256
 
-    from ._fit import margins_blocked, margins_line, replays
+    from ._margins import margins_blocked, margins_line, replays
 
     _refuse_rule_flags(args, defaults)
     if args.out is None:
