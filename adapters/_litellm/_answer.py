@@ -20,16 +20,20 @@ final verdict, and what the client did not ask for (logprobs, alternatives past 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from guardrail import Certificate, Monitor, Verdict
+from guardrail import Certificate, Verdict
 
 from .._guard._openai_events import ChunkParts, chat_chunk_parts
 from .._guard._settings import pack_extra_body
 from .._guard._stream import DEFAULT_MAX_TOKEN_CHARS, GuardStep, Mode
-from .._serving._prepare import DEFAULT_MAX_ANSWER_TOKENS, LITELLM_FIX, prepare_upstream
+from .._serving._prepare import (
+    DEFAULT_MAX_ANSWER_TOKENS,
+    LITELLM_FIX,
+    GuardedRequest,
+    prepare_upstream,
+)
 from .._serving._wire import merge_released, verdict_info
 
 __all__ = [
@@ -40,33 +44,6 @@ __all__ = [
     "prepare_request",
     "strip_choice",
 ]
-
-
-@dataclass
-class GuardedRequest:
-    """What one request asked for and which rule applies to it (kept from the pre-call hook
-    to the post-call hooks)."""
-
-    request_id: str
-    certificate: Certificate
-    label: str
-    mode: Mode
-    want_logprobs: bool = False
-    top_k: int = 0
-    upstream_top: int = 1
-    limit: int | None = None
-    mismatches: list[str] = field(default_factory=list)
-    max_tokens: int = DEFAULT_MAX_ANSWER_TOKENS
-    """The most tokens read of the answer (its limit, capped by the guardrail's)."""
-
-    @property
-    def covered(self) -> bool:
-        """The certificate's guarantee applies: calibrated, and the context kept."""
-        return self.certificate.calibrated and not self.mismatches
-
-    def monitor(self) -> Monitor:
-        """A fresh monitor of the certificate for this answer."""
-        return self.certificate.monitor(max_tokens=self.limit)
 
 
 def prepare_request(
@@ -96,18 +73,11 @@ def prepare_request(
     for key in ("extra_body", *ask.extra_keys):
         data.pop(key, None)
     data.update(body)
-    return GuardedRequest(
-        request_id=request_id,
-        certificate=certificate,
-        label=label,
-        mode=mode,
-        want_logprobs=ask.want_logprobs,
-        top_k=ask.top_k,
-        upstream_top=ask.upstream_top,
-        limit=ask.limit,
-        mismatches=ask.changed,
-        max_tokens=ask.cap(max_answer_tokens),
-    )
+    request: GuardedRequest = GuardedRequest.of(
+        ask, certificate, label, request_id=request_id, mode=mode,
+        max_answer_tokens=max_answer_tokens,
+    )  # fmt: skip
+    return request
 
 
 class Answer:
@@ -127,9 +97,10 @@ class Answer:
         self._join = join
         self.monitor = request.monitor()
         parse = partial(chat_chunk_parts, with_top=self.monitor.reads.uses_alternatives)
+        mode: Mode = "buffered" if request.mode == "buffered" else "passthrough"
         self.step: GuardStep[Any] = GuardStep(
             self.monitor,
-            request.mode,
+            mode,
             "stop",
             parse,
             unit=self._unit,

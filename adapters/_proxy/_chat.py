@@ -104,21 +104,13 @@ def prepare(
     out = {**ask.body, "stream": True}
     if body.get("stream") and isinstance(body.get("stream_options"), dict):
         out["stream_options"] = body["stream_options"]
-    info = RequestInfo(
-        request_id=f"lg-{uuid.uuid4().hex[:20]}",
-        certificate=certificate,
-        label=label,
-        mode=mode,
-        model=str(model),
-        want_logprobs=ask.want_logprobs,
-        top_k=ask.top_k,
-        upstream_top=ask.upstream_top,
+    info = RequestInfo.of(
+        ask, certificate, label, request_id=f"lg-{uuid.uuid4().hex[:20]}", mode=mode,
+        max_answer_tokens=max_answer_tokens, model=str(model),
         stream=bool(body.get("stream", False)),
-        mismatches=ask.changed,
         messages=list(out.get("messages", body["messages"])),
         settings={k: out[k] for k in _SETTINGS if k in out},
-        max_tokens=ask.cap(max_answer_tokens),
-    )
+    )  # fmt: skip
     return Prepared(info, monitor, out)
 
 

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from guardrail import Cause, Certificate, Monitor, State, Verdict
+from guardrail import Cause, Monitor, State, Verdict
 
 from .._guard._openai_events import ChunkParts, chat_chunk_parts
 from .._guard._stream import GuardStep, Mode
-from .._serving._prepare import DEFAULT_MAX_ANSWER_TOKENS
+from .._serving._prepare import GuardedRequest
 from .._serving._wire import MAX_ID_CHARS, VERDICT_FIELD, strip_chunk, verdict_info
 
 __all__ = ["AnswerGuard", "RequestInfo", "chunk_frame"]
@@ -36,28 +36,14 @@ __all__ = ["AnswerGuard", "RequestInfo", "chunk_frame"]
 
 
 @dataclass
-class RequestInfo:
-    """What one request asked for and which rule applies to it."""
+class RequestInfo(GuardedRequest):
+    """A guarded request as the proxy keeps it: the serving core's, with what it records of
+    the request (its model name, whether it streams, its messages and settings)."""
 
-    request_id: str
-    certificate: Certificate
-    label: str
-    mode: str
-    model: str
-    want_logprobs: bool = False
-    top_k: int = 0
-    upstream_top: int = 0
+    model: str = ""
     stream: bool = True
-    mismatches: list[str] = field(default_factory=list)
     messages: list[Any] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
-    max_tokens: int = DEFAULT_MAX_ANSWER_TOKENS
-    """The most tokens the proxy reads of this answer (its limit, capped by the proxy's)."""
-
-    @property
-    def covered(self) -> bool:
-        """The certificate's guarantee applies: calibrated, and the context kept."""
-        return self.certificate.calibrated and not self.mismatches
 
 
 class AnswerGuard:

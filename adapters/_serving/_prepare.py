@@ -13,10 +13,10 @@ request.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from guardrail import Certificate, Reads
+from guardrail import Certificate, Monitor, Reads
 
 from .._guard._context import Supplies, check_supplies
 from .._guard._settings import (
@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_UPSTREAM_TOP",
     "LITELLM_FIX",
     "PROXY_FIX",
+    "GuardedRequest",
     "RequestError",
     "UpstreamRequest",
     "check_upstream",
@@ -89,6 +90,61 @@ class UpstreamRequest:
 
 PROXY_FIX = "start the proxy with top_logprobs={k} or more (or leave it unset)"
 LITELLM_FIX = "set the guardrail's top_logprobs to {k} or more (or leave it unset)"
+
+
+@dataclass
+class GuardedRequest:
+    """What one request asked for and which rule applies to it, as every server front end
+    keeps it from the request to the end of its answer (the proxy's adds what it records)."""
+
+    request_id: str
+    certificate: Certificate
+    label: str
+    mode: str
+    want_logprobs: bool = False
+    top_k: int = 0
+    upstream_top: int = 1
+    limit: int | None = None
+    """The answer's token limit once the context is filled in (``None``: not known)."""
+    mismatches: list[str] = field(default_factory=list)
+    max_tokens: int = DEFAULT_MAX_ANSWER_TOKENS
+    """The most tokens read of the answer (its limit, capped by the front end's)."""
+
+    @classmethod
+    def of(
+        cls,
+        ask: UpstreamRequest,
+        certificate: Certificate,
+        label: str,
+        *,
+        request_id: str,
+        mode: str,
+        max_answer_tokens: int,
+        **more: Any,
+    ) -> Any:
+        """The request ``ask`` prepared (``more``: a subclass's own fields)."""
+        return cls(
+            request_id=request_id,
+            certificate=certificate,
+            label=label,
+            mode=mode,
+            want_logprobs=ask.want_logprobs,
+            top_k=ask.top_k,
+            upstream_top=ask.upstream_top,
+            limit=ask.limit,
+            mismatches=ask.changed,
+            max_tokens=ask.cap(max_answer_tokens),
+            **more,
+        )
+
+    @property
+    def covered(self) -> bool:
+        """The certificate's guarantee applies: calibrated, and the context kept."""
+        return self.certificate.calibrated and not self.mismatches
+
+    def monitor(self) -> Monitor:
+        """A fresh monitor of the certificate for this answer."""
+        return self.certificate.monitor(max_tokens=self.limit)
 
 
 def check_upstream(

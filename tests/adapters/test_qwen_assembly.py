@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters import _prompt_free_spec, _qwen
+from adapters._local import _prompt_free_spec, _qwen
 from adapters._local._packaged import packaged_model_name, packaged_model_path
 from adapters._local._qwen import qwen_cache_path, qwen_path, qwen_verified_sha256
 from guardrail import ConfigError
