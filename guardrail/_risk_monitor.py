@@ -102,12 +102,6 @@ def _log_weight(k: int) -> float:
     return -math.log((k + 1.0) * (k + 2.0))
 
 
-def _logaddexp(a: float, b: float) -> float:
-    if a < b:
-        a, b = b, a
-    return a if b == -math.inf else a + math.log1p(math.exp(b - a))
-
-
 def _probability(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
         raise ConfigError(f"{name} must be a number strictly inside (0, 1), got {value!r}")
