@@ -7,7 +7,9 @@
    sweep over the ``N x V`` array); an iteration is one or more passes (line
    search trials) plus a sort-based projection. The time per iteration is
    ``(t(k iterations) - t(0 iterations)) / k`` with ``tol=0``, so setup
-   (validation, column sums) is reported apart; best of ``--repeat``.
+   (validation, column sums) is reported apart; best of ``--repeat``, after one
+   untimed warm-up run; on CUDA each timed call starts and ends with
+   ``torch.cuda.synchronize()``.
 
 2. Cold vs warm start on real traces (default
    ``../shared/data/traces/triviaqa_smollm2.jsonl``: SmolLM2-135M, V = 49,152).
@@ -33,6 +35,7 @@ import argparse
 import dataclasses
 import platform
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -62,17 +65,37 @@ def synthetic(n: int, v: int, seed: int = 0) -> np.ndarray:
     return out
 
 
+def _synchronize(device: str) -> None:
+    """Wait for the work queued on ``device`` (CUDA runs kernels asynchronously)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed_vsd(P: np.ndarray, device: str, **options: Any) -> tuple[float, VSDResult]:
+    """Wall seconds of one :func:`vsd` call with nothing queued on ``device`` before it
+    and everything it queued finished after it, and its result."""
+    _synchronize(device)
+    start = time.perf_counter()
+    res = vsd(P, device=device, **options)
+    _synchronize(device)
+    return time.perf_counter() - start, res
+
+
 def per_iteration(
     P: np.ndarray, geometry: Geometry, k: int, repeat: int, device: str
 ) -> dict[str, float]:
+    """Setup and per-iteration seconds, best of ``repeat``, after one untimed warm-up run
+    (on CUDA the first call also starts the context and loads the kernels: timed, it
+    made the 0-iteration run slower than the ``k``-iteration one)."""
+    timed_vsd(P, device, max_iter=1, tol=0.0, geometry=geometry)  # warm-up
     best: dict[str, float] = {}
     for _ in range(repeat):
-        t0 = vsd(P, max_iter=0, tol=0.0, geometry=geometry, device=device)
-        tk = vsd(P, max_iter=k, tol=0.0, geometry=geometry, device=device)
+        t0, _ = timed_vsd(P, device, max_iter=0, tol=0.0, geometry=geometry)
+        tk, res = timed_vsd(P, device, max_iter=k, tol=0.0, geometry=geometry)
         row = {
-            "setup": t0.seconds,
-            "iteration": (tk.seconds - t0.seconds) / tk.iterations,
-            "passes": (tk.evaluations - 1) / tk.iterations,
+            "setup": t0,
+            "iteration": (tk - t0) / res.iterations,
+            "passes": (res.evaluations - 1) / res.iterations,
         }
         row["pass"] = row["iteration"] / row["passes"]
         if not best or row["iteration"] < best["iteration"]:

@@ -49,7 +49,21 @@ a supermartingale (Hoeffding's lemma, conditional), and its mixture over
 ``lam ~ N(0, 1/rho)`` gives Robbins' boundary ``|S| < sqrt(2 (V + rho) log(sqrt((V + rho)/rho)
 / delta))``, at ``delta = alpha w_k``. Over all ``k`` and all times, every interval holds at
 once with probability at least ``1 - alpha``. It is a separate statement from the alarm
-(each holds at level ``alpha``).
+(each holds at level ``alpha``), about a recent window: it can hold the target while the
+alarm is on (the alarm's evidence may predate the window, or the window be too short).
+
+**Lower bound** (:attr:`RiskMonitor.lower_bound`): the alarm's own bets, placed at other
+levels. For a level ``m`` the bet of half-life ``j`` is ``min(lam_i^(j), c/m)``, the target's
+bet capped so that each factor ``1 + bet (X_i - m)`` stays ``>= 1 - c``; the restarts and
+weights are the target's. Under "``P(X_i = 1 | F_{i-1}) <= m`` for every ``i``" the mixture
+at ``m`` is again a nonnegative supermartingale, so it ever reaches ``1/alpha`` with
+probability at most ``alpha``; at ``m = target`` it is ``M_t`` itself. Each factor is
+nonincreasing in ``m`` (``bet (1 - m)`` and ``-min(lam m, c)`` both are), so the levels
+reached so far are all those up to some ``m``: the lower bound, the highest level of a grid
+(the target and the multiples of ``LOWER_BOUND_STEP``) reached so far, 0 if none. It is at
+least the target exactly when the alarm is on (the levels above the target count from the
+alarm on, so rounding cannot part the two), and if every conditional error probability
+is at most ``m`` it ever reaches ``m`` with probability at most ``alpha``.
 
 **Coverage** (``update_shown``): the share of all answers shown. With an expected
 ``coverage``, the same detector tests "each answer is shown with conditional probability
@@ -77,6 +91,8 @@ BET_CAP = 0.8
 DEFAULT_HALF_LIVES = (25.0, 50.0, 100.0, 200.0)
 DEFAULT_SPACING = 100
 DEFAULT_WINDOW = 500
+LOWER_BOUND_STEP = 0.005
+"""The resolution of :attr:`RiskMonitor.lower_bound`: the levels it tests, besides the target."""
 _RHO_SHARE = 0.1
 """Robbins' mixture parameter ``rho`` as a share of ``V = window / 4`` (tightest near it)."""
 
@@ -84,12 +100,6 @@ _RHO_SHARE = 0.1
 def _log_weight(k: int) -> float:
     """``log w_k`` of the start ``k``: ``w_k = 1/((k+1)(k+2))``, summing to 1 over ``k >= 0``."""
     return -math.log((k + 1.0) * (k + 2.0))
-
-
-def _logaddexp(a: float, b: float) -> float:
-    if a < b:
-        a, b = b, a
-    return a if b == -math.inf else a + math.log1p(math.exp(b - a))
 
 
 def _probability(name: str, value: object) -> float:
@@ -124,59 +134,79 @@ def _count(name: str, value: object) -> int:
 
 class _Detector:
     """The restarted betting e-process for "``P(x_i = 1 | past) <= level`` for every ``i``"
-    (see the module docstring); :func:`_detector_path` is its batch twin."""
+    (see the module docstring), and the same bets at each level of ``grid`` (its lower
+    bound); :func:`_detector_path` is its batch twin."""
 
-    __slots__ = ("_level", "_log_s", "_log_w", "_p", "_rates", "_spacing", "log_e", "n")
+    __slots__ = (
+        "_caps",
+        "_level",
+        "_levels",
+        "_log_s",
+        "_log_w",
+        "_p",
+        "_rates",
+        "_spacing",
+        "log_e",
+        "n",
+    )
 
-    def __init__(self, level: float, spacing: int, rates: tuple[float, ...]) -> None:
-        self._level, self._spacing, self._rates = level, spacing, rates
-        self._p = [level] * len(rates)  # discounted rates, started where the bet is 0
-        self._log_w = [0.0] * len(rates)  # log W^(j)
-        self._log_s = [-math.inf] * len(rates)  # log S^(j)
+    def __init__(
+        self, level: float, spacing: int, rates: tuple[float, ...], grid: Sequence[float] = ()
+    ) -> None:
+        self._level, self._spacing = level, spacing
+        self._rates = np.asarray(rates, dtype=np.float64)
+        self._levels = np.asarray((level, *grid), dtype=np.float64)[:, None]  # row 0: level
+        self._caps = BET_CAP / self._levels
+        shape = (self._levels.size, len(rates))
+        self._p = np.full(len(rates), level)  # discounted rates, started where the bet is 0
+        self._log_w = np.zeros(shape)  # log W^(j) at each level
+        self._log_s = np.full(shape, -np.inf)  # log S^(j) at each level
         self.n = 0
-        self.log_e = -math.inf  # log M_t (no component started yet)
+        self.log_e: FloatArray = np.zeros(self._levels.size)
+        """``log M_t`` at ``level`` (row 0) and at each level of ``grid`` (0: no evidence yet)."""
 
-    def update(self, x: bool) -> float:
-        """Take one event (``True`` = the event the level bounds); return ``log M_t``."""
+    def update(self, x: bool) -> FloatArray:
+        """Take one event (``True`` = the event the level bounds); return :attr:`log_e`."""
         level, n = self._level, self.n
-        kelly, cap = level * (1.0 - level), BET_CAP / level
         xv = 1.0 if x else 0.0
         if n % self._spacing == 0:
-            lw = _log_weight(n // self._spacing)
-            pairs = zip(self._log_s, self._log_w, strict=True)
-            self._log_s = [_logaddexp(s, lw - w) for s, w in pairs]
-        total = -math.inf
-        for j, rate in enumerate(self._rates):
-            p = self._p[j]
-            lam = min(max((p - level) / kelly, 0.0), cap)
-            self._log_w[j] += math.log1p(lam * (xv - level))
-            self._p[j] = p + rate * (xv - p)
-            total = _logaddexp(total, self._log_w[j] + self._log_s[j])
+            self._log_s = np.logaddexp(self._log_s, _log_weight(n // self._spacing) - self._log_w)
+        lam = np.clip((self._p - level) / (level * (1.0 - level)), 0.0, BET_CAP / level)
+        self._log_w += np.log1p(np.minimum(lam, self._caps) * (xv - self._levels))
+        self._p += self._rates * (xv - self._p)
         self.n = n + 1
-        self.log_e = total - math.log(len(self._rates))
+        total = np.logaddexp.reduce(self._log_w + self._log_s, axis=-1)
+        self.log_e = total - math.log(self._rates.size)
         return self.log_e
 
 
 def _detector_path(
-    x: npt.ArrayLike, level: float, spacing: int, rates: tuple[float, ...]
+    x: npt.ArrayLike,
+    level: float,
+    spacing: int,
+    rates: tuple[float, ...],
+    grid: Sequence[float] = (),
 ) -> FloatArray:
     """``log M_t`` after every event of ``x`` (shape ``(..., T)``: leading axes are
-    independent streams), computed over whole arrays; equals :class:`_Detector`'s."""
+    independent streams) at ``level`` and at each level of ``grid`` (last axis, ``level``
+    first), computed over whole arrays; equals :class:`_Detector`'s."""
     xs = np.asarray(x, dtype=np.float64)
     a = np.asarray(rates, dtype=np.float64)
-    shape = (*xs.shape[:-1], a.size)
-    p = np.full(shape, level)
-    log_w, log_s = np.zeros(shape), np.full(shape, -np.inf)
-    out = np.empty(xs.shape, dtype=np.float64)
+    levels = np.asarray((level, *grid), dtype=np.float64)[:, None]
+    lead = xs.shape[:-1]
+    p = np.full((*lead, 1, a.size), level)
+    log_w = np.zeros((*lead, levels.size, a.size))
+    log_s = np.full(log_w.shape, -np.inf)
+    out = np.empty((*xs.shape, levels.size), dtype=np.float64)
     kelly, cap = level * (1.0 - level), BET_CAP / level
     for t in range(xs.shape[-1]):
         if t % spacing == 0:
             log_s = np.logaddexp(log_s, _log_weight(t // spacing) - log_w)
-        xt = xs[..., t, None]
-        lam = np.clip((p - level) / kelly, 0.0, cap)
-        log_w = log_w + np.log1p(lam * (xt - level))
+        xt = xs[..., t, None, None]
+        lam = np.minimum(np.clip((p - level) / kelly, 0.0, cap), BET_CAP / levels)
+        log_w = log_w + np.log1p(lam * (xt - levels))
         p = p + a * (xt - p)
-        out[..., t] = np.logaddexp.reduce(log_w + log_s, axis=-1) - math.log(a.size)
+        out[..., t, :] = np.logaddexp.reduce(log_w + log_s, axis=-1) - math.log(a.size)
     return out
 
 
@@ -200,9 +230,13 @@ class RiskMonitor:
     the good history before it. The argument is in ``guardrail/_risk_monitor.py``'s
     docstring.
 
-    :attr:`bounds` is an anytime-valid interval (level ``alpha``) for the average
-    conditional error probability of the labelled answers since :attr:`bounds_since`
-    (a window of ``window`` to ``window + spacing`` recent answers).
+    :attr:`lower_bound` is the lower confidence bound of the alarm's own test: the
+    error probability of shown answers has been shown to exceed it, and :attr:`alarm`
+    is True exactly when it is at least ``target``. :attr:`bounds` is a separate
+    anytime-valid interval (level ``alpha``) for the average conditional error
+    probability of the labelled answers since :attr:`bounds_since` (a window of
+    ``window`` to ``window + spacing`` recent answers): it can hold the target while
+    the alarm is on.
 
     ``update_shown(shown)`` takes every answer's verdict (shown or not, labelled or
     not); with ``coverage`` (the share of answers the certificate is expected to show)
@@ -210,7 +244,7 @@ class RiskMonitor:
     risk alarm. ``spacing`` (answers between restarts), ``half_lives`` (of the bets'
     discounted error rates) and ``window`` tune detection and the bounds; the guarantee
     holds for any values. O(1) time and memory per answer (O(window / spacing) for the
-    bounds).
+    bounds, O(1 / LOWER_BOUND_STEP) for the lower bound: some 0.1 ms a label).
     """
 
     def __init__(
@@ -231,7 +265,11 @@ class RiskMonitor:
         rates = _rates(half_lives)
         self.half_lives = tuple(float(h) for h in half_lives)
         self._threshold = math.log(1.0 / self.alpha)
-        self._risk = _Detector(self.target, self.spacing, rates)
+        steps = range(1, round(1.0 / LOWER_BOUND_STEP))
+        grid = [g for g in (i * LOWER_BOUND_STEP for i in steps) if g != self.target]
+        self._risk = _Detector(self.target, self.spacing, rates, grid)
+        self._levels = np.asarray((self.target, *grid))  # the rows of the detector's log_e
+        self._crossed = np.zeros(self._levels.size, dtype=np.bool_)  # at some time so far
         self._shown = (
             None if self.coverage is None else _Detector(1.0 - self.coverage, self.spacing, rates)
         )
@@ -262,7 +300,7 @@ class RiskMonitor:
         the path reaches ``log(1/alpha)``."""
         return _detector_path(
             wrong, _probability("target", target), _count("spacing", spacing), _rates(half_lives)
-        )
+        )[..., 0]
 
     @property
     def n(self) -> int:
@@ -271,9 +309,9 @@ class RiskMonitor:
 
     @property
     def log_e_value(self) -> float:
-        """``log M_t``, the log of the weighted e-process (``-inf`` before any label); the
-        alarm fires when it reaches ``log(1/alpha)``."""
-        return self._risk.log_e
+        """``log M_t``, the log of the weighted e-process (0 before any label: the e-value
+        of no evidence is 1); the alarm fires when it reaches ``log(1/alpha)``."""
+        return float(self._risk.log_e[0])
 
     @property
     def alarm(self) -> bool:
@@ -302,7 +340,8 @@ class RiskMonitor:
         if n % self.spacing == 0 and n:
             self._starts.append((n, self.errors))
         self.errors += wrong
-        if self._risk.update(wrong) >= self._threshold and self.alarm_at is None:
+        self._crossed |= self._risk.update(wrong) >= self._threshold
+        if self._crossed[0] and self.alarm_at is None:  # row 0: the target
             self.alarm_at = self._risk.n  # (reported by the caller: the proxy logs it)
         while len(self._starts) > 1 and self.n - self._starts[1][0] >= self.window:
             self._starts.popleft()
@@ -315,9 +354,20 @@ class RiskMonitor:
         self.shown += was_shown
         if self._shown is None:
             return False
-        if self._shown.update(not was_shown) >= self._threshold and not self.coverage_warning:
+        if self._shown.update(not was_shown)[0] >= self._threshold and not self.coverage_warning:
             self.coverage_warning_at = self.answers
         return self.coverage_warning
+
+    @property
+    def lower_bound(self) -> float:
+        """The lower confidence bound of the alarm's own test: the highest level ``m`` (the
+        target, or a multiple of ``LOWER_BOUND_STEP``) that the same bets have shown the
+        error probability of shown answers to exceed, at some time so far; 0 while none.
+        :attr:`alarm` is True exactly when it is at least ``target``. Non-decreasing. If
+        every shown answer's conditional error probability is at most ``m``, it ever
+        reaches ``m`` with probability at most ``alpha``."""
+        seen = self._crossed & ((self._levels < self.target) | self.alarm)
+        return float(self._levels[seen].max()) if seen.any() else 0.0
 
     @property
     def bounds_since(self) -> int:
@@ -328,7 +378,7 @@ class RiskMonitor:
     def bounds(self) -> tuple[float, float]:
         """``(lower, upper)``: anytime-valid bounds (level ``alpha``) on the average
         conditional error probability of the labelled answers after :attr:`bounds_since`;
-        ``(0, 1)`` before any."""
+        ``(0, 1)`` before any. Not the alarm's test: see :attr:`lower_bound`."""
         since, errors_then = self._starts[0]
         n = self.n - since
         if n == 0:

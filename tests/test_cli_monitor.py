@@ -59,7 +59,7 @@ def test_text_report_of_the_shipped_certificate(capsys: pytest.CaptureFixture[st
     status, out, err = _run(capsys, "--traces", str(SAMPLE), "--certificate", str(LIFT))
     assert status == 0 and err == ""
     assert "40 answers in file order" in out and "target risk 0.8" in out
-    assert "risk alarm       none" in out and "bounds" in out
+    assert "risk alarm       none" in out and "lower bound" in out and "upper bound" in out
 
 
 def test_json_report_of_a_fitted_certificate(capsys: pytest.CaptureFixture[str]) -> None:
@@ -92,7 +92,7 @@ def test_recordings_are_merged_by_time_and_the_alarm_is_located(
     assert report["order"] == "created" and alarm is not None
     assert 1 <= alarm["labelled"] <= alarm["answer"] <= 40
     assert alarm["id"] == lines[alarm["answer"] - 1]["id"]
-    assert report["bounds"]["lower"] > 0.05  # the error rate is far above the target
+    assert report["bounds"]["lower"] >= report["target"]  # the alarm's own lower bound
 
 
 def test_without_a_time_on_every_line_the_files_keep_their_order(tmp_path: Path) -> None:

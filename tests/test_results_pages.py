@@ -87,6 +87,42 @@ def test_eval_runs_are_the_commands_the_page_names(monkeypatch: pytest.MonkeyPat
     assert len(saved["runs"]) == len(mod.MODELS) * (len(mod.RISKS) + len(mod.NEIGHBOURS))
 
 
+def test_risk_monitor_page_is_the_saved_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The MAPIE comparison page is what its saved run gives (a rerun needs mapie, which
+    is not in the lock, and minutes; ``--docs-only`` rewrites the page from the JSON)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    mod = _script("benchmarks/bench_risk_monitor.py")
+    saved = json.loads(mod.SAVED.read_text("utf-8"))
+    written = mod.OUT.read_text(encoding="utf-8")
+    assert mod.COMMAND in written.splitlines()[0]
+    assert written == mod.page(saved), f"stale: run `{mod.COMMAND} --docs-only`"
+
+
+def test_a_plain_risk_monitor_run_leaves_the_committed_results_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Run as its docstring and the docs say, the benchmark writes under the ignored
+    ``out/``; only ``--write-docs`` (or ``--docs-only``) touches the committed files."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    mod = _script("benchmarks/bench_risk_monitor.py")
+    written: list[Path] = []
+    monkeypatch.setattr(mod, "run", lambda runs: {"runs": runs})
+    monkeypatch.setattr(mod, "load", lambda path: {"runs": 0})
+    monkeypatch.setattr(mod, "page", lambda saved: "")
+    monkeypatch.setattr(mod, "save", lambda path, data: written.append(path))
+    monkeypatch.setattr(mod, "write_page", lambda path, text: written.append(path))
+    mod.main(["--runs", "1"])
+    scratch = ROOT / "out" / "bench_risk_monitor"
+    assert len(written) == 2 and all(p.parent == scratch for p in written)
+    assert "/out/" in (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+    written.clear()
+    mod.main(["--runs", "1", "--write-docs"])
+    assert written == [mod.SAVED, mod.OUT]
+    written.clear()
+    mod.main(["--docs-only"])
+    assert written == [mod.OUT]
+
+
 def test_transfer_summary_pages_are_what_summary_py_writes() -> None:
     mod = _script("benchmarks/transfer/summary.py")
     for path, render in ((mod.OUT, mod.render), (mod.OUT_FEATURES, mod.render_features)):

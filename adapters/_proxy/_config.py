@@ -18,6 +18,7 @@ from .._serving._options import (
     integer_at_least,
 )
 from .._serving._prepare import DEFAULT_MAX_ANSWER_TOKENS
+from ._recording import check_dataset_name
 from ._upstream import DEFAULT_MAX_ANSWER_BYTES
 
 __all__ = [
@@ -80,7 +81,9 @@ class ProxyConfig:
 
     ``record_dir``: write every guarded answer as a trace line there (files
     rotated at ``record_max_bytes``; at most ``record_queue`` answers wait to be
-    written, more are dropped and counted). ``refresh_interval_s``: how often
+    written, more are dropped and counted); ``record_dataset``: the lines' dataset
+    name and the files' prefix, a simple name (letters, digits, ``_``, ``.``, ``-``; no
+    path). ``refresh_interval_s``: how often
     store aliases are re-read (0: never; :meth:`Proxy.refresh_certificates` on
     demand).
 
@@ -170,8 +173,7 @@ class ProxyConfig:
         integer_at_least("record_queue", self.record_queue, 1)
         if self.record_dir is not None and not isinstance(self.record_dir, str):
             raise ConfigError(f"record_dir must be a path string, got {self.record_dir!r}")
-        if not isinstance(self.record_dataset, str) or not self.record_dataset:
-            raise ConfigError("record_dataset must be a non-empty string")
+        check_dataset_name(self.record_dataset)
         check_risk_settings(self.risk_alpha, self.feedback_ids)
 
     def entry_for(self, model: object) -> str | None:

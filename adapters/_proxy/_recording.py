@@ -48,6 +48,7 @@ import errno
 import logging
 import os
 import queue
+import re
 import socket
 import threading
 import time
@@ -55,11 +56,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guardrail import ConfigError
 from guardrail.traces import token_object, trace_line, trace_object
 
 from .._serving._metrics import ProxyMetrics
 
-__all__ = ["AnswerRecord", "Recorder", "record_line"]
+__all__ = ["AnswerRecord", "Recorder", "check_dataset_name", "record_line"]
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +149,21 @@ def record_line(record: AnswerRecord, dataset: str) -> str:
     )
 
 
+_DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def check_dataset_name(name: object) -> str:
+    """``name`` if it is a simple dataset name (it starts the recording files' names, so
+    it must keep them inside the recording directory): 1 to 64 letters, digits, ``_``,
+    ``.`` and ``-``, starting with a letter or digit, without ``..``; else a ConfigError."""
+    if not isinstance(name, str) or not _DATASET_NAME.fullmatch(name) or ".." in name:
+        raise ConfigError(
+            f"record_dataset must be a simple name (1 to 64 letters, digits, '_', '.' or '-', "
+            f"starting with a letter or digit, no '..'), got {name!r}"
+        )
+    return name
+
+
 _STOP = object()
 
 
@@ -163,7 +180,7 @@ class Recorder:
         queue_size: int = 10_000,
     ) -> None:
         self.directory = Path(directory)
-        self.dataset = dataset
+        self.dataset = check_dataset_name(dataset)
         self.max_bytes = max_bytes
         self._metrics = metrics
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)

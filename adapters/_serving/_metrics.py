@@ -29,11 +29,17 @@ starts a new monitor, and the old series disappear):
 - ``liftguard_risk_target``: the selective risk the certificate promises.
 - ``liftguard_risk_labels``, ``liftguard_risk_errors``: labelled shown answers
   the monitor has taken, and the wrong ones among them.
-- ``liftguard_risk_lower_bound``, ``liftguard_risk_upper_bound``: anytime-valid
-  bounds on the recent error probability of shown answers (0 and 1 before any
-  label).
-- ``liftguard_risk_log_evalue``: the log of the monitor's e-value (``-Inf``
-  before any label); the alarm fires when it reaches ``log(1/alpha)``.
+- ``liftguard_risk_lower_bound``: the lower confidence bound of the alarm's own
+  test (:attr:`guardrail.RiskMonitor.lower_bound`): the error probability of shown
+  answers has been shown to exceed it; at least the target exactly when the alarm
+  is on; 0 before any evidence.
+- ``liftguard_risk_upper_bound``: an anytime-valid upper bound on the average error
+  probability of the recent labelled answers (the last 500 to 600,
+  :attr:`guardrail.RiskMonitor.bounds`); 1 before any label. After an alarm and a
+  recovery it can lie below the lower bound: that one is about the worst time
+  since the monitor started, this one about now.
+- ``liftguard_risk_log_evalue``: the log of the monitor's e-value (0 before any
+  label: no evidence); the alarm fires when it reaches ``log(1/alpha)``.
 - ``liftguard_risk_alarm``: 1 once the realised risk is shown to exceed the
   target (sticky), else 0.
 - ``liftguard_risk_answers``: answers whose verdict the monitor took (shown or
@@ -132,7 +138,9 @@ def risk_collector(states: Callable[[], list[RiskState]]) -> Collector:
 
 @dataclass(frozen=True)
 class RiskState:
-    """One model entry's risk monitor, as ``/metrics`` shows it."""
+    """One model entry's risk monitor, as ``/metrics`` shows it (the gauges above):
+    ``lower`` is :attr:`~guardrail.RiskMonitor.lower_bound` (``alarm`` exactly when it
+    is at least ``target``), ``upper`` the recent window's upper bound."""
 
     model: str
     certificate: str
@@ -152,7 +160,11 @@ _RISK_GAUGES: tuple[tuple[str, str, Callable[[RiskState], float]], ...] = (
     ("target", "The selective risk the certificate promises", lambda s: s.target),
     ("labels", "Labelled shown answers the risk monitor took", lambda s: s.labels),
     ("errors", "Wrong answers among the labelled shown ones", lambda s: s.errors),
-    ("lower_bound", "Anytime-valid lower bound on the recent risk", lambda s: s.lower),
+    (
+        "lower_bound",
+        "Lower confidence bound of the alarm's test (alarm iff >= target)",
+        lambda s: s.lower,
+    ),
     ("upper_bound", "Anytime-valid upper bound on the recent risk", lambda s: s.upper),
     (
         "log_evalue",

@@ -212,7 +212,9 @@ class RiskWatch:
 
     def label(self, answer_id: str, correct: bool) -> dict[str, Any]:
         """Feed the label of answer ``answer_id`` (a request id or a completion id) to its
-        monitor; what the monitor says now. :class:`FeedbackRefused` (nothing changes) for
+        monitor; what the monitor says now (``bounds``: ``lower_bound``, at least the target
+        exactly while ``alarm``, and the recent window's upper bound, as in ``/metrics``).
+        :class:`FeedbackRefused` (nothing changes) for
         an answer that is unknown, was not certified, or was labelled already, ..."""
         with self._lock:
             request_id, answer = self._find(answer_id)
@@ -231,16 +233,16 @@ class RiskWatch:
             if monitor.alarm and not fired:
                 logger.warning(
                     "risk alarm: model %s, certificate %s: after %d labelled answers (%d wrong) "
-                    "the error rate of shown answers exceeds the promised %g (level %g); "
-                    "recalibrate on recent labelled traffic or roll back",
+                    "the error rate of shown answers exceeds the promised %g (it has exceeded "
+                    "%g; level %g): recalibrate on recent labelled traffic or roll back",
                     answer.entry,
                     watch.label,
                     monitor.n,
                     monitor.errors,
                     monitor.target,
+                    monitor.lower_bound,
                     monitor.alpha,
                 )
-            low, high = monitor.bounds
             return {
                 "id": answer_id,
                 "request_id": request_id,
@@ -249,7 +251,7 @@ class RiskWatch:
                 "certificate": watch.label,
                 "labels": monitor.n,
                 "errors": monitor.errors,
-                "bounds": [low, high],
+                "bounds": [monitor.lower_bound, monitor.bounds[1]],
                 "alarm": monitor.alarm,
             }
 
@@ -305,15 +307,14 @@ class RiskWatch:
 def _state(entry: str, watch: _Watch) -> RiskState:
     m = watch.monitor
     assert m is not None
-    low, high = m.bounds
     return RiskState(
         entry,
         watch.label,
         m.target,
         m.n,
         m.errors,
-        low,
-        high,
+        m.lower_bound,
+        m.bounds[1],
         m.log_e_value,
         m.alarm,
         m.answers,

@@ -6,7 +6,10 @@ policy's ``shown_at`` on the trace's clipped lifts, or a fitted statistic's repl
 the deployed monitor's objects, as ``calibrate`` and ``eval`` do); every verdict goes to
 ``update_shown`` and the label of every shown answer to ``update``, in order. The
 report says where the alarm fired (the answer's position in the merged order, its id and
-``file:line``, and how many labelled shown answers it took), the final bounds, the
+``file:line``, and how many labelled shown answers it took), the final bounds (``lower``:
+:attr:`~guardrail.RiskMonitor.lower_bound`, from the alarm's own test, at least the
+target exactly when the alarm fired; ``upper``: the upper end of
+:attr:`~guardrail.RiskMonitor.bounds`, on the labelled answers after ``after``), the
 coverage and whether it drew a warning.
 
 Whole answers only: a line that holds a prefix of its answer (``complete: false``, an
@@ -233,7 +236,6 @@ def cmd_monitor(args: argparse.Namespace) -> int:
             warning = {"answer": i + 1, "id": name, "source": sources[i]}
         if i in labels and is_shown and monitor.update(correct=labels[i]) and alarm is None:
             alarm = {"answer": i + 1, "labelled": monitor.n, "id": name, "source": sources[i]}
-    lower, upper = monitor.bounds
     report = {
         "certificate": args.certificate,
         "traces": list(args.traces),
@@ -252,8 +254,8 @@ def cmd_monitor(args: argparse.Namespace) -> int:
         "coverage_seen": "partial" if blind else "all",
         "log_e_value": monitor.log_e_value,
         "bounds": {
-            "lower": lower,
-            "upper": upper,
+            "lower": monitor.lower_bound,
+            "upper": monitor.bounds[1],
             "after": monitor.bounds_since,
             "labelled": monitor.n,
         },
@@ -290,7 +292,9 @@ def _text(r: dict[str, Any]) -> str:
         f"  shown            {r['shown']} of {r['answers']} ({cov})\n"
         f"  wrong            {r['errors']} of {r['shown']} shown{wrong}\n"
         f"  risk alarm       {alarm}\n"
-        f"  bounds           [{b['lower']:.3f}, {b['upper']:.3f}] on the error probability of "
-        f"the {b['labelled'] - b['after']} labelled answers after the first {b['after']}\n"
+        f"  lower bound      {b['lower']:.3f}: the error probability of shown answers has been "
+        f"shown to exceed it (the alarm's test: at least the target exactly on an alarm)\n"
+        f"  upper bound      {b['upper']:.3f} on the average error probability of the "
+        f"{b['labelled'] - b['after']} labelled answers after the first {b['after']}\n"
         f"  coverage         {warn}"
     )

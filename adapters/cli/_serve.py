@@ -41,6 +41,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         redact_url,
         serve,
     )
+    from guardrail import ConfigError
+
+    from ._common import CommandError
 
     options = args.storage_options
     default = None
@@ -51,34 +54,35 @@ def cmd_serve(args: argparse.Namespace) -> int:
         for name, spec in args.model_certificate or ()
     }
     if default is None and not routes:
-        from ._common import CommandError
-
         raise CommandError("give --certificate and/or --model-certificate NAME SPEC", status=2)
-    config = ProxyConfig(
-        upstream=args.upstream,
-        certificate=default,
-        model_certificates=routes,
-        mode=args.mode,
-        on_block=args.on_block,
-        refusal_message=args.refusal_message or DEFAULT_REFUSAL,
-        on_context_mismatch=args.on_context_mismatch,
-        upstream_timeout_s=args.upstream_timeout,
-        upstream_key=os.environ.get(UPSTREAM_KEY_ENV) or None,
-        client_key=os.environ.get(CLIENT_KEY_ENV) or None,
-        top_logprobs=args.top_logprobs,
-        max_token_chars=args.max_token_chars,
-        max_body_bytes=int(args.max_body_mb * 1024 * 1024),
-        max_answer_tokens=args.max_answer_tokens,
-        max_answer_bytes=int(args.max_answer_mb * 1024 * 1024),
-        allowed_hosts=tuple(args.allowed_host or _default_hosts(args.host)),
-        record_dir=args.record,
-        record_max_bytes=int(args.record_max_mb * 1024 * 1024),
-        record_queue=args.record_queue,
-        record_dataset=args.record_dataset,
-        refresh_interval_s=args.refresh_interval,
-        risk_alpha=args.risk_alpha,
-        feedback_ids=args.feedback_ids,
-    )
+    try:
+        config = ProxyConfig(
+            upstream=args.upstream,
+            certificate=default,
+            model_certificates=routes,
+            mode=args.mode,
+            on_block=args.on_block,
+            refusal_message=args.refusal_message or DEFAULT_REFUSAL,
+            on_context_mismatch=args.on_context_mismatch,
+            upstream_timeout_s=args.upstream_timeout,
+            upstream_key=os.environ.get(UPSTREAM_KEY_ENV) or None,
+            client_key=os.environ.get(CLIENT_KEY_ENV) or None,
+            top_logprobs=args.top_logprobs,
+            max_token_chars=args.max_token_chars,
+            max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+            max_answer_tokens=args.max_answer_tokens,
+            max_answer_bytes=int(args.max_answer_mb * 1024 * 1024),
+            allowed_hosts=tuple(args.allowed_host or _default_hosts(args.host)),
+            record_dir=args.record,
+            record_max_bytes=int(args.record_max_mb * 1024 * 1024),
+            record_queue=args.record_queue,
+            record_dataset=args.record_dataset,
+            refresh_interval_s=args.refresh_interval,
+            risk_alpha=args.risk_alpha,
+            feedback_ids=args.feedback_ids,
+        )
+    except ConfigError as exc:  # every setting here is an argument's value: a usage error
+        raise CommandError(str(exc), status=2) from exc
     if not args.no_verdict_log:
         _verdict_lines_to_stderr()
     shown = {n: s.current()[1] for n, s in {**routes, "*": default}.items() if s is not None}
@@ -229,7 +233,11 @@ def add_serve_parser(sub: Any) -> None:
         default=10_000,
         help="answers that may wait to be written; more are dropped and counted",
     )
-    p.add_argument("--record-dataset", default="proxy", help="the traces' dataset name")
+    p.add_argument(
+        "--record-dataset",
+        default="proxy",
+        help="the traces' dataset name and the files' prefix (letters, digits, '_', '.', '-')",
+    )
     p.add_argument(
         "--refresh-interval",
         type=non_negative,

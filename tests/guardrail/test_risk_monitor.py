@@ -14,6 +14,7 @@ import pytest
 from scipy import stats
 
 from guardrail import Certificate, ConfigError, RiskMonitor
+from guardrail._risk_monitor import DEFAULT_HALF_LIVES, DEFAULT_SPACING, _detector_path, _rates
 
 CERTIFICATE = Path(__file__).parents[2] / "guardrail" / "data" / "smollm2_certificate.json"
 
@@ -124,9 +125,59 @@ def test_bounds_window_follows_the_starts() -> None:
     assert 0.0 < lo < 0.25 < hi < 0.5
 
 
+def test_lower_bound_agrees_with_the_alarm_at_every_step() -> None:
+    # the window's two-sided bounds still held the target when the alarm fired; the lower
+    # bound comes from the alarm's own test: alarm <=> lower_bound >= target, always
+    rates = np.r_[np.full(400, 0.2), np.full(600, 0.45), np.full(1000, 0.1)]
+    fired_with_target_inside = 0
+    for row in _draw(rates, 20, seed=13):
+        monitor = RiskMonitor(0.3, 0.05)
+        assert monitor.lower_bound == 0.0
+        last = 0.0
+        for w in row:
+            monitor.update(correct=not w)
+            assert monitor.alarm == (monitor.lower_bound >= 0.3)
+            assert monitor.lower_bound >= last  # non-decreasing
+            last = monitor.lower_bound
+            if monitor.alarm_at == monitor.n:
+                fired_with_target_inside += monitor.bounds[0] <= 0.3 <= monitor.bounds[1]
+        assert monitor.alarm and 0.3 <= monitor.lower_bound < 0.6
+    assert fired_with_target_inside > 0  # what the lower bound replaces in the reports
+
+
+def test_lower_bound_is_the_highest_level_the_batch_twin_has_crossed() -> None:
+    target, alpha, grid = 0.3, 0.1, (0.1, 0.2, 0.25, 0.35, 0.4, 0.5)
+    rates = np.r_[np.full(300, 0.2), np.full(500, 0.5)]
+    wrong = _draw(rates, 3, seed=17)
+    paths = _detector_path(wrong, target, DEFAULT_SPACING, _rates(DEFAULT_HALF_LIVES), grid)
+    crossed = np.maximum.accumulate(paths >= math.log(1 / alpha), axis=1)
+    levels = np.array((target, *grid))
+    for row, path, seen in zip(wrong, paths, crossed, strict=True):
+        monitor = RiskMonitor(target, alpha)
+        for w, log_e, hit in zip(row, path, seen, strict=True):
+            monitor.update(correct=not w)
+            assert monitor.log_e_value == pytest.approx(log_e[0], rel=1e-12, abs=1e-12)
+            # the streaming bound (on a grid of 0.005) lies between the batch's grid levels
+            below = levels[hit & ((levels < target) | hit[0])]
+            expected = below.max() if below.size else 0.0
+            above = levels[levels > expected]
+            assert expected <= monitor.lower_bound < (above.min() if above.size else 1.0)
+
+
+@pytest.mark.parametrize("rate", [0.35, 0.5])
+def test_lower_bound_reaches_the_true_rate_at_most_alpha_of_the_time(rate: float) -> None:
+    # at a constant error rate above the target the alarm fires; the bound it comes with
+    # passes the true rate with probability <= alpha, over any horizon
+    alpha, runs, horizon = 0.05, 1000, 3000
+    wrong = _draw(np.full(horizon, rate), runs, seed=19)
+    path = _detector_path(wrong, 0.3, DEFAULT_SPACING, _rates(DEFAULT_HALF_LIVES), (rate,))
+    reached = (path[..., 1] >= math.log(1 / alpha)).any(axis=-1)
+    assert int(reached.sum()) <= _binomial_upper(runs, alpha)
+
+
 def test_alarm_is_sticky_and_counts() -> None:
     monitor = RiskMonitor(target=0.3, alpha=0.05)
-    assert not monitor.alarm and monitor.log_e_value == -math.inf
+    assert not monitor.alarm and monitor.log_e_value == 0.0  # the e-value of no evidence: 1
     assert math.isnan(monitor.error_rate)
     while not monitor.update(correct=False):
         pass

@@ -160,11 +160,53 @@ def test_serve_usage_errors(cert_file: Path) -> None:
         args.func(args)
     assert no_cert.value.status == 2
     args = parser.parse_args(["serve", "--upstream", "ftp://x", "--certificate", str(cert_file)])
-    with pytest.raises(ValueError, match="upstream must be an http"):  # ConfigError: one line
+    with pytest.raises(CommandError, match="upstream must be an http") as bad_value:
         args.func(args)
+    assert bad_value.value.status == 2  # a bad argument value
     args = parser.parse_args(["serve", "--upstream", "http://x/v1", "--certificate", "nope.json"])
     with pytest.raises(OSError):
         args.func(args)
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "..", "a..b", ".hidden", "a\\b", "/tmp/x", ""])
+def test_serve_refuses_a_record_dataset_that_is_not_a_simple_name(
+    cert_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+) -> None:
+    # the name starts the recording files' names: one with a path would write elsewhere
+    import adapters.proxy
+    from adapters.cli import main
+
+    def served(*args: object, **kwargs: object) -> None:
+        raise AssertionError("serve started with a bad record_dataset")
+
+    monkeypatch.setattr(adapters.proxy, "serve", served)
+    record = tmp_path / "rec"
+    argv = ["serve", "--upstream", "http://127.0.0.1:9/v1", "--certificate", str(cert_file),
+            "--record", str(record), "--record-dataset", name]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("liftguard serve: error: record_dataset must be a simple name")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cert.json"]  # nothing written
+
+
+def test_a_recorder_takes_only_a_simple_dataset_name(tmp_path: Path) -> None:
+    from adapters._serving._metrics import ProxyMetrics
+
+    from adapters._proxy._recording import Recorder
+    from adapters.proxy import ProxyConfig, StaticCertificate
+
+    with pytest.raises(ValueError, match="record_dataset must be a simple name"):
+        Recorder(tmp_path, metrics=ProxyMetrics(), dataset="../x")
+    source = StaticCertificate(make_certificate(), "cert")
+    with pytest.raises(ValueError, match="record_dataset must be a simple name"):
+        ProxyConfig(upstream="http://x/v1", certificate=source, record_dataset="a/b")
+    for name in ("proxy", "triviaqa_smollm2", "run-2026.11", "A1"):
+        assert ProxyConfig(upstream="http://x/v1", certificate=source, record_dataset=name)
 
 
 # --- traces label ----------------------------------------------------------------------------

@@ -197,8 +197,10 @@ async def test_a_run_of_wrong_labels_fires_the_alarm(
     with serving(upstream, cert) as proxy:
         async with httpx.AsyncClient(timeout=30) as client:
             ids = [request_id(await ask(client, proxy, upstream, CLEAN)) for _ in range(needed + 1)]
+            fresh = await scrape(client, proxy)
             for answer_id in ids[: needed - 1]:
-                assert (await label(client, proxy, answer_id, False)).json()["alarm"] is False
+                calm_label = (await label(client, proxy, answer_id, False)).json()
+                assert calm_label["alarm"] is False and calm_label["bounds"][0] < RISK
             quiet = await scrape(client, proxy)
             calm = (await client.get(f"{proxy.url}/healthz")).json()["risk"]["*"]["alarm"]
             fired = await label(client, proxy, ids[needed - 1], False)
@@ -207,6 +209,12 @@ async def test_a_run_of_wrong_labels_fires_the_alarm(
             health = (await client.get(f"{proxy.url}/healthz")).json()
     assert metric(quiet, "liftguard_risk_alarm", **MONITOR) == 0.0 and calm is False
     assert fired.json()["alarm"] is True and again.json()["alarm"] is True
+    # what is reported agrees with the alarm: its lower bound is past the target
+    assert fired.json()["bounds"][0] >= RISK and again.json()["bounds"][0] >= RISK
+    assert (metric(quiet, "liftguard_risk_lower_bound", **MONITOR) or 0.0) < RISK
+    assert (metric(loud, "liftguard_risk_lower_bound", **MONITOR) or 0.0) >= RISK
+    assert metric(fresh, "liftguard_risk_log_evalue", **MONITOR) == 0.0  # no evidence yet
+    assert metric(fresh, "liftguard_risk_lower_bound", **MONITOR) == 0.0
     assert metric(loud, "liftguard_risk_alarm", **MONITOR) == 1.0
     assert metric(loud, "liftguard_risk_labels", **MONITOR) == needed + 1
     assert (metric(loud, "liftguard_risk_log_evalue", **MONITOR) or 0.0) >= math.log(1 / ALPHA)
