@@ -195,9 +195,8 @@ def test_serve_refuses_a_record_dataset_that_is_not_a_simple_name(
 
 
 def test_a_recorder_takes_only_a_simple_dataset_name(tmp_path: Path) -> None:
-    from adapters._serving._metrics import ProxyMetrics
-
     from adapters._proxy._recording import Recorder
+    from adapters._serving._metrics import ProxyMetrics
     from adapters.proxy import ProxyConfig, StaticCertificate
 
     with pytest.raises(ValueError, match="record_dataset must be a simple name"):
