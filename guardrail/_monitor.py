@@ -108,18 +108,7 @@ class Monitor:
         self._on_missing, self._limit = policy.on_missing_logprobs, rule.token_limit
         self._t = self._skipped = self._received = 0  # events so far: t + skipped
         self._closed = self._finished = False
-        self._verdict = _verdict(
-            _CONTINUE,
-            0,
-            rule.mean,
-            rule.lower,
-            rule.upper,
-            self._tau,
-            self._b,
-            rule.why,
-            False,
-            _UNDECIDED,
-        )
+        self._continuing(0)
 
     @classmethod
     def lift(
@@ -216,22 +205,8 @@ class Monitor:
         code = self._add_event(event, t + 1)
         if code:
             return self._after(code)
-        self._t = t = t + 1  # the common path, inline: no verdict yet
-        rule = self._rule
-        v = _verdict(
-            _CONTINUE,
-            t,
-            rule.mean,
-            rule.lower,
-            rule.upper,
-            self._tau,
-            self._b,
-            rule.why,
-            False,
-            _UNDECIDED,
-        )
-        self._verdict = v
-        return v
+        self._t = t = t + 1  # the common path: no verdict yet
+        return self._continuing(t)
 
     def update_evidence(self, x: Any) -> Verdict:
         """Add one token's evidence computed elsewhere: a clipped lift in ``[0, clip]`` for
@@ -243,26 +218,21 @@ class Monitor:
             return self._verdict
         return self._after(self._add(x, self._t + 1))
 
+    def _continuing(self, t: int) -> Verdict:
+        """The verdict after ``t`` tokens of evidence that decide nothing yet (kept)."""
+        rule = self._rule
+        v = _verdict(_CONTINUE, t, rule.mean, rule.lower, rule.upper, self._tau, self._b,
+                     rule.why, False, _UNDECIDED)  # fmt: skip
+        self._verdict = v
+        return v
+
     def _after(self, code: int) -> Verdict:
         rule = self._rule
         if code == MISSING:
             return self._missing(*rule.missing)
         self._t = t = self._t + 1
         if code == CONTINUE:
-            v = _verdict(
-                _CONTINUE,
-                t,
-                rule.mean,
-                rule.lower,
-                rule.upper,
-                self._tau,
-                self._b,
-                rule.why,
-                False,
-                _UNDECIDED,
-            )
-            self._verdict = v
-            return v
+            return self._continuing(t)
         if code == BLOCK:
             return self._final(
                 State.BLOCKED, rule.why, rule.lower, rule.upper, Cause.BELOW_THRESHOLD
