@@ -139,14 +139,10 @@ class Proxy:
     async def metrics_endpoint(self, request: Request) -> Response:
         """Prometheus metrics; with a client key, only for requests that send it (a
         scraper's ``authorization: Bearer ...``): the counters tell the traffic's shape."""
-        if not self.auth.allows(request.headers):
-            return self._unauthorized()
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def feedback(self, request: Request) -> Response:
         """``POST /v1/liftguard/feedback``: one label of an answer (see :mod:`._feedback`)."""
-        if not self.auth.allows(request.headers):
-            return self._unauthorized()
         return await self.risk.endpoint(request)
 
     def _secrets(self, request: Request) -> list[str]:
@@ -158,17 +154,7 @@ class Proxy:
         keys.append(auth.split(" ", 1)[1] if " " in auth else auth)
         return [k for k in keys if k]
 
-    def _unauthorized(self) -> JSONResponse:
-        return error_response(
-            401,
-            "invalid or missing API key for the liftguard proxy",
-            "authentication_error",
-            "invalid_api_key",
-        )
-
     async def models(self, request: Request) -> Response:
-        if not self.auth.allows(request.headers):
-            return self._unauthorized()
         headers = {**self.auth.upstream_headers(request.headers), "accept": "application/json"}
         try:
             resp = await self.upstream.get("/models", headers)
@@ -183,8 +169,6 @@ class Proxy:
     # -- chat completions ------------------------------------------------------------------
 
     async def chat_completions(self, request: Request) -> Response:
-        if not self.auth.allows(request.headers):
-            return self._unauthorized()
         config = self.config
         try:
             raw = await read_body(
@@ -268,12 +252,13 @@ def create_app(config: ProxyConfig, *, registry: CollectorRegistry | None = None
     """The ASGI application of a guard proxy (serve it with uvicorn; ``app.state.proxy``
     is its :class:`Proxy`). ``registry``: where its metrics live (a new one by default)."""
     proxy = Proxy(config, registry=registry)
+    keyed = proxy.auth.required
     routes = [
-        Route("/v1/chat/completions", proxy.chat_completions, methods=["POST"]),
-        Route("/v1/models", proxy.models, methods=["GET"]),
-        Route(FEEDBACK_PATH, proxy.feedback, methods=["POST"]),
+        Route("/v1/chat/completions", keyed(proxy.chat_completions), methods=["POST"]),
+        Route("/v1/models", keyed(proxy.models), methods=["GET"]),
+        Route(FEEDBACK_PATH, keyed(proxy.feedback), methods=["POST"]),
         Route("/healthz", proxy.healthz, methods=["GET"]),
-        Route("/metrics", proxy.metrics_endpoint, methods=["GET"]),
+        Route("/metrics", keyed(proxy.metrics_endpoint), methods=["GET"]),
     ]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(config.allowed_hosts))]
     app = Starlette(routes=routes, middleware=middleware, lifespan=proxy.lifespan)

@@ -6,13 +6,20 @@
 - neither key: the client's ``Authorization`` header is passed through unchanged,
   so each client uses its own upstream key.
 
-``OpenAI-Organization`` and ``OpenAI-Project`` headers are passed through.
+``OpenAI-Organization`` and ``OpenAI-Project`` headers are passed through. Every keyed
+route goes through :meth:`Auth.required`, the one check.
 """
 
 from __future__ import annotations
 
+import functools
 import hmac
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .._serving._wire import error_response
 
 __all__ = ["Auth"]
 
@@ -30,6 +37,25 @@ class Auth:
             return True
         given = headers.get("authorization", "").encode()
         return hmac.compare_digest(given, self._client)
+
+    def required(
+        self, handler: Callable[[Request], Awaitable[Response]]
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """``handler`` behind the client key: the one check of every keyed route (HTTP 401
+        in OpenAI's error shape without it)."""
+
+        @functools.wraps(handler)
+        async def keyed(request: Request) -> Response:
+            if not self.allows(request.headers):
+                return error_response(
+                    401,
+                    "invalid or missing API key for the liftguard proxy",
+                    "authentication_error",
+                    "invalid_api_key",
+                )
+            return await handler(request)
+
+        return keyed
 
     def upstream_headers(self, headers: Mapping[str, str]) -> dict[str, str]:
         """The headers the upstream request carries."""
