@@ -7,6 +7,7 @@ fields and label, not that the model is right."""
 
 from __future__ import annotations
 
+import doctest
 import importlib.util
 import json
 import re
@@ -54,6 +55,13 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- #
 # Prompts and rows (no model)
 # --------------------------------------------------------------------------- #
+
+
+def test_docstring_examples_run() -> None:
+    import adapters.cli._tasks
+
+    failures, tried = doctest.testmod(adapters.cli._tasks)
+    assert tried > 0 and failures == 0
 
 
 def test_code_prompt_shows_the_task_and_its_first_assert() -> None:
