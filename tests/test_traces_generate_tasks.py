@@ -220,3 +220,25 @@ def test_a_task_without_check_writes_unlabelled_lines(
     assert code == 0 and "(0 correct, 0 wrong, 1 unlabelled (no_check 1);" in err
     (obj,) = _lines(out)
     assert "correct" not in obj and "label_rule" not in obj and len(obj["tokens"]) == 4
+
+
+def test_your_own_check_labels_as_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _needs_smollm2()
+    (tmp_path / "mychecks.py").write_text(
+        "def broken(answer, task):\n    raise ValueError('no ' + task['id'])\n"
+    )
+    monkeypatch.chdir(tmp_path)  # MODULE is imported from the current directory
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "gsm8k.jsonl"
+    argv = ["traces", "generate", "--task", "math", "--questions", str(GSM8K), "--out", str(out),
+            "--check", "mychecks:broken", "--max-tokens", "2", "--threads", "1",
+            "--limit", "2"]  # fmt: skip
+    code, _, err = _run(argv, capsys)
+    assert code == 0
+    assert err.splitlines()[0] == (
+        "liftguard traces generate: warning: check:mychecks:broken raised ValueError: "
+        "no gsm8k-0 (such answers are left unlabelled)"
+    )
+    assert "(0 correct, 0 wrong, 2 unlabelled (check_raised_ValueError 2);" in err

@@ -212,7 +212,7 @@ def _labels(args: argparse.Namespace) -> Labels:
     if args.check is not None:
         from ._label_check import by_check
 
-        return Labels(*by_check(args.check, args.questions))
+        return Labels(*by_check(args.check, args.questions, "liftguard traces generate"))
     if args.task is not None:
         return Labels(None, None)
     from guardrail.traces import is_correct
