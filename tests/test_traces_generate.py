@@ -275,7 +275,8 @@ def test_two_smollm2_answers_in_the_shared_format(
     assert code == 0 and stdout == ""  # no progress when stderr is not a terminal
     n_ok = sum(r["correct"] for r in fixture)
     assert err.splitlines() == [
-        f"wrote 2 traces to {out} ({n_ok} correct; model smollm2-135m-instruct-q4_1, "
+        f"wrote 2 traces to {out} ({n_ok} correct, {2 - n_ok} wrong; model "
+        "smollm2-135m-instruct-q4_1, "
         "template smollm2-chat, SmolLM2-135M-Instruct.Q4_1.gguf)"
     ]
     _check_against_fixture(out, fixture, "nq_open")
@@ -306,7 +307,7 @@ def test_two_gemma3_answers_reproduce_the_recorded_traces(tmp_path: Path) -> Non
 def test_progress_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
-    from adapters.cli import _traces_cmd
+    from adapters.cli import _generate_out
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:
@@ -314,7 +315,7 @@ def test_progress_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for stream, shown in ((io.StringIO(), False), (Tty(), True)):
         monkeypatch.setattr(sys, "stderr", stream)
-        progress = _traces_cmd._Progress(3)
+        progress = _generate_out.Progress(3)
         progress.update(1, 0)
         progress.update(2, 1)
         progress.close()

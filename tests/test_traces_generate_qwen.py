@@ -117,7 +117,8 @@ def test_two_qwen_answers_reproduce_the_recorded_traces(
     code, stdout, err = _run([*argv, "--out", str(out), "--dataset", "triviaqa"], capsys)
     assert code == 0 and stdout == ""
     assert err.splitlines() == [
-        f"wrote 2 traces to {out} (1 correct; model {name}, template gguf-chat, {path.name})"
+        f"wrote 2 traces to {out} (1 correct, 1 wrong; model {name}, template gguf-chat, "
+        f"{path.name})"
     ]
     # lines triviaqa-1 and -6 of the shared file, renumbered 0 and 1 here
     renumbered = [{**r, "id": f"triviaqa-{i}"} for i, r in enumerate(fixture)]

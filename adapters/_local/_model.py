@@ -277,9 +277,12 @@ class LocalModel:
         max_tokens: int = 24,
         add_bos: bool = False,
         fresh: bool = False,
+        stop_at_newline: bool = True,
     ) -> Iterator[LocalToken]:
         """Greedy answer tokens of ``prompt``; stops before an end-of-generation
         token or a token containing a newline (as the shared traces were made).
+        ``stop_at_newline=False``: only an end-of-generation token stops it (long
+        answers: code, worked maths).
 
         ``add_bos``: let the tokenizer put the vocabulary's BOS token in front
         (Gemma 3; the SmolLM2 chat prompt has none). ``fresh``: evaluate the
@@ -291,7 +294,7 @@ class LocalModel:
         for _ in range(max_tokens):
             lp = _log_softmax(np.asarray(self._llm.scores[self._llm.n_tokens - 1]))
             tok = int(np.argmax(lp))
-            if tok in self._eog or b"\n" in self.token_bytes(tok):
+            if tok in self._eog or (stop_at_newline and b"\n" in self.token_bytes(tok)):
                 return
             yield self._token(lp, tok)
             self._llm.eval([tok])

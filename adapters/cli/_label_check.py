@@ -56,9 +56,11 @@ def _check(spec: str) -> Check:
     return builtin.get(spec) or _user_check(spec)
 
 
-def by_check(spec: str, references: str) -> tuple[Labeller, str]:
+def by_check(
+    spec: str, references: str, command: str = "liftguard traces label"
+) -> tuple[Labeller, str]:
     """The labeller of ``--check spec`` against the tasks in ``references``, and its rule
-    name (``check:spec``)."""
+    name (``check:spec``); ``command`` names the command in its warnings."""
     from adapters import CheckSkipped
 
     check, rule = _check(spec), f"check:{spec}"
@@ -77,7 +79,7 @@ def by_check(spec: str, references: str) -> tuple[Labeller, str]:
             why = f"check_raised_{type(exc).__name__}"
             if why not in warned:
                 warned.add(why)
-                print(f"liftguard traces label: warning: {rule} raised {type(exc).__name__}: "
+                print(f"{command}: warning: {rule} raised {type(exc).__name__}: "
                       f"{exc} (such answers are left unlabelled)", file=sys.stderr)  # fmt: skip
             return None, why
         if verdict is None:

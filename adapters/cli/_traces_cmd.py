@@ -19,6 +19,13 @@ default applies). Decoding as in the shared files: greedy, at most
 ``--max-tokens`` (24), stop before an end-of-generation token or a token whose
 text holds a newline; each prompt and each prompt-free pass is evaluated from an
 empty KV cache as one batch, so every line can be reproduced on its own.
+
+``--task code|math`` answers the rows of a long-answer task instead
+(:mod:`adapters.cli._tasks`: the task's system line, unless ``--system``, and its user
+message, through a chat template): at most :data:`LONG_MAX_TOKENS` new tokens unless
+``--max-tokens``, stopping only before an end-of-generation token. ``--check`` labels
+each answer as it is written and ``--resume`` continues a file
+(:mod:`adapters.cli._generate_out`).
 """
 
 from __future__ import annotations
@@ -26,13 +33,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ._generate_out import Labels, Progress, resume_ids
 from ._prompt_templates import (
     CHAT_TEMPLATES,
     TEMPLATES,
@@ -40,8 +47,10 @@ from ._prompt_templates import (
     default_template,
     get_template,
 )
+from ._tasks import TASKS, Item, get_task, read_items
 
 __all__ = [
+    "LONG_MAX_TOKENS",
     "MODEL_ALIASES",
     "add_traces_parser",
     "generate_trace",
@@ -85,30 +94,37 @@ def resolve_model(
 
 def generate_trace(
     model: Any,
-    question: str,
-    references: list[str],
+    item: Item,
     *,
-    index: int,
-    dataset: str,
     model_name: str,
     max_tokens: int = 24,
     template: PromptTemplate | str | None = None,
+    stop_at_newline: bool = True,
 ) -> Any:
-    """One trace in the shared format: greedy answer, exact per-token quantities,
-    the prompt-free pass and the correctness label.
+    """One unlabelled trace (``correct=None``) in the shared format: the greedy answer to
+    ``item``, the exact per-token quantities and the prompt-free pass.
 
     ``model``: a :class:`~adapters.local.LocalModel`. ``template``: a
     :class:`PromptTemplate` or its name; ``None`` chooses it from the model's
-    architecture (:func:`default_template`). The prompt and the prompt-free
-    pass are each evaluated from an empty KV cache.
+    architecture (:func:`default_template`); it renders ``item.message``. The prompt and
+    the prompt-free pass are each evaluated from an empty KV cache. ``stop_at_newline``:
+    as in :meth:`~adapters.local.LocalModel.generate` (False for long answers).
     """
-    from guardrail.traces import Trace, is_correct
+    from guardrail.traces import Trace
 
     if template is None:
         template = default_template(None, getattr(model, "architecture", None))
     tpl = get_template(template) if isinstance(template, str) else template
-    prompt = tpl.prompt(question)
-    tokens = list(model.generate(prompt, max_tokens=max_tokens, add_bos=tpl.add_bos, fresh=True))
+    prompt = tpl.prompt(item.message)
+    tokens = list(
+        model.generate(
+            prompt,
+            max_tokens=max_tokens,
+            add_bos=tpl.add_bos,
+            fresh=True,
+            stop_at_newline=stop_at_newline,
+        )
+    )
     ids = [t.token_id for t in tokens]
     # the shared files' prompt-free pass: one batch from an empty cache, prefix and the
     # answer tokens but the last (whose logits are not needed); the batch shape matters
@@ -121,14 +137,14 @@ def generate_trace(
     answer = b"".join(t.bytes for t in tokens).decode("utf-8", errors="replace").strip()
     k = model.top_k
     return Trace(
-        id=f"{dataset}-{index}",
-        dataset=dataset,
+        id=item.id,
+        dataset=item.dataset,
         model=model_name,
-        question=question,
-        references=tuple(references),
+        question=item.question,
+        references=item.references,
         prompt=prompt,
         answer=answer,
-        correct=is_correct(answer, references, question),
+        correct=None,
         vocab_size=model.vocab_size,
         top_k=k,
         token_ids=np.array(ids, dtype=np.int64),
@@ -142,53 +158,38 @@ def generate_trace(
     )
 
 
-class _Progress:
-    """``done/total, correct, s/answer`` on one rewritten stderr line, only when
-    stderr is a terminal; silent otherwise."""
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.live = sys.stderr.isatty()
-        self.t0 = time.perf_counter()
-
-    def update(self, done: int, n_ok: int) -> None:
-        if not self.live:
-            return
-        rate = (time.perf_counter() - self.t0) / max(done, 1)
-        left = rate * (self.total - done)
-        print(
-            f"\r{done}/{self.total} answers, {n_ok} correct, {rate:.2f} s/answer, "
-            f"about {left / 60:.0f} min left ",
-            end="",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    def close(self) -> None:
-        if self.live:
-            print(file=sys.stderr, flush=True)
+LONG_MAX_TOKENS = 512
+"""``--max-tokens`` of a ``--task`` (long answers): more than the worked GSM8K answers
+(200-400 tokens) and the MBPP functions (20-50) of Qwen2.5-Coder-1.5B take."""
 
 
-def _load(args: argparse.Namespace) -> tuple[Any, Path, str, PromptTemplate]:
+def _load(args: argparse.Namespace, max_tokens: int) -> tuple[Any, Path, str, PromptTemplate]:
     """The model, its file, the traces' model name and the prompt template of the
-    command's arguments."""
+    command's arguments; the context holds a prompt of up to 512 tokens and the answer."""
     from adapters.local import LocalModel
 
     from ._common import CommandError
-    from ._progress import Progress
+    from ._progress import Progress as Bar
 
-    def check_system(template: str) -> None:
+    def check_template(template: str) -> None:
         if args.system is not None and template not in CHAT_TEMPLATES:
             raise CommandError(f"--system: the {template} template has no system line")
+        if args.task is not None and template not in CHAT_TEMPLATES:
+            raise CommandError(
+                f"--task {args.task}: the {template} template has no system line for the "
+                "task's instruction (use a chat model: --model smollm2, qwen or a GGUF with "
+                "a chat template)",
+                status=2,
+            )
 
     if args.template is not None:
-        check_system(args.template)  # before loading the model
-    bar = Progress("assembling the model file, MiB")
+        check_template(args.template)  # before loading the model
+    bar = Bar("assembling the model file, MiB")
     try:
         path, default_name = resolve_model(args.model, lambda d, t: bar(d >> 20, t >> 20))
     finally:
         bar.close()
-    model = LocalModel(path, n_threads=args.threads)
+    model = LocalModel(path, n_threads=args.threads, n_ctx=max(1024, max_tokens + 512))
     has_chat = "tokenizer.chat_template" in model.metadata
     template = args.template or default_template(args.model, model.architecture, has_chat)
     if template == "gguf-chat" and not has_chat:
@@ -196,78 +197,74 @@ def _load(args: argparse.Namespace) -> tuple[Any, Path, str, PromptTemplate]:
             f"--template gguf-chat: {path.name} has no chat template in its GGUF metadata "
             f"(choose one of: {', '.join(t for t in TEMPLATES if t != 'gguf-chat')})"
         )
-    check_system(template)
+    check_template(template)
     chat = model.chat_template() if template == "gguf-chat" else None
-    tpl = get_template(template, system=args.system, chat_template=chat)
+    system = args.system
+    if args.task is not None and system is None:
+        system = get_task(args.task).system
+    tpl = get_template(template, system=system, chat_template=chat)
     return model, path, args.model_name or default_name, tpl
 
 
-def _cmd_generate(args: argparse.Namespace) -> int:
-    from guardrail.traces import dump_trace_line
+def _labels(args: argparse.Namespace) -> Labels:
+    """How the answers are labelled: ``--check`` against the questions file's rows, else
+    factoid answers by their references and a task's answers not at all."""
+    if args.check is not None:
+        from ._label_check import by_check
 
-    rows = _read_questions(args.questions)
-    rows = rows[args.start : args.start + args.limit if args.limit else None]
-    model, path, name, tpl = _load(args)
-    template = tpl.name
+        return Labels(*by_check(args.check, args.questions, "liftguard traces generate"))
+    if args.task is not None:
+        return Labels(None, None)
+    from guardrail.traces import is_correct
+
+    def contains(obj: dict[str, Any]) -> tuple[bool | None, str]:
+        return is_correct(obj["answer"], obj["references"], obj["question"]), ""
+
+    return Labels(contains, None)
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from guardrail.traces import label_line, trace_to_dict
+
+    items = read_items(args.questions, args.task, args.dataset)
+    items = items[args.start : args.start + args.limit if args.limit else None]
+    labels = _labels(args)  # a --check that does not import fails before the model loads
+    there = resume_ids(args.out) if args.resume else set()
+    todo = [item for item in items if item.id not in there]
+    max_tokens = args.max_tokens or (24 if args.task is None else LONG_MAX_TOKENS)
+    model, path, name, tpl = _load(args, max_tokens)
     verbose = getattr(args, "verbose", False)
-    progress = _Progress(len(rows)) if not verbose else None
-    n_ok = 0
+    progress = Progress(len(todo)) if not verbose else None
     try:
-        with open(args.out, "w", encoding="utf-8") as out:
-            for done, (i, (question, refs)) in enumerate(
-                enumerate(rows, start=args.start), start=1
-            ):
+        with open(args.out, "a" if args.resume else "w", encoding="utf-8") as out:
+            for done, item in enumerate(todo, start=1):
                 trace = generate_trace(
                     model,
-                    question,
-                    refs,
-                    index=i,
-                    dataset=args.dataset,
+                    item,
                     model_name=name,
-                    max_tokens=args.max_tokens,
+                    max_tokens=max_tokens,
                     template=tpl,
+                    stop_at_newline=args.task is None,
                 )
-                n_ok += bool(trace.correct)
-                out.write(dump_trace_line(trace) + "\n")
+                obj = trace_to_dict(trace)
+                correct = labels.label(obj)
+                out.write(label_line(obj, correct) + "\n")
+                out.flush()  # whole lines on disk: an interrupted run resumes from them
                 if verbose:
-                    print(
-                        f"{trace.id}: {trace.answer!r} ({'correct' if trace.correct else 'wrong'})"
-                    )
+                    word = {True: "correct", False: "wrong", None: "unlabelled"}[correct]
+                    print(f"{trace.id}: {trace.answer!r} ({word})")
                 elif progress is not None:
-                    progress.update(done, n_ok)
+                    progress.update(done, labels.counts["correct"], trace.n_tokens)
     finally:
         if progress is not None:
             progress.close()
+    after = f" after the {len(items) - len(todo)} already there" if args.resume else ""
     print(
-        f"wrote {len(rows)} traces to {args.out} ({n_ok} correct; model {name}, "
-        f"template {template}, {os.path.basename(path)})",
+        f"wrote {len(todo)} traces to {args.out}{after} ({labels.summary()}; model {name}, "
+        f"template {tpl.name}, {os.path.basename(path)})",
         file=sys.stderr,
     )
     return 0
-
-
-def _read_questions(path: str) -> list[tuple[str, list[str]]]:
-    """``(question, references)`` of each non-blank line of a questions JSONL file.
-
-    A line is an object with a string ``"question"`` and the references as
-    ``"answer"`` or ``"references"`` (a string or a list of strings). Errors
-    raise :class:`~adapters.cli._common.CommandError` naming ``path:line``.
-    """
-    from ._common import CommandError, json_lines
-
-    rows = []
-    for lineno, row in json_lines(path):
-        if not (isinstance(row, dict) and isinstance(row.get("question"), str)):
-            raise CommandError(f'{path}:{lineno}: expected an object with a string "question"')
-        refs = row.get("answer") or row.get("references") or []
-        if isinstance(refs, str):
-            refs = [refs]
-        if not (isinstance(refs, list) and all(isinstance(r, str) for r in refs)):
-            raise CommandError(
-                f'{path}:{lineno}: "answer" / "references" must be a string or a list of strings'
-            )
-        rows.append((row["question"], refs))
-    return rows
 
 
 def add_traces_parser(sub: Any) -> None:
@@ -285,7 +282,8 @@ def add_traces_parser(sub: Any) -> None:
         "smollm2-chat (SmolLM2-Instruct chat template with a short-answer system line), "
         "gemma3-5shot (the fixed 5-shot prompt of the Gemma 3 base model, <bos> added) and "
         "gguf-chat (the model's own chat template from its GGUF metadata, rendered in a "
-        "Jinja sandbox as llama.cpp does, with the system line).",
+        "Jinja sandbox as llama.cpp does, with the system line). --task code|math answers "
+        "MBPP or GSM8K rows at length instead (docs: 'Labels by checking').",
     )
     g.add_argument(
         "--model",
@@ -307,9 +305,42 @@ def add_traces_parser(sub: Any) -> None:
         help="system line of a chat template (default: the shared traces' short-answer line; "
         "'' for none, so the template's own default applies)",
     )
-    g.add_argument("--questions", required=True, help='JSONL with "question" and "answer"')
+    g.add_argument(
+        "--questions",
+        required=True,
+        help='JSONL with "question" and "answer"; with --task, the task\'s rows (MBPP, GSM8K)',
+    )
+    g.add_argument(
+        "--task",
+        default=None,
+        choices=TASKS,
+        help="long answers to a task's rows instead of short factoid answers: 'code' (MBPP: "
+        "one Python code block) or 'math' (GSM8K: step by step, ending with 'Answer: "
+        "<number>'); through the model's chat template, at most 512 new tokens by default, "
+        "stopping only at an end-of-generation token",
+    )
+    g.add_argument(
+        "--check",
+        metavar="HOW",
+        default=None,
+        help="label each answer as it is written by checking it against its row of "
+        "--questions, as 'liftguard traces label --check' does: 'code', 'number' or "
+        "MODULE:FUNCTION (default: factoid answers by their references, --task answers "
+        "unlabelled)",
+    )
     g.add_argument("--out", type=output_file, required=True)
-    g.add_argument("--dataset", default="questions")
+    g.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the traces already in --out and answer only the questions whose id is "
+        "not there, appending (a torn last line is removed and answered again); without "
+        "it --out is overwritten",
+    )
+    g.add_argument(
+        "--dataset",
+        default=None,
+        help="the traces' dataset field (default: questions; with --task, mbpp or gsm8k)",
+    )
     g.add_argument(
         "--model-name",
         default=None,
@@ -320,7 +351,12 @@ def add_traces_parser(sub: Any) -> None:
     )
     g.add_argument("--start", type=integer(0), default=0)
     g.add_argument("--limit", type=integer(0), default=None, help="at most N questions (0: all)")
-    g.add_argument("--max-tokens", type=integer(1), default=24)
+    g.add_argument(
+        "--max-tokens",
+        type=integer(1),
+        default=None,
+        help=f"at most N new tokens (default: 24; with --task, {LONG_MAX_TOKENS})",
+    )
     g.add_argument(
         "--threads",
         type=integer(1),
