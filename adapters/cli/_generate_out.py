@@ -24,7 +24,7 @@ from collections import Counter
 from typing import Any
 
 from ._common import CommandError
-from ._label import Labeller
+from ._label_refs import Labeller
 from ._recorded import recorded_lines
 
 __all__ = ["Labels", "Progress", "resume_ids"]
