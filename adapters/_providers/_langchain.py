@@ -228,8 +228,11 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
         own. Its token limit is the run's ``max_tokens`` (read when the run started),
         else none: the handler does not make the request, so a limit it was not told of
         is not assumed. The step's units are ignored: a callback cannot hold text back."""
-        monitor = self._guard.monitor(max_tokens=self._limits.pop(run_id, None))
-        step = GuardStep(monitor, self.mode, "raise", _given, max_token_chars=self._max_chars)
+        limit = self._limits.pop(run_id, None)
+        monitor = self._guard.monitor(max_tokens=limit)
+        step = GuardStep(
+            monitor, self.mode, "raise", _given, max_token_chars=self._max_chars, max_tokens=limit
+        )
         return _Run(step)
 
     def on_chat_model_start(

@@ -21,6 +21,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import openai
 
 from adapters import guarded_chat_completion
@@ -86,6 +87,61 @@ class SDK(FrontEnd):
                 for w in seen
                 if issubclass(w.category, ContextMismatchWarning)
             ]
+        return out
+
+
+class LangChain(FrontEnd):
+    """A ``ChatOpenAI`` run (langchain-openai, streamed) with the callback handler: the
+    settings go in as a LangChain user sets them (``model_kwargs``, ``extra_body``); the
+    handler warns about changes, as the SDK adapter does."""
+
+    name = "langchain-handler"
+
+    def __init__(self, base_url: str, certificate: Certificate) -> None:
+        self.base_url, self.certificate = base_url, certificate
+
+    def ask(self, question: str, **settings: Any) -> Outcome:
+        return asyncio.run(self._ask(question, settings))
+
+    async def _ask(self, question: str, settings: dict[str, Any]) -> Outcome:
+        from langchain_openai import ChatOpenAI
+
+        from adapters import LiftGuardCallbackHandler
+
+        out = Outcome()
+        ctx = self.certificate.context
+        messages = settings.pop("messages", None) or [
+            {"role": "system", "content": ctx.system_prompt},
+            {"role": "user", "content": question},
+        ]
+        pairs = [(m["role"], m["content"]) for m in messages]
+        extra = settings.pop("extra_body", None)
+        # a client of this event loop (langchain-openai's shared one outlives asyncio.run)
+        client = httpx.AsyncClient()
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always", ContextMismatchWarning)
+            handler = LiftGuardCallbackHandler(certificate=self.certificate)
+            llm = ChatOpenAI(
+                base_url=self.base_url, api_key="k", model="test-model", max_retries=0,
+                temperature=ctx.temperature, max_tokens=ctx.max_tokens, stop=list(ctx.stop) or None,
+                logprobs=True, top_logprobs=5, streaming=True, callbacks=[handler],
+                extra_body=extra, model_kwargs=settings, http_async_client=client,
+            )  # fmt: skip
+            try:
+                async for chunk in llm.astream(pairs):
+                    out.text += str(chunk.content)
+                out.certified = True
+            except GuardrailBlocked as blocked:
+                out.cause = blocked.verdict.cause.value
+            except (ValueError, openai.APIStatusError) as exc:
+                out.status = getattr(exc, "status_code", 400)
+            finally:
+                await client.aclose()
+        out.mismatches = [
+            str(w.message).split("=", 1)[0].removeprefix("the request sets ")
+            for w in seen
+            if issubclass(w.category, ContextMismatchWarning)
+        ]
         return out
 
 
