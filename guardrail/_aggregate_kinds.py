@@ -46,7 +46,16 @@ _INF = math.inf
 class Aggregate:
     """The interface: ``update(x) -> value``, ``value`` (:attr:`start` before the first
     token), whether it can ever rise or fall as tokens arrive (:attr:`rises`,
-    :attr:`falls`), and the reachable ends ``upper_end(m)`` / ``lower_end(m)``."""
+    :attr:`falls`), and the reachable ends ``upper_end(m)`` / ``lower_end(m)``.
+
+    Examples
+    --------
+        >>> agg = aggregate_of(Feature.parse("logprob.min"), lo=-20.0, hi=0.0)
+        >>> [agg.update(x) for x in [-0.5, -2.0, -1.0]]
+        [-0.5, -2.0, -2.0]
+        >>> agg.rises, agg.falls
+        (False, True)
+    """
 
     __slots__ = ("hi", "lo", "value")
     start = math.nan

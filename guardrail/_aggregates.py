@@ -52,7 +52,16 @@ _LEVELLED = ("count_below", "frac_below")
 
 @dataclass(frozen=True)
 class Feature:
-    """One answer-level feature: ``aggregate`` of ``base`` (``level`` for the counts)."""
+    """One answer-level feature: ``aggregate`` of ``base`` (``level`` for the counts).
+
+    Examples
+    --------
+        >>> feature = Feature.parse("logprob.count_below@-2.0")
+        >>> feature.base, feature.aggregate, feature.level
+        ('logprob', 'count_below', -2.0)
+        >>> feature.name
+        'logprob.count_below@-2.0'
+    """
 
     base: str
     aggregate: str

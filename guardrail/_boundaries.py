@@ -104,7 +104,14 @@ def betting_bets(x: npt.ArrayLike, delta: float) -> FloatArray:
 
 @dataclass(frozen=True)
 class BettingTrajectory:
-    """Log-wealth of both processes at every time (rows) and candidate mean (columns)."""
+    """Log-wealth of both processes at every time (rows) and candidate mean (columns).
+
+    Examples
+    --------
+        >>> traj = betting_log_wealth([0.9, 0.8, 0.95], m=[0.25, 0.5], delta=0.05)
+        >>> traj.log_wealth_up.shape
+        (3, 2)
+    """
 
     log_wealth_up: FloatArray
     log_wealth_down: FloatArray

@@ -97,7 +97,17 @@ Method = Literal["ltt", "paper"]
 
 @dataclass(frozen=True)
 class LTTOutcome:
-    """Result of fixed-sequence testing over candidate thresholds."""
+    """Result of fixed-sequence testing over candidate thresholds.
+
+    Examples
+    --------
+        >>> import numpy as np
+        >>> scores = np.linspace(0.0, 1.0, 200)
+        >>> errors = scores < 0.3
+        >>> out = ltt_threshold(scores, errors, risk=0.2, delta=0.1)
+        >>> round(out.tau, 3), out.n_answered, out.n_errors
+        (0.171, 166, 26)
+    """
 
     tau: float
     n_answered: int

@@ -13,7 +13,16 @@ __all__ = ["Calibration", "guarantee_text"]
 
 @dataclass(frozen=True)
 class Calibration:
-    """A calibrated threshold with everything needed to audit it (JSON-serialisable)."""
+    """A calibrated threshold with everything needed to audit it (JSON-serialisable).
+
+    Examples
+    --------
+        >>> cal = Calibration(method="ltt", tau=2.5, risk=0.3, delta=0.1, score="mean_lift",
+        ...                   n=200, n_answered=120, n_errors=30, coverage=0.6,
+        ...                   empirical_risk=0.25, risk_upper=0.29)
+        >>> Calibration.from_json(cal.to_json()) == cal
+        True
+    """
 
     method: str
     tau: float

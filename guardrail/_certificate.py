@@ -80,7 +80,19 @@ class Certificate:
     ``traces_sha256``, ``command``, ``fit``: the data a fitted statistic used, ...).
     ``statistic``: a fitted statistic that replaces the policy's lift statistic (the
     policy then contributes its missing-logprob, cut-off, ``early``, ``min_tokens``
-    and ``final_rule`` settings); ``tau`` is then on its scale, any finite number."""
+    and ``final_rule`` settings); ``tau`` is then on its scale, any finite number.
+
+    Examples
+    --------
+        >>> cert = Certificate(StreamPolicy(), tau=2.0,
+        ...                    skeleton=SkeletonSpec("uniform", {"vocab_size": 1000}),
+        ...                    model=ModelIdentity("my-model"))
+        >>> monitor = cert.monitor()
+        >>> monitor.update(TokenEvent("Paris", logprob=-0.1)).state.value
+        'continue'
+        >>> monitor.finish().state.value
+        'certified'
+    """
 
     policy: StreamPolicy
     tau: float

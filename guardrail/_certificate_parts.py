@@ -79,7 +79,14 @@ class ModelIdentity:
     ``api_model``: the name requests use (``model=`` of the API, if it differs);
     ``tokenizer``: e.g. ``"gguf:SmolLM2-135M-Instruct"``, ``"tiktoken:o200k_base"``;
     ``logprob_mode``: ``"processed"`` (after the sampler's logit processing, as
-    OpenAI reports) or ``"raw"`` (vLLM's raw logprobs)."""
+    OpenAI reports) or ``"raw"`` (vLLM's raw logprobs).
+
+    Examples
+    --------
+        >>> model = ModelIdentity("smollm2-135m-instruct-q4_1", vocab_size=49152)
+        >>> model.logprob_mode
+        'processed'
+    """
 
     model_id: str
     api_model: str | None = None
@@ -110,7 +117,14 @@ class GenerationContext:
     ``temperature=0`` means greedy decoding. ``repeat_penalty`` is llama.cpp's
     (1.0 = none; its server applies 1.1 unless told otherwise). ``max_tokens``
     is the token limit (an answer cut there ends with finish reason
-    ``"length"``; see ``StreamPolicy.on_length``)."""
+    ``"length"``; see ``StreamPolicy.on_length``).
+
+    Examples
+    --------
+        >>> ctx = GenerationContext(temperature=0.0, max_tokens=256)
+        >>> ctx.request_settings()
+        {'temperature': 0.0, 'max_tokens': 256}
+    """
 
     system_prompt: str | None = None
     prompt_template: str | None = None

@@ -79,6 +79,14 @@ class MethodScores:
     ``final``: the final sequence score used for AUROC; ``lifts`` and
     ``policy``: set for streaming lift methods, so tokens read can be replayed;
     ``paths``: the replayed scores of a fitted statistic (with ``policy``).
+
+    Examples
+    --------
+        >>> import numpy as np
+        >>> score = np.array([0.2, 0.8, 0.5])
+        >>> scores = MethodScores("mean", decision=score, final=score)
+        >>> scores.shown(np.array([0, 1, 2]), tau=0.5).tolist()
+        [False, True, True]
     """
 
     name: str

@@ -148,6 +148,12 @@ class TokenFeaturizer:
     log-probabilities sorted in descending order (``None`` if not needed), the
     skeleton's log-probability of the token and the exact entropy (each
     ``None`` where not needed), all validated by the caller.
+
+    Examples
+    --------
+        >>> featurizer = TokenFeaturizer(["logprob", "lift"], vocab_size=1000)
+        >>> featurizer.values(-0.5, None, -3.0, None)
+        [-0.5, 2.5]
     """
 
     __slots__ = (

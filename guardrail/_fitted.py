@@ -153,6 +153,16 @@ class FittedStatistic:
     ``scale``: the normalisation; ``vocab_size``: the model's (ranges of the
     entropies); ``temperature``: of ``temperature_lift``; ``form``: see the
     module docstring; ``info``: how it was fitted (JSON-serialisable).
+
+    Examples
+    --------
+        >>> from guardrail.fitting import Feature
+        >>> stat = FittedStatistic(features=(Feature("logprob", "mean"),), weights=(2.0,),
+        ...                        intercept=0.5, center=(-1.0,), scale=(0.5,), vocab_size=1000)
+        >>> stat.group, stat.bases
+        ('api', ('logprob',))
+        >>> stat.score([[-0.5], [-2.0]]).round(2)
+        array([ 2.5, -3.5])
     """
 
     features: tuple[Feature, ...]

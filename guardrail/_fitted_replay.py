@@ -65,7 +65,16 @@ _WHAT = {"logprob": "logprob", "alternatives": "top_logprobs", "entropy": "exact
 
 @dataclass(frozen=True)
 class FittedPath:
-    """A replayed answer: the score and its lower/upper bounds after every token."""
+    """A replayed answer: the score and its lower/upper bounds after every token.
+
+    Examples
+    --------
+        >>> import numpy as np
+        >>> path = FittedPath(np.array([0.5, 1.0]), np.array([-1.0, 0.2]), np.array([2.0, 1.5]),
+        ...                   limit=1)
+        >>> path.over_limit
+        True
+    """
 
     scores: FloatArray
     lowers: FloatArray

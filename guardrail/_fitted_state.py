@@ -96,7 +96,18 @@ class FittedState:
     per-token loop calls their bound ``update`` methods, collected once per answer
     from the statistic's plan (:func:`plan_of`); a bound visits only the terms that
     can move its way (e.g. a minimum with a positive weight never raises the upper
-    bound), through their ``upper_end`` / ``lower_end``."""
+    bound), through their ``upper_end`` / ``lower_end``.
+
+    Examples
+    --------
+        >>> stat = FittedStatistic(features=(Feature.parse("logprob.mean"),), weights=(1.0,),
+        ...                        intercept=0.0, center=(0.0,), scale=(1.0,), vocab_size=1000)
+        >>> state = FittedState(stat, max_tokens=10)
+        >>> [state.update([x]) for x in [-0.5, -1.5]]
+        [-0.5, -1.0]
+        >>> state.t, round(state.lower(), 2), round(state.upper(), 2)
+        (2, -16.2, -0.2)
+    """
 
     __slots__ = (
         "_b0",
@@ -187,7 +198,15 @@ class FittedState:
 
 
 class RecordedSkeleton:
-    """A skeleton that reads recorded log-probabilities by token index (trace replay)."""
+    """A skeleton that reads recorded log-probabilities by token index (trace replay).
+
+    Examples
+    --------
+        >>> from guardrail import TokenEvent
+        >>> skeleton = RecordedSkeleton([-3.0, -4.5])
+        >>> skeleton.log_prob(TokenEvent("b", logprob=-0.2, index=1))
+        -4.5
+    """
 
     __slots__ = ("_values",)
     reads = Reads()
@@ -206,7 +225,19 @@ class EventReader:
 
     :meth:`read` returns the feature values, or ``(what, value)`` when the event
     lacks something the statistic needs (``"logprob"``, ``"alternatives"``,
-    ``"entropy"``)."""
+    ``"entropy"``).
+
+    Examples
+    --------
+        >>> from guardrail import TokenEvent
+        >>> stat = FittedStatistic(features=(Feature.parse("logprob.mean"),), weights=(1.0,),
+        ...                        intercept=0.0, center=(0.0,), scale=(1.0,), vocab_size=1000)
+        >>> reader = EventReader(stat, skeleton=None)
+        >>> reader.read(TokenEvent("a", logprob=-0.25))
+        [-0.25]
+        >>> reader.read(TokenEvent("a", logprob=None))
+        ('logprob', None)
+    """
 
     __slots__ = ("_feat", "_k", "_need_alt", "_need_ent", "_skel")
 

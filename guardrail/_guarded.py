@@ -33,6 +33,17 @@ class Guarded(Generic[U]):
     :meth:`hold_to_end` holds every later unit until :meth:`close`, whatever the mode
     (a unit that ends the answer goes out only with the final verdict).
     ``enforce=False`` only reports: nothing is ever dropped for a BLOCKED verdict.
+
+    Examples
+    --------
+        >>> monitor = Monitor.lift(StreamPolicy(), tau=2.0, skeleton=UniformSkeleton(1000))
+        >>> guarded = Guarded(monitor, "buffered")
+        >>> guarded.push("Par", monitor.update(TokenEvent("Par", logprob=-0.1)))
+        []
+        >>> guarded.push("is", monitor.update(TokenEvent("is", logprob=-0.2)))
+        []
+        >>> guarded.close(monitor.finish())
+        ['Par', 'is']
     """
 
     __slots__ = (
@@ -120,7 +131,19 @@ class Guarded(Generic[U]):
 
 class GuardedText:
     """What of a streamed answer's text may be shown now: :class:`Guarded` over text
-    pieces, joined (the modes as there)."""
+    pieces, joined (the modes as there).
+
+    Examples
+    --------
+        >>> monitor = Monitor.lift(StreamPolicy(), tau=2.0, skeleton=UniformSkeleton(1000))
+        >>> text = GuardedText(monitor, "buffered")
+        >>> text.push("Par", monitor.update(TokenEvent("Par", logprob=-0.1)))
+        ''
+        >>> text.push("is", monitor.update(TokenEvent("is", logprob=-0.2)))
+        ''
+        >>> text.close(monitor.finish())
+        'Paris'
+    """
 
     __slots__ = ("_units",)
 

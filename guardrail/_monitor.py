@@ -71,6 +71,16 @@ class Monitor:
     missing-logprob rule; :attr:`policy` then carries the value applied (the
     calibration record does not). Token positions are 0-based and count every event,
     skipped ones included.
+
+    Examples
+    --------
+        >>> monitor = Monitor.lift(StreamPolicy(), tau=2.0, skeleton=UniformSkeleton(1000))
+        >>> for lp in [-0.1, -0.2, -0.05]:
+        ...     verdict = monitor.update(TokenEvent("tok", logprob=lp))
+        >>> verdict.state.value, verdict.t
+        ('continue', 3)
+        >>> monitor.finish().cause.value
+        'certified'
     """
 
     __slots__ = (

@@ -87,6 +87,12 @@ class StreamPolicy:
             ``"pass"`` skips the token, ``"error"`` raises
             :class:`~guardrail.MissingLogprobsError`. Policies recorded before
             this field existed load with the default.
+
+    Examples
+    --------
+        >>> policy = StreamPolicy(boundary="betting", delta=0.05, min_tokens=4)
+        >>> StreamPolicy.from_dict(policy.to_dict()) == policy
+        True
     """
 
     boundary: Boundary = "betting"
@@ -171,6 +177,13 @@ class ReplayResult:
     ``answered[g]``: the answer is shown at ``taus[g]``; ``stop[g]``: number of
     tokens read when the verdict was reached (the length if it came at the end);
     ``early[g]``: the verdict came before the end of the stream.
+
+    Examples
+    --------
+        >>> from guardrail import StreamPolicy
+        >>> result = replay(StreamPolicy(), [8.0] * 30, taus=[2.0, 11.0])
+        >>> result.answered.tolist(), result.stop.tolist(), result.early.tolist()
+        ([True, False], [5, 5], [True, True])
     """
 
     taus: FloatArray

@@ -23,7 +23,16 @@ LOGPROB_SLACK = 1e-6
 @runtime_checkable
 class Skeleton(Protocol):
     """A skeleton baseline ``S``: the log-probability it gives the emitted token. It may
-    say what it reads of each token in a ``reads`` attribute (:func:`skeleton_reads`)."""
+    say what it reads of each token in a ``reads`` attribute (:func:`skeleton_reads`).
+
+    Examples
+    --------
+        >>> skeleton = UniformSkeleton(vocab_size=1000)
+        >>> isinstance(skeleton, Skeleton)
+        True
+        >>> round(skeleton.log_prob(TokenEvent("a", logprob=-0.1)), 3)
+        -6.908
+    """
 
     def log_prob(self, event: TokenEvent) -> float: ...
 
@@ -45,6 +54,12 @@ class Reads:
     ``token_ids``: each token's id in the model's vocabulary; ``skeleton``: it scores
     lifts against a skeleton object; ``group``: a fitted statistic's feature group
     (``None`` for a lift rule), for messages.
+
+    Examples
+    --------
+        >>> reads = TemperatureSkeleton(vocab_size=1000).reads
+        >>> reads.uses_alternatives, reads.token_ids
+        (True, False)
     """
 
     alternatives: int = 0

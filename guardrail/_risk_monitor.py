@@ -245,6 +245,14 @@ class RiskMonitor:
     discounted error rates) and ``window`` tune detection and the bounds; the guarantee
     holds for any values. O(1) time and memory per answer (O(window / spacing) for the
     bounds, O(1 / LOWER_BOUND_STEP) for the lower bound: some 0.1 ms a label).
+
+    Examples
+    --------
+        >>> monitor = RiskMonitor(target=0.2, alpha=0.05)
+        >>> for _ in range(50):
+        ...     alarm = monitor.update(correct=False)
+        >>> monitor.n, monitor.alarm
+        (50, True)
     """
 
     def __init__(

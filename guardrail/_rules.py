@@ -44,7 +44,16 @@ the token lacked something the rule reads (``missing`` says what)."""
 
 
 class EvidenceRule(Protocol):
-    """One answer's evidence: what a :class:`~guardrail.Monitor` needs of a rule."""
+    """One answer's evidence: what a :class:`~guardrail.Monitor` needs of a rule.
+
+    Examples
+    --------
+        >>> rule: EvidenceRule = LiftRule(StreamPolicy(), tau=2.0, skeleton=UniformSkeleton(1000))
+        >>> rule.units, rule.boundary
+        ('nats', 'betting')
+        >>> Monitor(rule, StreamPolicy()).update(TokenEvent("a", logprob=-0.1)).t
+        1
+    """
 
     reads: Reads
     units: str
@@ -98,6 +107,15 @@ class LiftRule:
     with ``track_bounds=True`` a :class:`~guardrail.stats.BettingConfidenceSequence`
     (49-point grid, several times the per-token cost), which bounds a mean shared by
     all tokens, not the running mean a drifting stream can leave.
+
+    Examples
+    --------
+        >>> rule = LiftRule(StreamPolicy(), tau=2.0)
+        >>> monitor = Monitor(rule, StreamPolicy())
+        >>> for lift in [6.0, 7.0, 5.0]:
+        ...     verdict = monitor.update_evidence(lift)
+        >>> round(rule.mean, 2), monitor.finish().state.value
+        (6.0, 'certified')
     """
 
     __slots__ = (
@@ -267,6 +285,17 @@ class FittedRule:
     only as sound as the limit: the monitor blocks a token past it (cause
     ``over_token_limit``), even after an early certification. The event's
     ``entropy`` is read when the statistic needs exact entropies (group ``local``).
+
+    Examples
+    --------
+        >>> from guardrail.fitting import Feature
+        >>> stat = FittedStatistic(features=(Feature("logprob", "mean"),), weights=(2.0,),
+        ...                        intercept=0.5, center=(-1.0,), scale=(0.5,), vocab_size=1000)
+        >>> monitor = Monitor(FittedRule(stat, StreamPolicy(), tau=0.0), StreamPolicy())
+        >>> for lp in [-0.2, -0.4, -0.3]:
+        ...     verdict = monitor.update(TokenEvent("tok", logprob=lp))
+        >>> monitor.finish().state.value, round(monitor.value, 2)
+        ('certified', 3.3)
     """
 
     __slots__ = (

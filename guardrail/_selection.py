@@ -54,7 +54,14 @@ FloatArray = npt.NDArray[np.float64]
 @dataclass(frozen=True)
 class Candidate:
     """A statistic to try: a name, the features it reads (a subset of the columns given to
-    :func:`select_statistic`, by feature) and its L2 penalty."""
+    :func:`select_statistic`, by feature) and its L2 penalty.
+
+    Examples
+    --------
+        >>> cand = Candidate("mean-logprob", (Feature.parse("logprob.mean"),), l2=1.0)
+        >>> cand.name, [f.name for f in cand.features]
+        ('mean-logprob', ['logprob.mean'])
+    """
 
     name: str
     features: tuple[Feature, ...]
@@ -68,7 +75,15 @@ class Candidate:
 class Deployment:
     """How the chosen statistic will stream: the fitting answers' traces (one per row of
     ``x``, in order) and what the monitor replays them with. With one, cross-validation
-    scores the rule as deployed (see the module docstring)."""
+    scores the rule as deployed (see the module docstring).
+
+    Examples
+    --------
+        >>> from guardrail import StreamPolicy
+        >>> deployment = Deployment(traces=[], policy=StreamPolicy(), max_tokens=256)
+        >>> deployment.form, deployment.alternatives
+        ('answer', 5)
+    """
 
     traces: Sequence[Trace]
     policy: StreamPolicy
@@ -81,7 +96,15 @@ class Deployment:
 
 @dataclass(frozen=True)
 class CandidateScore:
-    """What cross-validation measured of one candidate."""
+    """What cross-validation measured of one candidate.
+
+    Examples
+    --------
+        >>> cand = Candidate("mean-logprob", (Feature.parse("logprob.mean"),), l2=1.0)
+        >>> score = CandidateScore(cand, coverage=0.42, refused=0, auroc=0.71)
+        >>> score.candidate.name, score.coverage
+        ('mean-logprob', 0.42)
+    """
 
     candidate: Candidate
     coverage: float

@@ -74,7 +74,18 @@ _ARRAYS_FORMAT = b"liftguard.arrays/1\n"
 
 class SkeletonResolver(Protocol):
     """Builds what a spec references but does not hold (data, a model): the skeleton,
-    or ``None`` when the spec's kind is not one it builds."""
+    or ``None`` when the spec's kind is not one it builds.
+
+    Examples
+    --------
+        >>> def resolver(spec):
+        ...     if spec.kind != "vector":
+        ...         return None
+        ...     return VectorSkeleton([-1.0, -2.0, -0.5], source=spec.source)
+        >>> spec = SkeletonSpec("vector")
+        >>> spec.build(resolver).vocab_size
+        3
+    """
 
     def __call__(self, spec: SkeletonSpec, /) -> Skeleton | None: ...
 
@@ -153,7 +164,16 @@ def _check_params(kind: str, params: Mapping[str, object]) -> None:
 class SkeletonSpec:
     """A skeleton by kind and parameters (JSON values), validated on construction; see
     the module docstring for the kinds. :meth:`build` gives the skeleton object (with a
-    resolver for data and model kinds); every skeleton's ``to_spec()`` gives its spec."""
+    resolver for data and model kinds); every skeleton's ``to_spec()`` gives its spec.
+
+    Examples
+    --------
+        >>> spec = SkeletonSpec("uniform", {"vocab_size": 1000})
+        >>> spec.to_dict()
+        {'kind': 'uniform', 'params': {'vocab_size': 1000}}
+        >>> type(spec.build()).__name__
+        'UniformSkeleton'
+    """
 
     kind: str
     params: Mapping[str, object] = field(default_factory=dict)

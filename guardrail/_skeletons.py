@@ -64,7 +64,17 @@ __all__ = [
 @runtime_checkable
 class TokenIds(Protocol):
     """Resolves a streamed token to its id in one model's vocabulary (None if it cannot:
-    the token's bytes are not exactly one token of that vocabulary)."""
+    the token's bytes are not exactly one token of that vocabulary).
+
+    Examples
+    --------
+        >>> class ByteIds:
+        ...     name = "bytes"
+        ...     def token_id(self, event):
+        ...         return event.bytes[0] if event.bytes and len(event.bytes) == 1 else None
+        >>> isinstance(ByteIds(), TokenIds)
+        True
+    """
 
     name: str
 
@@ -74,7 +84,18 @@ class TokenIds(Protocol):
 class WithTokenIds:
     """An id-based skeleton on a stream without ids: each event gets its ``token_id``
     from ``ids`` before ``skeleton`` scores it. A token the resolver cannot map raises
-    :class:`~guardrail.MissingLogprobsError` (its lift cannot be computed)."""
+    :class:`~guardrail.MissingLogprobsError` (its lift cannot be computed).
+
+    Examples
+    --------
+        >>> class ByteIds:
+        ...     name = "bytes"
+        ...     def token_id(self, event):
+        ...         return event.bytes[0] if event.bytes and len(event.bytes) == 1 else None
+        >>> skeleton = WithTokenIds(VectorSkeleton([-1.0] * 256), ByteIds())
+        >>> skeleton.log_prob(TokenEvent("a", logprob=-0.1, bytes=b"a"))
+        -1.0
+    """
 
     def __init__(self, skeleton: Skeleton, ids: TokenIds) -> None:
         if not isinstance(ids, TokenIds):
@@ -103,7 +124,14 @@ class WithTokenIds:
 
 
 class UniformSkeleton:
-    """``S = 1/|V|`` for every token: the lift is ``log P + log |V|``."""
+    """``S = 1/|V|`` for every token: the lift is ``log P + log |V|``.
+
+    Examples
+    --------
+        >>> skeleton = UniformSkeleton(vocab_size=1000)
+        >>> round(skeleton.log_prob(TokenEvent("a", logprob=-0.1)), 3)
+        -6.908
+    """
 
     __slots__ = ("_log_prob", "vocab_size")
 
@@ -128,6 +156,13 @@ class TemperatureSkeleton:
     ``log Z_T`` comes from the event's ``top_logprobs`` (values only; at least
     the emitted token's own logprob is used when the provider sent none) with
     top-k compensation over ``vocab_size``. T = 1.5 (general) or 2.0 (code).
+
+    Examples
+    --------
+        >>> skeleton = TemperatureSkeleton(vocab_size=1000, temperature=1.5)
+        >>> event = TokenEvent("a", logprob=-0.1, top_logprobs=(("a", -0.1), ("b", -2.5)))
+        >>> round(skeleton.log_prob(event), 3)
+        -0.254
     """
 
     reads = Reads(uses_alternatives=True)
@@ -162,6 +197,12 @@ class NGramSkeleton:
     mixed with the uniform distribution (weight ``floor``) so every token of
     the vocabulary keeps some mass. Train with :meth:`fit` on token-id
     sequences of the domain; score a stream through :meth:`for_stream`.
+
+    Examples
+    --------
+        >>> skeleton = NGramSkeleton(vocab_size=10, n=2).fit([[1, 2, 3], [1, 2, 4]])
+        >>> round(skeleton.prob([1], 2), 3)
+        0.749
     """
 
     def __init__(self, vocab_size: int, n: int = 3, discount: float = 0.75, floor: float = 0.01):

@@ -74,6 +74,14 @@ class BettingMean:
     with the predictable plug-in bet ``l_i`` of :func:`guardrail.stats.betting_bets`.
     :meth:`update` returns which wealth is at least ``2/delta`` now: a sum of
     :data:`ABOVE` and :data:`BELOW` (0 if neither).
+
+    Examples
+    --------
+        >>> test = BettingMean(tau=2.0)
+        >>> for _ in range(20):
+        ...     decided = test.update(8.0)
+        >>> test.t, test.log_wealth_up >= test.threshold, decided != 0
+        (20, True, True)
     """
 
     __slots__ = (
@@ -177,6 +185,14 @@ class PaperMean:
     ``(lower, upper) = (mean - r_t, mean + r_t)`` clamped to ``[0, clip]``; for
     ``0 < tau < clip`` the mean is shown above ``tau`` iff ``lower > tau`` and
     below iff ``upper < tau``, clamped or not.
+
+    Examples
+    --------
+        >>> mean = PaperMean(v=4.0, c=2.0, clip=12.0, delta=0.05)
+        >>> for x in [6.0] * 100:
+        ...     lower, upper = mean.update(x)
+        >>> mean.t, mean.mean, round(lower, 2), round(upper, 2)
+        (100, 6.0, 5.23, 6.77)
     """
 
     __slots__ = ("_b", "_c", "_lvl0", "_t", "_total", "_v2")
@@ -249,6 +265,12 @@ class LowestK:
 
     The value only falls as lifts arrive; it is ``clip`` before the first one.
     :meth:`update` returns it.
+
+    Examples
+    --------
+        >>> lowest = LowestK(k=2, clip=12.0)
+        >>> [lowest.update(x) for x in [5.0, 3.0, 7.0, 1.0]]
+        [8.5, 4.0, 4.0, 2.0]
     """
 
     __slots__ = ("_b", "_k", "_low", "_t", "_value")
@@ -313,6 +335,14 @@ class BettingConfidenceSequence:
     upper)``: as :func:`guardrail.stats.betting_confidence_sequence` times ``clip``
     while that hull is not empty, else one grid cell wide. Conservative to the
     grid; a confidence sequence for a mean shared by all tokens.
+
+    Examples
+    --------
+        >>> cs = BettingConfidenceSequence(clip=12.0, delta=0.05)
+        >>> for x in [6.0] * 50:
+        ...     lower, upper = cs.update(x)
+        >>> cs.t, round(lower, 2), round(upper, 2)
+        (50, 5.04, 6.96)
     """
 
     __slots__ = (

@@ -70,7 +70,14 @@ def _lifts(x: npt.ArrayLike) -> FloatArray:
 
 @dataclass(frozen=True)
 class SubGammaParams:
-    """Sub-gamma pair ``(v, c)`` and how it was obtained (one of :data:`METHODS`)."""
+    """Sub-gamma pair ``(v, c)`` and how it was obtained (one of :data:`METHODS`).
+
+    Examples
+    --------
+        >>> params = bernstein_params(12.0)
+        >>> params.v, params.c, params.method
+        (36.0, 4.0, 'bernstein')
+    """
 
     v: float
     c: float
@@ -100,7 +107,14 @@ class SubGammaParams:
 @dataclass(frozen=True)
 class GammaFit:
     """Gamma(shape, scale) MLE with location 0 of ``n`` points, ``n_zero`` of which
-    (exact zeros included) were below ``floor`` and replaced by it before fitting."""
+    (exact zeros included) were below ``floor`` and replaced by it before fitting.
+
+    Examples
+    --------
+        >>> fit = fit_gamma([0.5, 1.0, 1.5, 2.0, 3.0])
+        >>> fit.n, round(fit.shape, 3), round(fit.mean, 3)
+        (5, 3.112, 1.6)
+    """
 
     shape: float
     scale: float
@@ -117,7 +131,16 @@ class GammaFit:
 class ModelCheck:
     """Goodness of fit of a :class:`GammaFit`. ``n_boot``: bootstrap replicates
     used; ``pvalue = min(ks_pvalue, ad_pvalue)``; ``inflation =
-    inflation_factor(pvalue)``; ``passed = pvalue >= 0.05``."""
+    inflation_factor(pvalue)``; ``passed = pvalue >= 0.05``.
+
+    Examples
+    --------
+        >>> import numpy as np
+        >>> x = np.random.default_rng(0).gamma(2.0, 1.5, size=100)
+        >>> check = model_check(x, n_boot=50, seed=0)
+        >>> check.n_boot, check.passed
+        (50, True)
+    """
 
     ks_stat: float
     ks_pvalue: float

@@ -62,6 +62,12 @@ class TailModel:
     only under ``rule="anchored"``). ``missing_mass``: what the tail carries,
     ``1 - sum(top-k)`` floored at ``1e-12``; less only for inconsistent inputs
     where even ``p_k`` on every tail rank cannot hold it (0 when ``V == k``).
+
+    Examples
+    --------
+        >>> tail = fit_tail([-0.5, -1.5, -2.5], vocab_size=100)
+        >>> tail.kind, tail.k, round(tail.missing_mass, 3)
+        ('power', 3, 0.088)
     """
 
     kind: Literal["power", "uniform"]

@@ -120,6 +120,16 @@ class Trace:
 
     Equality is identity (``eq=False``); compare :func:`trace_to_dict` results
     to compare contents.
+
+    Examples
+    --------
+        >>> tokens = [token_object("Paris", -0.1, [(1, -0.1), (2, -2.5)], id=1)]
+        >>> trace = parse_trace(trace_object(
+        ...     id="q1", dataset="demo", model="m", question="Capital?", references=["Paris"],
+        ...     prompt="Capital?", answer="Paris", correct=True, vocab_size=1000, top_k=2,
+        ...     tokens=tokens))
+        >>> trace.n_tokens, trace.logprobs.tolist(), trace.top_ids.shape
+        (1, [-0.1], (1, 2))
     """
 
     id: str

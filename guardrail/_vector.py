@@ -30,6 +30,13 @@ class VectorSkeleton:
     identify. ``kind``: ``"vector"``, ``"vsd"`` or ``"unigram"`` (what the vector is;
     scoring is the same); ``source``: where its data is saved, if it is (see
     :meth:`to_spec`). :meth:`unigram` makes the smoothed unigram LM of a corpus.
+
+    Examples
+    --------
+        >>> import numpy as np
+        >>> skeleton = VectorSkeleton(np.log([0.5, 0.25, 0.25]))
+        >>> round(skeleton.log_prob(TokenEvent("b", logprob=-0.1, token_id=1)), 3)
+        -1.386
     """
 
     reads = Reads(token_ids=True)

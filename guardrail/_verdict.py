@@ -19,13 +19,31 @@ __all__ = ["CLEAN_FINISH", "Cause", "State", "TokenEvent", "Verdict", "end_cause
 
 
 class State(str, Enum):
+    """Where a verdict stands: ``CONTINUE`` until decided, then ``CERTIFIED`` or ``BLOCKED``.
+
+    Examples
+    --------
+        >>> State.CERTIFIED.value
+        'certified'
+        >>> [s.value for s in State]
+        ['continue', 'certified', 'blocked']
+    """
+
     CONTINUE = "continue"
     CERTIFIED = "certified"
     BLOCKED = "blocked"
 
 
 class Cause(str, Enum):
-    """Why a verdict is what it is (stable strings for logs and metrics)."""
+    """Why a verdict is what it is (stable strings for logs and metrics).
+
+    Examples
+    --------
+        >>> Cause.CERTIFIED.value
+        'certified'
+        >>> Cause("below_threshold") is Cause.BELOW_THRESHOLD
+        True
+    """
 
     UNDECIDED = "undecided"
     """No verdict yet."""
@@ -96,7 +114,15 @@ class TokenEvent:
     """One streamed token, provider-neutral; ``logprob`` in nats (None if not given),
     ``top_logprobs`` as ``(token or id, logprob)``, ``index`` 0-based if the provider says,
     ``entropy`` the exact entropy (nats) of the token's full distribution where the
-    stream carries it (a local model's does; an API's never)."""
+    stream carries it (a local model's does; an API's never).
+
+    Examples
+    --------
+        >>> event = TokenEvent("Paris", logprob=-0.05,
+        ...                    top_logprobs=(("Paris", -0.05), ("Lyon", -3.2)))
+        >>> event.text, event.logprob
+        ('Paris', -0.05)
+    """
 
     text: str
     logprob: float | None
@@ -113,7 +139,15 @@ class Verdict:
     in the rule's units (nats of lift for the lift rule, ``boundary`` ``"betting"`` or
     ``"paper"``; log-odds for a fitted statistic, ``boundary`` ``"fitted"``); ``final``
     once it can no longer change (decided early, or finished); ``cause`` says why,
-    machine-readably (``reason`` in words)."""
+    machine-readably (``reason`` in words).
+
+    Examples
+    --------
+        >>> monitor = Monitor.lift(StreamPolicy(), tau=2.0, skeleton=UniformSkeleton(1000))
+        >>> verdict = monitor.update(TokenEvent("a", logprob=-0.1))
+        >>> verdict.state.value, verdict.t, verdict.decided, round(verdict.mean, 3)
+        ('continue', 1, False, 6.808)
+    """
 
     state: State
     t: int

@@ -78,6 +78,16 @@ class AliasEvent:
     ``action`` is ``"set"``, ``"rollback"`` or ``"repair"`` (the newest event did
     not verify and the one before it was restored); ``previous`` holds the earlier
     targets that :meth:`SkeletonStore.rollback` steps back through (most recent last).
+
+    Examples
+    --------
+        >>> import tempfile
+        >>> from guardrail import VectorSkeleton
+        >>> store = SkeletonStore(tempfile.mkdtemp())
+        >>> v1 = store.put_skeleton("chat", VectorSkeleton([-1.0, -1.5, -2.0]))
+        >>> event = store.promote("chat", v1.version)
+        >>> event.alias, event.version, event.action
+        ('production', 1, 'set')
     """
 
     name: str

@@ -33,6 +33,17 @@ class SkeletonHandle:
     the current version). A stream should not change skeleton mid-way: use
     :meth:`monitor` (or ``handle.current.as_skeleton()``) to pin one version
     for the length of one answer.
+
+    Examples
+    --------
+        >>> import tempfile
+        >>> from guardrail import TokenEvent, VectorSkeleton
+        >>> store = SkeletonStore(tempfile.mkdtemp())
+        >>> version = store.put_skeleton("chat", VectorSkeleton([-1.0, -1.5]))
+        >>> _ = store.promote("chat", version.version)
+        >>> handle = SkeletonHandle(store, "chat")
+        >>> handle.current.tag, handle.log_prob(TokenEvent("b", logprob=-0.2, token_id=1))
+        ('v1', -1.5)
     """
 
     def __init__(self, store: SkeletonStore, name: str, alias: int | str = "production") -> None:

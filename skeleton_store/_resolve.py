@@ -48,7 +48,15 @@ _WHERE = "skeleton.params.source"
 
 
 class SavableSkeleton(Protocol):
-    """A skeleton whose data can be saved: a vector or an n-gram model."""
+    """A skeleton whose data can be saved: a vector or an n-gram model.
+
+    Examples
+    --------
+        >>> from guardrail import VectorSkeleton
+        >>> skeleton: SavableSkeleton = VectorSkeleton([-1.0, -1.5])
+        >>> skeleton.to_spec().kind, sorted(skeleton.to_arrays())
+        ('vector', ['log_probs'])
+    """
 
     def to_spec(self) -> SkeletonSpec: ...
 

@@ -58,6 +58,15 @@ class SkeletonStore(StoreReader):
     Version references are ``3``, ``"3"``, ``"v3"``, ``"latest"`` or an alias name.
     Reading (:meth:`get`, :meth:`resolve`, :meth:`list`, :meth:`show`, ...) is
     documented in :class:`skeleton_store._reader.StoreReader`.
+
+    Examples
+    --------
+        >>> import tempfile
+        >>> from guardrail import VectorSkeleton
+        >>> store = SkeletonStore(tempfile.mkdtemp())
+        >>> v1 = store.put_skeleton("chat", VectorSkeleton([-1.0, -1.5, -2.0]))
+        >>> store.promote("chat", v1.version).version, store.aliases("chat")
+        (1, {'latest': 1, 'production': 1})
     """
 
     # ---- writing -------------------------------------------------------------------------

@@ -50,6 +50,15 @@ class SkeletonVersion:
     version this one was derived from (``None`` for a root). ``manifest`` is
     the full stored manifest (JSON data). ``store_url``: the store it was read
     from (None for a version made by hand).
+
+    Examples
+    --------
+        >>> import tempfile
+        >>> from guardrail import VectorSkeleton
+        >>> store = SkeletonStore(tempfile.mkdtemp())
+        >>> version = store.put_skeleton("chat", VectorSkeleton([-1.0, -1.5, -2.0]))
+        >>> version.tag, version.kind, version.log_probs().tolist()
+        ('v1', 'vector', [-1.0, -1.5, -2.0])
     """
 
     name: str
@@ -258,7 +267,17 @@ class VersionInfoDict(TypedDict):
 
 @dataclass(frozen=True)
 class VersionInfo:
-    """Summary of one version, as :meth:`SkeletonStore.list` reports it."""
+    """Summary of one version, as :meth:`SkeletonStore.list` reports it.
+
+    Examples
+    --------
+        >>> import tempfile
+        >>> from guardrail import VectorSkeleton
+        >>> store = SkeletonStore(tempfile.mkdtemp())
+        >>> _ = store.put_skeleton("chat", VectorSkeleton([-1.0, -1.5, -2.0]))
+        >>> [(info.tag, info.kind) for info in store.list("chat")]
+        [('v1', 'vector')]
+    """
 
     name: str
     version: int

@@ -64,7 +64,15 @@ _RESPONSES_INCOMPLETE = {"max_output_tokens": "length", "content_filter": "conte
 
 
 class ChunkParts(NamedTuple):
-    """What one provider item (a chunk or an event) carries for the guard."""
+    """What one provider item (a chunk or an event) carries for the guard.
+
+    Examples
+    --------
+        >>> from guardrail import TokenEvent
+        >>> parts = ChunkParts([TokenEvent("Paris", logprob=-0.1)], "Paris", finish="stop")
+        >>> parts.text, parts.finish, parts.refusal
+        ('Paris', 'stop', False)
+    """
 
     events: list[TokenEvent]
     """One event per token (text without logprobs: one event with ``logprob=None``)."""

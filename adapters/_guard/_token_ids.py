@@ -34,7 +34,15 @@ def _token_bytes(event: TokenEvent) -> bytes:
 
 
 class TiktokenIds:
-    """Ids of one tiktoken encoding: the token's bytes must be exactly one token."""
+    """Ids of one tiktoken encoding: the token's bytes must be exactly one token.
+
+    Examples
+    --------
+        >>> from guardrail import TokenEvent
+        >>> ids = TiktokenIds("cl100k_base")
+        >>> ids.name, ids.token_id(TokenEvent("hello", logprob=-0.1))
+        ('tiktoken:cl100k_base', 15339)
+    """
 
     def __init__(self, encoding: str = "cl100k_base") -> None:
         try:

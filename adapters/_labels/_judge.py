@@ -132,7 +132,16 @@ class Judge:
     :class:`JudgeFailure`. ``timeout`` (seconds) is the deadline of each call as a
     whole, from connecting to the last byte of the reply; a call past it is a
     :class:`JudgeFailure` with reason ``timeout``. Public as :class:`adapters.Judge`;
-    needs httpx only."""
+    needs httpx only.
+
+    Examples
+    --------
+        >>> judge = Judge("http://127.0.0.1:8000/v1", "judge-model")
+        >>> body = judge.request("Capital of France?", "Paris", ["Paris"])
+        >>> body["model"], body["temperature"], body["max_tokens"]
+        ('judge-model', 0, 8)
+        >>> judge.close()
+    """
 
     def __init__(
         self, base_url: str, model: str, *, api_key: str | None = None, timeout: float = 60.0

@@ -74,8 +74,8 @@ class SandboxLimits:
 
     Examples
     --------
-    >>> SandboxLimits(timeout=5).timeout
-    5
+        >>> SandboxLimits(timeout=5).timeout
+        5
     """
 
     timeout: float = 30.0
@@ -110,6 +110,12 @@ class SandboxResult:
     ``unprivileged`` (switched from root to ``nobody``) and ``private_scratch`` (fresh
     tmpfs on the world-writable directories) say what the child reported it enforced
     before running the program.
+
+    Examples
+    --------
+        >>> result = run_sandboxed("def f(x): return 2 * x", ["assert f(2) == 5"])
+        >>> result.passed, result.outcome
+        (False, 'failed')
     """
 
     passed: bool

@@ -56,6 +56,13 @@ class ChatTemplate:
     (the GGUF's ``tokenizer.ggml.add_bos_token``, unless the template writes
     ``bos_token`` itself). Rendering errors (a syntax error, the template's own
     ``raise_exception``, a sandbox violation) raise :class:`~guardrail.ConfigError`.
+
+    Examples
+    --------
+        >>> source = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>"
+        >>> template = ChatTemplate(source)
+        >>> template.prompt("Capital of France?", system="Be brief.")
+        '<system>Be brief.<user>Capital of France?<assistant>'
     """
 
     source: str

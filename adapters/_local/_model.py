@@ -132,7 +132,16 @@ def smollm2_chat_prompt(question: str, system: str = SMOLLM2_SYSTEM) -> str:
 
 @dataclass(frozen=True)
 class LocalToken:
-    """One generated token with exact full-vocabulary quantities (natural logs)."""
+    """One generated token with exact full-vocabulary quantities (natural logs).
+
+    Examples
+    --------
+        >>> token = LocalToken(token_id=42, text="Paris", bytes=b"Paris", logprob=-0.1,
+        ...                    top=((42, -0.1), (7, -2.4)), entropy=0.4)
+        >>> event = token.event(index=0)
+        >>> event.token_id, event.logprob, event.entropy
+        (42, -0.1, 0.4)
+    """
 
     token_id: int
     text: str

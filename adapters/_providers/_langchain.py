@@ -169,6 +169,18 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
     blocked by the missing-logprobs policy.
 
     Errors propagate on the sync and async paths alike (see the module docstring).
+
+    Examples
+    --------
+        >>> from uuid import uuid4
+        >>> from guardrail import GuardrailBlocked, StreamPolicy, UniformSkeleton
+        >>> handler = LiftGuardCallbackHandler(StreamPolicy(), tau=11.0,
+        ...                                    skeleton=UniformSkeleton(1000))
+        >>> token = {"token": "maybe", "logprob": -6.0, "top_logprobs": []}
+        >>> try:
+        ...     handler.on_llm_new_token("maybe", run_id=uuid4(), logprobs=[token])
+        ... except GuardrailBlocked as exc:
+        ...     print(exc.verdict.state.value)
     """
 
     raise_error: bool = True

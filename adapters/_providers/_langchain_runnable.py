@@ -64,7 +64,18 @@ DEFAULT_REFUSAL = "I can't answer that reliably."
 
 @dataclass(frozen=True)
 class Abstention:
-    """Stands for a blocked answer (``on_block="abstain"``); ``verdict`` says why."""
+    """Stands for a blocked answer (``on_block="abstain"``); ``verdict`` says why.
+
+    Examples
+    --------
+        >>> from guardrail import Monitor, StreamPolicy, TokenEvent, UniformSkeleton
+        >>> monitor = Monitor.lift(StreamPolicy(), tau=11.0, skeleton=UniformSkeleton(1000))
+        >>> monitor.update(TokenEvent("maybe", logprob=-6.0)).state.value
+        'continue'
+        >>> abstention = Abstention(monitor.finish())
+        >>> abstention.verdict.cause.value
+        'below_threshold'
+    """
 
     verdict: Verdict
 

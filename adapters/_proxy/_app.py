@@ -55,7 +55,20 @@ __all__ = ["Proxy", "create_app"]
 
 
 class Proxy:
-    """The state of one proxy: configuration, upstream client, metrics, recorder."""
+    """The state of one proxy: configuration, upstream client, metrics, recorder.
+
+    Examples
+    --------
+        >>> from prometheus_client import CollectorRegistry
+        >>> from guardrail import Certificate, ModelIdentity, SkeletonSpec, StreamPolicy
+        >>> cert = Certificate(StreamPolicy(), tau=2.0, model=ModelIdentity("my-model"),
+        ...                    skeleton=SkeletonSpec("uniform", {"vocab_size": 1000}))
+        >>> config = ProxyConfig(upstream="http://127.0.0.1:8000/v1",
+        ...                      certificate=StaticCertificate(cert))
+        >>> proxy = Proxy(config, registry=CollectorRegistry())
+        >>> proxy.config.mode
+        'buffered'
+    """
 
     def __init__(self, config: ProxyConfig, *, registry: CollectorRegistry | None = None) -> None:
         self.config = config

@@ -94,6 +94,16 @@ class ProxyConfig:
     /v1/liftguard/feedback`` can still label (their ids are kept in a bounded
     store, the oldest dropped first, about half a kilobyte each: some 27 MB at
     the default 50,000; a label for a dropped answer is refused as unknown).
+
+    Examples
+    --------
+        >>> from guardrail import Certificate, ModelIdentity, SkeletonSpec, StreamPolicy
+        >>> cert = Certificate(StreamPolicy(), tau=2.0, model=ModelIdentity("my-model"),
+        ...                    skeleton=SkeletonSpec("uniform", {"vocab_size": 1000}))
+        >>> config = ProxyConfig(upstream="http://127.0.0.1:8000/v1",
+        ...                      certificate=StaticCertificate(cert), mode="observe")
+        >>> config.mode, config.on_block, config.entry_for("any-model")
+        ('observe', 'error', '*')
     """
 
     upstream: str

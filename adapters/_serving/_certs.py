@@ -92,7 +92,17 @@ def deployable(
 
 
 class CertificateSource:
-    """A certificate and the label of its version; :meth:`refresh` re-reads the origin."""
+    """A certificate and the label of its version; :meth:`refresh` re-reads the origin.
+
+    Examples
+    --------
+        >>> from guardrail import Certificate, ModelIdentity, SkeletonSpec, StreamPolicy
+        >>> cert = Certificate(StreamPolicy(), tau=2.0, model=ModelIdentity("my-model"),
+        ...                    skeleton=SkeletonSpec("uniform", {"vocab_size": 1000}))
+        >>> source: CertificateSource = StaticCertificate(cert, label="demo")
+        >>> source.current()[1], source.refresh()
+        ('demo', False)
+    """
 
     def current(self) -> tuple[Certificate, str]:
         """``(certificate, label)`` in force now (one consistent pair)."""
@@ -161,7 +171,17 @@ def _digest(cert: Certificate) -> str:
 
 
 class StaticCertificate(CertificateSource):
-    """A certificate given as a value (label: ``label`` or ``inline#<sha256 prefix>``)."""
+    """A certificate given as a value (label: ``label`` or ``inline#<sha256 prefix>``).
+
+    Examples
+    --------
+        >>> from guardrail import Certificate, ModelIdentity, SkeletonSpec, StreamPolicy
+        >>> cert = Certificate(StreamPolicy(), tau=2.0, model=ModelIdentity("my-model"),
+        ...                    skeleton=SkeletonSpec("uniform", {"vocab_size": 1000}))
+        >>> source = StaticCertificate(cert)
+        >>> source.current()[0] is cert, source.describe()
+        (True, 'inline#...')
+    """
 
     def __init__(self, certificate: Certificate, label: str | None = None) -> None:
         if not isinstance(certificate, Certificate):
@@ -179,7 +199,20 @@ class FileCertificate(CertificateSource):
     """A certificate file (``liftguard calibrate --out``), read once, with its skeleton
     built (:func:`deployable`; a relative safetensors ``source`` is read from the
     current directory, a store source with ``storage_options``); label
-    ``<file name>#<sha256 prefix of its content>``."""
+    ``<file name>#<sha256 prefix of its content>``.
+
+    Examples
+    --------
+        >>> import pathlib, tempfile
+        >>> from guardrail import Certificate, ModelIdentity, SkeletonSpec, StreamPolicy
+        >>> cert = Certificate(StreamPolicy(), tau=2.0, model=ModelIdentity("my-model"),
+        ...                    skeleton=SkeletonSpec("uniform", {"vocab_size": 1000}))
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "cert.json"
+        >>> cert.save(path)
+        >>> source = FileCertificate(path)
+        >>> source.current()[0].tau, source.current()[1]
+        (2.0, 'cert.json#...')
+    """
 
     def __init__(
         self,
@@ -212,6 +245,19 @@ class StoreCertificate(CertificateSource):
     :meth:`refresh` re-reads the alias and swaps in a promoted version; a version that
     fails to load (or whose skeleton cannot be built) leaves the current one in force,
     the error propagates, and the next refresh tries it again.
+
+    Examples
+    --------
+        >>> import tempfile
+        >>> from guardrail import Certificate, ModelIdentity, StreamPolicy, VectorSkeleton
+        >>> from skeleton_store import SkeletonStore
+        >>> store, skeleton = SkeletonStore(tempfile.mkdtemp()), VectorSkeleton([-1.0, -1.5, -2.0])
+        >>> model = ModelIdentity("my-model", tokenizer="tiktoken:cl100k_base")
+        >>> cert = Certificate(StreamPolicy(), tau=2.0, model=model, skeleton=skeleton.to_spec())
+        >>> v = store.put_skeleton("chat", skeleton, certificate=cert)
+        >>> _ = store.promote("chat", v.version)
+        >>> StoreCertificate(store.url, "chat").current()[1]
+        'chat@production=v1'
     """
 
     def __init__(

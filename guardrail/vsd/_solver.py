@@ -52,6 +52,14 @@ class VSDResult:
     ``"stationary"``), not by ``"max_iter"`` or a failed ``"line_search"``.
     ``evaluations``: passes over ``P`` (one per line-search trial, plus the
     start). ``seconds``: wall time of the whole call.
+
+    Examples
+    --------
+        >>> import numpy as np
+        >>> P = np.array([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1]])
+        >>> result = vsd(P, max_iter=50)
+        >>> result.skeleton.shape, result.vocab_size, round(float(result.skeleton.sum()), 6)
+        ((3,), 3, 1.0)
     """
 
     skeleton: FloatArray
