@@ -196,22 +196,18 @@ def _alive(url: str) -> bool:
         return False
 
 
-def _command(config: Path) -> tuple[list[str], dict[str, str], str]:
+@contextlib.contextmanager
+def _started(config: Path, timeout_s: float = START_TIMEOUT_S) -> Iterator[LiteLLM | int]:
+    """``litellm --config config`` (offline, a random master key, a free port), once it
+    serves (a :class:`LiteLLM`) or exits (its exit code); stopped when the block ends."""
     executable = shutil.which("litellm", path=str(Path(sys.executable).parent))
     assert executable is not None, "the litellm command is not installed next to python"
     key = f"sk-{secrets.token_hex(24)}"
     env = {**os.environ, **OFFLINE_ENV, "LITELLM_MASTER_KEY": key, "NO_PROXY": "127.0.0.1"}
     port = _free_port()
-    command = [executable, "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
-    return command, env, key
-
-
-def start_outcome(config: Path, timeout_s: float = START_TIMEOUT_S) -> tuple[int | None, str]:
-    """Start ``litellm --config config`` and wait until it serves or exits: ``(None, log)``
-    if it serves (then it is stopped), else ``(exit code, log)``."""
-    command, env, _ = _command(config)
-    url = f"http://127.0.0.1:{command[-1]}"
+    url = f"http://127.0.0.1:{port}"
     log = config.parent / "litellm.log"
+    command = [executable, "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
     with open(log, "wb") as out:
         process = subprocess.Popen(
             command, cwd=config.parent, env=env, stdout=out, stderr=subprocess.STDOUT
@@ -221,7 +217,8 @@ def start_outcome(config: Path, timeout_s: float = START_TIMEOUT_S) -> tuple[int
         while process.poll() is None and not _alive(url):
             assert time.monotonic() < deadline, "LiteLLM neither served nor exited"
             time.sleep(0.2)
-        return process.poll(), log.read_text(errors="replace")
+        code = process.poll()
+        yield LiteLLM(process, f"{url}/v1", key, log) if code is None else code
     finally:
         if process.poll() is None:
             process.terminate()
@@ -230,6 +227,14 @@ def start_outcome(config: Path, timeout_s: float = START_TIMEOUT_S) -> tuple[int
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(5)
+
+
+def start_outcome(config: Path, timeout_s: float = START_TIMEOUT_S) -> tuple[int | None, str]:
+    """Start ``litellm --config config`` and wait until it serves or exits: ``(None, log)``
+    if it serves (then it is stopped), else ``(exit code, log)``."""
+    with _started(config, timeout_s) as started:
+        code = None if isinstance(started, LiteLLM) else started
+    return code, (config.parent / "litellm.log").read_text(errors="replace")
 
 
 @contextlib.contextmanager
@@ -250,25 +255,8 @@ def running_litellm(
         directory, upstream, certificate, guardrails, timeout_s=timeout_s,
         default_on=default_on, callbacks=callbacks,
     )  # fmt: skip
-    command, env, key = _command(config)
-    url = f"http://127.0.0.1:{command[-1]}"
-    log = directory / "litellm.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            command, cwd=directory, env=env, stdout=out, stderr=subprocess.STDOUT
-        )
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _alive(url):
-            if process.poll() is not None or time.monotonic() > deadline:
-                tail = log.read_text(errors="replace")[-3000:]
-                raise AssertionError(f"LiteLLM did not start:\n{tail}")
-            time.sleep(0.2)
-        yield LiteLLM(process, f"{url}/v1", key, log)
-    finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+    with _started(config) as started:
+        if not isinstance(started, LiteLLM):
+            tail = (directory / "litellm.log").read_text(errors="replace")[-3000:]
+            raise AssertionError(f"LiteLLM did not start (exit {started}):\n{tail}")
+        yield started
