@@ -17,6 +17,7 @@ never certified.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import logging
@@ -331,24 +332,30 @@ def _malformed(exc: ValueError) -> ProviderFormatError:
     return ProviderFormatError(f"malformed stream chunk, not valid JSON ({exc})", field="chunk")
 
 
-async def aguard(stream: AsyncIterable[Any], step: GuardStep[str]) -> AsyncGenerator[str, None]:
+async def aguard(
+    stream: AsyncIterable[Any], step: GuardStep[str], *, in_thread: bool = False
+) -> AsyncGenerator[str, None]:
     """Async loop around ``step``; the upstream stream is closed on every exit path.
 
     A chunk that is not valid JSON (the SDK raises :class:`json.JSONDecodeError`
-    while iterating) becomes a :class:`ProviderFormatError`."""
+    while iterating) becomes a :class:`ProviderFormatError`. ``in_thread``: the step
+    runs in a worker thread (a step that evaluates a local model per token takes
+    milliseconds, which the event loop must not wait on)."""
     items = aiter(stream)
     try:
         while True:
             try:
                 item = await anext(items)
             except StopAsyncIteration:
-                out = "".join(step.end())
+                held = await asyncio.to_thread(step.end) if in_thread else step.end()
+                out = "".join(held)
                 if out:
                     yield out
                 break
             except json.JSONDecodeError as exc:
                 raise _malformed(exc) from exc
-            out = "".join(step.feed(item))
+            released = await asyncio.to_thread(step.feed, item) if in_thread else step.feed(item)
+            out = "".join(released)
             if out:
                 yield out
             if step.blocked is not None:

@@ -210,7 +210,7 @@ def guard_anthropic_stream(
     errors propagate after the stream is closed, and held text is never released.
     """
     step = _ScoredStep(_scorer_monitor(monitor, certificate), mode, on_block, scorer)
-    return aguard(stream, step)
+    return aguard(stream, step, in_thread=True)  # (the scorer evaluates a model per word)
 
 
 def guard_anthropic_stream_sync(
@@ -311,6 +311,6 @@ async def _stream_message(
     client: Any, step: GuardStep[str], kwargs: dict[str, Any]
 ) -> AsyncGenerator[str, None]:
     stream = await cast(Any, client).messages.create(**kwargs)
-    async with contextlib.aclosing(aguard(stream, step)) as texts:
+    async with contextlib.aclosing(aguard(stream, step, in_thread=True)) as texts:
         async for text in texts:
             yield text

@@ -349,6 +349,30 @@ async def test_blocked_answer_yields_nothing_and_stops_upstream(
     assert rec.client_closed and rec.sent < rec.total - 10  # stopped well before the end
 
 
+class _ThreadNoting(LocalTextScorer):
+    """A scorer that notes the thread each text delta is scored on."""
+
+    threads: set[int]
+
+    def feed(self, text: str) -> list[Any]:
+        self.threads = {*getattr(self, "threads", set()), threading.get_ident()}
+        return super().feed(text)
+
+
+async def test_the_scorer_runs_off_the_event_loop(
+    server: Server, client: anthropic.AsyncAnthropic, model: LocalModel, prompt: str, greedy: str
+) -> None:
+    server.script = script(greedy)
+    scorer = _ThreadNoting(model, prompt)
+    stream = await client.messages.create(
+        model="claude-test", max_tokens=64, messages=MESSAGES, stream=True
+    )
+    out: list[str] = []
+    await collect(guard_anthropic_stream(stream, new_monitor(model), scorer), out)
+    assert out == [greedy]
+    assert scorer.threads and threading.get_ident() not in scorer.threads
+
+
 async def test_passthrough_shows_scored_words_until_the_block(
     server: Server, client: anthropic.AsyncAnthropic, model: LocalModel
 ) -> None:
