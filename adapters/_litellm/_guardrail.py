@@ -326,9 +326,10 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
                 if held and answer.blocked is None:  # on the chunk with the finish reason
                     last_finish = next((c for c in reversed(held) if finishes(c)), held[-1])
                     setattr(last_finish, VERDICT_FIELD, answer.verdict_field())
-                ended = True
                 for out in held:
                     yield out
+                ended = True  # (only once every held chunk was taken: a client gone while
+                # they were sent closes this generator at a yield, and the answer was not shown)
         finally:  # a block, an error, the client gone: no more tokens generated or paid for
             await aclose_upstream(response)
             self._finished(answer, first_id, decided=ended or answer.blocked is not None)
