@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any
 
 import anyio
+import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -40,11 +41,16 @@ from ._guarded import AnswerGuard
 from ._recording import Recorder
 from ._upstream import TOO_LARGE, UpstreamAnswer, UpstreamFailure, decode_chunk
 
-__all__ = ["SCORING_THREADS", "AnswerLoop"]
+__all__ = ["SCORING_THREADS", "SHUTDOWN", "AnswerLoop"]
 
 logger = logging.getLogger(__name__)
 SCORING_THREADS = 4
 """Worker threads that score answers whose certificate evaluates a local model."""
+SHUTDOWN = "proxy_shutdown"
+SHUTDOWN_REASON = (
+    "the proxy shut down before the answer ended (its graceful shutdown ran out): the answer "
+    "was never judged whole; ask again"
+)
 verdict_logger = logging.getLogger("adapters.proxy.verdicts")
 """One JSON line per verdict (INFO); the command line prints them on stderr."""
 
@@ -61,6 +67,20 @@ class AnswerLoop:
     ) -> None:
         self.config, self.metrics, self.recorder, self.risk = config, metrics, recorder, risk
         self._scoring = anyio.CapacityLimiter(SCORING_THREADS)
+        self._active: dict[AnswerGuard, UpstreamAnswer] = {}
+        self._draining = False
+
+    async def drain(self) -> int:
+        """End every answer in flight now (the proxy is shutting down): its upstream request
+        is closed, and its client gets the error event of an answer that did not end
+        (``proxy_shutdown``), never a cut-off stream. Answers that start after this are
+        ended the same way. How many were in flight."""
+        self._draining = True
+        active = list(self._active.items())
+        for guard, upstream in active:
+            guard.draining = True
+            await upstream.interrupt()
+        return len(active)
 
     async def _step(self, guard: AnswerGuard, chunk: dict[str, Any] | None) -> list[Any]:
         """``guard.feed(chunk)`` (``guard.end()`` for None), in a worker thread when the
@@ -80,6 +100,10 @@ class AnswerLoop:
         clock = time.perf_counter
         feed = None if guard.heavy else guard.feed  # (no coroutine per chunk for a light one)
         max_tokens = guard.info.max_tokens
+        self._active[guard] = upstream
+        if self._draining:
+            guard.draining = True
+            await upstream.interrupt()
         try:
             async for event, data in upstream.events:
                 t0 = clock()
@@ -102,7 +126,12 @@ class AnswerLoop:
             out = await self._step(guard, None)
             if out:
                 yield out
-        except UpstreamFailure as exc:
+        except (UpstreamFailure, httpx.StreamError) as exc:
+            if guard.draining:
+                guard.fail(SHUTDOWN, SHUTDOWN_REASON)
+                return
+            if not isinstance(exc, UpstreamFailure):
+                raise
             self.metrics.upstream_errors.labels(kind=exc.kind).inc()
             cause = Cause.OVER_TOKEN_LIMIT if exc.kind == TOO_LARGE else Cause.TRUNCATED
             guard.fail(exc.kind, redact_text(str(exc), upstream.secrets), cause)
@@ -115,6 +144,7 @@ class AnswerLoop:
             logger.error("request %s: the guard failed: %s", guard.info.request_id, exc)
             guard.fail("guard_error", str(exc), Cause.NO_VERDICT)
         finally:
+            self._active.pop(guard, None)
             if not upstream.clean:
                 await upstream.close()
 

@@ -157,8 +157,8 @@ def blocked_response(guard: AnswerGuard, on_block: str, refusal: str) -> JSONRes
     """A non-streamed answer that is not certified: 502/504 for an upstream failure,
     else 422 (``on_block="error"``) or the refusal (``"refusal"``)."""
     headers, verdict = verdict_headers(guard), guard.verdict_field()
-    if guard.error is not None and guard.error.startswith(("upstream_", "malformed")):
-        status = 504 if guard.error == "upstream_timeout" else 502
+    if guard.error is not None and guard.error.startswith(_NOT_JUDGED):
+        status = {"upstream_timeout": 504, "proxy_shutdown": 503}.get(guard.error, 502)
         return error_response(
             status, guard.verdict.reason, UPSTREAM_TYPE, guard.error, headers=headers,
             verdict=verdict,
@@ -259,10 +259,15 @@ def _merge_call(calls: dict[int, dict[str, Any]], delta: Any) -> None:
                 whole[key] += function[key]
 
 
+_NOT_JUDGED = ("upstream_", "malformed", "proxy_")
+"""The errors that ended an answer before it could be judged (the upstream's, or the proxy's
+shutdown), as against a block."""
+
+
 def error_event(guard: AnswerGuard) -> dict[str, Any]:
     """The in-stream error that ends an answer that is not certified."""
     verdict = guard.verdict
-    if guard.error is not None and guard.error.startswith(("upstream_", "malformed")):
+    if guard.error is not None and guard.error.startswith(_NOT_JUDGED):
         return error_body(verdict.reason, UPSTREAM_TYPE, guard.error, verdict=guard.verdict_field())
     cause = verdict.cause.value
     return error_body(

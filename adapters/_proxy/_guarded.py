@@ -87,6 +87,8 @@ class AnswerGuard:
         self.error: str | None = None
         self.ended = False
         self.finalized = False
+        self.draining = False
+        """The proxy is shutting down and ended this answer (:meth:`AnswerLoop.drain`)."""
         self.busy_s = 0.0
         self._upstream_id: str | None = None  # the first chunk's "id" ("" for none usable)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import math
 import signal
 import socket
 import threading
@@ -12,9 +14,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ._config import ProxyConfig
 
-__all__ = ["INSTALL_HINT", "serve"]
+__all__ = ["DRAIN_MARGIN_S", "INSTALL_HINT", "SHUTDOWN_GRACE_S", "serve"]
 
 INSTALL_HINT = 'the guard proxy needs its server stack: pip install "liftguard[serve]"'
+SHUTDOWN_GRACE_S = 30.0
+"""How long a shutdown waits for the answers in flight (uvicorn's graceful shutdown)."""
+DRAIN_MARGIN_S = 2.0
+"""How long before the grace runs out the answers still in flight are ended, each with the
+error event of an answer that did not end (``proxy_shutdown``), so that none is cut off."""
 
 
 def serve(
@@ -24,13 +31,17 @@ def serve(
     port: int = 8080,
     log_level: str = "warning",
     on_listen: Callable[[str], None] | None = None,
+    shutdown_grace_s: float = SHUTDOWN_GRACE_S,
 ) -> None:
     """Run the proxy with uvicorn until SIGINT/SIGTERM, which end it cleanly (answers in
     flight finish, the recorder writes what is queued) and make this function return
     (uvicorn would re-raise the signal; here it is consumed).
 
     The socket is bound first (``port=0``: a free port); ``on_listen`` then gets
-    the base URL clients use (``http://host:port/v1``)."""
+    the base URL clients use (``http://host:port/v1``). A shutdown waits
+    ``shutdown_grace_s`` for the answers in flight; :data:`DRAIN_MARGIN_S` before that
+    runs out, those still running are ended with an error event (``proxy_shutdown``) and
+    their upstream requests closed."""
     try:
         import uvicorn
     except ImportError as exc:
@@ -47,11 +58,28 @@ def serve(
         if on_listen is not None:
             shown = f"[{host}]" if family == socket.AF_INET6 else host
             on_listen(f"http://{shown}:{bound}/v1")
-        server = uvicorn.Server(
+        app = create_app(config)
+
+        class DrainingServer(uvicorn.Server):
+            """uvicorn's server, which ends the answers still in flight before its graceful
+            shutdown runs out (it would cancel them: a stream cut off, a traceback each)."""
+
+            async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+                loop = asyncio.get_running_loop()
+                drains: set[asyncio.Task[int]] = set()
+
+                def drain() -> None:
+                    drains.add(loop.create_task(app.state.proxy.answers.drain()))
+
+                timer = loop.call_later(max(shutdown_grace_s - DRAIN_MARGIN_S, 0.0), drain)
+                try:
+                    await super().shutdown(sockets)
+                finally:
+                    timer.cancel()
+
+        server = DrainingServer(
             uvicorn.Config(
-                create_app(config),
-                log_level=log_level,
-                timeout_graceful_shutdown=30,
+                app, log_level=log_level, timeout_graceful_shutdown=math.ceil(shutdown_grace_s),
                 backlog=2048,
             )
         )

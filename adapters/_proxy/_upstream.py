@@ -163,6 +163,12 @@ class UpstreamAnswer:
             await self.events.aclose()
             await self.response.aclose()
 
+    async def interrupt(self) -> None:
+        """Close the connection under the answer being read (from another task): the reader
+        gets an :class:`UpstreamFailure` (or ``httpx.StreamError``) where it waits."""
+        with anyio.CancelScope(shield=True):
+            await self.response.aclose()
+
     async def finish(self, limit_s: float = 1.0) -> None:
         """After a clean end, read the rest of the body (at most 16 events, ``limit_s``
         seconds) so that the connection returns to the pool; then close. Never raises."""

@@ -95,7 +95,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    serve(config, host=args.host, port=args.port, log_level=args.log_level, on_listen=listening)
+    serve(
+        config, host=args.host, port=args.port, log_level=args.log_level, on_listen=listening,
+        shutdown_grace_s=args.shutdown_grace,
+    )  # fmt: skip
     return 0
 
 
@@ -266,6 +269,14 @@ def add_serve_parser(sub: Any) -> None:
         default="warning",
         choices=("critical", "error", "warning", "info", "debug"),
         help="uvicorn's log level",
+    )
+    p.add_argument(
+        "--shutdown-grace",
+        type=positive,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM/SIGINT, how long answers in flight may finish; 2 s before that, "
+        "those still running end with a proxy_shutdown error event (default 30)",
     )
     p.add_argument(
         "--no-verdict-log",

@@ -321,3 +321,38 @@ def test_label_usage_errors(tmp_path: Path) -> None:
     refs.write_text('{"question": "q", "answer": "a"}\n', encoding="utf-8")
     with pytest.raises(CommandError, match=r"bad.jsonl:1: expected 'answer'"):
         _label(["--traces", str(bad), "--references", str(refs), "--out", str(tmp_path / "o")])
+
+
+def test_a_shutdown_ends_answers_in_flight_with_an_error_event(
+    upstream: Upstream, cert_file: Path
+) -> None:
+    """SIGTERM with an answer still streaming (its upstream stalled): before the graceful
+    shutdown runs out, the answer ends with a ``proxy_shutdown`` error event and its upstream
+    request is closed, instead of a stream cut off with a traceback."""
+    upstream.replies.put(Reply([ROLE, *tokens([GOOD, GOOD])], hold_after=3, stall=True,
+                               hold_timeout=60))  # fmt: skip
+    serve = ServeProcess(
+        ["--upstream", upstream.base_url, "--certificate", str(cert_file), "--port", "0",
+         "--mode", "passthrough", "--shutdown-grace", "3", "--no-verdict-log"]
+    )  # fmt: skip
+    try:
+        with httpx.Client(timeout=60) as client, client.stream(
+            "POST", f"{serve.base_url}/chat/completions",
+            json={"model": "test-model", "messages": [{"role": "user", "content": "Q?"}],
+                  "stream": True},
+        ) as response:  # fmt: skip
+            lines = response.iter_lines()
+            first = next(line for line in lines if line.startswith("data: "))
+            assert '"content"' in first  # the answer is streaming
+            serve.proc.send_signal(signal.SIGTERM)
+            rest = [line for line in lines if line.startswith("data: ")]
+        status = serve.proc.wait(60)
+    finally:
+        if serve.proc.poll() is None:
+            serve.proc.kill()
+    assert status == 0
+    error = json.loads(rest[-1].removeprefix("data: "))["error"]
+    assert error["code"] == "proxy_shutdown" and "shut down" in error["message"]
+    assert upstream.last(timeout=30).client_closed
+    assert serve.proc.stderr is not None
+    assert "Traceback" not in serve.proc.stderr.read()
