@@ -10,7 +10,9 @@ reported as changed, and the HTTP status of a refusal. The front ends:
   real ``openai.AsyncOpenAI`` (it streams; changes are ``ContextMismatchWarning`` warnings);
 - ``proxy-<mode>-<stream|whole>``: ``liftguard serve`` (a real uvicorn server) in buffered and
   passthrough mode, asked with the openai client, streamed and not;
-- ``litellm-<mode>-<stream|whole>``: a real ``litellm --config`` process with the guardrail.
+- ``litellm-<mode>-<stream|whole>``: a real ``litellm --config`` process with the guardrail;
+- ``langchain-handler`` and ``langchain-runnable-<mode>``: langchain-openai's ``ChatOpenAI``
+  with the callback handler, or wrapped by :func:`adapters.guard_runnable`.
 """
 
 from __future__ import annotations
@@ -91,14 +93,16 @@ class SDK(FrontEnd):
 
 
 class LangChain(FrontEnd):
-    """A ``ChatOpenAI`` run (langchain-openai, streamed) with the callback handler: the
-    settings go in as a LangChain user sets them (``model_kwargs``, ``extra_body``); the
-    handler warns about changes, as the SDK adapter does."""
+    """A ``ChatOpenAI`` run (langchain-openai, streamed) with the callback handler, or
+    wrapped by :func:`adapters.guard_runnable` (``runnable``: its mode): the settings go in
+    as a LangChain user sets them (``model_kwargs``, ``extra_body``); changes are warned
+    about, as the SDK adapter does."""
 
-    name = "langchain-handler"
-
-    def __init__(self, base_url: str, certificate: Certificate) -> None:
-        self.base_url, self.certificate = base_url, certificate
+    def __init__(
+        self, base_url: str, certificate: Certificate, runnable: str | None = None
+    ) -> None:
+        self.base_url, self.certificate, self.runnable = base_url, certificate, runnable
+        self.name = "langchain-handler" if runnable is None else f"langchain-runnable-{runnable}"
 
     def ask(self, question: str, **settings: Any) -> Outcome:
         return asyncio.run(self._ask(question, settings))
@@ -106,7 +110,7 @@ class LangChain(FrontEnd):
     async def _ask(self, question: str, settings: dict[str, Any]) -> Outcome:
         from langchain_openai import ChatOpenAI
 
-        from adapters import LiftGuardCallbackHandler
+        from adapters import LiftGuardCallbackHandler, guard_runnable
 
         out = Outcome()
         ctx = self.certificate.context
@@ -120,16 +124,20 @@ class LangChain(FrontEnd):
         client = httpx.AsyncClient()
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always", ContextMismatchWarning)
-            handler = LiftGuardCallbackHandler(certificate=self.certificate)
-            llm = ChatOpenAI(
+            callbacks = []
+            if self.runnable is None:
+                callbacks = [LiftGuardCallbackHandler(certificate=self.certificate)]
+            llm: Any = ChatOpenAI(
                 base_url=self.base_url, api_key="k", model="test-model", max_retries=0,
                 temperature=ctx.temperature, max_tokens=ctx.max_tokens, stop=list(ctx.stop) or None,
-                logprobs=True, top_logprobs=5, streaming=True, callbacks=[handler],
+                logprobs=True, top_logprobs=5, streaming=True, callbacks=callbacks,
                 extra_body=extra, model_kwargs=settings, http_async_client=client,
             )  # fmt: skip
+            if self.runnable is not None:
+                llm = guard_runnable(llm, certificate=self.certificate, mode=self.runnable)  # type: ignore[arg-type]
             try:
                 async for chunk in llm.astream(pairs):
-                    out.text += str(chunk.content)
+                    out.text += str(getattr(chunk, "content", chunk))
                 out.certified = True
             except GuardrailBlocked as blocked:
                 out.cause = blocked.verdict.cause.value

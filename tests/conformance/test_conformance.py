@@ -42,7 +42,7 @@ FRONT_ENDS = [
     "proxy-passthrough-stream", "proxy-passthrough-whole",
     "litellm-buffered-stream", "litellm-buffered-whole",
     "litellm-passthrough-stream", "litellm-passthrough-whole",
-    "langchain-handler",
+    "langchain-handler", "langchain-runnable-buffered", "langchain-runnable-passthrough",
 ]  # fmt: skip
 
 
@@ -109,6 +109,8 @@ def front_ends(
         for mode in ("buffered", "passthrough")
     }
     out["langchain-handler"] = LangChain(upstream.base_url, certificate)
+    for mode in ("buffered", "passthrough"):
+        out[f"langchain-runnable-{mode}"] = LangChain(upstream.base_url, certificate, mode)
     with contextlib.ExitStack() as stack:
         for mode in ("buffered", "passthrough"):
             proxy = stack.enter_context(
