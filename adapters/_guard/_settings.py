@@ -262,8 +262,13 @@ def apply_context(
 
 def warn_mismatch(field: str, requested: object, calibrated: object, stacklevel: int = 4) -> None:
     """Warn that a request changes a setting the certificate was calibrated with."""
+    sets = (
+        f"leaves {field} unset (the provider's default applies)"
+        if requested is None
+        else f"sets {field}={requested!r}"
+    )
     warnings.warn(
-        f"the request sets {field}={requested!r} but the certificate was calibrated with "
+        f"the request {sets} but the certificate was calibrated with "
         f"{field}={calibrated!r}: its risk guarantee does not cover these answers",
         ContextMismatchWarning,
         stacklevel=stacklevel,

@@ -181,6 +181,10 @@ async def test_the_handler_warns_once_per_changed_setting(server: SSEServer) -> 
         names = sorted(str(w.message).split("=")[0] for w in caught
                        if issubclass(w.category, ContextMismatchWarning))  # fmt: skip
         if call == 0:
-            assert names == ["the request sets system prompt", "the request sets temperature"]
+            assert names == [
+                "the request leaves system prompt unset (the provider's default applies) but "
+                "the certificate was calibrated with system prompt",
+                "the request sets temperature",
+            ]
         else:
             assert names == []

@@ -85,7 +85,7 @@ class SDK(FrontEnd):
                 except (ValueError, openai.APIStatusError) as exc:
                     out.status = getattr(exc, "status_code", 400)
             out.mismatches = [
-                str(w.message).split("=", 1)[0].removeprefix("the request sets ")
+                _setting(str(w.message))
                 for w in seen
                 if issubclass(w.category, ContextMismatchWarning)
             ]
@@ -146,11 +146,18 @@ class LangChain(FrontEnd):
             finally:
                 await client.aclose()
         out.mismatches = [
-            str(w.message).split("=", 1)[0].removeprefix("the request sets ")
+            _setting(str(w.message))
             for w in seen
             if issubclass(w.category, ContextMismatchWarning)
         ]
         return out
+
+
+def _setting(warning: str) -> str:
+    """The setting a ContextMismatchWarning names."""
+    if warning.startswith("the request leaves "):
+        return warning.removeprefix("the request leaves ").split(" unset", 1)[0]
+    return warning.removeprefix("the request sets ").split("=", 1)[0]
 
 
 def _read_verdict(obj: Any) -> dict[str, Any] | None:
