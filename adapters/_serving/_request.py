@@ -193,11 +193,15 @@ class ChatRequest(BaseModel):
 
 
 def validate_chat(body: Any) -> dict[str, Any]:
-    """``body`` if it is a valid Chat Completions request, else :class:`BadRequest`."""
+    """``body`` if it is a valid Chat Completions request, else :class:`BadRequest`. A
+    literal ``extra_body`` object is checked merged in, as the upstream will read it."""
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
+    extra = body.get("extra_body")
+    if extra is not None and not isinstance(extra, dict):
+        raise BadRequest("extra_body: must be an object", param="extra_body")
     try:
-        ChatRequest.model_validate(body)
+        ChatRequest.model_validate({**body, **(extra or {})})
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         path = [str(part) for part in first["loc"] if not _is_type_tag(part)]

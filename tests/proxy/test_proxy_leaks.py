@@ -77,3 +77,12 @@ async def test_rate_limit_headers_are_relayed(upstream: Upstream) -> None:
     assert resp.headers["retry-after"] == "7"
     assert resp.headers["x-ratelimit-remaining-requests"] == "0"
     assert "x-secret" not in resp.headers
+
+
+async def test_what_extra_body_holds_is_checked_like_the_rest(upstream: Upstream) -> None:
+    with running_proxy(upstream.base_url) as proxy:
+        not_object = await _post(proxy.base_url, extra_body="temperature=2")
+        bad_value = await _post(proxy.base_url, extra_body={"temperature": "hot"})
+    assert not_object.status_code == 400 and not_object.json()["error"]["param"] == "extra_body"
+    assert bad_value.status_code == 400 and bad_value.json()["error"]["param"] == "temperature"
+    assert upstream.records == []  # nothing reached the upstream
