@@ -26,7 +26,7 @@ import pytest
 from frontends import SDK, FrontEnd, HTTPFrontEnd, LangChain, Outcome
 from litellm_harness import ScriptedUpstream, running_litellm
 from proxy_harness import GOOD, ROLE, STOP, make_certificate, running_proxy, tokens
-from sse_server import Reply, chat_chunk, serving
+from sse_server import Reply, chat_chunk, serving, token_entry
 
 from adapters.proxy import StaticCertificate
 from guardrail import GenerationContext
@@ -53,12 +53,15 @@ class Upstream(ScriptedUpstream):
     def __init__(self) -> None:
         super().__init__()
         self.events: dict[str, list[dict[str, Any]]] = {}
+        self.cut: set[str] = set()
+        """Questions whose stream ends without ``[DONE]`` (cut off)."""
         self.responder = self._reply
 
     def _reply(self, body: dict[str, Any]) -> Reply:
-        events = self.events[body["messages"][-1]["content"]]
+        question = body["messages"][-1]["content"]
+        events = self.events[question]
         if body.get("stream"):
-            return Reply(events, delay=0.0)
+            return Reply(events, delay=0.0, done=question not in self.cut)
         return Reply(body=completion(events))
 
 
@@ -66,7 +69,10 @@ def completion(events: list[dict[str, Any]]) -> dict[str, Any]:
     """The events as one completion: choice 0 assembled, every other choice (another index,
     a duplicate, one without an index) kept as a choice of its own."""
     content: list[str] = []
+    refusal: list[str] = []
+    calls: list[Any] = []
     entries: list[Any] = []
+    refusal_entries: list[Any] = []
     finish = None
     others: list[dict[str, Any]] = []
     for event in events:
@@ -79,13 +85,22 @@ def completion(events: list[dict[str, Any]]) -> dict[str, Any]:
                     other["index"] = choice["index"]
                 others.append(other)
                 continue
-            content.append(choice["delta"].get("content") or "")
+            delta = choice["delta"]
+            content.append(delta.get("content") or "")
+            refusal.append(delta.get("refusal") or "")
+            calls += delta.get("tool_calls") or []
             entries += (choice.get("logprobs") or {}).get("content") or []
+            refusal_entries += (choice.get("logprobs") or {}).get("refusal") or []
             finish = choice.get("finish_reason") or finish
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
+    if "".join(refusal):
+        message["refusal"] = "".join(refusal)
+    if calls:
+        message["tool_calls"] = [{k: v for k, v in c.items() if k != "index"} for c in calls]
     first = {
         "index": 0,
-        "message": {"role": "assistant", "content": "".join(content)},
-        "logprobs": {"content": entries},
+        "message": message,
+        "logprobs": {"content": entries, "refusal": refusal_entries or None},
         "finish_reason": finish,
     }
     return {"id": "chatcmpl-whole", "object": "chat.completion", "created": 1700000000,
@@ -197,6 +212,50 @@ def test_no_front_end_delivers_a_choice_it_did_not_read(
     assert EVIL not in out.text and not out.tool_calls, out
     assert out.choices <= {0}, out
     assert out.cause == "unguarded_choice", out
+
+
+# --- answers that must not be certified, whatever carries them ----------------------------
+
+_REFUSAL = chat_chunk(
+    {"refusal": " I can't help"}, {"refusal": [token_entry(" I can't help", GOOD)]}
+)
+ENDINGS: dict[str, tuple[list[Any], str | None]] = {
+    "tool-call": (
+        [ROLE, *tokens([GOOD] * 2), chat_chunk({"tool_calls": [_CALL]}, None),
+         chat_chunk({}, None, "tool_calls")], "tool_call"),
+    "refusal": ([ROLE, *tokens([GOOD] * 2), _REFUSAL, STOP], "refusal"),
+    "content-filter": ([ROLE, *tokens([GOOD] * 2), chat_chunk({}, None, "content_filter")],
+                       "content_filter"),
+    "cut-off": ([ROLE, *tokens([GOOD] * 3)], "truncated"),
+}  # fmt: skip
+"""Streams no front end may certify, with the cause where the front end reports one."""
+
+
+LITELLM_GAPS = {
+    ("refusal", True): "LiteLLM 1.110.2 drops a streamed delta.refusal before the hook sees it",
+    ("cut-off", False): "LiteLLM 1.110.2 turns a whole answer's missing finish_reason into "
+    "'stop' (litellm.types.utils.Choices) before the hook sees it",
+}
+"""Known gaps of the LiteLLM front end, (ending, streamed) -> why: they must keep failing
+(strict), so that one fixed upstream shows."""
+
+
+@pytest.mark.parametrize("ending", list(ENDINGS))
+def test_no_front_end_certifies_what_did_not_end_cleanly(
+    upstream: Upstream, front_end: FrontEnd, ending: str, request: pytest.FixtureRequest
+) -> None:
+    if isinstance(front_end, HTTPFrontEnd) and front_end.name.startswith("litellm"):
+        gap = LITELLM_GAPS.get((ending, front_end.stream))
+        if gap is not None:
+            request.applymarker(pytest.mark.xfail(strict=True, reason=gap))
+    events, cause = ENDINGS[ending]
+    question = _question(front_end, f"ending {ending}")
+    if ending == "cut-off":
+        upstream.cut.add(question)
+    out = _ask(upstream, front_end, f"ending {ending}", events)
+    assert not out.certified and not out.tool_calls, out
+    assert "I can't" not in out.text and "transfer_money" not in out.text, out
+    assert out.cause in (cause, None), out  # (None: the front end failed the request itself)
 
 
 # --- the token limit --------------------------------------------------------------------------
