@@ -363,6 +363,37 @@ async def test_a_new_certificate_version_starts_a_new_monitor(
                for m in lines), lines  # fmt: skip
 
 
+async def test_a_version_that_comes_back_gets_its_monitor_back(
+    upstream: Upstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = Swappable(calibrated())
+    v1_pair = source.pair
+    caplog.set_level(logging.INFO, logger="adapters._serving._risk_watch")
+    with running_proxy(upstream.base_url, certificate=source) as proxy:
+        async with httpx.AsyncClient(timeout=30) as client:
+            answers = [request_id(await ask(client, proxy, upstream, CLEAN)) for _ in range(4)]
+            for answer in answers[:3]:
+                assert (await label(client, proxy, answer, True)).status_code == 200
+            source.next = (calibrated(risk=0.2), "chat@production=v2")
+            assert proxy.call(proxy.proxy.refresh_certificates()) == {"*": True}
+            on_v2 = await label(client, proxy, answers[3], True)
+            source.next = v1_pair  # rolled back: v1 is in force again
+            assert proxy.call(proxy.proxy.refresh_certificates()) == {"*": True}
+            back = await label(client, proxy, answers[3], False)  # certified by v1: its label
+            again = await label(client, proxy, answers[0], True)
+            text = await scrape(client, proxy)
+    assert error(on_v2) == (409, "certificate_changed")
+    assert back.status_code == 200
+    assert (back.json()["certificate"], back.json()["labels"]) == ("chat@production=v1", 4)
+    assert back.json()["errors"] == 1
+    assert error(again) == (409, "duplicate_feedback")
+    v1 = {"model": "*", "certificate": "chat@production=v1"}
+    assert metric(text, "liftguard_risk_labels", **v1) == 4.0
+    lines = [r.getMessage() for r in caplog.records if r.name == "adapters._serving._risk_watch"]
+    assert any("v2 -> chat@production=v1: its risk monitor back (3 labels)" in m
+               for m in lines), lines  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("flag", "value", "expected"),
     [("--risk-alpha", "1.5", "in (0, 1)"), ("--feedback-ids", "0", "integer >= 1")],
