@@ -45,8 +45,8 @@ Two methods:
     it that have not yet been counted. These levels add up to at most ``delta``
     times the total share, 1, so the union has probability at most ``delta``.
     Starting below the top is what makes a pass possible at all: a test on the
-    single top-scored example can never pass (``n >= log(delta)/log(1-h)``
-    answered examples are needed even with zero errors). Ties are tested as
+    single top-scored example can never pass (a test at level ``a`` needs
+    ``n >= log(a)/log(1-h)`` answered examples even with zero errors). Ties are tested as
     whole groups. Pass ``start=`` for one start at that count with the whole
     level (plain fixed-sequence testing), or ``grid=`` (a descending array fixed
     before seeing the data) for classic Learn-then-Test over a fixed grid, which
