@@ -45,8 +45,8 @@ Two methods:
     it that have not yet been counted. These levels add up to at most ``delta``
     times the total share, 1, so the union has probability at most ``delta``.
     Starting below the top is what makes a pass possible at all: a test on the
-    single top-scored example can never pass (``n >= log(delta)/log(1-h)``
-    answered examples are needed even with zero errors). Ties are tested as
+    single top-scored example can never pass (a test at level ``a`` needs
+    ``n >= log(a)/log(1-h)`` answered examples even with zero errors). Ties are tested as
     whole groups. Pass ``start=`` for one start at that count with the whole
     level (plain fixed-sequence testing), or ``grid=`` (a descending array fixed
     before seeing the data) for classic Learn-then-Test over a fixed grid, which
@@ -88,6 +88,7 @@ __all__ = [
     "LTTOutcome",
     "calibrate",
     "calibrate_policy",
+    "first_test_level",
     "ltt_threshold",
 ]
 
@@ -117,13 +118,30 @@ class LTTOutcome:
     n_tested: int
 
 
+def first_test_level(n: int, risk: float, delta: float) -> float:
+    """Level of the first test of the default fixed sequence on ``n`` calibration examples.
+
+    The first start's share of ``delta`` where ``n`` reaches that start, all of ``delta``
+    where both starts fall past the last example (ties at the start aside). A refusal
+    states ``min_answered_for_risk(risk, level)``, the answered examples needed even with
+    zero errors.
+
+    Examples
+    --------
+        >>> first_test_level(200, 0.3, 0.05), first_test_level(10, 0.3, 0.05)
+        (0.025, 0.05)
+    """
+    return delta * FALLBACK_STARTS[0][1] if n >= default_start(n, risk, delta) else delta
+
+
 def default_start(n: int, risk: float, delta: float) -> int:
     """Answered count at which the fixed sequence starts, fixed before seeing labels.
 
-    ``max(n_min, ceil(sqrt(n)))`` where ``n_min = ceil(log(delta)/log(1-risk))``
-    is the fewest answered examples that can pass at all.
+    ``max(n_min, ceil(sqrt(n)))`` where ``n_min`` is the fewest answered examples
+    that can pass the first start's test at its share of ``delta`` (zero errors).
     """
-    return max(min_answered_for_risk(risk, delta), math.ceil(math.sqrt(n)))
+    n_min = min_answered_for_risk(risk, delta * FALLBACK_STARTS[0][1])
+    return max(n_min, math.ceil(math.sqrt(n)))
 
 
 FALLBACK_STARTS: tuple[tuple[int, float], ...] = ((1, 0.5), (4, 0.5))
@@ -165,7 +183,6 @@ def ltt_threshold(
         raise InsufficientDataError("no calibration examples", needed=None)
     if np.isnan(s).any():
         raise ConfigError("scores contain NaN")
-    n_min = min_answered_for_risk(risk, delta)
     if grid is not None:
         cand = np.asarray(grid, dtype=np.float64)
         if cand.ndim != 1 or cand.size == 0 or (np.diff(cand) >= 0).any():
@@ -182,9 +199,12 @@ def ltt_threshold(
         ss = s[finite][order]
         ee = e[finite][order]
         if ss.size == 0:
+            level = delta if start is not None else first_test_level(s.size, risk, delta)
+            n_min = min_answered_for_risk(risk, level)
             raise InsufficientDataError(
                 f"no calibration example is ever answered; at least {n_min} answered "
-                f"examples are needed for risk {risk} at delta {delta}",
+                f"examples are needed for risk {risk} at the first test's level "
+                f"{level:.3g} (of delta = {delta})",
                 needed=n_min,
             )
         last_of_group = np.r_[ss[1:] != ss[:-1], True]
@@ -215,13 +235,15 @@ def ltt_threshold(
             level = 0.0  # this run stops; a later start may begin another
     if last < 0:
         j = first
+        first_level = delta * float(share[j])
+        n_min = min_answered_for_risk(risk, first_level)
         raise InsufficientDataError(
             f"no threshold passed the risk test: at the first candidate {int(n_ans[j])} "
             f"examples are answered with {int(n_err[j])} errors (p = {float(pvals[j]):.3g} "
-            f"> its level {delta * share[j]:.3g}, of delta = {delta}). Risk {risk} at "
-            f"delta {delta} needs at least {n_min} answered calibration examples even "
-            f"with zero errors, and more when some answered examples are wrong; add "
-            f"calibration data or relax the target.",
+            f"> its level {first_level:.3g}, of delta = {delta}). Risk {risk} at that "
+            f"level needs at least {n_min} answered calibration examples even with zero "
+            f"errors, and more when some answered examples are wrong; add calibration "
+            f"data or relax the target.",
             needed=n_min,
         )
     return LTTOutcome(

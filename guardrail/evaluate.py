@@ -4,7 +4,7 @@ AUROC, the repeated-split evaluation behind ``liftguard eval`` and its bootstrap
 
 from __future__ import annotations
 
-from ._calibration import LTTOutcome, ltt_threshold
+from ._calibration import LTTOutcome, first_test_level, ltt_threshold
 from ._evaluate import (
     MethodScores,
     auroc,
@@ -32,6 +32,7 @@ __all__ = [
     "bootstrap_intervals",
     "critical_thresholds",
     "evaluate_methods",
+    "first_test_level",
     "fitted_method",
     "lift_method",
     "ltt_threshold",

@@ -209,3 +209,34 @@ def test_calibrate_writes_a_certificate_with_context_and_provenance(
     nll = tmp_path / "nll.json"
     assert main([*base, "--cal-fraction", "1.0", "--score", "nll", "--out", str(nll)]) == 0
     assert "format" not in json.loads(nll.read_text())
+
+
+SUMMARY_TERMS = (
+    "score", "method", "target risk", "delta", "calibration", "answered", "errors", "tau",
+    "coverage (cal)", "empirical risk", "Clopper-Pearson upper", "sub-gamma", "Gamma MLE",
+    "model check", "KS p", "AD p", "inflation", "mean budget", "PAC-Bayes upper bound",
+    "kappa", "I(correct; score)", "answer rate", "vacuous for risk >= 0.5", "test split",
+    "oracle coverage", "of oracle", "guarantee",
+)  # fmt: skip
+"""Every term the calibrate summary prints, in the order it prints them."""
+
+
+def test_every_term_of_the_calibrate_summary_is_explained(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = str(FIXTURES / "traces_gemma3_nq_sample.jsonl")
+    args = ["calibrate", "--traces", path, "--risk", "0.9", "--delta", "0.2"]
+    assert main([*args, "--skeleton", "temperature"]) == 0
+    out = capsys.readouterr().out
+    page, anchor = out.splitlines()[-1].split()[-1].split("#")  # the summary's pointer
+    assert (page, anchor) == ("docs/fitting.md", "reading-the-calibrate-summary")
+    docs = (Path(__file__).parents[1] / page).read_text(encoding="utf-8")
+    start = docs.index("\n### Reading the calibrate summary\n")
+    section = docs[start : docs.index("\n## ", start)]
+    assert "inflation x" in out and "PAC-Bayes" in out  # the fit's lines are printed
+    position = 0
+    for term in SUMMARY_TERMS:
+        position = out.index(term, position)  # printed, in this order
+        assert term in section, term
+    # the two levels of the fixed sequence, and why the first is half of delta
+    assert "half of delta" in section and "Wiens" in section

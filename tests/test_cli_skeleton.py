@@ -139,3 +139,39 @@ def test_storage_options_need_a_store_url(
     argv = ["skeleton", "--store", str(tmp_path), "--storage-option", "anon=true", "list"]
     assert _exit_code(argv) == 1
     assert "storage_options apply to fsspec URLs" in capsys.readouterr().err
+
+
+def test_diff_of_two_certificates_is_a_short_comparison(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dataclasses import replace
+
+    from guardrail import Certificate
+
+    shipped = Path(__file__).parents[1] / "guardrail" / "data" / "smollm2_certificate.json"
+    first = Certificate.load(shipped)
+    assert first.calibration is not None
+    second = replace(
+        first,
+        tau=first.tau + 0.5,
+        context=replace(first.context, temperature=0.7),
+        calibration=replace(first.calibration, tau=first.tau + 0.5, risk=0.2, coverage=0.25),
+    )
+    base = ["skeleton", "--store", str(tmp_path / "store")]
+    for i, cert in enumerate((first, second)):
+        cert.save(tmp_path / f"c{i}.json")
+        assert main([*base, "put", "chat", "--certificate", str(tmp_path / f"c{i}.json")]) == 0
+    capsys.readouterr()
+    assert main([*base, "diff", "chat", "v1", "v2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "chat v1 -> v2: certificates"
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert {"tau", "risk", "coverage", "context", "statistic"} <= set(rows)
+    assert f"{first.tau:g} -> {second.tau:g}" in rows["tau"]
+    assert f"{first.calibration.risk:g} at delta" in rows["risk"] and "-> 0.2 at" in rows["risk"]
+    assert "-> 25.0% of" in rows["coverage"]
+    assert rows["context"].split(None, 1)[1] == "temperature 0.0 -> 0.7"
+    assert rows["statistic"].endswith("(same)")
+    assert len(lines) <= 7 and "null" not in "\n".join(lines)
+    assert main([*base, "diff", "chat", "v1", "v2", "--json"]) == 0  # the full diff
+    assert json.loads(capsys.readouterr().out)["fields"]["certificate"]

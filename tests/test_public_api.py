@@ -352,6 +352,7 @@ def test_public_submodules_are_pinned() -> None:
         "bootstrap_intervals",
         "critical_thresholds",
         "evaluate_methods",
+        "first_test_level",
         "fitted_method",
         "lift_method",
         "ltt_threshold",

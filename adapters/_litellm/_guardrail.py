@@ -38,7 +38,7 @@ from litellm.types.utils import ModelResponseStream
 from guardrail import Cause, ConfigError, GuardrailError, State
 
 from .._guard._stream import DEFAULT_MAX_TOKEN_CHARS, aclose_upstream, check_max_token_chars
-from .._serving._certs import CertificateSource, certificate_source
+from .._serving._certs import CertificateSource, certificate_source, log_swap
 from .._serving._options import DEFAULT_REFUSAL, check_positive, check_risk_settings
 from .._serving._prepare import (
     DEFAULT_MAX_ANSWER_TOKENS,
@@ -259,12 +259,7 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
             logger.warning("refreshing %s failed: %s", self.source.describe(), exc)
             changed = False
         if changed:
-            logger.info(
-                "liftguard guardrail %s: certificate %s -> %s",
-                self.name,
-                old,
-                self.source.current()[1],
-            )
+            log_swap(f"liftguard guardrail {self.name}", old, self.source.current()[1])
             self.risk.sync()
         return changed
 

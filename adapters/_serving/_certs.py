@@ -42,6 +42,7 @@ __all__ = [
     "StoreCertificate",
     "certificate_source",
     "deployable",
+    "log_swap",
     "parse_store_spec",
     "skeleton_resolvers",
 ]
@@ -161,9 +162,16 @@ class CertificateTable:
             old = self._shown.get(name)
             if old is not None and old != label:
                 gauge.remove(name, old)
-                logger.info("model %s: certificate %s -> %s", name, old, label)
+                log_swap(f"model {name}", old, label)
             gauge.labels(model=name, certificate=label).set(1)
             self._shown[name] = label
+
+
+def log_swap(entry: str, old: str, new: str) -> None:
+    """Log that ``entry`` now serves the certificate version ``new`` instead of ``old``:
+    at WARNING, the level ``liftguard serve`` (and Python's default) shows, since a swap
+    changes the rule every answer is judged by."""
+    logger.warning("%s: certificate swapped, %s -> %s", entry, old, new)
 
 
 def _digest(cert: Certificate) -> str:

@@ -4,8 +4,12 @@ Each calibrated model entry (the proxy's; ``"*"``: its default certificate; a Li
 guardrail is one entry, its name) has a :class:`~guardrail.RiskMonitor` made from the
 certificate in force (:meth:`~guardrail.Certificate.risk_monitor` at ``risk_alpha``). When
 a store alias moves to another version, the entry's promise changed: its monitor is
-replaced by a fresh one (logged). An uncalibrated certificate promises no risk and has no
-monitor.
+replaced by that version's own (logged), a fresh one the first time. A version that comes
+back (a rollback, a re-promotion) gets its monitor back, labels and alarm included: the
+monitor tests that version's promise over the labels of answers it certified, an
+anytime-valid test that a pause does not invalidate (one test per version). Each entry
+keeps the monitors of its last :data:`KEPT_VERSIONS` versions out of force. An
+uncalibrated certificate promises no risk and has no monitor.
 
 Every answer the certificate decided (it ended, or the certificate blocked it; not one
 cut off by the upstream or the client) under a context the certificate was calibrated
@@ -38,9 +42,12 @@ from guardrail import ConfigError, RiskMonitor
 from ._certs import CertificateSource
 from ._metrics import RiskState
 
-__all__ = ["FeedbackRefused", "FinishedAnswer", "RiskWatch"]
+__all__ = ["KEPT_VERSIONS", "FeedbackRefused", "FinishedAnswer", "RiskWatch"]
 
 logger = logging.getLogger(__name__)
+
+KEPT_VERSIONS = 16
+"""Monitors of versions out of force kept per model entry, for when one comes back."""
 
 _SHOWN = "shown"
 
@@ -59,6 +66,10 @@ class _Watch:
 
     label: str
     monitor: RiskMonitor | None  # None: the certificate is not calibrated
+
+    @property
+    def n_labels(self) -> int:
+        return self.monitor.n if self.monitor else 0
 
 
 @dataclass(frozen=True)
@@ -120,6 +131,7 @@ class RiskWatch:
         self.count: Callable[[str], object] = count if count is not None else _ignore
         self._lock = threading.Lock()
         self._watches: dict[str, _Watch] = {}
+        self._past: OrderedDict[tuple[str, str], _Watch] = OrderedDict()  # (entry, label)
         self._answers: OrderedDict[str, _Answer] = OrderedDict()  # by request id, oldest first
         self._by_completion: dict[str, tuple[str, int]] = {}  # id -> (latest request id, count)
         self.sync()
@@ -127,35 +139,44 @@ class RiskWatch:
     # -- monitors --------------------------------------------------------------------------
 
     def sync(self) -> None:
-        """Give every entry whose certificate version changed a fresh monitor."""
+        """Give every entry whose certificate version changed that version's monitor."""
         with self._lock:
             for entry in self._sources:
                 self._watch(entry)
 
     def _watch(self, entry: str) -> _Watch:
-        """The entry's watch for the certificate in force now (a new one if it changed)."""
+        """The entry's watch for the certificate in force now (its version's own if it
+        changed: the one kept from before, or a fresh one)."""
         certificate, label = self._sources[entry].current()
         watch = self._watches.get(entry)
         if watch is not None and watch.label == label:
             return watch
-        try:
-            monitor = certificate.risk_monitor(self.risk_alpha)
-        except ConfigError:  # uncalibrated: it promises no risk
-            monitor = None
+        new = self._past.pop((entry, label), None)
+        what = f"its risk monitor back ({new.n_labels} labels)" if new else "a new risk monitor"
+        if new is None:
+            try:
+                new = _Watch(label, certificate.risk_monitor(self.risk_alpha))
+            except ConfigError:  # uncalibrated: it promises no risk
+                new = _Watch(label, None)
+        if new.monitor is None:
+            what = "no risk monitor (not calibrated)"
         if watch is not None:
-            old = watch.monitor
+            self._past[(entry, watch.label)] = watch
+            kept = [key for key in self._past if key[0] == entry]  # oldest first
+            if len(kept) > KEPT_VERSIONS:
+                del self._past[kept[0]]
             logger.info(
                 "model %s: certificate %s -> %s: %s (the promise changed; the last monitor "
                 "took %d labels, alarm %s)",
                 entry,
                 watch.label,
                 label,
-                "a new risk monitor" if monitor else "no risk monitor (not calibrated)",
-                old.n if old else 0,
-                "on" if old is not None and old.alarm else "off",
+                what,
+                watch.n_labels,
+                "on" if watch.monitor is not None and watch.monitor.alarm else "off",
             )
-        self._watches[entry] = watch = _Watch(label, monitor)
-        return watch
+        self._watches[entry] = new
+        return new
 
     def take(self, entry: str, answer: FinishedAnswer) -> None:
         """Once per answer of model entry ``entry``, after its verdict: feed its coverage

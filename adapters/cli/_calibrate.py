@@ -279,6 +279,10 @@ def _print_repeats(args: argparse.Namespace, score_name: str, summary: dict[str,
     )
 
 
+SUMMARY_DOCS = "docs/fitting.md#reading-the-calibrate-summary"
+"""Where every term of the summary is explained (the docs' own test checks each one)."""
+
+
 def _print_summary(
     args: argparse.Namespace, score_name: str, result: Any, test: dict[str, Any]
 ) -> None:
@@ -317,4 +321,5 @@ def _print_summary(
             + (f"  ({share:.0%} of oracle)" if share is not None else "")
         )
     lines.append(f"  guarantee        {result.guarantee}")
+    lines.append(f"  explained in     {SUMMARY_DOCS}")
     print("\n".join(lines))

@@ -54,11 +54,13 @@ def refusal_note(args: argparse.Namespace, n: int, results: dict[str, dict[str, 
     """Mark each method whose calibration refused on every split (``all_refused``,
     and then ``refusal_reason`` and ``needed_answered``) and return a note that
     says which methods and why; ``""`` if every method calibrated at least once."""
+    from guardrail.evaluate import first_test_level
     from guardrail.stats import min_answered_for_risk
 
-    needed = min_answered_for_risk(args.risk, args.delta)
     n_cal = round(n * 0.5)  # the calibration half of each split
-    target = f"risk {args.risk:g} at delta {args.delta:g}"
+    level = first_test_level(n_cal, args.risk, args.delta)
+    needed = min_answered_for_risk(args.risk, level)
+    target = f"risk {args.risk:g} at delta {args.delta:g} (its first test at level {level:.3g})"
     if n_cal < needed:
         reason = (
             f"{target} needs at least {needed} answered calibration examples even with "

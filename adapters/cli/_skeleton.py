@@ -12,15 +12,15 @@ listing, a repair) are printed as ``liftguard skeleton <cmd>: warning: <message>
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import logging
 import math
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from ._store_warnings import with_store_warnings
 
 __all__ = ["add_skeleton_parser", "parse_storage_option"]
 
@@ -77,7 +77,8 @@ def _store(args: argparse.Namespace) -> Any:
 
 
 def _print(obj: Any) -> None:
-    print(json.dumps(obj, indent=2, sort_keys=True, default=str))
+    """A text as it is, anything else as indented JSON."""
+    print(obj if isinstance(obj, str) else json.dumps(obj, indent=2, sort_keys=True, default=str))
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
@@ -229,7 +230,11 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    _print(_store(args).diff(args.name, args.a, args.b))
+    from ._skeleton_diff import certificate_comparison
+
+    store = _store(args)
+    short = None if args.json else certificate_comparison(store, args.name, args.a, args.b)
+    _print(short if short is not None else store.diff(args.name, args.a, args.b))
     return 0
 
 
@@ -251,47 +256,6 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     report["problems"] = store.verify(args.name)
     _print(report)
     return 1 if report["problems"] else 0
-
-
-class _WarningLine(logging.Handler):
-    """Prints a store warning as ``<prog>: warning: <message>`` on stderr, one line."""
-
-    def __init__(self, prog: str) -> None:
-        super().__init__(logging.WARNING)
-        self.prog = prog
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            text = " ".join(record.getMessage().split())
-            print(f"{self.prog}: warning: {text}", file=sys.stderr)
-        except Exception:  # pragma: no cover - logging must never raise
-            self.handleError(record)
-
-
-@contextlib.contextmanager
-def _store_warnings(args: argparse.Namespace) -> Iterator[None]:
-    """Show the store's warnings as warning lines (with ``-v`` the log shows them)."""
-    if getattr(args, "verbose", False):
-        yield
-        return
-    logger = logging.getLogger("skeleton_store")
-    handler = _WarningLine(f"liftguard skeleton {args.skeleton_command}")
-    propagate = logger.propagate
-    logger.addHandler(handler)
-    logger.propagate = False
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.propagate = propagate
-
-
-def _run(func: Any) -> Any:
-    def wrapped(args: argparse.Namespace) -> int:
-        with _store_warnings(args):
-            return int(func(args))
-
-    return wrapped
 
 
 def add_skeleton_parser(sub: Any) -> None:
@@ -327,7 +291,7 @@ def add_skeleton_parser(sub: Any) -> None:
     b.add_argument("--parent", default=None, help="version this one derives from")
     b.add_argument("--model-id", default=None)
     b.add_argument("--logprob-mode", default="processed", choices=("raw", "processed"))
-    b.set_defaults(func=_run(_cmd_build))
+    b.set_defaults(func=with_store_warnings(_cmd_build))
 
     ws = cmds.add_parser(
         "warm-start",
@@ -341,7 +305,7 @@ def add_skeleton_parser(sub: Any) -> None:
     ws.add_argument("--aggregate", default="min", choices=("mean", "min", "lowest"))
     ws.add_argument("--lowest-k", type=int, default=2)
     ws.add_argument("--clip", type=float, default=12.0)
-    ws.set_defaults(func=_run(_cmd_warm_start))
+    ws.set_defaults(func=with_store_warnings(_cmd_warm_start))
 
     pu = cmds.add_parser(
         "put",
@@ -354,33 +318,38 @@ def add_skeleton_parser(sub: Any) -> None:
     pu.add_argument("--certificate", required=True, metavar="CERT.json")
     pu.add_argument("--promote", metavar="ALIAS", default=None, help="e.g. production")
     pu.add_argument("--parent", default=None, help="version this one derives from")
-    pu.set_defaults(func=_run(_cmd_put))
+    pu.set_defaults(func=with_store_warnings(_cmd_put))
 
     ls = cmds.add_parser("list", help="list versions")
     ls.add_argument("name", nargs="?", default=None)
-    ls.set_defaults(func=_run(_cmd_list))
+    ls.set_defaults(func=with_store_warnings(_cmd_list))
 
     sh = cmds.add_parser("show", help="show one version's manifest")
     sh.add_argument("name")
     sh.add_argument("ref", nargs="?", default="latest")
-    sh.set_defaults(func=_run(_cmd_show))
+    sh.set_defaults(func=with_store_warnings(_cmd_show))
 
-    df = cmds.add_parser("diff", help="TV distance and eta-robustness bound between versions")
+    df = cmds.add_parser(
+        "diff",
+        help="compare two versions: tau, risk, coverage, context "
+        "and statistic of certificates; arrays and TV distance of skeletons",
+    )
     df.add_argument("name")
     df.add_argument("a")
     df.add_argument("b", nargs="?", default="latest")
-    df.set_defaults(func=_run(_cmd_diff))
+    df.add_argument("--json", action="store_true", help="the full diff as JSON")
+    df.set_defaults(func=with_store_warnings(_cmd_diff))
 
     pr = cmds.add_parser("promote", help="point an alias (default production) at a version")
     pr.add_argument("name")
     pr.add_argument("ref")
     pr.add_argument("--alias", default="production")
-    pr.set_defaults(func=_run(_cmd_promote))
+    pr.set_defaults(func=with_store_warnings(_cmd_promote))
 
     rb = cmds.add_parser("rollback", help="move an alias back to its previous version")
     rb.add_argument("name")
     rb.add_argument("--alias", default="production")
-    rb.set_defaults(func=_run(_cmd_rollback))
+    rb.set_defaults(func=with_store_warnings(_cmd_rollback))
 
     vf = cmds.add_parser(
         "verify",
@@ -393,4 +362,4 @@ def add_skeleton_parser(sub: Any) -> None:
     )
     vf.add_argument("name", nargs="?", default=None, help="only this skeleton")
     vf.add_argument("--repair", action="store_true", help="fix damaged alias heads first")
-    vf.set_defaults(func=_run(_cmd_verify))
+    vf.set_defaults(func=with_store_warnings(_cmd_verify))

@@ -15,7 +15,7 @@ from guardrail import (
     calibrate_policy,
 )
 from guardrail._policy import shown_at
-from guardrail.evaluate import critical_thresholds, ltt_threshold
+from guardrail.evaluate import critical_thresholds, first_test_level, ltt_threshold
 
 
 def test_fixed_sequence_by_hand() -> None:
@@ -54,6 +54,29 @@ def test_too_little_data_says_how_much_is_needed() -> None:
         ltt_threshold([], [], risk=0.1, delta=0.05)
     with pytest.raises(ConfigError):
         ltt_threshold([1.0], [False], risk=1.5, delta=0.05)
+
+
+@pytest.mark.parametrize(
+    ("risk", "delta", "start"), [(0.3, 0.05, None), (0.3, 0.05, 9), (0.1, 0.05, None)]
+)
+def test_refusal_minimum_is_at_the_level_tested(
+    risk: float, delta: float, start: int | None
+) -> None:
+    import re
+
+    scores = np.arange(200.0, 0.0, -1.0)
+    errors = np.ones(200, dtype=bool)  # every answer wrong: no candidate can pass
+    with pytest.raises(InsufficientDataError) as info:
+        ltt_threshold(scores, errors, risk=risk, delta=delta, start=start)
+    text = str(info.value)
+    level = float(re.search(r"its level ([0-9.e-]+)", text).group(1))  # type: ignore[union-attr]
+    n_min = int(re.search(r"needs at least (\d+) answered", text).group(1))  # type: ignore[union-attr]
+    assert level == pytest.approx(delta if start else delta / 2, rel=1e-3)
+    assert info.value.needed == n_min
+    assert stats.binom.cdf(0, n_min, risk) <= level < stats.binom.cdf(0, n_min - 1, risk)
+    if start is None:  # the default start can pass at its own level
+        assert first_test_level(200, risk, delta) == pytest.approx(level, rel=1e-3)
+        assert int(re.search(r"candidate (\d+) examples", text).group(1)) >= n_min  # type: ignore[union-attr]
 
 
 def _population_risk(tau: float) -> float:

@@ -28,7 +28,7 @@ from proxy_harness import (
 )
 from sse_server import Reply
 
-from adapters.proxy import CertificateSource, ProxyConfig, StaticCertificate
+from adapters.proxy import ProxyConfig, StaticCertificate
 from guardrail import Certificate, ConfigError
 
 CLEAN = [ROLE, *tokens([GOOD] * 5), STOP]
@@ -313,54 +313,6 @@ async def test_an_uncalibrated_certificate_has_no_monitor(upstream: Upstream) ->
         "*": {"certificate": "cal-cert", "monitored": False, "alarm": None,
               "coverage_warning": None},
     }  # fmt: skip
-
-
-class Swappable(CertificateSource):
-    """A source whose next refresh swaps in another certificate (as a promoted alias does)."""
-
-    def __init__(self, first: Certificate) -> None:
-        self.pair = (first, "chat@production=v1")
-        self.next: tuple[Certificate, str] | None = None
-
-    def current(self) -> tuple[Certificate, str]:
-        return self.pair
-
-    def refresh(self) -> bool:
-        if self.next is None:
-            return False
-        self.pair, self.next = self.next, None
-        return True
-
-    def describe(self) -> str:
-        return "swappable"
-
-
-async def test_a_new_certificate_version_starts_a_new_monitor(
-    upstream: Upstream, caplog: pytest.LogCaptureFixture
-) -> None:
-    source = Swappable(calibrated())
-    caplog.set_level(logging.INFO, logger="adapters._serving._risk_watch")
-    with running_proxy(upstream.base_url, certificate=source) as proxy:
-        async with httpx.AsyncClient(timeout=30) as client:
-            old = request_id(await ask(client, proxy, upstream, CLEAN))
-            pending = request_id(await ask(client, proxy, upstream, CLEAN))
-            assert (await label(client, proxy, old, False)).status_code == 200
-            source.next = (calibrated(risk=0.2), "chat@production=v2")
-            assert proxy.call(proxy.proxy.refresh_certificates()) == {"*": True}
-            late = await label(client, proxy, pending, True)
-            new = request_id(await ask(client, proxy, upstream, CLEAN))
-            fresh = await label(client, proxy, new, True)
-            text = await scrape(client, proxy)
-    assert error(late) == (409, "certificate_changed")
-    assert fresh.json()["labels"] == 1 and fresh.json()["certificate"] == "chat@production=v2"
-    v1 = {"model": "*", "certificate": "chat@production=v1"}
-    v2 = {"model": "*", "certificate": "chat@production=v2"}
-    assert metric(text, "liftguard_risk_labels", **v1) is None
-    assert metric(text, "liftguard_risk_labels", **v2) == 1.0
-    assert metric(text, "liftguard_risk_target", **v2) == 0.2
-    lines = [r.getMessage() for r in caplog.records if r.name == "adapters._serving._risk_watch"]
-    assert any("v1 -> chat@production=v2: a new risk monitor" in m and "took 1 labels" in m
-               for m in lines), lines  # fmt: skip
 
 
 @pytest.mark.parametrize(

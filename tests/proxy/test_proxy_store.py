@@ -9,6 +9,7 @@ has promoted v2, refreshed the proxy and served request B.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import uuid
 from collections.abc import Iterator
@@ -77,20 +78,37 @@ async def test_promote_reaches_new_requests_and_in_flight_ones_keep_theirs(
     assert (new["certificate"], new["state"], new["tau"]) == ("chat@production=v2", "blocked", 10.8)
 
 
-async def test_a_rollback_reaches_new_requests(upstream: Upstream, tmp_path: Path) -> None:
+async def test_a_rollback_reaches_new_requests(
+    upstream: Upstream, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     store = SkeletonStore(tmp_path / "store")
     _publish(store, LENIENT)
     _publish(store, STRICT)
     upstream.responder = lambda body: Reply(list(CLEAN), delay=0.0)
+    caplog.set_level(logging.WARNING)  # what `liftguard serve` shows by default
     with running_proxy(
         upstream.base_url, certificate=certificate_source(f"{tmp_path / 'store'}#chat")
     ) as proxy:
         before = await _ask(proxy.base_url, "q")
+        assert not _swaps(caplog)
         store.rollback("chat")
         proxy.call(proxy.proxy.refresh_certificates())
         after = await _ask(proxy.base_url, "q")
+        proxy.call(proxy.proxy.refresh_certificates())  # nothing moved: nothing logged
     assert (before["certificate"], before["state"]) == ("chat@production=v2", "blocked")
     assert (after["certificate"], after["state"]) == ("chat@production=v1", "certified")
+    assert _swaps(caplog) == [
+        "model *: certificate swapped, chat@production=v2 -> chat@production=v1"
+    ]
+
+
+def _swaps(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The certificate swaps logged at WARNING or above."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and "certificate swapped" in r.getMessage()
+    ]
 
 
 # --- several replicas on one S3 store --------------------------------------------------------
