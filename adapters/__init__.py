@@ -69,12 +69,8 @@ from __future__ import annotations
 import typing as _typing
 
 from ._errors import ProviderFormatError
-from ._guard._openai_events import (
-    ChunkParts,
-    chat_chunk_parts,
-    events_from_chat_chunk,
-    events_from_responses_event,
-)
+from ._guard._openai_events import ChunkParts, chat_chunk_parts, events_from_chat_chunk
+from ._guard._responses_events import events_from_responses_event
 from ._guard._token_ids import GGUFIds, TiktokenIds, token_ids_for
 from ._labels._checks import (
     CheckSkipped,
@@ -97,7 +93,8 @@ from ._providers._scorer import LocalTextScorer
 
 if _typing.TYPE_CHECKING:
     from ._providers._langchain import LiftGuardCallbackHandler
-    from ._providers._langchain_runnable import Abstention, guard_runnable, guard_tool
+    from ._providers._langchain_runnable import Abstention, guard_runnable
+    from ._providers._langchain_tool import guard_tool
 
 __all__ = [
     "Abstention",
@@ -139,7 +136,7 @@ _LAZY = {
     "Abstention": "._providers._langchain_runnable",
     "LiftGuardCallbackHandler": "._providers._langchain",
     "guard_runnable": "._providers._langchain_runnable",
-    "guard_tool": "._providers._langchain_runnable",
+    "guard_tool": "._providers._langchain_tool",
 }
 
 

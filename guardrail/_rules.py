@@ -1,20 +1,18 @@
 """The evidence rules a :class:`~guardrail.Monitor` applies: :class:`LiftRule` and
 :class:`FittedRule`, one object per answer.
 
-A rule reads one token's evidence from a :class:`~guardrail.TokenEvent`, adds it to
-its statistic, and says whether an early verdict has come; the monitor owns
-everything else (the stream's lifecycle, missing logprobs, the token limit, how
-the stream ended, the verdict). Each rule declares what it reads
-(:class:`~guardrail.Reads`) and the units of its verdicts:
+A rule reads one token's evidence from a :class:`~guardrail.TokenEvent`, adds it to its
+statistic, and says whether an early verdict has come; the monitor owns everything else
+(the stream's lifecycle, missing logprobs, the token limit, how the stream ended, the
+verdict). Each rule declares what it reads (:class:`~guardrail.Reads`) and its units:
 
 - :class:`LiftRule`: clipped lifts ``clip(log P - log S)`` against a skeleton,
-  tested by the policy's anytime statistic (:mod:`guardrail._statistics`) exactly
-  as :func:`guardrail.replay` replays it; ``tau`` and the verdicts'
-  ``mean``/``lower``/``upper`` are **nats** of mean (or lowest-k) lift.
-- :class:`FittedRule`: a :class:`~guardrail.FittedStatistic` over per-token
-  features; ``tau`` and the verdicts' numbers are **log-odds** (the score, and its
-  bounds over every continuation within the token limit), replayed exactly by
-  :func:`guardrail.fitting.replay_fitted`.
+  tested by the policy's anytime statistic (:mod:`guardrail._statistics`) exactly as
+  :func:`guardrail.replay` replays it; ``tau`` and ``mean``/``lower``/``upper`` are
+  **nats** of mean (or lowest-k) lift.
+- :class:`FittedRule`: a :class:`~guardrail.FittedStatistic` over per-token features;
+  ``tau`` and the numbers are **log-odds** (the score, and its bounds over every
+  continuation within the token limit), replayed by :func:`guardrail.fitting.replay_fitted`.
 
 :meth:`add_event` (and :meth:`add`, for evidence computed elsewhere) returns
 :data:`CONTINUE`, :data:`CERTIFY`, :data:`BLOCK` or :data:`MISSING` and leaves the
@@ -27,12 +25,13 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from ._confidence_sequence import BettingConfidenceSequence
 from ._errors import ConfigError
 from ._fitted import FittedStatistic
 from ._fitted_state import EventReader, FittedState
 from ._policy import StreamPolicy
 from ._reads import LOGPROB_SLACK, Reads, Skeleton, skeleton_reads
-from ._statistics import ABOVE, BELOW, BettingConfidenceSequence, BettingMean, LowestK, PaperMean
+from ._statistics import ABOVE, BELOW, BettingMean, LowestK, PaperMean
 from ._trace_format import CENSORED_LOGPROB
 from ._verdict import TokenEvent
 

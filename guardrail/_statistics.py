@@ -37,11 +37,11 @@ from ._lift import DEFAULT_CLIP
 __all__ = [
     "ABOVE",
     "BELOW",
-    "BettingConfidenceSequence",
     "BettingMean",
     "LowestK",
     "PaperMean",
     "betting_mean_path",
+    "check_settings",
     "lowest_k_path",
     "paper_mean_path",
 ]
@@ -58,7 +58,8 @@ def _check_clip(clip: float) -> None:
         raise ConfigError(f"clip must be a finite number > 0, got {clip!r}")
 
 
-def _check(clip: float, delta: float, bet_cap: float = 0.5) -> None:
+def check_settings(clip: float, delta: float, bet_cap: float = 0.5) -> None:
+    """``clip``, ``delta`` and ``bet_cap`` of a statistic, else a ConfigError naming one."""
     _check_clip(clip)
     if not (0.0 < delta < 1.0):
         raise ConfigError(f"delta must be in (0, 1), got {delta!r}")
@@ -102,7 +103,7 @@ class BettingMean:
     def __init__(
         self, tau: float, clip: float = DEFAULT_CLIP, delta: float = 0.05, bet_cap: float = 0.5
     ) -> None:
-        _check(clip, delta, bet_cap)
+        check_settings(clip, delta, bet_cap)
         if not (0.0 < tau < clip):
             raise ConfigError(f"tau must lie strictly inside (0, {clip}), got {tau!r}")
         self._tau, self._b = float(tau), clip
@@ -171,7 +172,7 @@ def betting_mean_path(
     bet_cap: float = 0.5,
 ) -> tuple[FloatArray, FloatArray]:
     """Batch twin of :class:`BettingMean`: ``(log K+, log K-)`` after every token."""
-    _check(clip, delta, bet_cap)
+    check_settings(clip, delta, bet_cap)
     x = np.asarray(lifts, dtype=np.float64)
     traj = betting_log_wealth(x / clip, [tau / clip], delta, bet_cap)
     return traj.log_wealth_up[:, 0], traj.log_wealth_down[:, 0]
@@ -198,7 +199,7 @@ class PaperMean:
     __slots__ = ("_b", "_c", "_lvl0", "_t", "_total", "_v2")
 
     def __init__(self, v: float, c: float, clip: float = DEFAULT_CLIP, delta: float = 0.05) -> None:
-        _check(clip, delta)
+        check_settings(clip, delta)
         if not (v > 0 and c > 0 and math.isfinite(v) and math.isfinite(c)):
             raise ConfigError(f"sub-gamma parameters must be finite and > 0, got v={v!r}, c={c!r}")
         self._b, self._v2, self._c = clip, 2.0 * v, c
@@ -252,7 +253,7 @@ def paper_mean_path(
     lifts: npt.ArrayLike, v: float, c: float, clip: float = DEFAULT_CLIP, delta: float = 0.05
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Batch twin of :class:`PaperMean`: ``(mean, lower, upper)`` after every token."""
-    _check(clip, delta)
+    check_settings(clip, delta)
     x = np.asarray(lifts, dtype=np.float64)
     t = np.arange(1, x.size + 1, dtype=np.float64)
     mean = np.cumsum(x) / t
@@ -324,103 +325,3 @@ def lowest_k_path(lifts: npt.ArrayLike, k: int = 1, clip: float = DEFAULT_CLIP) 
     rows = np.concatenate([np.where(seen, x[None, :], clip), np.full((n, k), clip)], axis=1)
     low = np.sort(rows, axis=1)[:, :k]
     return np.asarray(np.cumsum(low, axis=1)[:, -1] / k, dtype=np.float64)
-
-
-class BettingConfidenceSequence:
-    """Bounds on the mean lift from the two wealth processes on a grid of candidate means.
-
-    The grid is ``clip * (1..G) / (G + 1)``; a candidate whose ``K+`` (``K-``)
-    reaches ``2/delta`` is excluded from below (above) for good, and only the
-    candidates still inside are updated. :meth:`update` returns ``(lower,
-    upper)``: as :func:`guardrail.stats.betting_confidence_sequence` times ``clip``
-    while that hull is not empty, else one grid cell wide. Conservative to the
-    grid; a confidence sequence for a mean shared by all tokens.
-
-    Examples
-    --------
-        >>> cs = BettingConfidenceSequence(clip=12.0, delta=0.05)
-        >>> for x in [6.0] * 50:
-        ...     lower, upper = cs.update(x)
-        >>> cs.t, round(lower, 2), round(upper, 2)
-        (50, 5.04, 6.96)
-    """
-
-    __slots__ = (
-        "_b",
-        "_c2",
-        "_cand",
-        "_down",
-        "_grid",
-        "_hi",
-        "_lo",
-        "_sq",
-        "_t",
-        "_thr",
-        "_total",
-        "_up",
-    )
-
-    def __init__(
-        self,
-        clip: float = DEFAULT_CLIP,
-        delta: float = 0.05,
-        bet_cap: float = 0.5,
-        grid_size: int = 49,
-    ) -> None:
-        _check(clip, delta, bet_cap)
-        if isinstance(grid_size, bool) or not isinstance(grid_size, int) or grid_size < 1:
-            raise ConfigError(f"grid_size must be an integer >= 1, got {grid_size!r}")
-        self._b, self._thr = clip, math.log(2.0 / delta)
-        self._c2 = 2.0 * self._thr
-        step = 1.0 / (grid_size + 1)  # = np.linspace(0, 1, G + 2)[1:-1], bit for bit
-        self._grid = g = [(i + 1) * step for i in range(grid_size)]
-        self._cand = [(v, bet_cap / v, bet_cap / (1.0 - v)) for v in g]  # caps: falls, rises
-        self._up, self._down = [0.0] * grid_size, [0.0] * grid_size
-        self._t, self._lo, self._hi = 0, 0, grid_size
-        self._total = self._sq = 0.0
-
-    def update(self, x: float) -> tuple[float, float]:
-        """Bet on ``x`` at every candidate still inside; the bounds ``(lower, upper)``."""
-        t = self._t + 1
-        self._t = t
-        xs = x / self._b
-        lam = sqrt(self._c2 / ((0.25 + self._sq) / t * t * log1p(t)))  # as BettingMean
-        gu, gd, cand = self._up, self._down, self._cand
-        lo, hi = self._lo, self._hi
-        if lo < hi and lam < cand[hi - 1][1] and lam < cand[lo][2]:  # no cap binds
-            for k in range(lo, hi):
-                e = lam * (xs - cand[k][0])
-                gu[k] += log1p(e)
-                gd[k] += log1p(-e)
-        else:
-            for k in range(lo, hi):
-                m, a, c = cand[k]  # candidate mean, cap / m, cap / (1 - m)
-                d = xs - m
-                gu[k] += log1p((lam if lam < a else a) * d)
-                gd[k] += log1p(-(lam if lam < c else c) * d)
-        thr = self._thr
-        while lo < hi and gu[lo] >= thr:  # K+ is non-increasing in m: a prefix is excluded
-            lo += 1
-        while hi > lo and gd[hi - 1] >= thr:
-            hi -= 1
-        self._lo, self._hi = lo, hi
-        total = self._total + xs
-        self._total = total
-        dev = xs - (0.5 + total) / (t + 1)
-        self._sq += dev * dev
-        b, grid = self._b, self._grid
-        return (grid[lo - 1] * b if lo else 0.0), (grid[hi] * b if hi < len(grid) else b)
-
-    @property
-    def t(self) -> int:
-        return self._t
-
-    @property
-    def lower(self) -> float:
-        lo = self._lo
-        return self._grid[lo - 1] * self._b if lo else 0.0
-
-    @property
-    def upper(self) -> float:
-        hi = self._hi
-        return self._grid[hi] * self._b if hi < len(self._grid) else self._b

@@ -22,9 +22,9 @@ from ._bounds import (
     mutual_information,
     tv_distance,
 )
+from ._confidence_sequence import BettingConfidenceSequence
 from ._lift import DEFAULT_CLIP, budget, clipped_lift, clipped_lifts, support_clip
 from ._statistics import (
-    BettingConfidenceSequence,
     BettingMean,
     LowestK,
     betting_mean_path,

@@ -5,13 +5,6 @@ This module imports it at the top, so importing it without the extra raises
 ImportError with that hint; :mod:`adapters` exposes the names lazily (PEP 562
 ``__getattr__``), so ``import adapters`` never imports LangChain.
 
-Usage::
-
-    llm = ChatOpenAI(model=..., logprobs=True, top_logprobs=5)
-    handler = LiftGuardCallbackHandler(certificate=Certificate.load("cert.json"), model=llm)
-    async for chunk in (prompt | llm).astream(question, config={"callbacks": [handler]}):
-        ...  # GuardrailBlocked(verdict) stops the stream on a BLOCK
-
 Sync and async error propagation (checked in ``langchain_core`` 1.7.2,
 ``callbacks/manager.py``): a hook that is a coroutine (an
 :class:`~langchain_core.callbacks.AsyncCallbackHandler`) can stop a run only on
@@ -72,6 +65,7 @@ from .._guard._stream import (
 from ._langchain_parts import (
     LANGCHAIN_STREAM,
     IgnoresOtherEvents,
+    Run,
     check_model,
     content_text,
     context_checks,
@@ -83,6 +77,7 @@ from ._langchain_parts import (
     token_parts,
 )
 from ._langchain_parts import blocked as _blocked
+from ._langchain_parts import given as _given
 from ._openai import logprobs_refused, refuses_logprobs
 
 INSTALL_HINT = 'the LangChain adapter needs langchain-core: pip install "liftguard[langchain]"'
@@ -110,20 +105,6 @@ MissingPolicy = Literal["block", "pass", "error"]
 HandlerMode = Literal["passthrough", "final"]
 _NO_CHUNKS = ("No generation chunks were returned", "No generations found in stream")
 """langchain-core's errors for a stream without a chunk (``stream`` / ``invoke`` paths)."""
-
-
-def _given(parts: ChunkParts) -> ChunkParts:
-    """The handler parses each chunk itself (it knows the run's tool-call state)."""
-    return parts
-
-
-class _Run:
-    """One run: its :class:`GuardStep` and what the handler knows beyond one chunk."""
-
-    __slots__ = ("fed", "step", "tool_call")
-
-    def __init__(self, step: GuardStep[str]) -> None:
-        self.step, self.fed, self.tool_call = step, False, False
 
 
 class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
@@ -220,7 +201,7 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
         self._max_chars = check_max_token_chars(max_token_chars)
         self._warned: set[str] = set()
         self.mode: HandlerMode = mode
-        self._runs: dict[UUID, _Run] = {}
+        self._runs: dict[UUID, Run] = {}
         self._limits: dict[UUID, int | None] = {}  # runs started, not yet streaming
         self.verdicts: deque[tuple[UUID, Verdict]] = deque(maxlen=keep)
 
@@ -233,7 +214,7 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
     def guard(self) -> Guard:
         return self._guard
 
-    def _new_run(self, run_id: UUID) -> _Run:
+    def _new_run(self, run_id: UUID) -> Run:
         """One run's stream step and monitor; a skeleton with per-answer state
         (``for_stream()``, as :class:`~guardrail.NGramSkeleton` and
         :class:`~adapters.PromptFreeSkeleton` have) gives each run a fresh stream of its
@@ -245,7 +226,7 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
         step = GuardStep(
             monitor, self.mode, "raise", _given, max_token_chars=self._max_chars, max_tokens=limit
         )
-        return _Run(step)
+        return Run(step)
 
     def on_chat_model_start(
         self,
@@ -362,7 +343,7 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
 
     def _feed(
         self,
-        run: _Run,
+        run: Run,
         text: str,
         logprobs: Any,
         finish: str | None,

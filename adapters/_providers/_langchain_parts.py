@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 from guardrail import Cause, Certificate, GuardrailBlocked, TokenEvent, Verdict
 
 from .._guard._context import Supplies, check_supplies
-from .._guard._openai_events import _bad, _list_or_none, _segment
+from .._guard._openai_events import ChunkParts, _bad, _list_or_none, _segment
 from .._guard._settings import Mismatch, context_mismatches
-from .._guard._stream import blocked_error
+from .._guard._stream import GuardStep, blocked_error
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
@@ -21,12 +21,14 @@ if TYPE_CHECKING:
 __all__ = [
     "LANGCHAIN_STREAM",
     "IgnoresOtherEvents",
+    "Run",
     "blocked",
     "chat_model_supplies",
     "check_model",
     "content_text",
     "context_checks",
     "finish_of",
+    "given",
     "has_tool_calls",
     "logprobs_of",
     "refusal_of",
@@ -246,3 +248,19 @@ def has_tool_calls(generation: Any) -> bool:
         getattr(message, name, None)
         for name in ("tool_calls", "tool_call_chunks", "invalid_tool_calls")
     )
+
+
+def given(parts: ChunkParts) -> ChunkParts:
+    """The handler's parser: it parses each chunk itself (it knows the run's tool-call
+    state), and hands the step the parts."""
+    return parts
+
+
+class Run:
+    """One run the handler watches: its :class:`GuardStep` and what the handler knows
+    beyond one chunk (text fed yet, a tool call seen)."""
+
+    __slots__ = ("fed", "step", "tool_call")
+
+    def __init__(self, step: GuardStep[str]) -> None:
+        self.step, self.fed, self.tool_call = step, False, False

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from guardrail import ConfigError, StreamPolicy
+from guardrail._confidence_sequence import BettingConfidenceSequence
 from guardrail._monitor import Monitor, State
 from guardrail._policy import shown_at
 from guardrail._statistics import (
     ABOVE,
     BELOW,
-    BettingConfidenceSequence,
     BettingMean,
     LowestK,
     PaperMean,
