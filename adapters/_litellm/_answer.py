@@ -73,11 +73,10 @@ def prepare_request(
     for key in ("extra_body", *ask.extra_keys):
         data.pop(key, None)
     data.update(body)
-    request: GuardedRequest = GuardedRequest.of(
+    return GuardedRequest.of(
         ask, certificate, label, request_id=request_id, mode=mode,
         max_answer_tokens=max_answer_tokens,
     )  # fmt: skip
-    return request
 
 
 class Answer:

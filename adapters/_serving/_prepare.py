@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from guardrail import Certificate, Monitor, Reads
 
@@ -92,6 +92,9 @@ PROXY_FIX = "start the proxy with top_logprobs={k} or more (or leave it unset)"
 LITELLM_FIX = "set the guardrail's top_logprobs to {k} or more (or leave it unset)"
 
 
+_G = TypeVar("_G", bound="GuardedRequest")
+
+
 @dataclass
 class GuardedRequest:
     """What one request asked for and which rule applies to it, as every server front end
@@ -112,7 +115,7 @@ class GuardedRequest:
 
     @classmethod
     def of(
-        cls,
+        cls: type[_G],
         ask: UpstreamRequest,
         certificate: Certificate,
         label: str,
@@ -121,7 +124,7 @@ class GuardedRequest:
         mode: str,
         max_answer_tokens: int,
         **more: Any,
-    ) -> Any:
+    ) -> _G:
         """The request ``ask`` prepared (``more``: a subclass's own fields)."""
         return cls(
             request_id=request_id,
