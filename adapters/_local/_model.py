@@ -31,6 +31,7 @@ import numpy.typing as npt
 from guardrail import ConfigError, TokenEvent
 
 from ._guard import guarded_generate
+from ._llama import open_llama
 
 if TYPE_CHECKING:
     from ._chat_template import ChatTemplate
@@ -197,7 +198,8 @@ class LocalModel:
             raise ConfigError(f"model file not found: {path}")
         self.path = path
         self.top_k = top_k
-        self._llm: Any = llama_cpp.Llama(
+        self._llm: Any = open_llama(
+            llama_cpp,
             model_path=str(path),
             n_ctx=n_ctx,
             n_threads=n_threads or min(2, os.cpu_count() or 1),
