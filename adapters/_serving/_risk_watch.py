@@ -37,10 +37,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from guardrail import ConfigError, RiskMonitor
+from guardrail import Certificate, ConfigError, RiskMonitor
 
 from ._certs import CertificateSource
 from ._metrics import RiskState
+from ._risk_replies import (
+    FeedbackRefused,
+    label_reply,
+    refusal,
+    refuse_unless_shown,
+    status_of,
+)
 
 __all__ = ["KEPT_VERSIONS", "FeedbackRefused", "FinishedAnswer", "RiskWatch"]
 
@@ -49,23 +56,17 @@ logger = logging.getLogger(__name__)
 KEPT_VERSIONS = 16
 """Monitors of versions out of force kept per model entry, for when one comes back."""
 
-_SHOWN = "shown"
-
-
-class FeedbackRefused(Exception):
-    """A label the proxy does not take: HTTP ``status`` with ``code`` and a message."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code = status, code
-
-
 @dataclass
 class _Watch:
-    """The monitor of one model entry, for the certificate version ``label``."""
+    """The monitor of one model entry, for the certificate version ``label``; in a fleet
+    (:mod:`._fleet_watch`) also the key of its shared logs and how far it replayed them."""
 
     label: str
     monitor: RiskMonitor | None  # None: the certificate is not calibrated
+    version: str = ""
+    labels_read: int = 0
+    verdicts_read: int = 0
+    generation: str | None = None
 
     @property
     def n_labels(self) -> int:
@@ -155,9 +156,10 @@ class RiskWatch:
         what = f"its risk monitor back ({new.n_labels} labels)" if new else "a new risk monitor"
         if new is None:
             try:
-                new = _Watch(label, certificate.risk_monitor(self.risk_alpha))
+                monitor: RiskMonitor | None = certificate.risk_monitor(self.risk_alpha)
             except ConfigError:  # uncalibrated: it promises no risk
-                new = _Watch(label, None)
+                monitor = None
+            new = _Watch(label, monitor, self._version(entry, label, certificate))
         if new.monitor is None:
             what = "no risk monitor (not calibrated)"
         if watch is not None:
@@ -178,6 +180,10 @@ class RiskWatch:
         self._watches[entry] = new
         return new
 
+    def _version(self, entry: str, label: str, certificate: Certificate) -> str:
+        """The key of a version's shared logs (none in one process)."""
+        return ""
+
     def take(self, entry: str, answer: FinishedAnswer) -> None:
         """Once per answer of model entry ``entry``, after its verdict: feed its coverage
         event to the entry's monitor and keep its ids for feedback."""
@@ -188,31 +194,59 @@ class RiskWatch:
             current = watch.label == answer.label
             monitor = watch.monitor if current else None
             if monitor is not None and answer.decided and answer.covered:
-                warned = monitor.coverage_warning
-                if monitor.update_shown(answer.certified) and not warned:
-                    logger.warning(
-                        "coverage warning: model %s, certificate %s: after %d answers fewer "
-                        "are shown (%d) than the calibration promised (%g); the risk guarantee "
-                        "is not at stake, but the traffic may have drifted",
-                        entry,
-                        watch.label,
-                        monitor.answers,
-                        monitor.shown,
-                        monitor.coverage,
-                    )
-            if not answer.certified:
-                status = "answer_not_certified"
-            elif not current:
-                status = "certificate_changed"
-            elif monitor is None:
-                status = "no_risk_monitor"
-            elif answer.mismatched:
-                status = "answer_not_covered"
-            else:
-                status = _SHOWN
-            self._keep(
-                answer.request_id,
-                _Answer(answer.completion_id, entry, answer.label, status, answer.cause, monitor),
+                self._take_verdict(entry, watch, answer.certified)
+            status = status_of(answer.certified, answer.mismatched, current, monitor)
+            self._keep_answer(entry, answer, status, watch, current)
+
+    def _take_verdict(self, entry: str, watch: _Watch, shown: bool) -> None:
+        """One decided, covered answer of the version in force (shown or not)."""
+        self._feed_verdict(entry, watch, shown)
+
+    def _keep_answer(
+        self, entry: str, answer: FinishedAnswer, status: str, watch: _Watch, current: bool
+    ) -> None:
+        """Keep a finished answer for its label."""
+        monitor = watch.monitor if current else None
+        self._keep(
+            answer.request_id,
+            _Answer(answer.completion_id, entry, answer.label, status, answer.cause, monitor),
+        )
+
+    @staticmethod
+    def _feed_verdict(entry: str, watch: _Watch, shown: bool) -> None:
+        monitor = watch.monitor
+        assert monitor is not None
+        warned = monitor.coverage_warning
+        if monitor.update_shown(shown) and not warned:
+            logger.warning(
+                "coverage warning: model %s, certificate %s: after %d answers fewer are "
+                "shown (%d) than the calibration promised (%g); the risk guarantee is not "
+                "at stake, but the traffic may have drifted",
+                entry,
+                watch.label,
+                monitor.answers,
+                monitor.shown,
+                monitor.coverage,
+            )
+
+    @staticmethod
+    def _feed_label(entry: str, watch: _Watch, correct: bool) -> None:
+        monitor = watch.monitor
+        assert monitor is not None
+        fired = monitor.alarm
+        monitor.update(correct=correct)
+        if monitor.alarm and not fired:
+            logger.warning(
+                "risk alarm: model %s, certificate %s: after %d labelled answers (%d wrong) "
+                "the error rate of shown answers exceeds the promised %g (it has exceeded "
+                "%g; level %g): recalibrate on recent labelled traffic or roll back",
+                entry,
+                watch.label,
+                monitor.n,
+                monitor.errors,
+                monitor.target,
+                monitor.lower_bound,
+                monitor.alpha,
             )
 
     def _keep(self, request_id: str, answer: _Answer) -> None:
@@ -239,7 +273,7 @@ class RiskWatch:
         an answer that is unknown, was not certified, or was labelled already, ..."""
         with self._lock:
             request_id, answer = self._find(answer_id)
-            _refuse_unless_shown(answer_id, answer)
+            refuse_unless_shown(answer_id, answer)
             if answer.labelled:
                 raise FeedbackRefused(
                     409, "duplicate_feedback", f"answer {answer_id!r} was labelled already"
@@ -247,34 +281,20 @@ class RiskWatch:
             watch = self._watch(answer.entry)
             monitor = answer.monitor
             if monitor is None or watch.monitor is not monitor:  # a new version since
-                raise _refusal("certificate_changed", answer_id, answer)
-            fired = monitor.alarm
-            monitor.update(correct=correct)
+                raise refusal("certificate_changed", answer_id, answer)
+            self._feed_label(answer.entry, watch, correct)
             answer.labelled = True
-            if monitor.alarm and not fired:
-                logger.warning(
-                    "risk alarm: model %s, certificate %s: after %d labelled answers (%d wrong) "
-                    "the error rate of shown answers exceeds the promised %g (it has exceeded "
-                    "%g; level %g): recalibrate on recent labelled traffic or roll back",
-                    answer.entry,
-                    watch.label,
-                    monitor.n,
-                    monitor.errors,
-                    monitor.target,
-                    monitor.lower_bound,
-                    monitor.alpha,
-                )
-            return {
-                "id": answer_id,
-                "request_id": request_id,
-                "correct": correct,
-                "model": answer.entry,
-                "certificate": watch.label,
-                "labels": monitor.n,
-                "errors": monitor.errors,
-                "bounds": [monitor.lower_bound, monitor.bounds[1]],
-                "alarm": monitor.alarm,
-            }
+            return label_reply(answer_id, request_id, correct, answer.entry, watch)
+
+    async def alabel(self, answer_id: str, correct: bool) -> dict[str, Any]:
+        """:meth:`label`, for callers that may wait on a store shared by several replicas
+        (:class:`~._fleet_watch.FleetRiskWatch`)."""
+        return self.label(answer_id, correct)
+
+    async def refresh(self) -> None:
+        """Bring the monitors up to date with what other replicas took (nothing to do in
+        one process)."""
+        return None
 
     def _find(self, answer_id: str) -> tuple[str, _Answer]:
         answer = self._answers.get(answer_id)
@@ -342,26 +362,6 @@ def _state(entry: str, watch: _Watch) -> RiskState:
         m.shown,
         m.coverage_warning,
     )
-
-
-def _refuse_unless_shown(answer_id: str, answer: _Answer) -> None:
-    if answer.status != _SHOWN:
-        raise _refusal(answer.status, answer_id, answer)
-
-
-def _refusal(code: str, answer_id: str, answer: _Answer) -> FeedbackRefused:
-    message = {
-        "answer_not_certified": f"answer {answer_id!r} was not certified (cause "
-        f"{answer.cause}): only answers the certificate let through bear on its risk",
-        "answer_not_covered": f"answer {answer_id!r} was made with settings the certificate "
-        "was not calibrated for (see its context_mismatches): its promise does not cover it",
-        "certificate_changed": f"answer {answer_id!r} was certified by {answer.label}, which "
-        f"model entry {answer.entry!r} no longer serves: its label does not bear on the "
-        "promise in force",
-        "no_risk_monitor": f"the certificate of model entry {answer.entry!r} ({answer.label}) "
-        "is not calibrated: it promises no risk, and there is no monitor to feed",
-    }[code]
-    return FeedbackRefused(409, code, message)
 
 
 def _ignore(result: str) -> None:

@@ -1,0 +1,26 @@
+"""Fixtures of the fleet tests: a real Valkey server of their own (``valkey_process.py``)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+_TESTS = Path(__file__).resolve().parents[1]
+for _part in ("adapters", "proxy", "fleet"):
+    if str(_TESTS / _part) not in sys.path:
+        sys.path.insert(0, str(_TESTS / _part))
+
+from valkey_process import ValkeyProcess  # noqa: E402
+
+
+@pytest.fixture
+def valkey() -> Iterator[ValkeyProcess]:
+    """A Valkey server on a free port, started for the test and removed after it."""
+    server = ValkeyProcess().start()
+    try:
+        yield server
+    finally:
+        server.close()
