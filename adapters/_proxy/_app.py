@@ -102,6 +102,7 @@ class Proxy:
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         await self.upstream.start()
+        await self.risk.start()
         if self.recorder is not None:
             self.recorder.start()
         self.certificates.publish()
@@ -116,6 +117,7 @@ class Proxy:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await self.upstream.aclose()
+            await self.risk.aclose()
             if self.recorder is not None:
                 await asyncio.to_thread(self.recorder.close)
 
@@ -142,7 +144,7 @@ class Proxy:
                 "mode": self.config.mode,
                 "upstream": redact_url(self.config.upstream),
                 "certificates": self.certificates.labels(),
-                "risk": self.risk.health(),
+                "risk": await self.risk.health(),
                 "recording": None
                 if rec is None
                 else {"dir": str(rec.directory), "written": rec.written, "dropped": rec.dropped},
@@ -151,7 +153,9 @@ class Proxy:
 
     async def metrics_endpoint(self, request: Request) -> Response:
         """Prometheus metrics; with a client key, only for requests that send it (a
-        scraper's ``authorization: Bearer ...``): the counters tell the traffic's shape."""
+        scraper's ``authorization: Bearer ...``): the counters tell the traffic's shape.
+        With a fleet store, the monitors replay the fleet's labels first."""
+        await self.risk.refresh()
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def feedback(self, request: Request) -> Response:

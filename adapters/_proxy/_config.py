@@ -13,6 +13,7 @@ from .._guard._stream import DEFAULT_MAX_TOKEN_CHARS
 from .._serving._certs import CertificateSource
 from .._serving._options import (
     DEFAULT_REFUSAL,
+    check_fleet_settings,
     check_positive,
     check_risk_settings,
     integer_at_least,
@@ -95,6 +96,15 @@ class ProxyConfig:
     store, the oldest dropped first, about half a kilobyte each: some 27 MB at
     the default 50,000; a label for a dropped answer is refused as unknown).
 
+    ``redis_url``: share the answers, the labels and the risk monitors with every
+    replica that names the same Redis or Valkey server and ``fleet_namespace`` (see
+    the docs' "Several replicas"): a label is taken once whichever replica receives
+    it, and one anytime-valid test per certificate version covers the whole fleet.
+    Every call to Redis waits at most ``fleet_timeout_s``; answers are kept for labels
+    ``feedback_ttl_s`` seconds (``feedback_ids`` then does not apply). Redis down or
+    slow never fails or slows a guarded answer: labels get HTTP 503 and the monitors
+    report themselves blind until it answers again.
+
     Examples
     --------
         >>> from guardrail import Certificate, ModelIdentity, SkeletonSpec, StreamPolicy
@@ -131,6 +141,10 @@ class ProxyConfig:
     refresh_interval_s: float = 10.0
     risk_alpha: float = 0.05
     feedback_ids: int = 50_000
+    redis_url: str | None = None
+    fleet_namespace: str = "default"
+    fleet_timeout_s: float = 0.5
+    feedback_ttl_s: int = 7 * 24 * 3600
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.upstream) if isinstance(self.upstream, str) else None
@@ -185,6 +199,9 @@ class ProxyConfig:
             raise ConfigError(f"record_dir must be a path string, got {self.record_dir!r}")
         check_dataset_name(self.record_dataset)
         check_risk_settings(self.risk_alpha, self.feedback_ids)
+        check_fleet_settings(
+            self.redis_url, self.fleet_namespace, self.fleet_timeout_s, self.feedback_ttl_s
+        )
 
     def entry_for(self, model: object) -> str | None:
         """The model entry serving a requested model name: the name itself if it has a

@@ -1,5 +1,6 @@
 """The proxy's risk watch: its model entries, its settings, its metrics, fed each answer the
-proxy finished (the serving core's :class:`~adapters._serving._risk_watch.RiskWatch`)."""
+proxy finished (the serving core's :class:`~adapters._serving._risk_watch.RiskWatch`, or
+with ``redis_url`` the fleet's :class:`~adapters._serving._fleet_watch.FleetRiskWatch`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from starlette.responses import Response
 
 from .._serving._certs import CertificateSource
 from .._serving._feedback import feedback_response
+from .._serving._fleet import FleetStore, fleet_client
+from .._serving._fleet_watch import FleetRiskWatch
 from .._serving._risk_watch import FinishedAnswer, RiskWatch
 from ._guarded import AnswerGuard
 
@@ -20,20 +23,63 @@ if TYPE_CHECKING:
 __all__ = ["ProxyRiskWatch"]
 
 
-class ProxyRiskWatch(RiskWatch):
-    """The proxy's watch: its model entries, its settings, its metrics."""
+class ProxyRiskWatch:
+    """The proxy's watch: its model entries, its settings, its metrics (``watch``: the
+    one-process watch, or the fleet's with ``config.redis_url``)."""
 
     def __init__(
         self, config: ProxyConfig, sources: Mapping[str, CertificateSource], metrics: Any
     ) -> None:
-        super().__init__(
-            sources,
-            risk_alpha=config.risk_alpha,
-            feedback_ids=config.feedback_ids,
-            count=lambda result: metrics.feedback.labels(result=result).inc(),
-        )
+        def count(result: str) -> None:
+            metrics.feedback.labels(result=result).inc()
+
+        self.watch: RiskWatch
+        if config.redis_url is None:
+            self.watch = RiskWatch(
+                sources, risk_alpha=config.risk_alpha, feedback_ids=config.feedback_ids,
+                count=count,
+            )  # fmt: skip
+        else:
+            store = FleetStore(
+                fleet_client(config.redis_url, timeout_s=config.fleet_timeout_s),
+                namespace=config.fleet_namespace,
+                answer_ttl_s=config.feedback_ttl_s,
+            )
+            self.watch = FleetRiskWatch(
+                sources,
+                store,
+                risk_alpha=config.risk_alpha,
+                count=count,
+                count_error=lambda op: metrics.fleet_errors.labels(op=op).inc(),
+                timeout_s=config.fleet_timeout_s,
+            )
+            metrics.watch_fleet(lambda: self.blind)
         self._config = config
-        metrics.watch_risk(self.states)
+        metrics.watch_risk(self.watch.states)
+
+    @property
+    def blind(self) -> str | None:
+        """Why the fleet's state cannot be seen now (``None``: it can, or no fleet)."""
+        return self.watch.blind if isinstance(self.watch, FleetRiskWatch) else None
+
+    async def start(self) -> None:
+        if isinstance(self.watch, FleetRiskWatch):
+            await self.watch.start()
+
+    async def aclose(self) -> None:
+        if isinstance(self.watch, FleetRiskWatch):
+            await self.watch.aclose()
+
+    def sync(self) -> None:
+        self.watch.sync()
+
+    async def health(self) -> dict[str, Any]:
+        """``/healthz``'s ``risk``: each entry's alarm state, up to date with the fleet."""
+        await self.watch.refresh()
+        return self.watch.health()
+
+    async def refresh(self) -> None:
+        await self.watch.refresh()
 
     def answer_finished(self, guard: AnswerGuard) -> None:
         """Once per proxied answer, after its verdict (see :meth:`RiskWatch.take`)."""
@@ -41,7 +87,7 @@ class ProxyRiskWatch(RiskWatch):
         entry = self._config.entry_for(info.model)
         if entry is None:
             return
-        self.take(
+        self.watch.take(
             entry,
             FinishedAnswer(
                 info.request_id,
@@ -59,5 +105,5 @@ class ProxyRiskWatch(RiskWatch):
         """``POST /v1/liftguard/feedback``."""
         config = self._config
         return await feedback_response(
-            [self], request, max_bytes=config.max_body_bytes, timeout_s=config.body_timeout_s
+            [self.watch], request, max_bytes=config.max_body_bytes, timeout_s=config.body_timeout_s
         )

@@ -15,7 +15,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ._request import BadRequest, parse_json, read_body
-from ._risk_watch import FeedbackRefused, RiskWatch
+from ._risk_replies import FeedbackRefused
+from ._risk_watch import RiskWatch
 from ._wire import MAX_ID_CHARS, error_response
 
 __all__ = [
@@ -48,7 +49,7 @@ async def feedback_response(
     refusal = FeedbackRefused(404, "unknown_answer", "no risk monitor is running here")
     for watch in watches:
         try:
-            out = watch.label(answer_id, correct)
+            out = await watch.alabel(answer_id, correct)
         except FeedbackRefused as exc:
             refusal = exc
             if exc.code != "unknown_answer":

@@ -126,6 +126,24 @@ class ProxyMetrics:
             registry=reg,
         )
 
+    def watch_fleet(self, blind: Callable[[], str | None]) -> None:
+        """Export ``liftguard_fleet_blind`` (1 while the fleet store cannot be reached)
+        and ``liftguard_fleet_errors_total{op}`` (calls to it that failed or were dropped:
+        ``keep``, ``verdict``, ``label``, ``replay``)."""
+        self.fleet_errors = Counter(
+            "liftguard_fleet_errors",
+            "Calls to the fleet store (Redis) that failed or were dropped",
+            ["op"],
+            registry=self.registry,
+        )
+        gauge = Gauge(
+            "liftguard_fleet_blind",
+            "1 while the fleet store (Redis) cannot be reached: labels are refused and the "
+            "risk monitors do not see the fleet's labels",
+            registry=self.registry,
+        )
+        gauge.set_function(lambda: 0.0 if blind() is None else 1.0)
+
     def watch_risk(self, states: Callable[[], list[RiskState]]) -> None:
         """Export the ``liftguard_risk_*`` gauges, read from ``states()`` at each scrape."""
         self.registry.register(risk_collector(states))

@@ -7,7 +7,13 @@ import math
 
 from guardrail import ConfigError
 
-__all__ = ["DEFAULT_REFUSAL", "check_positive", "check_risk_settings", "integer_at_least"]
+__all__ = [
+    "DEFAULT_REFUSAL",
+    "check_fleet_settings",
+    "check_positive",
+    "check_risk_settings",
+    "integer_at_least",
+]
 
 DEFAULT_REFUSAL = (
     "I can't give a reliable answer to this question, so I won't answer it. "
@@ -35,3 +41,22 @@ def check_risk_settings(risk_alpha: float, feedback_ids: int) -> None:
     if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 1:
         raise ConfigError(f"risk_alpha must be a number strictly inside (0, 1), got {alpha!r}")
     integer_at_least("feedback_ids", feedback_ids, 1)
+
+
+def check_fleet_settings(
+    redis_url: object, namespace: object, timeout_s: float, feedback_ttl_s: int
+) -> None:
+    """The fleet store's settings (the proxy's, the LiteLLM guardrail's), else ConfigError
+    naming the field."""
+    if redis_url is not None:
+        schemes = ("redis://", "rediss://", "unix://", "valkey://", "valkeys://")
+        if not isinstance(redis_url, str) or not redis_url.startswith(schemes):
+            raise ConfigError(
+                f"redis_url must be a redis://, rediss:// or unix:// URL, got {redis_url!r:.80}"
+            )
+    if not isinstance(namespace, str) or not namespace or not namespace.isprintable():
+        raise ConfigError(f"fleet_namespace must be a non-empty name, got {namespace!r:.80}")
+    if "{" in namespace or "}" in namespace:
+        raise ConfigError("fleet_namespace must not contain braces (it is a Redis hash tag)")
+    check_positive("fleet_timeout_s", timeout_s)
+    integer_at_least("feedback_ttl_s", feedback_ttl_s, 1)

@@ -80,6 +80,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             refresh_interval_s=args.refresh_interval,
             risk_alpha=args.risk_alpha,
             feedback_ids=args.feedback_ids,
+            redis_url=args.redis,
+            fleet_namespace=args.fleet_namespace,
+            fleet_timeout_s=args.fleet_timeout,
+            feedback_ttl_s=args.feedback_ttl,
         )
     except ConfigError as exc:  # every setting here is an argument's value: a usage error
         raise CommandError(str(exc), status=2) from exc
@@ -263,6 +267,39 @@ def add_serve_parser(sub: Any) -> None:
         metavar="N",
         help="answers that POST /v1/liftguard/feedback can still label (the "
         "oldest are dropped; about 0.5 kB each; default 50000)",
+    )
+    fleet = p.add_argument_group(
+        "several replicas",
+        "share the answers, labels and risk monitors with every replica that names the same "
+        "Redis or Valkey server and namespace (pip install \"liftguard[fleet]\")",
+    )
+    fleet.add_argument(
+        "--redis",
+        metavar="URL",
+        default=os.environ.get("LIFTGUARD_REDIS_URL"),
+        help="redis://HOST:PORT/DB, rediss://... or unix://PATH (default: $LIFTGUARD_REDIS_URL; "
+        "none: one process keeps its own)",
+    )
+    fleet.add_argument(
+        "--fleet-namespace",
+        default="default",
+        metavar="NAME",
+        help="the fleet's name in Redis: replicas with the same one share everything "
+        "(default: default)",
+    )
+    fleet.add_argument(
+        "--fleet-timeout",
+        type=positive,
+        default=0.5,
+        metavar="SECONDS",
+        help="the longest any call to Redis waits (default 0.5)",
+    )
+    fleet.add_argument(
+        "--feedback-ttl",
+        type=integer(1),
+        default=7 * 24 * 3600,
+        metavar="SECONDS",
+        help="with --redis: how long an answer can be labelled (default 604800, a week)",
     )
     p.add_argument(
         "--log-level",

@@ -13,7 +13,15 @@ for _part in ("adapters", "proxy", "fleet"):
     if str(_TESTS / _part) not in sys.path:
         sys.path.insert(0, str(_TESTS / _part))
 
+from proxy_harness import Upstream, scripted_upstream  # noqa: E402
 from valkey_process import ValkeyProcess  # noqa: E402
+
+
+@pytest.fixture
+def upstream() -> Iterator[Upstream]:
+    """The proxy tests' scripted SSE upstream."""
+    with scripted_upstream() as srv:
+        yield srv
 
 
 @pytest.fixture
