@@ -19,13 +19,21 @@ import inspect
 import os
 import sys
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from guardrail import ConfigError, GuardrailError
 
 from .._serving._certs import CertificateSource
+from .._serving._fleet_watch import FleetSettings
+from .._serving._options import check_fleet_settings
 
-__all__ = ["GuardrailStartupError", "check_known_settings", "check_settings", "config_relative"]
+__all__ = [
+    "GuardrailStartupError",
+    "check_known_settings",
+    "check_settings",
+    "config_relative",
+    "fleet_settings",
+]
 
 GUARD_MODES = ("buffered", "passthrough")
 ON_BLOCK = ("error", "refusal")
@@ -102,3 +110,27 @@ def config_relative(certificate: str | CertificateSource) -> str | CertificateSo
     path, sep, rest = certificate.partition("#")
     beside = os.path.join(os.path.dirname(os.path.abspath(config)), path)
     return beside + sep + rest if os.path.exists(beside) else certificate
+
+
+def fleet_settings(
+    redis: object, redis_url: object, namespace: str, timeout_s: float, feedback_ttl_s: int
+) -> FleetSettings | None:
+    """Where the guardrail's fleet keeps its state: ``redis_url``, or with ``redis: true``
+    LiteLLM's own Redis settings (``REDIS_URL``, or ``REDIS_HOST`` and ``REDIS_PORT`` with
+    ``REDIS_PASSWORD``, ``REDIS_USERNAME``, ``REDIS_SSL``: what its cache and router read);
+    ``None``: each worker keeps its own. A :class:`~guardrail.ConfigError` names what is
+    wrong."""
+    if not isinstance(redis, bool):
+        raise ConfigError(f"redis must be true or false, got {redis!r}")
+    url = redis_url
+    if url is None and redis:
+        from litellm._redis import get_redis_url_from_environment
+
+        try:
+            url = get_redis_url_from_environment()
+        except ValueError as exc:
+            raise ConfigError(f"redis: true takes LiteLLM's Redis settings, and {exc}") from None
+    check_fleet_settings(url, namespace, timeout_s, feedback_ttl_s)
+    if url is None:
+        return None
+    return FleetSettings(cast(str, url), namespace, timeout_s, feedback_ttl_s)

@@ -21,9 +21,10 @@ The gauges (the proxy's, with ``model`` set to the guardrail's name) and
 ``liftguard_feedback_total{result}`` are registered in ``prometheus_client``'s default
 registry, which LiteLLM's ``/metrics`` serves when its ``prometheus`` callback is on
 (``litellm_settings: callbacks: ["prometheus"]``). With ``PROMETHEUS_MULTIPROC_DIR`` set
-LiteLLM serves a registry of its own instead, and with several workers each process has its
-own monitors: a label must reach the process that served the answer. Run one worker, or
-replay recordings with ``liftguard monitor``.
+LiteLLM serves a registry of its own instead. With several workers, each process has its own
+monitors unless the guardrails share a fleet store (``redis: true`` or ``redis_url``): then a
+label may reach any worker, every worker's monitor replays the fleet's labels, and
+``liftguard_fleet_blind`` and ``liftguard_fleet_errors_total{op}`` are exported too.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ _lock = threading.Lock()
 _watches: dict[str, RiskWatch] = {}
 _refreshers: dict[str, Callable[[], Awaitable[bool]]] = {}
 _feedback_counter: Any = None
+_fleet_errors: Any = None
 _routes_added: set[int] = set()
 
 
@@ -69,6 +71,18 @@ def register(name: str, watch: RiskWatch, refresh: Callable[[], Awaitable[bool]]
             _routes_added.add(id(app))
 
 
+def count_error(op: str) -> None:
+    """One call to the fleet store that failed or was dropped."""
+    if _fleet_errors is not None:
+        _fleet_errors.labels(op=op).inc()
+
+
+def _blind() -> float:
+    with _lock:
+        watches = list(_watches.values())
+    return float(any(getattr(w, "blind", None) is not None for w in watches))
+
+
 def count(result: str) -> None:
     """One label sent: ``accepted`` or the refusal's code."""
     if _feedback_counter is not None:
@@ -82,14 +96,21 @@ def _states() -> list[RiskState]:
 
 
 def _export_metrics() -> None:
-    global _feedback_counter
+    global _feedback_counter, _fleet_errors
     if _feedback_counter is not None:
         return
-    from prometheus_client import REGISTRY, Counter
+    from prometheus_client import REGISTRY, Counter, Gauge
 
     _feedback_counter = Counter(
         "liftguard_feedback", "Labels sent to the feedback endpoint", ["result"]
     )
+    _fleet_errors = Counter(
+        "liftguard_fleet_errors", "Calls to the fleet store (Redis) that failed or were dropped",
+        ["op"],
+    )  # fmt: skip
+    Gauge(
+        "liftguard_fleet_blind", "1 while a guardrail's fleet store (Redis) cannot be reached"
+    ).set_function(_blind)
     REGISTRY.register(risk_collector(_states))
 
 
@@ -135,6 +156,7 @@ async def risk(request: Request) -> Response:
         watches = dict(_watches)
     out: dict[str, Any] = {}
     for name, watch in watches.items():
+        await watch.refresh()  # a fleet's: what every worker took, replayed
         states = {s.model: s for s in watch.states()}
         for entry, health in watch.health().items():
             state = states.get(entry)

@@ -39,14 +39,10 @@ from guardrail import Cause, ConfigError, GuardrailError, State
 
 from .._guard._stream import DEFAULT_MAX_TOKEN_CHARS, aclose_upstream, check_max_token_chars
 from .._serving._certs import CertificateSource, certificate_source, log_swap
+from .._serving._fleet_watch import FleetRiskWatch, make_risk_watch
 from .._serving._options import DEFAULT_REFUSAL, check_positive, check_risk_settings
-from .._serving._prepare import (
-    DEFAULT_MAX_ANSWER_TOKENS,
-    LITELLM_FIX,
-    RequestError,
-    check_upstream,
-)
-from .._serving._risk_watch import FinishedAnswer, RiskWatch
+from .._serving._prepare import DEFAULT_MAX_ANSWER_TOKENS, LITELLM_FIX, RequestError, check_upstream
+from .._serving._risk_watch import FinishedAnswer
 from .._serving._wire import UPSTREAM_TYPE, VERDICT_FIELD, error_body
 from . import _feedback as _litellm_feedback
 from ._answer import Answer, GuardedRequest, completion_chunk, prepare_request, strip_choice
@@ -55,6 +51,7 @@ from ._config import (
     check_known_settings,
     check_settings,
     config_relative,
+    fleet_settings,
 )
 from ._wire import (
     BLOCKED_STATUS,
@@ -91,6 +88,7 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
               guard_mode: buffered           # or passthrough
               on_block: error                # or refusal
               risk_alpha: 0.05               # the live risk monitor's false-alarm level
+              redis: true                    # several workers or pods: one fleet (optional)
 
     ``certificate``: a certificate file (``liftguard calibrate --out``) or a store alias
     ``STORE_URL#NAME[@ALIAS]``, read once when LiteLLM starts, its skeleton built
@@ -120,6 +118,10 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
     takes the label of a certified answer (``risk_alpha``: the monitor's level;
     ``feedback_ids``: the latest answers kept for labels); ``GET /v1/liftguard/risk`` and
     LiteLLM's ``/metrics`` (with its ``prometheus`` callback) show the bounds and the alarm.
+    With several workers or pods, ``redis: true`` (LiteLLM's own ``REDIS_URL`` or
+    ``REDIS_HOST``/``REDIS_PORT`` settings) or ``redis_url`` makes them one fleet (the
+    proxy's ``redis_url``, ``fleet_namespace``, ``fleet_timeout_s``, ``feedback_ttl_s``):
+    a label reaches any worker, and one monitor per certificate version covers them all.
 
     The pre-call hook asks the upstream for logprobs and fills the certificate's generation
     context in where the client left a setting unset; a setting the client changed is
@@ -154,6 +156,11 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         risk_alpha: float = 0.05,
         feedback_ids: int = 50_000,
         refresh_s: float = 10.0,
+        redis: bool = False,
+        redis_url: str | None = None,
+        fleet_namespace: str = "default",
+        fleet_timeout_s: float = 0.5,
+        feedback_ttl_s: int = 7 * 24 * 3600,
         **kwargs: Any,
     ) -> None:
         check_settings(
@@ -165,6 +172,7 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
             max_answer_tokens=max_answer_tokens,
         )
         check_risk_settings(risk_alpha, feedback_ids)
+        fleet = fleet_settings(redis, redis_url, fleet_namespace, fleet_timeout_s, feedback_ttl_s)
         check_positive("refresh_s", refresh_s, allow_zero=True)
         check_known_settings(kwargs, inspect.signature(self._configure).parameters)
         hooks = kwargs.get("event_hook")
@@ -189,11 +197,13 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         check_upstream(self.source.current()[0], top_logprobs, LITELLM_FIX)
         self._pending: OrderedDict[str, GuardedRequest] = OrderedDict()
         self.name = str(getattr(self, "guardrail_name", None) or "liftguard")
-        self.risk = RiskWatch(
+        self.risk = make_risk_watch(
             {self.name: self.source},
             risk_alpha=risk_alpha,
             feedback_ids=feedback_ids,
             count=_litellm_feedback.count,
+            fleet=fleet,
+            count_error=_litellm_feedback.count_error,
         )
         _litellm_feedback.register(self.name, self.risk, self.refresh)
         self.refresh_s = float(refresh_s)
@@ -236,7 +246,10 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         return data
 
     def _maybe_refresh(self) -> None:
-        """Re-read a store alias in a worker thread when ``refresh_s`` has passed."""
+        """Re-read a store alias in a worker thread when ``refresh_s`` has passed (and
+        start the fleet's replay: LiteLLM has no start-up hook for a guardrail)."""
+        if isinstance(self.risk, FleetRiskWatch):
+            self.risk.ensure_started()
         due = self.refresh_s > 0 and time.monotonic() - self._refreshed >= self.refresh_s
         if due and self._refreshing is None:
             self._refreshed = time.monotonic()

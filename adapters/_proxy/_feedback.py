@@ -12,8 +12,7 @@ from starlette.responses import Response
 
 from .._serving._certs import CertificateSource
 from .._serving._feedback import feedback_response
-from .._serving._fleet import FleetStore, fleet_client
-from .._serving._fleet_watch import FleetRiskWatch
+from .._serving._fleet_watch import FleetRiskWatch, FleetSettings, make_risk_watch
 from .._serving._risk_watch import FinishedAnswer, RiskWatch
 from ._guarded import AnswerGuard
 
@@ -33,27 +32,21 @@ class ProxyRiskWatch:
         def count(result: str) -> None:
             metrics.feedback.labels(result=result).inc()
 
-        self.watch: RiskWatch
-        if config.redis_url is None:
-            self.watch = RiskWatch(
-                sources, risk_alpha=config.risk_alpha, feedback_ids=config.feedback_ids,
-                count=count,
+        fleet = None
+        if config.redis_url is not None:
+            fleet = FleetSettings(
+                config.redis_url, config.fleet_namespace, config.fleet_timeout_s,
+                config.feedback_ttl_s,
             )  # fmt: skip
-        else:
-            store = FleetStore(
-                fleet_client(config.redis_url, timeout_s=config.fleet_timeout_s),
-                namespace=config.fleet_namespace,
-                answer_ttl_s=config.feedback_ttl_s,
-            )
-            self.watch = FleetRiskWatch(
-                sources,
-                store,
-                risk_alpha=config.risk_alpha,
-                count=count,
-                count_error=lambda op: metrics.fleet_errors.labels(op=op).inc(),
-                timeout_s=config.fleet_timeout_s,
-            )
             metrics.watch_fleet(lambda: self.blind)
+        self.watch: RiskWatch = make_risk_watch(
+            sources,
+            risk_alpha=config.risk_alpha,
+            feedback_ids=config.feedback_ids,
+            count=count,
+            fleet=fleet,
+            count_error=lambda op: metrics.fleet_errors.labels(op=op).inc(),
+        )
         self._config = config
         metrics.watch_risk(self.watch.states)
 

@@ -34,16 +34,17 @@ import logging
 import secrets
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from guardrail import Certificate
 
 from ._certs import CertificateSource
-from ._fleet import FleetAnswer, FleetStore, version_key
+from ._fleet import FleetAnswer, FleetStore, fleet_client, version_key
 from ._risk_replies import FeedbackRefused, label_reply, refusal, refuse_unless_shown
 from ._risk_watch import FinishedAnswer, RiskWatch, _Watch
 
-__all__ = ["BATCH", "FleetRiskWatch"]
+__all__ = ["BATCH", "FleetRiskWatch", "FleetSettings", "make_risk_watch"]
 
 logger = logging.getLogger(__name__)
 
@@ -90,9 +91,15 @@ class FleetRiskWatch(RiskWatch):
 
     async def start(self) -> None:
         """Start replaying the logs every ``refresh_s`` (in the running loop)."""
-        self._loop = asyncio.get_running_loop()
+        self.ensure_started()
+
+    def ensure_started(self) -> None:
+        """:meth:`start`, from a coroutine of the loop the watch should run in (a host
+        with no start-up hook of its own calls it on each request: only the first
+        starts anything)."""
         if self._task is None:
-            self._task = asyncio.create_task(self._refresh_loop())
+            self._loop = asyncio.get_running_loop()
+            self._task = self._loop.create_task(self._refresh_loop())
 
     async def drain(self) -> None:
         """Wait until the writes queued so far are sent (or failed: each batch waits at
@@ -307,6 +314,42 @@ class FleetRiskWatch(RiskWatch):
         for state in out.values():
             state["blind"] = self.blind
         return out
+
+
+@dataclass(frozen=True)
+class FleetSettings:
+    """Where a fleet keeps its state: the Redis (or Valkey) ``url``, the fleet's
+    ``namespace``, the longest wait on any call (``timeout_s``) and how long an answer can
+    be labelled (``feedback_ttl_s``)."""
+
+    url: str
+    namespace: str = "default"
+    timeout_s: float = 0.5
+    feedback_ttl_s: int = 7 * 24 * 3600
+
+
+def make_risk_watch(
+    sources: Mapping[str, CertificateSource],
+    *,
+    risk_alpha: float,
+    feedback_ids: int,
+    count: Callable[[str], object],
+    fleet: FleetSettings | None = None,
+    count_error: Callable[[str], object] | None = None,
+) -> RiskWatch:
+    """The risk watch of a server (the proxy, the LiteLLM guardrail): its own, or with
+    ``fleet`` the one the fleet shares (``feedback_ids`` then does not apply)."""
+    if fleet is None:
+        return RiskWatch(sources, risk_alpha=risk_alpha, feedback_ids=feedback_ids, count=count)
+    store = FleetStore(
+        fleet_client(fleet.url, timeout_s=fleet.timeout_s),
+        namespace=fleet.namespace,
+        answer_ttl_s=fleet.feedback_ttl_s,
+    )
+    return FleetRiskWatch(
+        sources, store, risk_alpha=risk_alpha, count=count, count_error=count_error,
+        timeout_s=fleet.timeout_s,
+    )  # fmt: skip
 
 
 def _op(item: FleetAnswer | tuple[str, bool, str]) -> str:

@@ -197,17 +197,25 @@ def _alive(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def _started(config: Path, timeout_s: float = START_TIMEOUT_S) -> Iterator[LiteLLM | int]:
-    """``litellm --config config`` (offline, a random master key, a free port), once it
-    serves (a :class:`LiteLLM`) or exits (its exit code); stopped when the block ends."""
+def _started(
+    config: Path,
+    timeout_s: float = START_TIMEOUT_S,
+    args: Sequence[str] = (),
+    env_extra: Mapping[str, str] | None = None,
+) -> Iterator[LiteLLM | int]:
+    """``litellm --config config [args]`` (offline, a random master key, a free port, with
+    ``env_extra`` in its environment), once it serves (a :class:`LiteLLM`) or exits (its
+    exit code); stopped when the block ends."""
     executable = shutil.which("litellm", path=str(Path(sys.executable).parent))
     assert executable is not None, "the litellm command is not installed next to python"
     key = f"sk-{secrets.token_hex(24)}"
-    env = {**os.environ, **OFFLINE_ENV, "LITELLM_MASTER_KEY": key, "NO_PROXY": "127.0.0.1"}
+    env = {**os.environ, **OFFLINE_ENV, "LITELLM_MASTER_KEY": key, "NO_PROXY": "127.0.0.1",
+           **(env_extra or {})}  # fmt: skip
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     log = config.parent / "litellm.log"
-    command = [executable, "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
+    command = [executable, "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
+               *args]  # fmt: skip
     with open(log, "wb") as out:
         process = subprocess.Popen(
             command, cwd=config.parent, env=env, stdout=out, stderr=subprocess.STDOUT
@@ -247,15 +255,18 @@ def running_litellm(
     timeout_s: float = 3.0,
     default_on: Mapping[str, Mapping[str, Any]] | None = None,
     callbacks: Sequence[str] = (),
+    args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[LiteLLM]:
     """``litellm --config`` (:func:`write_config`; by default the test certificate and
-    :data:`GUARDRAILS`) in ``directory`` until the block ends (then terminated)."""
+    :data:`GUARDRAILS`) in ``directory`` until the block ends (then terminated); ``args``:
+    more of its command line (``--num_workers 2``), ``env``: more of its environment."""
     certificate = make_certificate(context=CONTEXT) if certificate is None else certificate
     config = write_config(
         directory, upstream, certificate, guardrails, timeout_s=timeout_s,
         default_on=default_on, callbacks=callbacks,
     )  # fmt: skip
-    with _started(config) as started:
+    with _started(config, args=args, env_extra=env) as started:
         if not isinstance(started, LiteLLM):
             tail = (directory / "litellm.log").read_text(errors="replace")[-3000:]
             raise AssertionError(f"LiteLLM did not start (exit {started}):\n{tail}")
