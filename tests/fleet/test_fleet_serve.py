@@ -168,3 +168,20 @@ async def test_with_redis_gone_answers_are_served_and_labels_get_503(
         ok = await label(client, replicas[2], after[0])
         assert ok.status_code == 200 and ok.json()["labels"] == 1
     assert len(during) == 6
+
+
+async def test_redis_killed_and_restarted_mid_stream_changes_no_answer(
+    upstream: Upstream, replicas: list[ServeProcess], valkey: ValkeyProcess
+) -> None:
+    upstream.replies.put(Reply(list(CLEAN), delay=0.05))
+    body = {"model": "test-model", "messages": MESSAGES, "stream": True}
+    async with (
+        httpx.AsyncClient(timeout=30) as client,
+        client.stream("POST", f"{replicas[0].base_url}/chat/completions", json=body) as resp,
+    ):
+        valkey.kill()  # while the answer streams
+        valkey.start()
+        text = (await resp.aread()).decode()
+    assert resp.status_code == 200
+    verdicts = [line for line in text.splitlines() if '"liftguard"' in line]
+    assert len(verdicts) == 1 and '"state": "certified"' in verdicts[0].replace('":"', '": "')
