@@ -125,13 +125,25 @@ def pack_extra_body(request: Mapping[str, Any], keys: set[str]) -> dict[str, Any
 
 def request_limit(settings: Mapping[str, Any]) -> int | None:
     """The token limit a Chat Completions request (or a LangChain run's invocation parameters)
-    holds its answer to (:data:`LIMIT_NAMES`); ``None`` when it sets none (the provider's own
-    limit is not known)."""
-    for key in LIMIT_NAMES:
-        value = settings.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-            return value
-    return None
+    holds its answer to: the smallest of the limits it gives (:data:`LIMIT_NAMES`, also inside
+    a literal ``extra_body``, whose keys win as the upstream reads them), since an upstream
+    may honour any of them; ``None`` when it sets none (the provider's own limit is not
+    known).
+
+    >>> request_limit({"max_tokens": 64, "extra_body": {"max_tokens": 8}})
+    8
+    >>> request_limit({"max_completion_tokens": 64, "extra_body": {"max_tokens": 8}})
+    8
+    """
+    extra = settings.get("extra_body")
+    if isinstance(extra, Mapping):
+        settings = {**settings, **extra}
+    limits = [
+        value
+        for value in (settings.get(key) for key in LIMIT_NAMES)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    ]
+    return min(limits, default=None)
 
 
 def filled_limit(certificate: Certificate, settings: Mapping[str, Any]) -> int | None:

@@ -279,6 +279,15 @@ def test_an_answer_within_its_token_limit_is_certified(
     assert out.certified and out.text == "".join(WORDS[:LIMIT]) and out.mismatches == [], out
 
 
+def test_a_token_limit_sent_in_extra_body_holds_the_answer_to_it(
+    upstream: Upstream, front_end: FrontEnd
+) -> None:
+    events = [ROLE, *tokens([GOOD] * LIMIT, WORDS), STOP]  # the upstream ignores the limit
+    out = _ask(upstream, front_end, "limit in extra_body", events, extra_body={"max_tokens": 2})
+    assert not out.certified and out.cause == "over_token_limit", out
+    assert "".join(WORDS[:2]).startswith(out.text), out
+
+
 def test_a_client_that_asks_for_logprobs_gets_them_with_a_certified_answer(
     upstream: Upstream, front_end: FrontEnd
 ) -> None:
