@@ -182,7 +182,7 @@ def _parquet_objects(path: str, options: Options) -> Iterator[tuple[int, Any]]:
     with open_binary(path, "rb", options) as fh:
         try:
             pf = pq.ParquetFile(fh)
-        except pa.ArrowException as exc:
+        except (pa.ArrowException, OSError) as exc:  # pyarrow raises OSError for bad data
             raise TraceFormatError(
                 f"not a readable Parquet file ({_first_line(exc)})", source=path
             ) from exc
@@ -201,9 +201,9 @@ def _parquet_objects(path: str, options: Options) -> Iterator[tuple[int, Any]]:
         while True:
             try:
                 batch = next(batches, None)
-            except pa.ArrowException as exc:
+            except (pa.ArrowException, OSError) as exc:  # damaged pages, or a failed read
                 raise TraceFormatError(
-                    f"damaged Parquet data after row {row} ({_first_line(exc)})", source=path
+                    f"unreadable Parquet data after row {row} ({_first_line(exc)})", source=path
                 ) from exc
             if batch is None:
                 return

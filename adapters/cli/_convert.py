@@ -3,7 +3,8 @@
 Each file's format comes from its name (``.parquet``: the columnar format of
 :mod:`adapters.tracefiles`, anything else JSONL); either may be a local path or an
 fsspec URL (``s3://bucket/key``, with ``--storage-option``s or fsspec's defaults).
-The objects are copied as read, keys and values alike, so a file converted and
+Two names of one format copy the file (to or from object storage, say). The
+objects are copied as read, keys and values alike, so a file converted and
 converted back reads as the original (a JSONL file that the project wrote comes back
 byte for byte). A torn last line of a JSONL recording (cut off mid-write) is skipped
 with a warning, as ``traces label`` skips it; any other bad line stops the command
@@ -16,21 +17,13 @@ import argparse
 import sys
 from typing import Any
 
-from ._common import CommandError
 from ._progress import Progress
 
 __all__ = ["add_convert_parser", "cmd_convert"]
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from adapters.tracefiles import convert_traces, is_parquet
-
-    if is_parquet(args.source) == is_parquet(args.target):
-        kind = "Parquet" if is_parquet(args.source) else "JSONL"
-        raise CommandError(
-            f"{args.source} and {args.target} are both {kind}: convert JSONL to .parquet or back",
-            status=2,
-        )
+    from adapters.tracefiles import convert_traces
 
     def torn(lineno: int) -> None:
         print(
