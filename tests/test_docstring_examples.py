@@ -29,6 +29,7 @@ MODULES = (
     "adapters",
     "adapters.local",
     "adapters.proxy",
+    "adapters.tracefiles",
     "skeleton_store",
 )
 

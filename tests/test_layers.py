@@ -72,7 +72,7 @@ def test_the_command_line_uses_only_public_names() -> None:
     public = {
         "guardrail", "guardrail.evaluate", "guardrail.fitting", "guardrail.paper",
         "guardrail.stats", "guardrail.topk", "guardrail.traces", "guardrail.vsd",
-        "adapters", "adapters.local", "adapters.proxy", "skeleton_store",
+        "adapters", "adapters.local", "adapters.proxy", "adapters.tracefiles", "skeleton_store",
     }  # fmt: skip
     bad = []
     for path, line, module, names in _imported_modules("adapters/cli"):
@@ -93,7 +93,9 @@ ROLES: dict[str, set[str]] = {
     "_labels": set(),
     "_providers": {"_errors", "_guard", "_local"},  # _local: the Anthropic scorer's model
     "_serving": {"_guard", "_local"},  # _local: a prompt-free skeleton's model, lazily
-    "_proxy": {"_errors", "_guard", "_providers", "_serving"},  # _providers: logprob refusals
+    "_tracefiles": set(),  # trace files, JSONL or Parquet, local or fsspec: on the core only
+    "_proxy": {"_errors", "_guard", "_providers", "_serving", "_tracefiles"},  # _providers:
+    # logprob refusals; _tracefiles: recordings in Parquet
     "_litellm": {"_guard", "_serving"},
 }
 """Which role sub-package of ``adapters`` may import which (besides itself): the guard step

@@ -22,6 +22,7 @@ PUBLIC_MODULES = (
     "adapters.litellm",
     "adapters.local",
     "adapters.proxy",
+    "adapters.tracefiles",
     "skeleton_store",
 )
 
@@ -328,6 +329,7 @@ def test_public_submodules_are_pinned() -> None:
         "trace_clipped_lifts",
         "trace_line",
         "trace_object",
+        "trace_objects",
         "trace_skeleton_logprobs",
         "trace_to_dict",
         "type_token_ratio",
@@ -403,3 +405,18 @@ def test_public_submodules_are_pinned() -> None:
                    guardrail.vsd, guardrail.evaluate, guardrail.fitting):  # fmt: skip
         for name in module.__all__:
             assert hasattr(module, name), (module.__name__, name)
+
+
+def test_tracefiles_public_names_are_pinned() -> None:
+    import adapters.tracefiles
+
+    assert adapters.tracefiles.__all__ == [
+        "PARQUET_SUFFIX",
+        "TraceFileWriter",
+        "convert_traces",
+        "is_parquet",
+        "is_url",
+        "open_binary",
+        "open_trace_objects",
+        "trace_file_sha256",
+    ]

@@ -48,7 +48,7 @@ from ._chat import prepare, upstream_status_response
 from ._config import ProxyConfig
 from ._feedback import ProxyRiskWatch
 from ._guarded import AnswerGuard
-from ._recording import Recorder
+from ._recording import Recorder, open_recorder
 from ._upstream import MAX_SIDE_BODY_BYTES, Upstream, UpstreamAnswer, read_capped
 
 __all__ = ["Proxy", "create_app"]
@@ -81,12 +81,15 @@ class Proxy:
         )
         self.recorder: Recorder | None = None
         if config.record_dir is not None:
-            self.recorder = Recorder(
+            self.recorder = open_recorder(
                 config.record_dir,
                 metrics=self.metrics,
                 dataset=config.record_dataset,
+                fmt=config.record_format,
                 max_bytes=config.record_max_bytes,
+                max_age_s=config.record_max_age_s,
                 queue_size=config.record_queue,
+                storage_options=config.record_storage_options,
             )
         entries: dict[str, CertificateSource] = dict(config.model_certificates)
         if config.certificate is not None:
@@ -145,9 +148,7 @@ class Proxy:
                 "upstream": redact_url(self.config.upstream),
                 "certificates": self.certificates.labels(),
                 "risk": await self.risk.health(),
-                "recording": None
-                if rec is None
-                else {"dir": str(rec.directory), "written": rec.written, "dropped": rec.dropped},
+                "recording": None if rec is None else rec.health(self.config.record_dir),
             }
         )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from guardrail import ConfigError
@@ -35,6 +35,8 @@ __all__ = [
 ProxyMode = Literal["buffered", "passthrough", "observe"]
 OnBlock = Literal["error", "refusal"]
 OnMismatch = Literal["log", "reject"]
+RecordFormat = Literal["jsonl", "parquet"]
+
 
 @dataclass(frozen=True)
 class ProxyConfig:
@@ -80,11 +82,15 @@ class ProxyConfig:
     loopback names when it listens on a loopback address, so that a web page cannot
     reach it through DNS rebinding); another host gets HTTP 400.
 
-    ``record_dir``: write every guarded answer as a trace line there (files
-    rotated at ``record_max_bytes``; at most ``record_queue`` answers wait to be
-    written, more are dropped and counted); ``record_dataset``: the lines' dataset
-    name and the files' prefix, a simple name (letters, digits, ``_``, ``.``, ``-``; no
-    path). ``refresh_interval_s``: how often
+    ``record_dir``: write every guarded answer as a trace line there, a local
+    directory or an fsspec URL such as ``s3://bucket/prefix`` (opened with
+    ``record_storage_options``), in ``record_format`` ``"jsonl"`` or ``"parquet"``
+    (files rotated at ``record_max_bytes``; at most ``record_queue`` answers wait to
+    be written, more are dropped and counted). A URL or a Parquet recording is
+    written to a local spool file and each finished file is published whole, also
+    once it is ``record_max_age_s`` old (:mod:`adapters._proxy._recording`).
+    ``record_dataset``: the lines' dataset name and the files' prefix, a simple name
+    (letters, digits, ``_``, ``.``, ``-``; no path). ``refresh_interval_s``: how often
     store aliases are re-read (0: never; :meth:`Proxy.refresh_certificates` on
     demand).
 
@@ -138,6 +144,9 @@ class ProxyConfig:
     record_max_bytes: int = 64 * 1024 * 1024
     record_queue: int = 10_000
     record_dataset: str = "proxy"
+    record_format: RecordFormat = "jsonl"
+    record_max_age_s: float = 300.0
+    record_storage_options: Mapping[str, Any] | None = None
     refresh_interval_s: float = 10.0
     risk_alpha: float = 0.05
     feedback_ids: int = 50_000
@@ -198,6 +207,13 @@ class ProxyConfig:
         if self.record_dir is not None and not isinstance(self.record_dir, str):
             raise ConfigError(f"record_dir must be a path string, got {self.record_dir!r}")
         check_dataset_name(self.record_dataset)
+        if self.record_format not in ("jsonl", "parquet"):
+            raise ConfigError(f"record_format must be jsonl or parquet; got {self.record_format!r}")
+        check_positive("record_max_age_s", self.record_max_age_s)
+        if self.record_storage_options is not None and not isinstance(
+            self.record_storage_options, Mapping
+        ):
+            raise ConfigError("record_storage_options must be a mapping of fsspec options")
         check_risk_settings(self.risk_alpha, self.feedback_ids)
         check_fleet_settings(
             self.redis_url, self.fleet_namespace, self.fleet_timeout_s, self.feedback_ttl_s

@@ -1,5 +1,5 @@
-"""Recording (``--record DIR``): every guarded answer as one trace line, written off the
-request path.
+"""Recording (``--record DIR`` or ``--record URL``): every guarded answer as one trace line,
+written off the request path.
 
 A request hands its finished answer to :meth:`Recorder.submit`, which never
 blocks: the record goes into a bounded queue, or, when the queue is full, is
@@ -13,32 +13,25 @@ before), so a file never holds part of a line; that line is dropped and counted
 (``reason="disk"``) and the next one goes to the same file. Replicas can share a
 directory: the file names differ by host and process.
 
+Recording to object storage (``--record s3://bucket/prefix``, any fsspec URL) or in
+Parquet (``--record-format parquet``): the same writer appends the same lines to a
+local spool file (a private temporary directory for a URL; ``DIR/.spool`` for a local
+Parquet recording), and each finished spool file is handed to a
+:class:`~adapters._proxy._publish.Publisher`, which publishes it whole, under the
+same name, from a thread of its own. A spool file is finished when the next line
+would pass ``max_bytes``, when it is ``max_age_s`` old (so that a quiet proxy's
+answers still arrive; the writer checks the age at least every second and on
+:meth:`Recorder.tick`, against its ``clock``), and at :meth:`Recorder.close`, which
+waits for the publisher: an answer that was written is published or kept in the
+spool, never lost, across rotations and shutdown.
+
 The lines hold users' prompts and answers, so they are private to the user the
 proxy runs as, whatever the umask: the directories the recorder creates are
 mode 0700 and its files mode 0600 (a directory that already exists keeps its
 mode).
 
-The line is the project's trace format (``guardrail/traces/_read.py``) for what an
-API stream carries, without a label, plus what the request was, written by the
-format's one writer (:mod:`guardrail.traces`: key order, nulls, encoding):
-
-- ``id`` (the request id), ``dataset``, ``model`` (the certificate's model id),
-  ``question`` (the last user message), ``references`` (``[]``), ``prompt``
-  (``""``: the server applies its own template; see ``messages``), ``answer``,
-  ``vocab_size``, ``top_k``, ``tokens``;
-- each token: ``text``, ``logprob``, ``top`` (``[null, logprob]`` pairs, the same
-  number for every token, most likely first) with ``top_text`` (their texts),
-  ``bytes``; ``id``, ``entropy`` and ``prompt_free_logprob`` are ``null`` and
-  ``logz`` is ``{}`` (an API stream does not carry them);
-- ``messages`` and ``request`` (the settings sent upstream), ``finish_reason``,
-  ``complete`` (the upstream finished the answer and it was read to its end; a
-  blocked or cut-off answer is a prefix), ``verdict`` (the ``liftguard`` field),
-  ``created``.
-
-``guardrail.read_traces(path, require_label=False)`` reads these lines (the extra
-keys are ignored; ``Trace.missing`` names what the stream did not carry), and
-``liftguard traces label`` adds the label that ``calibrate``, ``fit`` and ``eval``
-need (with ``--vocab-size N`` when ``vocab_size`` is null).
+The line itself (what :func:`record_line` writes) is documented in
+:mod:`adapters._proxy._record_line`.
 """
 
 from __future__ import annotations
@@ -48,123 +41,61 @@ import errno
 import logging
 import os
 import queue
-import re
 import socket
+import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from guardrail import ConfigError
-from guardrail.traces import token_object, trace_line, trace_object
-
 from .._serving._metrics import ProxyMetrics
+from .._tracefiles._files import is_url
+from ._publish import Publisher, SpoolFile
+from ._record_line import AnswerRecord, check_dataset_name, record_line
 
-__all__ = ["AnswerRecord", "Recorder", "check_dataset_name", "record_line"]
+__all__ = ["AnswerRecord", "Recorder", "check_dataset_name", "open_recorder", "record_line"]
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class AnswerRecord:
-    """What :func:`record_line` needs of one answer (built on the request path, cheaply)."""
-
-    request_id: str
-    model_id: str
-    vocab_size: int | None
-    top_k: int
-    messages: list[Any]
-    settings: dict[str, Any]
-    text: list[str]
-    entries: list[Any]
-    finish_reason: str | None
-    complete: bool
-    verdict: dict[str, Any]
-    created: float = field(default_factory=time.time)
-
-
-def _question(messages: list[Any]) -> str:
-    for message in reversed(messages):
-        if isinstance(message, dict) and message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, str):
-                return content
-            if isinstance(content, list):  # content parts: the text ones
-                return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return ""
-
-
-def _alternatives(entry: dict[str, Any]) -> list[tuple[str, float]]:
-    out = []
-    for alt in entry.get("top_logprobs") or ():
-        if isinstance(alt, dict) and isinstance(alt.get("logprob"), int | float):
-            out.append((str(alt.get("token", "")), float(alt["logprob"])))
-    out.sort(key=lambda pair: -pair[1])
-    return out
-
-
-def record_line(record: AnswerRecord, dataset: str) -> str:
-    """One JSONL line (no newline) for ``record`` (see the module docstring)."""
-    entries = [e for e in record.entries if isinstance(e, dict)]
-    alts = [_alternatives(e) for e in entries]
-    k = min((len(a) for a in alts), default=0)
-    tokens = []
-    for entry, alt in zip(entries, alts, strict=True):
-        lp, raw = entry.get("logprob"), entry.get("bytes")
-        tokens.append(
-            token_object(
-                str(entry.get("token", "")),
-                float(lp) if isinstance(lp, int | float) else None,
-                [(None, v) for _, v in alt[:k]],
-                extra={
-                    "top_text": [t for t, _ in alt[:k]],
-                    "bytes": raw if isinstance(raw, list) else None,
-                },
-            )
+def open_recorder(
+    target: str,
+    *,
+    metrics: ProxyMetrics,
+    dataset: str = "proxy",
+    fmt: str = "jsonl",
+    max_bytes: int = 64 * 1024 * 1024,
+    max_age_s: float | None = 300.0,
+    queue_size: int = 10_000,
+    storage_options: Mapping[str, Any] | None = None,
+) -> Recorder:
+    """The recorder of ``--record target``: a local JSONL recording writes its files in
+    place; a URL (spooled in a private temporary directory) or a Parquet recording
+    (spooled in ``target/.spool``) publishes each finished file whole, the age limit
+    ``max_age_s`` applying to these (see the module docstring)."""
+    if not is_url(target) and fmt == "jsonl":
+        return Recorder(
+            target, metrics=metrics, dataset=dataset, max_bytes=max_bytes, queue_size=queue_size
         )
-    extra = {
-        "messages": record.messages,
-        "request": record.settings,
-        "finish_reason": record.finish_reason,
-        "complete": record.complete,
-        "verdict": record.verdict,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created)),
-    }
-    return trace_line(
-        trace_object(
-            id=record.request_id,
-            dataset=dataset,
-            model=record.model_id,
-            question=_question(record.messages),
-            references=[],
-            prompt="",
-            answer="".join(record.text).strip(),
-            correct=None,
-            vocab_size=record.vocab_size,
-            top_k=k,
-            tokens=tokens,
-            extra=extra,
-        )
+    publisher = Publisher(target, metrics=metrics, fmt=fmt, storage_options=storage_options)
+    if is_url(target):
+        spool = tempfile.mkdtemp(prefix="liftguard-record-")  # mode 0700
+    else:
+        spool = os.path.join(target, ".spool")
+    return Recorder(
+        spool,
+        metrics=metrics,
+        dataset=dataset,
+        max_bytes=max_bytes,
+        queue_size=queue_size,
+        publisher=publisher,
+        max_age_s=max_age_s,
     )
 
 
-_DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-
-
-def check_dataset_name(name: object) -> str:
-    """``name`` if it is a simple dataset name (it starts the recording files' names, so
-    it must keep them inside the recording directory): 1 to 64 letters, digits, ``_``,
-    ``.`` and ``-``, starting with a letter or digit, without ``..``; else a ConfigError."""
-    if not isinstance(name, str) or not _DATASET_NAME.fullmatch(name) or ".." in name:
-        raise ConfigError(
-            f"record_dataset must be a simple name (1 to 64 letters, digits, '_', '.' or '-', "
-            f"starting with a letter or digit, no '..'), got {name!r}"
-        )
-    return name
-
-
 _STOP = object()
+_TICK = object()
 
 
 class Recorder:
@@ -178,8 +109,17 @@ class Recorder:
         dataset: str = "proxy",
         max_bytes: int = 64 * 1024 * 1024,
         queue_size: int = 10_000,
+        publisher: Publisher | None = None,
+        max_age_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.directory = Path(directory)
+        self.directory = Path(directory)  # the files', or the spool files' with a publisher
+        self.publisher = publisher
+        self.max_age_s = max_age_s
+        self._clock = clock
+        self._path: Path | None = None
+        self._opened_at = 0.0
+        self._lines = 0  # whole lines in the current file
         self.dataset = check_dataset_name(dataset)
         self.max_bytes = max_bytes
         self._metrics = metrics
@@ -198,6 +138,8 @@ class Recorder:
         self._errors = 0
 
     def start(self) -> None:
+        if self.publisher is not None:
+            self.publisher.start()
         if self._thread is None:
             self._thread = threading.Thread(
                 target=self._run, name="liftguard-recorder", daemon=True
@@ -215,6 +157,27 @@ class Recorder:
             self._submitted += 1
         return True
 
+    def health(self, target: str | None = None) -> dict[str, Any]:
+        """What ``/healthz`` says of the recording (``target``: where it goes, as configured;
+        a URL is shown without its query)."""
+        out: dict[str, Any] = {
+            "dir": str(target or self.directory).split("?")[0],
+            "written": self.written,
+            "dropped": self.dropped,
+        }
+        if self.publisher is not None:
+            out["published"] = self.publisher.published
+            out["kept_locally"] = [str(p) for p in self.publisher.kept]
+        return out
+
+    def tick(self) -> None:
+        """Have the writer check the current file's age now (as it does at least every
+        second); :meth:`flush` waits for the check."""
+        with contextlib.suppress(queue.Full):
+            self._queue.put_nowait(_TICK)
+            with self._done:
+                self._submitted += 1
+
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every record submitted so far is written or dropped."""
         with self._done:
@@ -222,12 +185,15 @@ class Recorder:
             return self._done.wait_for(lambda: self._handled >= target, timeout)
 
     def close(self, timeout: float = 30.0) -> None:
-        """Write what is queued, then stop the thread and close the file."""
+        """Write what is queued, then stop the thread and close the file; with a publisher,
+        wait until every finished file is published (or kept)."""
         if self._thread is not None:
             self._queue.put(_STOP)
             self._thread.join(timeout)
             self._thread = None
         self._close_file()
+        if self.publisher is not None:
+            self.publisher.close()
 
     # -- the writer thread -----------------------------------------------------------------
 
@@ -236,15 +202,29 @@ class Recorder:
             self.dropped += 1
         self._metrics.records_dropped.labels(reason=reason).inc()
 
+    def _next(self) -> Any:
+        """The next queued item; None after a second without one when files age."""
+        if self.max_age_s is None or self.publisher is None:
+            return self._queue.get()
+        try:
+            return self._queue.get(timeout=min(1.0, self.max_age_s))
+        except queue.Empty:
+            return None
+
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
+            item = self._next()
             if item is _STOP:
                 return
+            if item is None or item is _TICK:
+                self._rotate_if_old()
+                if item is None:
+                    continue
             try:
-                self._write(record_line(item, self.dataset).encode("utf-8") + b"\n")
-                self.written += 1
-                self._metrics.records_written.inc()
+                if item is not _TICK:
+                    self._write(record_line(item, self.dataset).encode("utf-8") + b"\n")
+                    self.written += 1
+                    self._metrics.records_written.inc()
             except Exception as exc:  # the writer never dies: the record is dropped, counted
                 self._drop("disk" if isinstance(exc, OSError) else "error")
                 self._errors += 1
@@ -254,6 +234,15 @@ class Recorder:
                 with self._done:
                     self._handled += 1
                     self._done.notify_all()
+
+    def _rotate_if_old(self) -> None:
+        if (
+            self.max_age_s is not None
+            and self._fd is not None
+            and self._size
+            and self._clock() - self._opened_at >= self.max_age_s
+        ):
+            self._close_file()
 
     def _write(self, data: bytes) -> None:
         """Append ``data`` (one whole line) to the current file, or leave the file as it
@@ -275,6 +264,7 @@ class Recorder:
             self._cut(fd)
             raise
         self._size += done
+        self._lines += 1
 
     def _cut(self, fd: int) -> None:
         """Truncate the file back to its whole lines (or remember to, if that fails too)."""
@@ -290,7 +280,8 @@ class Recorder:
         while True:
             name = f"{self.dataset}-{self._stamp}-{self._host}-{os.getpid()}-{self._seq + 1:05d}"
             try:
-                fd = os.open(self.directory / f"{name}.jsonl", flags, 0o600)
+                path = self.directory / f"{name}.jsonl"
+                fd = os.open(path, flags, 0o600)
             except FileExistsError:  # left by a process of the same pid, started that second
                 self._seq += 1
                 continue
@@ -299,6 +290,7 @@ class Recorder:
         with contextlib.suppress(OSError):  # created 0600 less the umask: never more
             os.fchmod(fd, 0o600)  # the owner's bits too, whatever the umask
         self._fd, self._size, self._torn = fd, 0, False
+        self._path, self._opened_at, self._lines = path, self._clock(), 0
         return fd
 
     def _make_directory(self) -> None:
@@ -325,3 +317,10 @@ class Recorder:
                 os.close(self._fd)
             self._fd = None
             self._torn = False
+            if self.publisher is not None and self._path is not None:
+                if self._lines:
+                    self.publisher.submit(SpoolFile(self._path, self._path.stem, self._lines))
+                else:  # nothing to publish
+                    with contextlib.suppress(OSError):
+                        self._path.unlink()
+            self._path = None

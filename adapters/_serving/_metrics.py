@@ -14,6 +14,10 @@
 - ``liftguard_client_disconnects_total``: clients that closed before the end.
 - ``liftguard_records_written_total``, ``liftguard_records_dropped_total{reason}``
   (``queue_full``, ``disk``): trace lines of ``--record``.
+- ``liftguard_record_objects_total{result}`` (``published``, ``kept_locally``):
+  recording files published whole (uploaded to ``--record URL``, or a Parquet
+  recording renamed into place), or kept in the local spool directory after
+  every try failed; ``liftguard_record_lines_kept_locally_total``: their lines.
 - ``liftguard_certificate_refreshes_total{result}`` (``unchanged``, ``changed``,
   ``failed``): store alias re-reads.
 - ``liftguard_certificate_info{model, certificate}`` (gauge): 1 for the
@@ -109,6 +113,15 @@ class ProxyMetrics:
         )
         self.records_dropped = Counter(
             "liftguard_records_dropped", "Trace lines dropped", ["reason"], registry=reg
+        )
+        self.record_objects = Counter(
+            "liftguard_record_objects", "Recording files published or kept", ["result"],
+            registry=reg,
+        )
+        self.record_lines_kept = Counter(
+            "liftguard_record_lines_kept_locally",
+            "Trace lines of recording files kept in the spool after failed uploads",
+            registry=reg,
         )
         self.refreshes = Counter(
             "liftguard_certificate_refreshes", "Store alias re-reads", ["result"], registry=reg

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from adapters.tracefiles import trace_file_sha256
 from guardrail import (
     Calibration,
     Certificate,
@@ -17,7 +18,6 @@ from guardrail import (
     SkeletonSpec,
     StreamPolicy,
 )
-from guardrail.traces import file_sha256
 
 from ._common import CommandError
 
@@ -58,7 +58,7 @@ def build_certificate(
         raise CommandError("the calibration records no streaming policy")
     provenance: dict[str, Any] = {
         "traces": Path(args.traces).name,
-        "traces_sha256": file_sha256(args.traces),
+        "traces_sha256": trace_file_sha256(args.traces),
         "command": getattr(args, "command_line", ""),
     }
     return Certificate(

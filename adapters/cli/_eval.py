@@ -50,7 +50,7 @@ def _read_certificate(path: str) -> Any:
 def _check_certificate(args: argparse.Namespace, cert: Any, traces: list[Any]) -> None:
     """Refuse traces of another vocabulary; warn (stderr) when the traces are from another
     model or are the very traces the certificate was made on (not a held-out evaluation)."""
-    from guardrail.traces import file_sha256
+    from adapters.tracefiles import trace_file_sha256
 
     model, vocab = traces[0].model, traces[0].vocab_size
     if cert.statistic is not None and vocab != cert.statistic.vocab_size:
@@ -64,7 +64,7 @@ def _check_certificate(args: argparse.Namespace, cert: Any, traces: list[Any]) -
             f"the traces are from {model!r} (certificates do not transfer across models)",
             file=sys.stderr,
         )
-    if cert.provenance.get("traces_sha256") == file_sha256(args.traces):
+    if cert.provenance.get("traces_sha256") == trace_file_sha256(args.traces):
         print(
             "liftguard eval: warning: these are the traces the certificate was fitted and "
             "calibrated on: its results here are not held out",

@@ -115,6 +115,7 @@ def _ids_sha256(ids: list[str]) -> str:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
+    from adapters.tracefiles import trace_file_sha256
     from guardrail import Certificate, InsufficientDataError, ModelIdentity, StreamPolicy
     from guardrail.evaluate import auroc
     from guardrail.fitting import (
@@ -126,7 +127,6 @@ def cmd_fit(args: argparse.Namespace) -> int:
         stop_at,
         token_ranges,
     )
-    from guardrail.traces import file_sha256
 
     from ._certify import read_context, skeleton_spec
     from ._fit_select import choose_statistic, selection_line
@@ -262,7 +262,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     cal = replace(cal, extra=extra)
     provenance: dict[str, Any] = {
         "traces": Path(args.traces).name,
-        "traces_sha256": file_sha256(args.traces),
+        "traces_sha256": trace_file_sha256(args.traces),
         "command": getattr(args, "command_line", ""),
         "fit": split,
     }

@@ -48,7 +48,12 @@ def add_fit_parser(sub: Any) -> None:
         "calibrate its threshold on the disjoint rest by the same risk control as "
         "'calibrate', and write the certificate (statistic, tau, model, context, split).",
     )
-    p.add_argument("--traces", required=True, help="JSONL trace file (labelled answers)")
+    p.add_argument(
+        "--traces",
+        required=True,
+        help="labelled trace file: JSONL, or Parquet if it ends with .parquet; a local path "
+        "or a URL such as s3://bucket/key",
+    )
     p.add_argument("--out", required=True, type=output_file, help="certificate file to write")
     p.add_argument(
         "--risk",

@@ -54,6 +54,7 @@ warning naming it, and counted in the summary. A trace without
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections import Counter
@@ -136,7 +137,7 @@ def label_file(
     from guardrail.traces import label_line  # the format's one writer: order, encoding
 
     with (
-        open(out, "w", encoding="utf-8") as fh,
+        _Output(out) as fh,
         open(unlabelled, "w", encoding="utf-8") if unlabelled else open(os.devnull, "w") as left,
     ):
         for path, lineno, obj in ((p, *item) for p in traces for item in lines(p, torn(p))):
@@ -156,8 +157,33 @@ def label_file(
             counts["labelled"] += 1
             counts["correct"] += bool(correct)
             obj[_RULE_KEY] = rule
-            fh.write(label_line(obj, correct) + "\n")
+            fh.write(label_line(obj, correct))
     return counts
+
+
+class _Output:
+    """The labelled traces' file: JSONL lines as written, or, for a ``.parquet`` name, the
+    same objects in the columnar format (:class:`adapters.tracefiles.TraceFileWriter`)."""
+
+    def __init__(self, path: str) -> None:
+        from adapters.tracefiles import TraceFileWriter, is_parquet
+
+        self._parquet = TraceFileWriter(path) if is_parquet(path) else None
+        self._fh = None if self._parquet else open(path, "w", encoding="utf-8")  # noqa: SIM115
+
+    def write(self, line: str) -> None:
+        if self._parquet is not None:
+            self._parquet.write(json.loads(line))  # the line's object, label in its place
+        elif self._fh is not None:
+            self._fh.write(line + "\n")
+
+    def __enter__(self) -> _Output:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for closing in (self._parquet, self._fh):
+            if closing is not None:
+                closing.close()
 
 
 #: ``(fewest answers, share)``: a rule that labels fewer than ``share`` or more than
@@ -216,8 +242,10 @@ def cmd_label(args: argparse.Namespace) -> int:
         raise CommandError("give --references FILE or --judge URL --judge-model NAME", status=2)
     if args.judge is not None and not args.judge_model:
         raise CommandError("--judge needs --judge-model NAME", status=2)
+    from adapters.tracefiles import is_url
+
     for path in args.traces:
-        if not os.path.isfile(path):
+        if not is_url(path) and not os.path.isfile(path):
             raise CommandError(f"{path}: no such file")
 
     def run(labeller: Labeller, rule: str) -> Counter[str]:
@@ -283,9 +311,15 @@ def add_label_parser(cmds: Any) -> None:
         required=True,
         nargs="+",
         metavar="FILE",
-        help="recorded trace files (JSONL; e.g. every file under --record DIR)",
+        help="recorded trace files (JSONL, or Parquet if FILE ends with .parquet; a local "
+        "path or a URL such as s3://bucket/key; e.g. every file under --record DIR)",
     )
-    lb.add_argument("--out", type=output_file, required=True, help="labelled traces (JSONL)")
+    lb.add_argument(
+        "--out",
+        type=output_file,
+        required=True,
+        help="labelled traces (JSONL, or Parquet if OUT ends with .parquet)",
+    )
     how = lb.add_mutually_exclusive_group()  # one of them: cmd_label says which goes how
     how.add_argument(
         "--references",

@@ -68,8 +68,9 @@ def add_monitor_parser(sub: Any) -> None:
         "--traces",
         action="append",
         required=True,
-        metavar="LABELLED.jsonl",
-        help="labelled trace file (repeatable: the replicas' recordings)",
+        metavar="LABELLED",
+        help="labelled trace file, JSONL or .parquet, a local path or a URL such as "
+        "s3://bucket/key (repeatable: the replicas' recordings)",
     )
     p.add_argument("--certificate", required=True, metavar="CERT", help="certificate file")
     p.add_argument(

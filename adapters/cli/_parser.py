@@ -17,6 +17,11 @@ from ._common import (
 
 __all__ = ["build_parser"]
 
+TRACES_HELP = (
+    "trace file: JSONL, or Parquet if it ends with .parquet; a local path or a URL such as "
+    "s3://bucket/key (fsspec's defaults and environment give its credentials)"
+)
+
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     if args.margins_from is None and args.early_block is not None:
@@ -122,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Calibrate tau on labelled traces (JSONL trace format) and report "
         "coverage, risk and the oracle coverage on a held-out split.",
     )
-    p.add_argument("--traces", required=True, help="JSONL trace file")
+    p.add_argument("--traces", required=True, help=TRACES_HELP)
     _add_certificate_options(p)
     p.add_argument("--method", default="ltt", choices=("ltt", "paper"))
     p.add_argument(
@@ -202,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the same random 50/50 splits, and report test coverage, risk, risk violations, "
         "AUROC and tokens read.",
     )
-    e.add_argument("--traces", required=True, help="JSONL trace file")
+    e.add_argument("--traces", required=True, help=TRACES_HELP)
     _add_certificate_options(e)
     e.add_argument("--splits", type=integer(1), default=20)
     e.add_argument("--seed", type=integer(0), default=0)
@@ -300,11 +305,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_monitor_parser(sub)
 
+    from ._convert import add_convert_parser
     from ._label import add_label_parser
     from ._local_server import add_local_server_parser
     from ._serve import add_serve_parser
 
     add_label_parser(_subcommands(sub.choices["traces"]))
+    add_convert_parser(_subcommands(sub.choices["traces"]))
     add_serve_parser(sub)
     add_local_server_parser(sub)
     return parser

@@ -65,10 +65,10 @@ def _refuse_rule_flags(args: argparse.Namespace, defaults: dict[str, Any]) -> No
 
 def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     """Calibrate ``args.certificate``'s tau on ``args.traces``; write ``args.out``."""
+    from adapters.tracefiles import trace_file_sha256
     from guardrail import Certificate, InsufficientDataError
     from guardrail.evaluate import auroc
     from guardrail.fitting import calibrate_fitted
-    from guardrail.traces import file_sha256
 
     from ._margins import margins_blocked, margins_line, replays
 
@@ -83,7 +83,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
             "calibrated by the options of 'calibrate' itself"
         )
     fitted_on = cert.provenance.get("traces_sha256")
-    traces_sha = file_sha256(args.traces)
+    traces_sha = trace_file_sha256(args.traces)
     if fitted_on == traces_sha:
         raise CommandError(
             f"{args.traces}: these are the traces the certificate's statistic was fitted on; "
@@ -205,14 +205,14 @@ def _traffic_margins(
     ``--margins-from`` (labels unread), and what to record of them. The margins are part
     of the rule that calibration replays, so they must not come from calibration answers:
     the same file, or answers with a calibration answer's id, are refused."""
+    from adapters.tracefiles import trace_file_sha256
     from guardrail.fitting import block_margins
-    from guardrail.traces import file_sha256
 
     from ._fit_args import TRAFFIC_EARLY_BLOCK
 
     path = args.margins_from
     stat = cert.statistic
-    sha = file_sha256(path)
+    sha = trace_file_sha256(path)
     if sha == cal_sha:
         raise CommandError(
             f"--margins-from {path}: these are the calibration traces; set the margins from "

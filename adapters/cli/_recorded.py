@@ -14,7 +14,9 @@ vocabulary size (:func:`supply_vocab_size`). There is no table of known
 tokenizers to take it from a model name.
 
 The recorded files themselves are read by :func:`recorded_lines`, which skips a
-torn last line (a record cut off mid-write) and says so.
+torn last line (a record cut off mid-write) and says so; every file is opened by
+:func:`adapters.tracefiles.open_trace_objects` (JSONL or Parquet by the suffix, a
+local path or an fsspec URL such as ``s3://bucket/key``).
 
 **Whole answers only.** A recorded line can hold a prefix of its answer, not the
 answer: ``complete: false`` (the proxy blocked it mid-stream in ``buffered`` or
@@ -32,7 +34,6 @@ the serving certificate showed): a warning names the bias and the fix, recording
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -55,44 +56,20 @@ __all__ = [
     "verdict_shown",
 ]
 
-_BOM = b"\xef\xbb\xbf"
-
 
 def recorded_lines(path: str, torn: Callable[[int], None]) -> Iterator[tuple[int, object]]:
-    """``(line number, value)`` of each non-blank line of a recorded JSONL file (a BOM is
-    skipped).
+    """``(line or row number, value)`` of each trace of a recorded file, JSONL or Parquet,
+    local or an fsspec URL (:func:`adapters.tracefiles.open_trace_objects`; in JSONL a
+    BOM is skipped).
 
     A last line that does not end with a newline and is not JSON (or not even UTF-8)
     is a record an interrupted write cut off (a full disk, a crash, a recorder of an
     older version): it is skipped and ``torn(line number)`` is called. Any other
-    line that is not JSON is a :class:`CommandError` naming ``path:line``, as
-    ``json_lines`` does: the file is corrupt, not torn."""
-    with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if lineno == 1 and raw.startswith(_BOM):
-                raw = raw[len(_BOM) :]
-            last = not raw.endswith(b"\n")  # only the end of the file lacks one
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                if last:
-                    torn(lineno)
-                    return
-                raise CommandError(
-                    f"{path}:{lineno}: invalid UTF-8 (byte {exc.start + 1} of the line)"
-                ) from exc
-            if not text.strip():
-                continue
-            try:
-                value = json.loads(text)
-            except json.JSONDecodeError as exc:
-                if last:
-                    torn(lineno)
-                    return
-                raise CommandError(
-                    f"{path}:{lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
-                ) from exc
-            yield lineno, value
+    line that is not JSON is an error naming ``path:line``, as ``json_lines`` says:
+    the file is corrupt, not torn."""
+    from adapters.tracefiles import open_trace_objects
+
+    return open_trace_objects(path, torn=torn)
 
 
 VOCAB_HINT = "pass --vocab-size N, the model's vocabulary size"
@@ -300,15 +277,17 @@ class WholeAnswers:
 
 
 def read_whole(path: str, command: str, use: str, *, require_label: bool = True) -> list[Any]:
-    """The whole answers of the trace file ``path``, parsed strictly (prefixes left out and
+    """The whole answers of the trace file ``path`` (JSONL or Parquet, local or a URL:
+    :func:`adapters.tracefiles.open_trace_objects`), parsed strictly (prefixes left out and
     said so, a file of prefixes refused: :class:`WholeAnswers`; ``use``: what
     ``command`` does with them, for the bias warning)."""
-    from guardrail.traces import iter_trace_objects, parse_trace
+    from adapters.tracefiles import open_trace_objects
+    from guardrail.traces import parse_trace
 
     sort = WholeAnswers(command)
     traces = [
         parse_trace(obj, source=path, line=lineno, require_label=require_label)
-        for lineno, obj in iter_trace_objects(path)
+        for lineno, obj in open_trace_objects(path)
         if sort.whole(obj)
     ]
     sort.report(path, use)

@@ -77,6 +77,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             record_max_bytes=int(args.record_max_mb * 1024 * 1024),
             record_queue=args.record_queue,
             record_dataset=args.record_dataset,
+            record_format=args.record_format,
+            record_max_age_s=args.record_max_age,
+            record_storage_options=options,
             refresh_interval_s=args.refresh_interval,
             risk_alpha=args.risk_alpha,
             feedback_ids=args.feedback_ids,
@@ -159,7 +162,8 @@ def add_serve_parser(sub: Any) -> None:
         action=_StorageOptionAction,
         default=None,
         metavar="KEY=VALUE",
-        help="fsspec option of a store URL (repeatable, as for 'skeleton')",
+        help="fsspec option of a store URL and of a --record URL (repeatable, as for "
+        "'skeleton')",
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=integer(0), default=8080, help="0: a free port")
@@ -227,9 +231,25 @@ def add_serve_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--record",
-        metavar="DIR",
+        metavar="DIR|URL",
         default=None,
-        help="write every guarded answer as a trace line under DIR",
+        help="write every guarded answer as a trace line under DIR, or to objects under an "
+        "fsspec URL such as s3://bucket/prefix (with --storage-option), each file uploaded "
+        "whole once finished",
+    )
+    p.add_argument(
+        "--record-format",
+        choices=("jsonl", "parquet"),
+        default="jsonl",
+        help="the recording files' format (parquet: pip install 'liftguard[columnar]')",
+    )
+    p.add_argument(
+        "--record-max-age",
+        type=positive,
+        default=300.0,
+        metavar="SECONDS",
+        help="with a URL or --record-format parquet: publish a file once it is this old, "
+        "so that a quiet proxy's answers still arrive (default 300)",
     )
     p.add_argument(
         "--record-max-mb", type=positive, default=64.0, help="start a new trace file past this size"

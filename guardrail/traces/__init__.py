@@ -26,6 +26,7 @@ from ._read import (
     parse_trace,
     parse_trace_lines,
     read_traces,
+    trace_objects,
 )
 from ._write import (
     dump_trace_line,
@@ -60,6 +61,7 @@ __all__ = [
     "trace_clipped_lifts",
     "trace_line",
     "trace_object",
+    "trace_objects",
     "trace_skeleton_logprobs",
     "trace_to_dict",
     "type_token_ratio",

@@ -59,6 +59,7 @@ __all__ = [
     "parse_trace",
     "parse_trace_lines",
     "read_traces",
+    "trace_objects",
     "trace_to_dict",
 ]
 
@@ -167,6 +168,18 @@ def _iter_file(path: str, limit: int | None, require_label: bool) -> Iterator[Tr
         yield from _parse_lines(_decoded_lines(fh, path), path, limit, require_label)
 
 
+def trace_objects(raw_lines: Iterable[bytes], *, source: str) -> Iterator[tuple[int, Any]]:
+    """``(1-based line number, decoded JSON value)`` of each non-blank line of UTF-8 JSONL
+    given as raw lines (an open binary file, say, local or not), with the errors of
+    :func:`iter_trace_objects`, which reads a path through it; ``source`` names the file
+    in them.
+
+    >>> list(trace_objects([b'{"id": "a"}\\n', b"\\n", b"[1]"], source="mem"))
+    [(1, {'id': 'a'}), (3, [1])]
+    """
+    return _objects(_decoded_lines(raw_lines, source), source)
+
+
 def iter_trace_objects(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
     """``(1-based line number, decoded JSON value)`` of each non-blank line of a trace
     file, read as :func:`iter_traces` reads it (same errors), each left to the caller
@@ -184,7 +197,7 @@ def iter_trace_objects(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]
 
 def _iter_objects(path: str) -> Iterator[tuple[int, Any]]:
     with open(path, "rb") as fh:
-        yield from _objects(_decoded_lines(fh, path), path)
+        yield from trace_objects(fh, source=path)
 
 
 def read_traces(

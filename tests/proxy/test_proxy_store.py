@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import openai
 import pytest
 from proxy_harness import GOOD, ROLE, STOP, Upstream, make_certificate, running_proxy, tokens
+from s3_server import moto_s3
 from sse_server import Reply
 
 from adapters.proxy import StoreCertificate, certificate_source
@@ -113,44 +113,11 @@ def _swaps(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 # --- several replicas on one S3 store --------------------------------------------------------
 
-AWS_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_EC2_METADATA_DISABLED": "true",
-    "NO_PROXY": "127.0.0.1,localhost",
-    "no_proxy": "127.0.0.1,localhost",
-}
-
-
 @pytest.fixture
 def s3_store() -> Iterator[tuple[str, dict[str, Any]]]:
     """A fresh bucket prefix on moto's S3 server (127.0.0.1) and its storage options."""
-    pytest.importorskip("s3fs")
-    pytest.importorskip("moto.server")
-    from moto.server import ThreadedMotoServer
-
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in AWS_ENV.items():
-            mp.setenv(key, value)
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        server.start()
-        try:
-            host, port = server.get_host_and_port()
-            endpoint = f"http://{host}:{port}"
-            import boto3
-
-            boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(
-                Bucket="liftguard-proxy"
-            )
-            options = {
-                "key": "testing",
-                "secret": "testing",
-                "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-            }
-            yield f"s3://liftguard-proxy/{uuid.uuid4().hex}", options
-        finally:
-            server.stop()
+    with moto_s3("liftguard-proxy") as (_, url, options):
+        yield url, options
 
 
 async def test_replicas_on_one_s3_store_pick_up_a_promotion(
