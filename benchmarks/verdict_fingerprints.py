@@ -4,8 +4,9 @@ Each shipped certificate (``guardrail/data``) replays the shared TriviaQA traces
 model token by token, twice: through :meth:`guardrail.Certificate.monitor` fed the traces'
 token events, and through the adapters' stream step fed the same tokens as OpenAI Chat
 Completions chunks (the path every front end drives). Every verdict (state, tokens,
-statistic, bounds, cause, reason) goes into a sha256 per path; both must agree, and a
-refactoring that changes no behaviour must leave them as they were.
+statistic, bounds, cause, reason; the numbers to 9 significant digits) goes into a sha256
+per path; both must agree, and a refactoring that changes no behaviour must leave them as
+they were.
 
     python benchmarks/verdict_fingerprints.py [--limit N] [--write]
 
@@ -83,8 +84,16 @@ def _chunk(event: TokenEvent | None) -> dict[str, Any]:
     return {"choices": [choice]}
 
 
+def _num(x: float) -> str:
+    """A statistic to 9 significant digits: a machine whose floating point differs in the
+    last bits (numpy's SIMD paths for ``exp`` and ``log`` differ between CPUs) gives the
+    same fingerprint, a change of behaviour does not."""
+    return f"{x:.9g}"
+
+
 def _line(v: Verdict) -> bytes:
-    return repr((v.state, v.t, v.mean, v.lower, v.upper, v.cause, v.reason)).encode()
+    numbers = (_num(x) for x in (v.mean, v.lower, v.upper))
+    return repr((v.state, v.t, *numbers, v.cause, v.reason)).encode()
 
 
 def fingerprints(certificate: Certificate, traces: list[Trace]) -> dict[str, str]:
