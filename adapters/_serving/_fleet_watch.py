@@ -17,7 +17,8 @@ share a Redis (or Valkey) server (:mod:`._fleet`). Each replica
 
 When Redis is unreachable or slow (each call waits at most ``timeout_s``), guarded
 requests go on unchanged; a label is refused with HTTP 503 ``fleet_unavailable`` (send it
-again later: nothing was taken); the watch reports itself ``blind`` with the reason, and
+again later; one a hung server still applies when it wakes is taken once, and the second
+send gets 409 ``duplicate_feedback``); the watch reports itself ``blind`` with the reason, and
 logs once when it goes blind and once when it sees again. It recovers by itself on the
 next call that succeeds. When Redis loses its data (a restart without persistence, an
 eviction), answers kept before are unknown to labels, and each version's logs start
@@ -247,8 +248,9 @@ class FleetRiskWatch(RiskWatch):
             raise FeedbackRefused(
                 503,
                 "fleet_unavailable",
-                f"the fleet store (Redis) did not answer ({_reason(exc)}): the label was not "
-                "taken; send it again later",
+                f"the fleet store (Redis) did not answer ({_reason(exc)}): send the label "
+                "again later (a label a hung server still applies when it wakes is taken once: "
+                "the second send then gets 409 duplicate_feedback)",
             ) from None
         self._seen()
         return out
