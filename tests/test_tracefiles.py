@@ -62,6 +62,23 @@ def test_a_fixture_converted_to_parquet_reads_as_the_same_objects(
     assert back.read_bytes() == sample.read_bytes()  # the format's writer: byte for byte
 
 
+@pytest.mark.parametrize("suffix", [".gz", ".xz", ".bz2"])
+def test_compressed_jsonl_reads_as_the_file_it_compresses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], suffix: str
+) -> None:
+    import bz2
+    import gzip
+    import lzma
+
+    squeeze = {".gz": gzip.compress, ".xz": lzma.compress, ".bz2": bz2.compress}[suffix]
+    packed = tmp_path / f"{GEMMA.name}{suffix}"
+    packed.write_bytes(squeeze(GEMMA.read_bytes()))
+    assert _layout(_objects(packed)) == _layout(_objects(GEMMA))
+    runs = [_run(capsys, "eval", "--traces", str(p), "--risk", "0.9", "--splits", "3", "--json")
+            for p in (GEMMA, packed)]  # fmt: skip
+    assert json.loads(runs[0]) == json.loads(runs[1].replace(str(packed), str(GEMMA)))
+
+
 def test_parquet_is_written_in_row_groups_and_read_a_batch_at_a_time(tmp_path: Path) -> None:
     objs = _objects(SMOLLM2)
     out = tmp_path / "t.parquet"

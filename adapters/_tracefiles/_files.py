@@ -3,7 +3,8 @@ the one opener every reader uses, and the one writer of whole files.
 
 :func:`open_trace_objects` yields ``(number, decoded value)`` for each trace of a file:
 
-- JSONL (any other suffix): the line number and the line's value, read by
+- JSONL (any other suffix; ``.gz``, ``.xz`` or ``.bz2`` after it: compressed so, and
+  read through the standard library): the line number and the line's value, read by
   :func:`guardrail.traces.trace_objects` (its errors name ``file:line``: invalid
   UTF-8 or JSON); with ``torn`` given, a last line without its newline that is not
   JSON (or not UTF-8) is a record an interrupted write cut off: it is skipped and
@@ -128,14 +129,23 @@ def open_trace_objects(
     return _jsonl_objects(text, storage_options, torn)
 
 
+_COMPRESSED = {".gz": "gzip", ".xz": "lzma", ".bz2": "bz2"}
+"""A JSONL file's compressed suffixes, read through the standard library's module."""
+
+
 def _jsonl_objects(
     path: str, options: Options, torn: Callable[[int], None] | None
 ) -> Iterator[tuple[int, Any]]:
-    with open_binary(path, "rb", options) as fh:
-        if torn is None:
-            yield from trace_objects(fh, source=path)
-        else:
-            yield from _tolerant_lines(fh, path, torn)
+    with open_binary(path, "rb", options) as raw:
+        module = next((m for sfx, m in _COMPRESSED.items() if path.endswith(sfx)), None)
+        fh: IO[bytes] = raw if module is None else importlib.import_module(module).open(raw)
+        try:
+            if torn is None:
+                yield from trace_objects(fh, source=path)
+            else:
+                yield from _tolerant_lines(fh, path, torn)
+        finally:
+            fh.close()
 
 
 def _tolerant_lines(
