@@ -9,7 +9,7 @@ import pytest
 
 from adapters import final_number
 from guardrail._answer_span import _number_chars, final_number_span
-from guardrail.traces import baseline_score, parse_trace
+from guardrail.traces import Trace, baseline_score, parse_trace
 
 
 def _number(text: str) -> str | None:
@@ -69,7 +69,7 @@ def test_tokens_that_overlap_the_number() -> None:
     assert final_number_span(["no", " number"]) is None
 
 
-def _trace(texts: list[str], logprobs: list[float]) -> object:
+def _trace(texts: list[str], logprobs: list[float]) -> Trace:
     tokens = [
         {"id": i, "text": t, "logprob": lp, "top": [[i, lp]], "entropy": 0.1,
          "logz": {"1.5": 0.0, "2.0": 0.0}, "prompt_free_logprob": -1.0}
