@@ -86,7 +86,9 @@ def _eval(traces: Path, cert: Path, risk: float, bootstrap: int) -> dict[str, An
     return result
 
 
-def early_blocks(cert_path: Path, traces_path: Path, risk: float, coverage: float) -> dict[str, Any]:
+def early_blocks(
+    cert_path: Path, traces_path: Path, risk: float, coverage: float
+) -> dict[str, Any]:
     """What the certificate's blocks read and save on ``traces_path`` at ``risk``, over
     ``eval``'s splits (``coverage``: the certificate's coverage ``eval`` reported, which
     these splits must reproduce)."""
@@ -293,13 +295,16 @@ def render(saved: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--mbpp", type=Path, help="MBPP traces labelled with --check code")
     parser.add_argument("--gsm8k", type=Path, help="GSM8K traces labelled with --check number")
     parser.add_argument("--bootstrap", type=int, default=BOOTSTRAP, help="resamples (0: none)")
-    parser.add_argument("--docs-only", action="store_true",
-                        help="rewrite the page from the saved results, running nothing")  # fmt: skip
+    parser.add_argument(
+        "--docs-only", action="store_true", help="rewrite the page from the saved results"
+    )
     args = parser.parse_args()
     if args.docs_only:
         saved = load(SAVED)
