@@ -14,6 +14,8 @@ as every held-out benchmark here); on half A, ``liftguard fit --fit-fraction 1``
 default certificate (every default: group ``lift``, the prompt-free skeleton, early
 block 0.99) and, per target risk, ``liftguard fit --select coverage --risk R``; on half
 B, ``liftguard eval --certificate CERT --risk R --splits 50 --seed 7 --bootstrap 200``
+(R: the target risks 0.1, 0.2 and 0.3, and 0.4 and 0.5 to tell methods apart where all
+refuse the targets)
 calibrates tau anew on one half of each split, for the certificate and every baseline
 alike, and tests on the other half; the bootstrap intervals are paired (each resample
 of answers reruns every split for every method). Transfer (with both files): the same
@@ -54,7 +56,10 @@ COMMAND = "python benchmarks/longform.py --mbpp MBPP.jsonl --gsm8k GSM8K.jsonl"
 SAVED = ROOT / "benchmarks" / "results" / "longform.json"
 PAGE = ROOT / "docs" / "results" / "longform.md"
 TASKS = {"mbpp": "MBPP (code)", "gsm8k": "GSM8K (maths)"}
-RISKS = (0.1, 0.2, 0.3)
+RISKS = (0.1, 0.2, 0.3, 0.4, 0.5)
+TARGETS = ("0.1", "0.2", "0.3")
+"""The risks the certificate is held to; 0.4 and 0.5 show the methods apart where few
+answers are at hand and every method refuses the targets."""
 SPLITS, SEED, DELTA, BOOTSTRAP = 50, 7, 0.05, 200
 METHODS = ("lift", "lift_paper", *BASELINES)
 """What ``eval`` reports besides the certificate (the shipped lift rules, the baselines)."""
@@ -81,6 +86,7 @@ def _eval(traces: Path, cert: Path, risk: float, bootstrap: int) -> dict[str, An
                      f"{risk:g}", "--splits", str(SPLITS), "--seed", str(SEED), "--bootstrap",
                      str(bootstrap), "--json")  # fmt: skip
     result: dict[str, Any] = json.loads(out)
+    result["certificate"]["path"] = cert.name  # a temporary file: its name says which
     for m in result["methods"].values():
         m.pop("refusal_reason", None)  # a sentence; `all_refused` says it
     return result
@@ -242,8 +248,9 @@ def _verdicts(runs: dict[str, Any]) -> tuple[list[str], int, int]:
             cert, sel = methods["certificate"], methods["selected"]
             best = _best_baseline(methods)
             diff = cert["coverage_mean"] - methods[best]["coverage_mean"]
-            within += diff >= -0.01
-            above += diff > 0
+            if risk in TARGETS:
+                within += diff >= -0.01
+                above += diff > 0
             early = run["early_blocks"]
             lines.append(
                 f"| {TASKS.get(task, task)} | {risk} | {pct(cert['coverage_mean'])} | "
@@ -265,12 +272,16 @@ def render(saved: dict[str, Any]) -> str:
             f"{t['mean_tokens']:.0f} mean, {t['max_tokens']} at most; halves of "
             f"{t['halves']['fit']} (fit) and {t['halves']['test']} (test)."
         )
-    n_cells = sum(len(v) for v in saved["in_domain"].values())
+    n_cells = sum(r in TARGETS for v in saved["in_domain"].values() for r in v)
     rows, within, above = _verdicts(saved["in_domain"])
+    cells = [r for v in saved["in_domain"].values() for k, r in v.items() if k in TARGETS]
+    worst = max((r["methods"]["certificate"]["risk_violation_rate"] for r in cells), default=0.0)
     lines += ["", "### In-domain summary", "",
               f"{saved['splits']} splits of the test half, tau recalibrated on each; bootstrap "
               f"over {saved['bootstrap']} resamples. The certificate is within a point of the "
-              f"best baseline in {within} of {n_cells} cells and strictly above it in {above}.",
+              f"best baseline in {within} of {n_cells} cells at the target risks (0.1, 0.2, 0.3) "
+              f"and strictly above it in {above}; its risk is violated in at most "
+              f"{pct(worst, 0)} of the splits of any of them.",
               "", *rows, ""]  # fmt: skip
     if saved["transfer"]:
         rows, within, above = _verdicts(saved["transfer"])
