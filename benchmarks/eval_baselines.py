@@ -55,7 +55,8 @@ NEIGHBOURS: tuple[tuple[str, ...], ...] = (
 )
 """One flag changed from the default (the paper's configurations change two)."""
 METHODS = ("lift", "lift_paper", *BASELINES)
-"""The order ``liftguard eval`` reports its methods in."""
+"""The order ``liftguard eval`` reports its methods in (a saved run made before a baseline
+was added has no row for it)."""
 
 
 def _eval_args(traces: str, risk: float, flags: tuple[str, ...] = ()) -> list[str]:
@@ -122,7 +123,7 @@ def render(saved: dict[str, Any]) -> str:
                   "|---:|---|---:|---:|---:|---:|---:|"]  # fmt: skip
         for risk in RISKS:
             methods = _find(saved, model, risk)["result"]["methods"]
-            lines += [_row(risk, name, methods[name]) for name in METHODS]
+            lines += [_row(risk, name, methods[name]) for name in METHODS if name in methods]
     lines += ["", "*refused*: calibration refused on every split (no threshold passes the "
               "risk test), so the method answers nothing."]  # fmt: skip
     return "\n".join(lines) + "\n"

@@ -328,11 +328,19 @@ _BY_NAME: dict[str, type[Aggregate]] = {
 
 
 def aggregate_of(feature: Feature, lo: float = 0.0, hi: float = 0.0) -> Aggregate:
-    """A fresh running ``feature`` whose base values lie in ``[lo, hi]``."""
+    """A fresh running ``feature`` whose base values lie in ``[lo, hi]``. A scoped one
+    starts at :meth:`~guardrail._aggregates.Feature.empty` (its caller updates it with
+    the scope's tokens only); its ends stay valid, since a continuation of ``m`` more
+    tokens brings at most ``m`` of the scope's."""
     agg = feature.aggregate
+    out: Aggregate
     if feature.base == "length":
-        return Count() if agg == "count" else LogCount()
-    if feature.level is not None:
+        out = Count() if agg == "count" else LogCount()
+    elif feature.level is not None:
         cls = CountBelow if agg == "count_below" else FracBelow
-        return cls(lo, hi, feature.level)
-    return _BY_NAME[agg](lo, hi)
+        out = cls(lo, hi, feature.level)
+    else:
+        out = _BY_NAME[agg](lo, hi)
+    if feature.scope is not None:
+        out.value = feature.empty(lo, hi)
+    return out

@@ -21,6 +21,14 @@ aggregate       value after ``t`` tokens                    as tokens arrive
 length ``count`` ``t``; ``log``: ``log(1 + t)``              only rise
 ==============  ==========================================  ===================
 
+A **scoped** feature, ``"scope:base.aggregate"`` (``"final:logprob.min"``,
+``"code:entropy.mean"``, ``"final:length.count"``), aggregates over the tokens of one
+part of the answer only (:mod:`guardrail._scopes`: ``final``, after the final-answer
+marker; ``code``, inside a fenced block). Before its first token the scope is empty and
+the feature reads :meth:`Feature.empty`: the top ``hi`` of the base's range for
+``mean``, ``min`` and ``lowest2``, the bottom ``lo`` for ``max``, 0 for sums, counts and
+the length. ``first`` and ``frac_below`` take no scope.
+
 One object per aggregate (:mod:`guardrail._aggregate_kinds`) keeps it in O(1) per
 token and says what it can still reach after at most ``m`` more tokens whose values
 lie in the base's range ``[lo, hi]`` (stopping now included). Each such bound is
@@ -40,14 +48,16 @@ import numpy.typing as npt
 
 from ._errors import ConfigError
 from ._features import BASES
+from ._scopes import SCOPES
 
-__all__ = ["AGGREGATES", "Feature", "aggregate_path", "reach_path"]
+__all__ = ["AGGREGATES", "Feature", "aggregate_path", "reach_path", "scoped_path"]
 
 FloatArray = npt.NDArray[np.float64]
 
 AGGREGATES = ("mean", "sum", "min", "max", "first", "lowest2", "count_below", "frac_below")
 LENGTH_AGGREGATES = ("count", "log")
 _LEVELLED = ("count_below", "frac_below")
+_UNSCOPED = ("first", "frac_below")
 
 
 @dataclass(frozen=True)
@@ -66,8 +76,15 @@ class Feature:
     base: str
     aggregate: str
     level: float | None = None
+    scope: str | None = None
+    """The part of the answer it reads (:data:`guardrail._scopes.SCOPES`); None: all."""
 
     def __post_init__(self) -> None:
+        if self.scope is not None and (self.scope not in SCOPES or self.aggregate in _UNSCOPED):
+            raise ConfigError(
+                f"feature {self.name!r}: a scope is one of {', '.join(SCOPES)}, over any "
+                f"aggregate but {' and '.join(_UNSCOPED)}"
+            )
         if self.base == "length":
             if self.aggregate not in LENGTH_AGGREGATES or self.level is not None:
                 raise ConfigError(f"feature {self.name!r}: length takes 'count' or 'log'")
@@ -89,13 +106,17 @@ class Feature:
     @property
     def name(self) -> str:
         out = f"{self.base}.{self.aggregate}"
+        out = out if self.scope is None else f"{self.scope}:{out}"
         return out if self.level is None else f"{out}@{self.level!r}"
 
     @classmethod
     def parse(cls, name: str) -> Feature:
-        """The feature named ``"base.aggregate"`` or ``"base.aggregate@level"``."""
+        """The feature named ``"[scope:]base.aggregate[@level]"``."""
         if not isinstance(name, str):
             raise ConfigError(f"a feature name is a string, got {name!r}")
+        scope, colon, rest = name.partition(":")
+        if colon:
+            return cls.parse(rest).scoped(scope)
         head, at, tail = name.partition("@")
         base, dot, agg = head.partition(".")
         if not dot:
@@ -107,6 +128,17 @@ class Feature:
             except ValueError:
                 raise ConfigError(f"feature {name!r}: the level is not a number") from None
         return cls(base, agg, level)
+
+    def scoped(self, scope: str | None) -> Feature:
+        """The same feature over ``scope`` (None: the whole answer)."""
+        return Feature(self.base, self.aggregate, self.level, scope)
+
+    def empty(self, lo: float, hi: float) -> float:
+        """What the feature reads before its scope's first token (see the module docstring;
+        ``[lo, hi]``: the base's range)."""
+        if self.aggregate in ("mean", "min", "lowest2"):
+            return hi
+        return lo if self.aggregate == "max" else 0.0
 
     def direction(self, lo: float, hi: float) -> int | None:
         """+1 if the aggregate can only rise as tokens arrive, -1 if only fall, 0 if it is
@@ -152,6 +184,21 @@ def aggregate_path(values: npt.ArrayLike, feature: Feature, hi: float) -> FloatA
     assert feature.level is not None
     below = np.cumsum(x < feature.level).astype(np.float64)
     return below if agg == "count_below" else below / t
+
+
+def scoped_path(
+    values: npt.ArrayLike, mask: npt.ArrayLike, feature: Feature, lo: float, hi: float
+) -> FloatArray:
+    """Batch twin of a scoped feature: its value after each token, the aggregate of the
+    values of the tokens in ``mask`` so far (:meth:`Feature.empty` before the first)."""
+    x = np.asarray(values, dtype=np.float64)
+    inside = np.asarray(mask, dtype=bool)
+    seen = np.cumsum(inside)
+    out = np.full(inside.size, feature.empty(lo, hi))
+    if seen.size and seen[-1]:
+        path = aggregate_path(x[inside], feature.scoped(None), hi)
+        out[seen > 0] = path[seen[seen > 0] - 1]
+    return out
 
 
 def reach_path(

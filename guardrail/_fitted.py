@@ -315,6 +315,9 @@ class FittedStatistic:
                 a, b = 0.0, 1.0
             else:
                 a, b = self.range_of(f.base)
+            if f.scope is not None:  # an empty scope reads its empty value
+                e = 0.0 if f.base == "length" else f.empty(*self.range_of(f.base))
+                a, b = min(a, e), max(b, e)
             lo_s += min(c * a, c * b)
             hi_s += max(c * a, c * b)
         return lo_s, hi_s

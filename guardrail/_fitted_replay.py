@@ -115,7 +115,7 @@ def replay_fitted(
             raise ConfigError(
                 f"trace {trace.id}: token {i} lacks {_WHAT[values[0]]} that the statistic reads"
             )
-        scores[i] = state.update(values)
+        scores[i] = state.update(values, event.text)
         lowers[i], uppers[i] = state.lower(), state.ceiling()
     return FittedPath(scores, lowers, uppers, max_tokens)
 

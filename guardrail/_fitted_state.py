@@ -22,6 +22,7 @@ from ._errors import ConfigError
 from ._features import TokenFeaturizer
 from ._fitted import FittedStatistic
 from ._reads import LOGPROB_SLACK, Reads, Skeleton, usable_logprob
+from ._scopes import scope_tracker
 from ._trace_format import CENSORED_LOGPROB, Trace
 from ._verdict import TokenEvent
 
@@ -43,6 +44,8 @@ class _Plan:
         "makers",
         "ranges",
         "requires",
+        "scoped",
+        "scopes",
         "summed",
         "up",
     )
@@ -51,8 +54,10 @@ class _Plan:
         b0, coefs = statistic.coefficients()
         self.b0, self.bases, self.requires = b0, statistic.bases, statistic.requires
         self.ranges = [statistic.range_of(b) for b in self.bases]
-        self.makers: list[tuple[type[Aggregate], tuple[float, ...]]] = []
-        terms: list[tuple[int, Aggregate, float, int]] = []  # (term index, proto, c, base)
+        self.makers: list[tuple[type[Aggregate], tuple[float, ...], float]] = []
+        every: list[tuple[int, Aggregate, float, int]] = []  # (term index, proto, c, base)
+        self.scopes = tuple(dict.fromkeys(f.scope for f in statistic.features if f.scope))
+        self.scoped: list[tuple[int, float, int, int]] = []  # (term index, c, base, scope)
         for f, c in zip(statistic.features, coefs, strict=True):
             if c == 0.0:
                 continue
@@ -60,15 +65,19 @@ class _Plan:
             lo, hi = self.ranges[bi] if bi >= 0 else (0.0, 0.0)
             proto = aggregate_of(f, lo, hi)
             args = (lo, hi) if f.level is None else (lo, hi, f.level)
-            terms.append((len(self.makers), proto, c, bi))
-            self.makers.append((type(proto), args))
+            if f.scope is not None:  # summed after the whole-answer terms, in feature order
+                self.scoped.append((len(self.makers), c, bi, self.scopes.index(f.scope)))
+            every.append((len(self.makers), proto, c, bi))
+            self.makers.append((type(proto), args, proto.value))
+        scoped = {j for j, *_ in self.scoped}
+        terms = [term for term in every if term[0] not in scoped]
         # the score sums the terms class by class (AGGREGATE_CLASSES), each in feature order
         order = sorted(terms, key=lambda term: AGGREGATE_CLASSES.index(type(term[1])))
         self.summed = [(j, c, bi) for j, _, c, bi in order if bi >= 0]
         self.lengths = [(j, c) for j, _, c, bi in order if bi < 0]
         # a bound visits only the terms that can move its way, in feature order
-        self.up = [(j, c, c > 0) for j, a, c, _ in terms if (a.rises if c > 0 else a.falls)]
-        self.down = [(j, c, c < 0) for j, a, c, _ in terms if (a.rises if c < 0 else a.falls)]
+        self.up = [(j, c, c > 0) for j, a, c, _ in every if (a.rises if c > 0 else a.falls)]
+        self.down = [(j, c, c < 0) for j, a, c, _ in every if (a.rises if c < 0 else a.falls)]
         self.featurizer = TokenFeaturizer(
             self.bases,
             statistic.vocab_size,
@@ -116,7 +125,9 @@ class FittedState:
         "_lengths",
         "_limit",
         "_margins",
+        "_scoped",
         "_terms",
+        "_trackers",
         "_up",
         "aggregates",
         "score",
@@ -127,12 +138,16 @@ class FittedState:
         if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
             raise ConfigError(f"max_tokens must be an integer >= 1 or None, got {max_tokens!r}")
         plan = plan_of(statistic)
-        aggs = [cls(*args) for cls, args in plan.makers]
+        aggs = [cls(*args) for cls, args, _ in plan.makers]
+        for agg, (_, _, start) in zip(aggs, plan.makers, strict=True):
+            agg.value = start  # a scoped aggregate starts at its empty value
         self.aggregates: tuple[Aggregate, ...] = tuple(aggs)
         """The nonzero terms' aggregates, in the statistic's feature order."""
         self._clamp = plan.ranges
         self._terms = [(c, aggs[j].update, bi) for j, c, bi in plan.summed]
         self._lengths = [(c, aggs[j].update) for j, c in plan.lengths]
+        self._scoped = [(c, aggs[j], bi, si) for j, c, bi, si in plan.scoped]
+        self._trackers = [scope_tracker(name) for name in plan.scopes]
         self._up: _Ends = [
             (c, aggs[j].upper_end if top else aggs[j].lower_end, aggs[j]) for j, c, top in plan.up
         ]
@@ -144,8 +159,9 @@ class FittedState:
         self.t = 0
         self.score = math.nan
 
-    def update(self, values: Sequence[float]) -> float:
-        """Add one token's base features (in ``statistic.bases`` order); the score."""
+    def update(self, values: Sequence[float], text: str = "") -> float:
+        """Add one token's base features (in ``statistic.bases`` order) and its ``text``
+        (read by scoped features only); the score."""
         xs = [
             lo if x < lo else (hi if x > hi else x)
             for (lo, hi), x in zip(self._clamp, values, strict=True)
@@ -156,6 +172,10 @@ class FittedState:
             s += c * update(xs[i])
         for c, update_length in self._lengths:
             s += c * update_length(0.0)
+        if self._trackers:
+            inside = [tracker.update(text) for tracker in self._trackers]
+            for c, agg, i, si in self._scoped:
+                s += c * (agg.update(xs[i] if i >= 0 else 0.0) if inside[si] else agg.value)
         self.score = s
         return s
 

@@ -17,11 +17,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._aggregates import Feature, aggregate_path
+from ._aggregates import Feature, aggregate_path, scoped_path
 from ._errors import ConfigError
 from ._features import BASES, DEFAULT_TEMPERATURE, TopKTables, base_range
 from ._features_batch import base_features_batch
 from ._fitted import DEFAULT_ALTERNATIVES, DEFAULT_L2, FittedStatistic, Form
+from ._scopes import scope_mask
 from ._trace_format import Trace
 
 __all__ = ["answer_features", "fit_statistic", "token_ranges", "trace_base_features"]
@@ -88,14 +89,20 @@ def answer_features(
     bases = [b for b in BASES if b in used]
     out = np.full((len(traces), len(features)), np.nan)
     each = _base_values(traces, bases, skeleton, alternatives, temperature, tables)
+    scopes = {f.scope for f in features if f.scope is not None}
     for i, trace, vals in each:
-        tops = {}
+        ends = {}
         for base in bases:
             lo, hi = (ranges or {}).get(base) or base_range(base, trace.vocab_size)
-            vals[base], tops[base] = np.clip(vals[base], lo, hi), hi
+            vals[base], ends[base] = np.clip(vals[base], lo, hi), (lo, hi)
+        masks = {s: scope_mask(trace.token_texts, s) for s in scopes}
         for j, f in enumerate(features):
             x = vals.get(f.base, trace.logprobs)
-            out[i, j] = aggregate_path(x, f, tops.get(f.base, 0.0))[-1]
+            lo, hi = ends.get(f.base, (0.0, 0.0))
+            if f.scope is None:
+                out[i, j] = aggregate_path(x, f, hi)[-1]
+            else:
+                out[i, j] = scoped_path(x, masks[f.scope], f, lo, hi)[-1]
     return out
 
 

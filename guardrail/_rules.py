@@ -360,12 +360,12 @@ class FittedRule:
         if isinstance(values, tuple):
             self.missing = values
             return MISSING
-        return self.add(values, t)
+        return self.add(values, t, event.text)
 
-    def add(self, x: Sequence[float], t: int) -> int:
-        """Add one token's base features (in ``statistic.bases`` order)."""
+    def add(self, x: Sequence[float], t: int, text: str = "") -> int:
+        """Add one token's base features (in ``statistic.bases`` order) and its text."""
         state = self._state
-        self.mean = s = state.update(x)
+        self.mean = s = state.update(x, text)
         tau = self.tau
         if self._early and t >= self._min_tokens:
             if s < tau:

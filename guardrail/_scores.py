@@ -18,7 +18,16 @@ name              score                                                  used by
 ``min_margin``    smallest top-1 minus top-2 probability                 UQLM
 ``pmi``           mean pointwise mutual information                      lm-polygraph
                   ``log P(y_t|x, y_<t) - log P(y_t|y_<t)`` (prompt-free)
+``final_mean``    mean log-probability of the final number's tokens      (maths)
+``final_min``     smallest log-probability among them                    (maths)
 ================  =====================================================  ==============
+
+``final_mean`` and ``final_min`` read the tokens that spell a worked answer's final
+number (``Answer: 42`` or ``\\boxed{42}``; the rule is
+:func:`guardrail._answer_span.final_number_span`'s), the answer-confidence baseline of
+step-by-step maths (GSM8K); an answer with no number scores ``-inf``. They are defined
+on any answer with a number, but mean something only where the last number is the
+answer.
 
 Entropies are the traces' exact ones, or with ``exact=False`` the top-k
 compensated estimates (:mod:`guardrail._topk`); margins read the top two
@@ -32,6 +41,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
+from ._answer_span import final_number_span
 from ._errors import ConfigError
 from ._lift import DEFAULT_CLIP, clipped_lifts
 from ._topk import TailRule, estimate_entropy_batch, estimate_logz_batch, fit_tail
@@ -63,6 +73,8 @@ BASELINES = (
     "mean_margin",
     "min_margin",
     "pmi",
+    "final_mean",
+    "final_min",
 )
 """Baseline scores (higher = more confident)."""
 
@@ -153,6 +165,12 @@ def baseline_score(trace: Trace, name: str, *, exact: bool = True) -> float:
         return float(trace.logprobs.mean())
     if name == "nll":
         return float(trace.logprobs.sum())
+    if name in ("final_mean", "final_min"):
+        span = final_number_span(trace.token_texts)
+        if span is None:
+            return -math.inf
+        lp = trace.logprobs[span.start : span.stop]
+        return float(lp.mean() if name == "final_mean" else lp.min())
     if name == "pmi":
         trace.require("prompt_free_logprobs", purpose="the pmi score")
         return float((trace.logprobs - trace.prompt_free_logprobs).mean())

@@ -1,6 +1,8 @@
 """Fitted certificates: per-token features a stream carries, their running aggregates
 (one small object per aggregate, :func:`aggregate_of`, each beside its batch twin),
-the fitted statistic and its exact streaming replay.
+the fitted statistic and its exact streaming replay; the scopes a feature can read
+(the final answer, the code block), each told token by token (:func:`scope_tracker`,
+beside its batch twin :func:`scope_mask`).
 
 ``liftguard fit`` is the command-line front end; a fitted statistic is stored in a
 :class:`~guardrail.Certificate` and deployed through ``certificate.monitor()`` like any
@@ -10,7 +12,7 @@ other rule.
 from __future__ import annotations
 
 from ._aggregate_kinds import Aggregate, aggregate_of
-from ._aggregates import Feature, aggregate_path, reach_path
+from ._aggregates import Feature, aggregate_path, reach_path, scoped_path
 from ._features import SOURCES as FEATURE_SOURCES
 from ._features import TokenFeaturizer
 from ._features_batch import base_features_batch
@@ -36,6 +38,7 @@ from ._fitted_replay import (
 )
 from ._fitted_state import EventReader, FittedState, RecordedSkeleton, trace_events
 from ._fitting import answer_features, fit_statistic, token_ranges
+from ._scopes import SCOPES, CodeScope, FinalAnswerScope, scope_mask, scope_tracker
 from ._selection import Candidate, CandidateScore, Deployment, cv_coverage, select_statistic
 
 __all__ = [
@@ -43,12 +46,15 @@ __all__ = [
     "DEFAULT_L2",
     "FEATURE_PRESETS",
     "FEATURE_SOURCES",
+    "SCOPES",
     "Aggregate",
     "Candidate",
     "CandidateScore",
+    "CodeScope",
     "Deployment",
     "EventReader",
     "Feature",
+    "FinalAnswerScope",
     "FittedPath",
     "FittedState",
     "FittedStatistic",
@@ -70,6 +76,9 @@ __all__ = [
     "preset_features",
     "reach_path",
     "replay_fitted",
+    "scope_mask",
+    "scope_tracker",
+    "scoped_path",
     "select_statistic",
     "stop_at",
     "token_ranges",

@@ -73,9 +73,11 @@ def add_fit_parser(sub: Any) -> None:
         "--features",
         default=None,
         metavar="NAME,...",
-        help="the features, comma-separated 'base.aggregate[@level]' names (e.g. "
-        "logprob.min,lift.sum,length.count), instead of --group's preset; bases: "
-        "logprob, margin, entropy, rank, temperature_lift, exact_entropy, lift, length",
+        help="the features, comma-separated '[scope:]base.aggregate[@level]' names (e.g. "
+        "logprob.min,lift.sum,length.count,final:logprob.min), instead of --group's preset; "
+        "bases: logprob, margin, entropy, rank, temperature_lift, exact_entropy, lift, "
+        "length; scopes: final (after the answer's 'Answer:' or \\boxed{), code (inside a "
+        "fenced code block)",
     )
     p.add_argument(
         "--form",
@@ -104,7 +106,9 @@ def add_fit_parser(sub: Any) -> None:
         "--select",
         choices=("none", "coverage"),
         default="none",
-        help="coverage: choose among the features at three penalties and the single scores "
+        help="coverage: choose among the features at three penalties, the features with "
+        "length-robust or scoped aggregates added where the answers are long or have a "
+        "final answer or code block, and the single scores "
         "(sequence log-likelihood, lowest and mean logprob), each with early-block "
         "quantiles none, 0.99, 0.95 and 0.9 (only --early-block's, when given), by "
         "cross-validated coverage of the replayed rule at --risk on the fitting answers "

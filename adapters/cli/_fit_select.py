@@ -10,14 +10,32 @@ on the fitting answers only by :func:`guardrail.fitting.select_statistic` at the
 command's ``--risk`` and ``--delta``, replayed as the monitor will stream it (margins,
 token limit and ``--on-length`` included), the cross-validation repeated :data:`REPEATS`
 times over; the calibration answers are never read.
+
+Long answers get more candidates (:func:`long_answer_sets`), at ``--l2``: where the
+median fitting answer has at least :data:`LONG_ANSWER_TOKENS` tokens, the features plus
+length-robust aggregates (each base's mean, the shares of tokens below log 0.5 and log
+0.9), whose values do not drift with the length as minima, sums and counts do; and for
+each scope (the final answer, the code block) that at least :data:`SCOPE_SHARE` of the
+fitting answers have tokens in, the features plus that scope's lowest and mean logprob,
+its length and its mean of every other base read.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
-__all__ = ["EARLY_BLOCK_CHOICES", "REPEATS", "SINGLE_SCORES", "choose_statistic", "selection_line"]
+__all__ = [
+    "EARLY_BLOCK_CHOICES",
+    "LONG_ANSWER_TOKENS",
+    "REPEATS",
+    "SCOPE_SHARE",
+    "SINGLE_SCORES",
+    "choose_statistic",
+    "long_answer_sets",
+    "selection_line",
+]
 
 REPEATS = 3
 """How many times over the cross-validation runs, with new folds and splits each time."""
@@ -28,6 +46,47 @@ SINGLE_SCORES = ("logprob.sum", "logprob.min", "logprob.mean")
 EARLY_BLOCK_CHOICES: tuple[float | None, ...] = (None, 0.99, 0.95, 0.9)
 """Early-block quantiles tried with every candidate (``None``: the exact early blocks
 only) when ``--early-block`` is not given."""
+
+
+LONG_ANSWER_TOKENS = 16
+"""From this median length of the fitting answers on, selection also tries length-robust
+aggregates."""
+
+SCOPE_SHARE = 0.1
+"""Share of the fitting answers with tokens in a scope from which selection tries it."""
+
+_HALF, _NINE = repr(math.log(0.5)), repr(math.log(0.9))
+
+
+def long_answer_sets(
+    feats: tuple[Any, ...], traces: list[Any], form: str
+) -> list[tuple[str, tuple[Any, ...]]]:
+    """``(label, features)`` of the extra candidates for long answers (module docstring):
+    ``feats`` with length-robust aggregates, and with each scope the answers use."""
+    import numpy as np
+
+    from guardrail.fitting import SCOPES, Feature, moves_one_way, scope_mask
+
+    bases = [b for b in dict.fromkeys(f.base for f in feats) if b != "length"]
+    out: list[tuple[str, tuple[Any, ...]]] = []
+
+    def extend(label: str, names: list[str]) -> None:
+        extra = [f for f in map(Feature.parse, names) if form != "monotone" or moves_one_way(f)]
+        combined = tuple(dict.fromkeys([*feats, *extra]))
+        if len(combined) > len(feats):
+            out.append((label, combined))
+
+    if np.median([t.n_tokens for t in traces]) >= LONG_ANSWER_TOKENS:
+        robust = [f"{b}.mean" for b in bases]
+        extend("+ means and shares below", [*robust, f"logprob.frac_below@{_HALF}",
+                                            f"logprob.frac_below@{_NINE}"])  # fmt: skip
+    for scope in SCOPES:
+        share = np.mean([bool(scope_mask(t.token_texts, scope).any()) for t in traces])
+        if share >= SCOPE_SHARE:
+            others = [f"{scope}:{b}.mean" for b in bases if b != "logprob"]
+            extend(f"+ {scope} scope", [f"{scope}:logprob.min", f"{scope}:logprob.mean",
+                                        f"{scope}:length.count", *others])  # fmt: skip
+    return out
 
 
 def _early_name(quantile: float | None) -> str:
@@ -60,6 +119,9 @@ def choose_statistic(
 
     name = "features" if args.features is not None else f"group {args.group}"
     base = [(f"{name}, l2 {l2:g}", feats, l2) for l2 in (args.l2 / 10, args.l2, args.l2 * 10)]
+    base += [
+        (f"{name} {label}", fs, args.l2) for label, fs in long_answer_sets(feats, fit_tr, args.form)
+    ]
     for single in SINGLE_SCORES:
         f = Feature.parse(single)
         if args.form == "monotone" and not moves_one_way(f):
