@@ -198,6 +198,8 @@ class LocalModel:
             raise ConfigError(f"model file not found: {path}")
         self.path = path
         self.top_k = top_k
+        self.n_ctx = n_ctx
+        """Tokens the model's context holds: a prompt and its answer together."""
         self._llm: Any = open_llama(
             llama_cpp,
             model_path=str(path),

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from ._common import CommandError
 from ._generate_out import Labels, Progress, resume_ids
 from ._prompt_templates import (
     CHAT_TEMPLATES,
@@ -116,6 +117,14 @@ def generate_trace(
         template = default_template(None, getattr(model, "architecture", None))
     tpl = get_template(template) if isinstance(template, str) else template
     prompt = tpl.prompt(item.message)
+    n_ctx = getattr(model, "n_ctx", None)
+    if n_ctx is not None:
+        needed = len(model.tokenize(prompt, add_bos=tpl.add_bos)) + max_tokens
+        if needed > n_ctx:
+            raise CommandError(
+                f"{item.id}: its prompt and --max-tokens {max_tokens} need {needed} tokens of "
+                f"context, more than the {n_ctx} the model was opened with"
+            )
     tokens = list(
         model.generate(
             prompt,
@@ -189,7 +198,8 @@ def _load(args: argparse.Namespace, max_tokens: int) -> tuple[Any, Path, str, Pr
         path, default_name = resolve_model(args.model, lambda d, t: bar(d >> 20, t >> 20))
     finally:
         bar.close()
-    model = LocalModel(path, n_threads=args.threads, n_ctx=max(1024, max_tokens + 512))
+    # room for the longest prompt of the shared task files (MBPP's reach ~750 tokens)
+    model = LocalModel(path, n_threads=args.threads, n_ctx=max(1024, max_tokens + 1536))
     has_chat = "tokenizer.chat_template" in model.metadata
     template = args.template or default_template(args.model, model.architecture, has_chat)
     if template == "gguf-chat" and not has_chat:
