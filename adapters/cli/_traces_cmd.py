@@ -172,9 +172,12 @@ LONG_MAX_TOKENS = 512
 (200-400 tokens) and the MBPP functions (20-50) of Qwen2.5-Coder-1.5B take."""
 
 
-def _load(args: argparse.Namespace, max_tokens: int) -> tuple[Any, Path, str, PromptTemplate]:
+def _load(
+    args: argparse.Namespace, max_tokens: int, longest: int = 0
+) -> tuple[Any, Path, str, PromptTemplate]:
     """The model, its file, the traces' model name and the prompt template of the
-    command's arguments; the context holds a prompt of up to 512 tokens and the answer."""
+    command's arguments; the context holds the answer and a prompt of ``longest``
+    characters (a token is rarely shorter than a character) and its template."""
     from adapters.local import LocalModel
 
     from ._common import CommandError
@@ -198,8 +201,8 @@ def _load(args: argparse.Namespace, max_tokens: int) -> tuple[Any, Path, str, Pr
         path, default_name = resolve_model(args.model, lambda d, t: bar(d >> 20, t >> 20))
     finally:
         bar.close()
-    # room for the longest prompt of the shared task files (MBPP's reach ~750 tokens)
-    model = LocalModel(path, n_threads=args.threads, n_ctx=max(1024, max_tokens + 1536))
+    room = max_tokens + longest + 512  # the template and system line: a few hundred at most
+    model = LocalModel(path, n_threads=args.threads, n_ctx=max(1024, room))
     has_chat = "tokenizer.chat_template" in model.metadata
     template = args.template or default_template(args.model, model.architecture, has_chat)
     if template == "gguf-chat" and not has_chat:
@@ -242,7 +245,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     there = resume_ids(args.out) if args.resume else set()
     todo = [item for item in items if item.id not in there]
     max_tokens = args.max_tokens or (24 if args.task is None else LONG_MAX_TOKENS)
-    model, path, name, tpl = _load(args, max_tokens)
+    longest = max((len(item.message) for item in todo), default=0)
+    model, path, name, tpl = _load(args, max_tokens, longest)
     verbose = getattr(args, "verbose", False)
     progress = Progress(len(todo)) if not verbose else None
     try:
