@@ -1,7 +1,6 @@
-"""The docs' Python blocks, run against the scripted OpenAI-compatible upstream
-(``tests/adapters/sse_server.py``) with the certificate shipped for the bundled SmolLM2 as
-``cert.json`` (a uniform-skeleton lift rule at tau 9.43: an answer whose tokens all have
-logprob -0.05 is certified at its end, a token at -12 blocks at once).
+"""The docs' Python blocks, run against the scripted OpenAI-compatible upstream with the
+certificate shipped for the bundled SmolLM2 as ``cert.json`` (``tests/docs_upstream.py``:
+"Au." is certified, the answer to :data:`BLOCKED_QUESTION` blocked at its first token).
 
 A whole program (the README's quick start) runs as a script in its own process; a
 fragment (a block that uses names the text around it defines, such as ``client`` or
@@ -21,35 +20,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from markdown_blocks import ROOT, block
+from markdown_blocks import block
 
 pytest.importorskip("langchain_openai")
-sys.path.insert(0, str(Path(__file__).resolve().parent / "adapters"))
 
-from sse_server import Reply, SSEServer, chat_chunk, clean_answer, serving, token_entry
+from docs_upstream import BLOCKED_QUESTION, CERT, scripted_upstream
+from sse_server import SSEServer
 
 pytestmark = pytest.mark.filterwarnings("error::guardrail.ContextMismatchWarning")
-
-CERT = ROOT / "guardrail" / "data" / "smollm2_certificate.json"
-GOLD = ["Au", "."]
-WRONG = ["Nitrogen", "."]
-BLOCKED_QUESTION = "Which element has the atomic number 8?"
-
-
-def _reply(body: dict[str, Any]) -> Reply:
-    """``WRONG`` (its first token at -12: blocked at once) for :data:`BLOCKED_QUESTION`,
-    else ``GOLD`` (certified at its end)."""
-    if body["messages"][-1]["content"] != BLOCKED_QUESTION:
-        return clean_answer(GOLD)
-    reply = clean_answer(WRONG)
-    reply.events[1] = chat_chunk({"content": WRONG[0]}, {"content": [token_entry(WRONG[0], -12)]})
-    return reply
 
 
 @pytest.fixture
 def upstream() -> Iterator[SSEServer]:
-    with serving(SSEServer()) as srv:
-        srv.responder = _reply
+    with scripted_upstream() as srv:
         yield srv
 
 
