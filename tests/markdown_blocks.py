@@ -14,11 +14,13 @@ allowed), as an HTML comment the rendered page does not show::
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DOCS", "ROOT", "Block", "block", "blocks", "output", "parse", "script"]
+__all__ = ["DOCS", "ROOT", "Block", "block", "blocks", "output", "parse", "script", "script_env"]
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -115,3 +117,10 @@ def script(b: Block, substitutions: dict[str, str] | None = None) -> str:
 def output(b: Block) -> list[str]:
     """The output lines a ``console`` block shows."""
     return _split(b)[1]
+
+
+def script_env(**extra: str) -> dict[str, str]:
+    """The environment a block's script runs in: this one, with the commands installed
+    beside the running Python (``liftguard``, ``litellm``) first on the ``PATH``."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    return {**os.environ, **extra, "PATH": path}

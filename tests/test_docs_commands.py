@@ -7,16 +7,14 @@ Registered in ``tests/test_docs_blocks.py``."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from markdown_blocks import ROOT, block, script
+from markdown_blocks import ROOT, block, script, script_env
 
 from adapters.cli._prompt_templates import get_template
 from adapters.cli._tasks import CODE_SYSTEM, MATH_SYSTEM, read_items
@@ -32,10 +30,9 @@ GEMMA_TQ = FIXTURES / "traces_gemma3_sample.jsonl"
 def sh(text: str, cwd: Path, status: int = 0) -> subprocess.CompletedProcess[str]:
     """``text`` run by ``bash -e -o pipefail`` in ``cwd``, the venv's commands first on the
     ``PATH``; its exit status must be ``status``."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run(
-        ["bash", "-e", "-o", "pipefail", "-c", text], cwd=cwd, env=env, capture_output=True,
-        text=True, timeout=300,
+        ["bash", "-e", "-o", "pipefail", "-c", text], cwd=cwd, env=script_env(),
+        capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == status, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
     return done

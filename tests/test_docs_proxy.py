@@ -8,7 +8,6 @@ Ctrl-C (SIGINT) after one answer went through it. Registered in
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import signal
@@ -19,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from markdown_blocks import block, output, script
+from markdown_blocks import block, output, script, script_env
 
 pytest.importorskip("starlette")
 sys.path.insert(0, str(Path(__file__).resolve().parent / "proxy"))
@@ -50,7 +49,7 @@ def serve_once(command: str, cwd: Path) -> tuple[str, dict[str, object]]:
     """Run ``command`` (a ``liftguard serve`` line) with ``--port 0``, ask it one streamed
     question, stop it with SIGINT; what it printed, and the answer's verdict."""
     command = command.split(" #", 1)[0] + " --port 0"  # before its comment
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = script_env()
     log = cwd / "serve.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=cwd, env=env,
