@@ -22,11 +22,15 @@ from markdown_blocks import block, output, script, script_env
 
 pytest.importorskip("starlette")
 sys.path.insert(0, str(Path(__file__).resolve().parent / "proxy"))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fleet"))
 
 import openai
+import redis
 from docs_upstream import BLOCKED_QUESTION, CERT, scripted_upstream
 from proxy_harness import running_proxy
+from s3_server import moto_s3
 from sse_server import SSEServer
+from valkey_process import ValkeyProcess
 
 from adapters.proxy import StaticCertificate
 from guardrail import Certificate
@@ -139,3 +143,31 @@ def test_proxy_ask_py(upstream: SSEServer, here: Path) -> None:
     assert done.returncode == 0, done.stderr
     tally = "{'chat@production=v1 certified': 2, 'chat@production=v1 blocked': 1}\n"
     assert done.stdout == tally
+
+
+def test_fleet_serve_command(upstream: SSEServer, here: Path) -> None:
+    """The fleet page's replica: its certificate from an S3 store (moto's server), its
+    answers and labels on a Redis server (Valkey), as written but for the URLs."""
+    valkey = ValkeyProcess().start()
+    try:
+        with moto_s3("certs") as (_, store, _):
+            put = f"liftguard skeleton --store {store} put chat --certificate cert.json"
+            done = subprocess.run(
+                ["bash", "-c", f"{put} --promote production"], cwd=here, env=script_env(),
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            key = ('liftguard serve --upstream http://llm:8000/v1 --certificate '
+                   '"s3://certs#chat@production" \\')  # fmt: skip
+            text = script(block("docs/fleet.md", key), {
+                "http://llm:8000/v1": upstream.base_url, "s3://certs": store,
+                "redis://redis:6379/0": valkey.url,
+            })  # fmt: skip
+            (command,) = commands(text)
+            printed, verdict = serve_once(command, here)
+        keys = redis.Redis.from_url(valkey.url).keys("*")  # the fleet's state, namespaced
+    finally:
+        valkey.close()
+    assert verdict["state"] == "certified" and verdict["certificate"] == "chat@production=v1"
+    assert "(buffered; *: chat@production=v1)" in printed, printed
+    assert keys and all(b"chat" in k for k in keys), keys
