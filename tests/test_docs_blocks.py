@@ -61,6 +61,8 @@ RUN: dict[tuple[str, str], str] = {
     ("docs/proxy.md", "$ curl -s http://127.0.0.1:8080/v1/liftguard/feedback -H "
      "'content-type: application/json' \\"): f"{P}::test_proxy_feedback_with_curl",
     ("docs/proxy.md", "# ask.py BASE_URL QUESTIONS.jsonl"): f"{P}::test_proxy_ask_py",
+    ("docs/proxy.md", '$ pip install "liftguard[serve,s3,columnar]"'):
+        f"{P}::test_recording_parquet_to_s3",
     ("docs/risk-monitor.md", "from guardrail import Certificate, RiskMonitor"):
         f"{PY}::test_risk_monitor_api",
     ("docs/risk-monitor.md", "liftguard monitor --traces LABELLED.jsonl --certificate "

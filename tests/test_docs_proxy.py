@@ -171,3 +171,21 @@ def test_fleet_serve_command(upstream: SSEServer, here: Path) -> None:
     assert verdict["state"] == "certified" and verdict["certificate"] == "chat@production=v1"
     assert "(buffered; *: chat@production=v1)" in printed, printed
     assert keys and all(b"chat" in k for k in keys), keys
+
+
+def test_recording_parquet_to_s3(upstream: SSEServer, here: Path) -> None:
+    """The page's recording to object storage, on moto's S3 server: the answer is in a
+    Parquet object under the prefix once the proxy has stopped."""
+    with moto_s3("my-bucket") as (endpoint, prefix, options):
+        import s3fs  # (moto_s3 skips without it)
+
+        key = '$ pip install "liftguard[serve,s3,columnar]"'
+        text = script(block("docs/proxy.md", key), {
+            "http://127.0.0.1:8000/v1": upstream.base_url, "s3://my-bucket/recordings": prefix,
+            "https://s3.example.com": endpoint,
+        })  # fmt: skip
+        (command,) = commands(text)
+        _, verdict = serve_once(command, here)
+        objects = s3fs.S3FileSystem(**options).find(prefix)
+    assert verdict["state"] == "certified"
+    assert len(objects) == 1 and objects[0].endswith(".parquet"), objects
