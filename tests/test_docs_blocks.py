@@ -11,6 +11,7 @@ block did not run as written, the docs were fixed, not the test.
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
@@ -130,6 +131,34 @@ def test_the_readme_test_command_is_what_ci_runs() -> None:
         command = script(install).splitlines()[-1]
         prefix = "python3 -m venv .venv && . .venv/bin/activate && "
         assert command.startswith(prefix) and command.removeprefix(prefix) in ci.splitlines()
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def test_every_command_the_docs_name_is_a_command() -> None:
+    """``liftguard CMD [SUB]`` in inline code and at the start of a block's line names a
+    command (and a subcommand of ``skeleton`` and ``traces``) the command line has."""
+    from adapters.cli._parser import build_parser
+
+    commands = _subcommands(build_parser())
+    named = re.compile(r"liftguard ([a-z][a-z-]*)(?: ([a-z][a-z-]*))?")
+    wrong = []
+    for path in DOCS:
+        text = path.read_text(encoding="utf-8")
+        lines = [line.removeprefix("$ ") for b in blocks(path) for line in b.text.splitlines()]
+        found = list(re.finditer(r"`" + named.pattern, text))
+        found += [m for line in lines if (m := named.match(line))]
+        for m in found:
+            command, sub = m.group(1), m.group(2)
+            subs = _subcommands(commands[command]) if command in commands else {}
+            if command not in commands or (subs and sub and sub not in subs):
+                wrong.append(f"{path.relative_to(ROOT)}: {m.group(0).lstrip('`')}")
+    assert not wrong, wrong
 
 
 def test_the_parser_follows_commonmark_fences() -> None:
