@@ -20,7 +20,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DOCS", "ROOT", "Block", "block", "blocks", "output", "parse", "script", "script_env"]
+__all__ = ["DOCS", "ROOT", "Block", "block", "blocks", "output", "parse", "script", "script_env",
+           "steps"]  # fmt: skip
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -124,3 +125,19 @@ def script_env(**extra: str) -> dict[str, str]:
     beside the running Python (``liftguard``, ``litellm``) first on the ``PATH``."""
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     return {**os.environ, **extra, "PATH": path}
+
+
+def steps(b: Block) -> list[tuple[str, list[str]]]:
+    """A ``console`` block as ``(command, the output lines shown under it)`` pairs, each
+    command's continuation lines joined to it."""
+    found: list[tuple[str, list[str]]] = []
+    going = False
+    for line in b.text.splitlines():
+        if going:
+            found[-1] = (f"{found[-1][0]}\n{line}", [])
+        elif line.startswith("$ "):
+            found.append((line[2:], []))
+        else:
+            found[-1][1].append(line)
+        going = line.rstrip().endswith("\\") and (line.startswith("$ ") or going)
+    return found

@@ -17,13 +17,14 @@ from pathlib import Path
 
 from markdown_blocks import DOCS, ROOT, Block, blocks, parse, script
 
-C, P, D, PY, L, LL = (
+C, P, D, PY, L, LL, R = (
     "tests/test_docs_commands.py",
     "tests/test_docs_proxy.py",
     "tests/test_docs_configs.py",
     "tests/test_docs_python.py",
     "tests/test_docs_litellm.py",
     "tests/test_docs_local.py",  # loads the bundled SmolLM2 (llama.cpp); slow
+    "tests/test_docs_recipe.py::test_the_production_recipe",  # the same
 )
 RUN: dict[tuple[str, str], str] = {
     ("README.md", "import asyncio"): f"{PY}::test_readme_langchain_quick_start",
@@ -62,6 +63,12 @@ RUN: dict[tuple[str, str], str] = {
     ("docs/proxy.md", "$ curl -s http://127.0.0.1:8080/v1/liftguard/feedback -H "
      "'content-type: application/json' \\"): f"{P}::test_proxy_feedback_with_curl",
     ("docs/proxy.md", "# ask.py BASE_URL QUESTIONS.jsonl"): f"{P}::test_proxy_ask_py",
+    ("docs/proxy.md", "$ liftguard local-server --port 8000 &"): R,
+    ("docs/proxy.md", "$ liftguard traces label --traces rec/*.jsonl --references refs.jsonl "
+     "--out labelled.jsonl"): R,
+    ("docs/proxy.md", "$ liftguard skeleton --store ./store show chat production \\"): R,
+    ("docs/proxy.md", "$ liftguard skeleton --store ./store put chat --certificate cert.json "
+     "--promote production"): R,
     ("docs/proxy.md", '$ pip install "liftguard[serve,s3,columnar]"'):
         f"{P}::test_recording_parquet_to_s3",
     ("docs/risk-monitor.md", "from guardrail import Certificate, RiskMonitor"):
