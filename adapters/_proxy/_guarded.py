@@ -76,7 +76,7 @@ class AnswerGuard:
         self._observe = info.mode == "observe"
         self.step: GuardStep[dict[str, Any]] = GuardStep(
             monitor, step_mode, "stop", parse, unit=self._unit, max_token_chars=max_token_chars,
-            hold_finish=True, enforce=not self._observe,
+            hold_finish=True, enforce=not self._observe, max_tokens=info.max_tokens,
         )  # fmt: skip
         self._record = record
         self.heavy = _scores_with_a_model(monitor)
@@ -109,6 +109,10 @@ class AnswerGuard:
             uid = chunk.get("id")
             self._upstream_id = uid if isinstance(uid, str) and 0 < len(uid) <= MAX_ID_CHARS else ""
         out = self.step.feed(chunk)
+        if self._observe and self.error is None:
+            over = self.step.blocked
+            if over is not None and over.cause is Cause.OVER_TOKEN_LIMIT:
+                self.error = over.cause.value  # observe mode too ends an answer past its limit
         return [] if self.error is not None else out
 
     def _unit(self, chunk: dict[str, Any], parts: ChunkParts) -> dict[str, Any]:

@@ -184,11 +184,34 @@ async def test_an_upstream_past_the_token_limit_is_cut_off(upstream: Upstream) -
                 model="test-model", messages=MESSAGES, max_tokens=5
             )
         await client.close()
-    assert caught.value.status_code == 502
-    assert caught.value.code == "upstream_too_large"
+    # blocked by the guard's one token limit, as every front end blocks it (not an upstream error)
+    assert caught.value.status_code == 422
+    assert caught.value.code == "over_token_limit"
     body = caught.value.body
     assert isinstance(body, dict) and body["liftguard"]["cause"] == "over_token_limit"
+    assert body["liftguard"]["tokens_read"] == 6  # the 6th token is past the limit of 5
     assert (await upstream.records[-1].finished()).client_closed  # the upstream was closed
+
+
+@pytest.mark.parametrize("mode", ["observe", "passthrough"])
+async def test_every_mode_ends_an_answer_at_the_token_limit(upstream: Upstream, mode: str) -> None:
+    words = [f" w{i}" for i in range(40)]
+    upstream.replies.put(Reply([ROLE, *tokens([GOOD] * 40, words), STOP], delay=0.0, hold_after=8))
+    with running_proxy(upstream.base_url, mode=mode) as proxy:
+        client = _client(proxy.base_url)
+        shown: list[str] = []
+        with pytest.raises(openai.APIError) as caught:
+            stream = await client.chat.completions.create(
+                model="test-model", messages=MESSAGES, max_tokens=5, stream=True
+            )
+            async for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    shown.append(chunk.choices[0].delta.content)
+        await client.close()
+    body = caught.value.body
+    assert isinstance(body, dict) and body["code"] == "over_token_limit"
+    assert " w5" not in "".join(shown)  # the token past the limit is never delivered
+    assert (await upstream.records[-1].finished()).client_closed
 
 
 async def test_an_upstream_past_the_byte_limit_is_cut_off(upstream: Upstream) -> None:
