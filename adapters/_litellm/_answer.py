@@ -9,32 +9,30 @@ for the logprobs and alternatives the certificate reads. Unlike the proxy it kee
 the client asked: LiteLLM hands a streamed answer to the iterator hook and a whole one to the
 success hook.
 
-:class:`Answer` drives the adapters' :class:`~adapters._guard._stream.GuardStep` (every
-stream-ending rule lives there) with LiteLLM's chunk objects as the units it holds and
-releases, as the proxy's :class:`~adapters._proxy._guarded.AnswerGuard` does with decoded chunks:
-``hold_finish=True``, so the chunk with ``finish_reason`` is released only with a certified
-final verdict, and what the client did not ask for (logprobs, alternatives past its
-``top_logprobs``) is stripped from every chunk it gets.
+:class:`Answer` is the serving core's guarded answer
+(:class:`~adapters._serving._answer.GuardedAnswer`, as the proxy's) over LiteLLM's chunk
+objects: the chunk with ``finish_reason`` is released only with a certified final verdict,
+and what the client did not ask for (logprobs, alternatives past its ``top_logprobs``) is
+stripped from every chunk it gets.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
-from guardrail import Certificate, Verdict
+from guardrail import Certificate
 
-from .._guard._openai_events import ChunkParts, chat_chunk_parts
 from .._guard._settings import pack_extra_body
-from .._guard._stream import DEFAULT_MAX_TOKEN_CHARS, GuardStep, Mode
+from .._guard._stream import DEFAULT_MAX_TOKEN_CHARS, Mode
+from .._serving._answer import GuardedAnswer
 from .._serving._prepare import (
     DEFAULT_MAX_ANSWER_TOKENS,
     LITELLM_FIX,
     GuardedRequest,
     prepare_upstream,
 )
-from .._serving._wire import merge_released, verdict_info
+from .._serving._wire import merge_released
 
 __all__ = [
     "Answer",
@@ -79,11 +77,11 @@ def prepare_request(
     )  # fmt: skip
 
 
-class Answer:
-    """One guarded answer: feed LiteLLM's chunk objects (or :func:`completion_chunk` of a
-    whole response), get the ones the client may see, stripped of what it did not ask
-    for. ``blocked`` holds the BLOCKED verdict once there is one. ``join`` (LiteLLM's
-    chunk class) joins the text chunks released at the end into one."""
+class Answer(GuardedAnswer[Any]):
+    """The serving core's guarded answer (:class:`~adapters._serving._answer.GuardedAnswer`)
+    over LiteLLM's chunk objects (or :func:`completion_chunk` of a whole response): each
+    released chunk stripped of what the client did not ask for. ``join`` (LiteLLM's chunk
+    class) joins the text chunks released at the end into one."""
 
     def __init__(
         self,
@@ -92,57 +90,17 @@ class Answer:
         max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
         join: Callable[..., Any] | None = None,
     ) -> None:
-        self.request = request
+        super().__init__(request, max_token_chars=max_token_chars)
         self._join = join
-        self.monitor = request.monitor()
-        parse = partial(chat_chunk_parts, with_top=self.monitor.reads.uses_alternatives)
-        mode: Mode = "buffered" if request.mode == "buffered" else "passthrough"
-        self.step: GuardStep[Any] = GuardStep(
-            self.monitor,
-            mode,
-            "stop",
-            parse,
-            unit=self._unit,
-            max_token_chars=max_token_chars,
-            hold_finish=True,
-            max_tokens=request.max_tokens,
-        )
-        self.tokens_read = 0
 
-    @property
-    def blocked(self) -> Verdict | None:
-        return self.step.blocked
-
-    @property
-    def verdict(self) -> Verdict:
-        verdict: Verdict = self.monitor.verdict
-        return verdict
-
-    def feed(self, chunk: Any) -> list[Any]:
-        """One upstream chunk: the chunks the client may see now."""
-        return self.step.feed(chunk)
-
-    def end(self) -> list[Any]:
-        """The upstream ended: the final verdict; the held chunks if it is certified (with
-        ``join``, the chunk class: their plain text chunks joined, :func:`joined_chunks`)."""
-        out = self.step.end()
-        return joined_chunks(out, self._join) if self._join is not None else out
-
-    def _unit(self, chunk: Any, parts: ChunkParts) -> Any:
-        self.tokens_read += len(parts.events)
+    def strip(self, chunk: Any) -> Any:
         for choice in _field(chunk, "choices") or ():
             strip_choice(choice, self.request.want_logprobs, self.request.top_k)
         return chunk
 
-    def verdict_field(self, error: str | None = None) -> dict[str, Any]:
-        """The documented ``liftguard`` field (the proxy's shape)."""
-        return verdict_info(
-            self.verdict,
-            self.request,
-            tokens_read=self.tokens_read,
-            statistic=self.monitor.value,
-            error=error,
-        )
+    def released(self, chunks: list[Any]) -> list[Any]:
+        """With ``join``: the plain text chunks joined (:func:`joined_chunks`)."""
+        return joined_chunks(chunks, self._join) if self._join is not None else chunks
 
 
 def _field(obj: Any, name: str) -> Any:

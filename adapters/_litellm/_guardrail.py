@@ -35,7 +35,7 @@ from typing import Any, cast
 from litellm.integrations.custom_guardrail import CustomGuardrail
 from litellm.types.utils import ModelResponseStream
 
-from guardrail import Cause, ConfigError, GuardrailError, State
+from guardrail import ConfigError, GuardrailError, State
 
 from .._guard._stream import DEFAULT_MAX_TOKEN_CHARS, aclose_upstream, check_max_token_chars
 from .._serving._certs import CertificateSource, certificate_source, log_swap
@@ -57,7 +57,6 @@ from ._wire import (
     BLOCKED_STATUS,
     GuardrailHTTPError,
     blocked_body,
-    finishes,
     refusal_chunk,
     refuse_completion,
 )
@@ -279,7 +278,7 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
     def _finished(self, answer: Answer, completion_id: Any, *, decided: bool) -> None:
         """Hand the answer's final verdict to the risk watch (once per answer)."""
         request = answer.request
-        certified = decided and answer.blocked is None and answer.verdict.state is State.CERTIFIED
+        certified = decided and not answer.blocked and answer.verdict.state is State.CERTIFIED
         self.risk.take(
             self.name,
             FinishedAnswer(
@@ -327,21 +326,18 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
                 first_id = first_id or getattr(chunk, "id", None)
                 for out in self._step(answer, partial(answer.feed, chunk)):
                     yield out
-                if answer.blocked is not None:
+                if answer.blocked:
                     break
             else:
-                held = self._step(answer, answer.end)
-                if held and answer.blocked is None:  # on the chunk with the finish reason
-                    last_finish = next((c for c in reversed(held) if finishes(c)), held[-1])
-                    setattr(last_finish, VERDICT_FIELD, answer.verdict_field())
+                held = self._step(answer, answer.end)  # the verdict on the finish chunk
                 for out in held:
                     yield out
                 ended = True  # (only once every held chunk was taken: a client gone while
                 # they were sent closes this generator at a yield, and the answer was not shown)
         finally:  # a block, an error, the client gone: no more tokens generated or paid for
             await aclose_upstream(response)
-            self._finished(answer, first_id, decided=ended or answer.blocked is not None)
-        if answer.blocked is not None:
+            self._finished(answer, first_id, decided=ended or answer.blocked)
+        if answer.blocked:
             yield self._blocked(answer, last)
 
     def _step(self, answer: Answer, step: Callable[[], list[Any]]) -> list[Any]:
@@ -350,12 +346,9 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         try:
             return step()
         except GuardrailError as exc:
-            answer.monitor.abort(Cause.TRUNCATED, f"the upstream's answer was unusable: {exc}")
+            answer.fail("malformed_chunk", f"the upstream's answer was unusable: {exc}")
             body = error_body(
-                str(exc),
-                UPSTREAM_TYPE,
-                "malformed_chunk",
-                verdict=answer.verdict_field(error="malformed_chunk"),
+                str(exc), UPSTREAM_TYPE, "malformed_chunk", verdict=answer.verdict_field()
             )
             raise GuardrailHTTPError(502, body) from exc
 
@@ -379,7 +372,7 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         answer = Answer(request, max_token_chars=self.max_token_chars)
         try:
             self._step(answer, partial(answer.feed, completion_chunk(response)))
-            if answer.blocked is None:
+            if not answer.blocked:
                 self._step(answer, answer.end)
         except GuardrailHTTPError:
             self._finished(answer, getattr(response, "id", None), decided=False)
@@ -387,7 +380,7 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         self._finished(answer, getattr(response, "id", None), decided=True)
         for choice in response.choices:
             strip_choice(choice, request.want_logprobs, request.top_k)
-        if answer.blocked is not None:
+        if answer.blocked:
             logger.info("answer %s blocked: %s", request.request_id, answer.verdict.reason)
             if self.on_block == "error":
                 raise GuardrailHTTPError(BLOCKED_STATUS, blocked_body(answer))

@@ -20,7 +20,6 @@ __all__ = [
     "BLOCKED_STATUS",
     "GuardrailHTTPError",
     "blocked_body",
-    "finishes",
     "refusal_chunk",
     "refuse_completion",
 ]
@@ -80,9 +79,3 @@ def refuse_completion(response: Any, message: str) -> None:
     choice.finish_reason = "content_filter"
     choice.logprobs = None
     response.choices = [choice]
-
-
-def finishes(chunk: Any) -> bool:
-    """``chunk`` carries a finish reason (the usage chunk after it does not, and LiteLLM drops
-    the usage chunk it asked for itself)."""
-    return any(getattr(c, "finish_reason", None) for c in getattr(chunk, "choices", None) or ())
