@@ -18,7 +18,8 @@ stripped from every chunk it gets.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from guardrail import Certificate
@@ -41,6 +42,7 @@ __all__ = [
     "joined_chunks",
     "prepare_request",
     "strip_choice",
+    "upstream_finish_reasons",
 ]
 
 
@@ -131,11 +133,14 @@ def strip_choice(choice: Any, want_logprobs: bool, top_k: int) -> None:
                 _set(entry, "top_logprobs", top[:top_k])
 
 
-def completion_chunk(response: Any) -> dict[str, Any]:
+def completion_chunk(
+    response: Any, finish_reasons: Mapping[int, Any] | None = None
+) -> dict[str, Any]:
     """A whole (non-streamed) completion as the one chunk of its answer: each choice's
     message as its ``delta``, with its ``index``, ``logprobs`` and ``finish_reason``, so that
     it goes through the same step as a stream (which blocks a completion of several
-    choices, or of a choice without index 0)."""
+    choices, or of a choice without index 0). ``finish_reasons`` (by choice index): the
+    upstream's own (:func:`upstream_finish_reasons`), in place of the response's."""
     choices = []
     for choice in _field(response, "choices") or ():
         message = _field(choice, "message")
@@ -143,15 +148,46 @@ def completion_chunk(response: Any) -> dict[str, Any]:
             key: _field(message, key)
             for key in ("content", "refusal", "tool_calls", "function_call", "audio")
         }
+        index = _field(choice, "index")
+        finish = _field(choice, "finish_reason")
+        if finish_reasons is not None and index in finish_reasons:
+            finish = finish_reasons[index]
         choices.append(
-            {
-                "index": _field(choice, "index"),
-                "delta": delta,
-                "logprobs": _field(choice, "logprobs"),
-                "finish_reason": _field(choice, "finish_reason"),
-            }
-        )
+            {"index": index, "delta": delta, "logprobs": _field(choice, "logprobs"),
+             "finish_reason": finish}
+        )  # fmt: skip
     return {"choices": choices}
+
+
+def upstream_finish_reasons(data: Mapping[str, Any], response: Any) -> dict[int, Any] | None:
+    """The finish reason the upstream itself sent for each choice of a whole answer, by
+    index, read from LiteLLM's record of the upstream's response (its logging object's
+    ``original_response``: the upstream's JSON for an OpenAI-compatible provider), when
+    that record is of ``response`` (the same ``id``); None when LiteLLM kept none usable.
+
+    LiteLLM's own response has a missing finish reason filled in as ``"stop"``
+    (``litellm.types.utils.Choices``), so that a whole answer the upstream cut off would
+    read as one that ended; the upstream's record says it did not."""
+    details = getattr(data.get("litellm_logging_obj"), "model_call_details", None)
+    raw = details.get("original_response") if isinstance(details, dict) else None
+    if not isinstance(raw, str | bytes):
+        return None
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return None
+    rid = _field(response, "id")
+    if not isinstance(obj, dict) or not isinstance(rid, str) or obj.get("id") != rid:
+        return None
+    choices = obj.get("choices")
+    if not isinstance(choices, list):
+        return None
+    out: dict[int, Any] = {}
+    for choice in choices:
+        index = choice.get("index", 0) if isinstance(choice, dict) else None
+        if isinstance(index, int):
+            out[index] = choice.get("finish_reason")
+    return out
 
 
 def joined_chunks(held: list[Any], build: Callable[..., Any]) -> list[Any]:

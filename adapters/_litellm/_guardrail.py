@@ -45,7 +45,14 @@ from .._serving._prepare import DEFAULT_MAX_ANSWER_TOKENS, LITELLM_FIX, RequestE
 from .._serving._risk_watch import FinishedAnswer
 from .._serving._wire import UPSTREAM_TYPE, VERDICT_FIELD, error_body
 from . import _feedback as _litellm_feedback
-from ._answer import Answer, GuardedRequest, completion_chunk, prepare_request, strip_choice
+from ._answer import (
+    Answer,
+    GuardedRequest,
+    completion_chunk,
+    prepare_request,
+    strip_choice,
+    upstream_finish_reasons,
+)
 from ._config import (
     GuardrailStartupError,
     check_known_settings,
@@ -371,7 +378,8 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
             return response
         answer = Answer(request, max_token_chars=self.max_token_chars)
         try:
-            self._step(answer, partial(answer.feed, completion_chunk(response)))
+            whole = completion_chunk(response, upstream_finish_reasons(data, response))
+            self._step(answer, partial(answer.feed, whole))
             if not answer.blocked:
                 self._step(answer, answer.end)
         except GuardrailHTTPError:

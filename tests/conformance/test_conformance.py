@@ -233,11 +233,11 @@ ENDINGS: dict[str, tuple[list[Any], str | None]] = {
 
 LITELLM_GAPS = {
     ("refusal", True): "LiteLLM 1.110.2 drops a streamed delta.refusal before the hook sees it",
-    ("cut-off", False): "LiteLLM 1.110.2 turns a whole answer's missing finish_reason into "
-    "'stop' (litellm.types.utils.Choices) before the hook sees it",
 }
 """Known gaps of the LiteLLM front end, (ending, streamed) -> why: they must keep failing
-(strict), so that one fixed upstream shows."""
+(strict), so that one fixed upstream shows. A streamed refusal chunk never reaches the hook,
+nor the client: what the guard certifies is all the client gets. (A whole answer's missing
+finish_reason, which LiteLLM fills in as "stop", is read from the upstream's own response.)"""
 
 
 @pytest.mark.parametrize("ending", list(ENDINGS))
