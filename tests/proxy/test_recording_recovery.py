@@ -24,14 +24,15 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
-from proxy_harness import GOOD, ROLE, STOP, tokens
+from proxy_harness import GOOD, ROLE, STOP, Upstream, make_certificate, tokens
 from s3_server import moto_s3
+from sse_server import Reply
 
 from adapters._proxy._publish import Publisher
 from adapters._proxy._recording import AnswerRecord, Recorder, record_line
 from adapters._proxy._spool import SET_ASIDE
 from adapters._serving._metrics import ProxyMetrics
-from adapters.tracefiles import open_trace_objects
+from adapters.tracefiles import TraceFileWriter, open_trace_objects
 
 ROOT = Path(__file__).resolve().parents[2]
 CLEAN = [ROLE, *tokens([GOOD] * 5), STOP]
@@ -106,6 +107,75 @@ def _objects(url: str, options: dict[str, Any]) -> dict[str, list[str]]:
         objects = open_trace_objects(f"s3://{key}", storage_options=options)
         out[key.rsplit("/", 1)[-1]] = [obj["id"] for _, obj in objects]
     return out
+
+
+def _upload(spool_file: Path, url: str, fmt: str, options: dict[str, Any]) -> None:
+    """Publish ``spool_file`` as the recorder would, leaving it in the spool (a crash
+    between the upload and the delete)."""
+    with TraceFileWriter(f"{url}/{spool_file.stem}.{fmt}", storage_options=options) as out:
+        for _, obj in open_trace_objects(spool_file):
+            out.write(obj)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_a_killed_proxy_s_spool_is_published_by_the_next_start(
+    upstream: Upstream, tmp_path: Path, fmt: str
+) -> None:
+    first, second = 7, 3
+    for _ in range(first + second):
+        upstream.replies.put(Reply(list(CLEAN), delay=0.0))
+    cert = tmp_path / "cert.json"
+    make_certificate().save(cert)
+    spool = tmp_path / "spool"
+    with moto_s3("liftguard-records") as (endpoint, url, options):
+        argv = [
+            "--upstream", upstream.base_url, "--certificate", str(cert), "--port", "0",
+            "--no-verdict-log", "--record", url, "--record-format", fmt,
+            "--record-spool", str(spool), "--record-dataset", "chat",
+            "--storage-option", f"client_kwargs.endpoint_url={endpoint}",
+            "--record-max-mb", "0.008", "--record-max-age", "3600",
+        ]  # fmt: skip
+        serve = Serve(argv)
+        try:
+            ids = [serve.ask(f"question {i}?") for i in range(first)]
+            _until("the answers written", lambda: serve.recording()["written"] == first)
+        finally:
+            serve.kill()  # no shutdown: the spool keeps what was not published
+        left = sorted(spool.glob("*.jsonl"))
+        assert left  # at least the file being written when it died
+        _upload(left[0], url, fmt, options)  # uploaded, but the crash came before the delete
+        with left[-1].open("ab") as fh:
+            fh.write(b'{"id": "torn", "answer": "cut off mid-wri')  # a crash mid-write
+        if fmt == "parquet":  # a conversion cut off, and one whose spool file is gone
+            (spool / f"tmp-{left[-1].stem}.parquet").write_bytes(b"PAR1 cut off")
+            (spool / "tmp-chat-gone.parquet").write_bytes(b"PAR1 cut off")
+
+        serve = Serve(argv)
+        try:
+            rec = _until(
+                "the left files published",
+                lambda: (r := serve.recording())["recovered"] == len(left) and r,
+            )
+            ids += [serve.ask(f"question {i}?") for i in range(first, first + second)]
+            recovered = serve.metric('liftguard_record_objects_total{result="recovered"}')
+            aside = serve.metric('liftguard_record_objects_total{result="set_aside"}')
+        finally:
+            err = serve.stop()
+        objects = _objects(url, options)
+    assert recovered == len(left)
+    published = [i for names in objects.values() for i in names]
+    assert sorted(published) == sorted(ids)  # every answer in exactly one object, none torn
+    assert {f"{p.stem}.{fmt}" for p in left} <= set(objects)
+    assert all(name.startswith("chat-") and name.endswith(f".{fmt}") for name in objects)
+    lines = [line for line in err.splitlines() if "left in the spool by an earlier run" in line]
+    assert len(lines) == len(left)  # one line per recovered file
+    assert sum("torn last line" in line for line in lines) == 1
+    if fmt == "parquet":  # never published; kept aside and counted
+        assert aside == 1 and rec["set_aside"] == [str(spool / SET_ASIDE / "tmp-chat-gone.parquet")]
+        assert [p.name for p in spool.iterdir()] == [SET_ASIDE]
+        assert [p.name for p in (spool / SET_ASIDE).iterdir()] == ["tmp-chat-gone.parquet"]
+    else:
+        assert aside == 0 and list(spool.iterdir()) == []
 
 
 def _record(i: int) -> AnswerRecord:
@@ -223,6 +293,33 @@ def test_what_recovery_does_to_torn_unterminated_and_unreadable_files(
     recovered = [r.getMessage() for r in caplog.records if "earlier run" in r.getMessage()]
     assert len(recovered) == 2 and "torn last line 3 cut off" in recovered[0]
     assert oct(os.stat(spool / SET_ASIDE).st_mode & 0o777) == "0o700"
+
+
+def test_the_spool_of_a_url_is_one_per_destination(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from adapters._proxy._spool import spool_directory
+    from adapters.proxy import ProxyConfig, StaticCertificate
+    from guardrail import ConfigError
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    here = {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}
+    there = {"client_kwargs": {"endpoint_url": "http://10.0.0.1:9000"}}
+    a = spool_directory("s3://bucket/records", here)
+    assert a == spool_directory("s3://bucket/records/", {**here, "key": "rotated"})  # same
+    assert a.parent == tmp_path / "state" / "liftguard" / "record-spool"
+    assert a.name.startswith("s3-bucket-records-") and a.is_dir()
+    assert oct(a.stat().st_mode & 0o777) == "0o700"
+    assert a != spool_directory("s3://bucket/records", there)  # another server
+    assert a != spool_directory("s3://bucket/other", here)
+    assert spool_directory("s3://bucket/records", here, str(tmp_path / "mine")) == (
+        tmp_path / "mine"
+    )
+    cert = StaticCertificate(make_certificate(), "test-cert")
+    with pytest.raises(ConfigError, match="record_spool is for a URL recording"):
+        ProxyConfig(upstream="http://127.0.0.1:1/v1", certificate=cert,
+                    record_dir=str(tmp_path / "rec"), record_spool=str(tmp_path / "s"))  # fmt: skip
 
 
 _HOLD_LOCK = """
