@@ -1,13 +1,15 @@
 """The identity of trace data whatever its container: a JSONL file, the same file
-compressed and its Parquet twin (``liftguard traces convert``) have one traces digest;
-a provenance made before the digest was recorded is still compared by its file
-sha256."""
+compressed and its Parquet twin (``liftguard traces convert``) have one traces digest, so
+``calibrate --certificate`` refuses the twin of the data a statistic was fitted on as it
+refuses that file (and ``eval`` warns), while other data is accepted; a certificate made
+before the digest was recorded is still compared by its file sha256."""
 
 from __future__ import annotations
 
 import gzip
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ from adapters.tracefiles import (
     trace_file_sha256,
     trace_identity,
 )
+from guardrail import Certificate
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NQ = FIXTURES / "traces_gemma3_nq_sample.jsonl"
@@ -99,3 +102,78 @@ def test_same_traces_compares_digests_and_old_provenance_by_sha256(tmp_path: Pat
     old = {"traces_sha256": nq["traces_sha256"]}  # made before the digest was recorded
     assert same_traces(old, nq) and not same_traces(old, twin) and not same_traces(old, tq)
     assert not same_traces({}, nq)
+
+
+@pytest.fixture
+def fitted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    """A certificate whose statistic was fitted on ``NQ`` (the JSONL file)."""
+    out = tmp_path / "fitted.json"
+    args = ["fit", "--traces", str(NQ), "--out", str(out), "--group", "api", "--risk", "0.99"]
+    assert main([*args, "--delta", "0.3"]) == 0
+    capsys.readouterr()
+    return out
+
+
+def _calibrate(cert: Path, traces: Path, tmp_path: Path, *extra: str) -> list[str]:
+    out = tmp_path / "recalibrated.json"
+    out.unlink(missing_ok=True)
+    return ["calibrate", "--traces", str(traces), "--certificate", str(cert), "--risk", "0.7",
+            "--delta", "0.3", "--out", str(out), *extra]  # fmt: skip
+
+
+def test_calibrate_refuses_the_twin_of_the_fit_data_as_it_refuses_the_file(
+    fitted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cert = Certificate.load(fitted)
+    assert cert.provenance["traces_digest"] == trace_digest(NQ)
+    parquet = _convert(NQ, tmp_path / "nq.parquet", capsys)
+    gz = _gzip(NQ, tmp_path / "nq.jsonl.gz")
+    refusals = []
+    for traces in (NQ, parquet, gz):
+        assert main(_calibrate(fitted, traces, tmp_path)) == 1
+        err = capsys.readouterr().err.strip()
+        refusals.append(err.replace(str(traces), "TRACES"))
+    assert len(set(refusals)) == 1 and FITTED_ON in refusals[0] and "\n" not in refusals[0]
+    assert not (tmp_path / "recalibrated.json").exists()
+    # other data is accepted, in either container; the record names both identities
+    tq_parquet = _convert(TQ, tmp_path / "tq.parquet", capsys)
+    for traces in (TQ, tq_parquet):
+        assert main(_calibrate(fitted, traces, tmp_path)) == 0
+        capsys.readouterr()
+        after = Certificate.load(tmp_path / "recalibrated.json")
+        assert after.provenance["traces_digest"] == trace_digest(TQ)
+        assert after.provenance["traces_sha256"] == trace_file_sha256(traces)
+        assert after.provenance["fitted_on_digest"] == cert.provenance["traces_digest"]
+        assert after.provenance["fitted_on_sha256"] == cert.provenance["traces_sha256"]
+
+
+def test_a_certificate_without_a_digest_is_compared_by_file_sha256(
+    fitted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cert = Certificate.load(fitted)
+    old = tmp_path / "old.json"
+    provenance = {k: v for k, v in cert.provenance.items() if k != "traces_digest"}
+    replace(cert, provenance=provenance).save(old)
+    assert main(_calibrate(old, NQ, tmp_path)) == 1  # the same file: refused, as before
+    assert FITTED_ON in capsys.readouterr().err
+    assert main(_calibrate(old, TQ, tmp_path)) == 0
+
+
+def test_margins_from_the_twin_of_the_calibration_data_are_refused(
+    fitted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    twin = _convert(TQ, tmp_path / "tq.parquet", capsys)
+    assert main(_calibrate(fitted, TQ, tmp_path, "--margins-from", str(twin))) == 1
+    err = capsys.readouterr().err
+    assert "these are the calibration traces" in err and len(err.strip().splitlines()) == 1
+
+
+def test_eval_warns_of_the_twin_of_the_data_a_certificate_was_made_on(
+    fitted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    twin = _convert(NQ, tmp_path / "nq.parquet", capsys)
+    warning = "these are the traces the certificate was fitted and calibrated on"
+    for traces, warned in ((NQ, True), (twin, True), (TQ, False)):
+        assert main(["eval", "--traces", str(traces), "--certificate", str(fitted), "--risk",
+                     "0.9", "--splits", "2", "--json"]) == 0  # fmt: skip
+        assert (warning in capsys.readouterr().err) is warned, traces
