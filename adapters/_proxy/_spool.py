@@ -151,11 +151,15 @@ def make_private_dirs(path: Path) -> None:
 
 def lock_new(fd: int) -> bool:
     """Lock a spool file just created (False: a recoverer locked it first, found it empty
-    and removes it; the writer takes another name)."""
+    and removes it; the writer takes another name). On a file system without locks the
+    file is written unlocked, as it was before there were locks; no start then takes a
+    spool file there (:func:`claim` needs the lock), and the files stay for an operator."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except BlockingIOError:
         return False
+    except OSError:  # no locks here (ENOLCK, EOPNOTSUPP)
+        return True
     return True
 
 

@@ -354,3 +354,26 @@ def test_a_spool_file_locked_by_a_live_process_is_not_claimed(tmp_path: Path) ->
     finally:
         os.close(fd)
         give_up(path)
+
+
+def test_without_locks_files_are_written_and_never_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from adapters._proxy import _spool
+
+    def no_locks(fd: int, op: int) -> None:
+        raise OSError(errno.EOPNOTSUPP, "locks not supported")
+
+    monkeypatch.setattr(_spool.fcntl, "flock", no_locks)
+    target, spool = tmp_path / "records", tmp_path / "records" / ".spool"
+    spool.mkdir(parents=True)
+    (spool / "proxy-dead-00001.jsonl").write_bytes(_line(9))  # cannot be told from a live one
+    publisher = Publisher(str(target), metrics=ProxyMetrics(), fmt="parquet")
+    recorder = Recorder(spool, metrics=ProxyMetrics(), publisher=publisher)
+    recorder.start()
+    recorder.submit(_record(0))
+    recorder.close()
+    assert publisher.published == 1 and publisher.recovered == 0
+    assert [p.name for p in spool.iterdir()] == ["proxy-dead-00001.jsonl"]  # left for a person
