@@ -77,7 +77,8 @@ class Certificate:
 
     ``calibration`` is ``None`` for a hand-made rule, which carries no
     guarantee. ``provenance`` records where it came from (``traces``,
-    ``traces_sha256``, ``command``, ``fit``: the data a fitted statistic used, ...).
+    ``traces_sha256``, ``traces_digest``, ``command``, ``fit``: the data a fitted
+    statistic used, ...).
     ``statistic``: a fitted statistic that replaces the policy's lift statistic (the
     policy then contributes its missing-logprob, cut-off, ``early``, ``min_tokens``
     and ``final_rule`` settings); ``tau`` is then on its scale, any finite number.

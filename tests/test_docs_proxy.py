@@ -173,9 +173,13 @@ def test_fleet_serve_command(upstream: SSEServer, here: Path) -> None:
     assert keys and all(b"chat" in k for k in keys), keys
 
 
-def test_recording_parquet_to_s3(upstream: SSEServer, here: Path) -> None:
+def test_recording_parquet_to_s3(
+    upstream: SSEServer, here: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The page's recording to object storage, on moto's S3 server: the answer is in a
-    Parquet object under the prefix once the proxy has stopped."""
+    Parquet object under the prefix once the proxy has stopped, and nothing is left in
+    its spool (the default one, under ``$XDG_STATE_HOME``)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(here / "state"))
     with moto_s3("my-bucket") as (endpoint, prefix, options):
         import s3fs  # (moto_s3 skips without it)
 
@@ -189,3 +193,5 @@ def test_recording_parquet_to_s3(upstream: SSEServer, here: Path) -> None:
         objects = s3fs.S3FileSystem(**options).find(prefix)
     assert verdict["state"] == "certified"
     assert len(objects) == 1 and objects[0].endswith(".parquet"), objects
+    (spool,) = (here / "state" / "liftguard" / "record-spool").iterdir()
+    assert list(spool.iterdir()) == []

@@ -418,11 +418,15 @@ def test_tracefiles_public_names_are_pinned() -> None:
 
     assert adapters.tracefiles.__all__ == [
         "PARQUET_SUFFIX",
+        "TraceDigest",
         "TraceFileWriter",
         "convert_traces",
         "is_parquet",
         "is_url",
         "open_binary",
         "open_trace_objects",
+        "same_traces",
+        "trace_digest",
         "trace_file_sha256",
+        "trace_identity",
     ]

@@ -212,6 +212,7 @@ def test_fit_fits_the_same_certificate_on_parquet(
         cert = Certificate.load(out).to_dict()
         cert["provenance"].pop("command")
         cert["provenance"].pop("traces_sha256")  # the file's bytes: not the same file
+        # (the traces digest, compared below, is the same: the same traces)
         certs.append(json.loads(json.dumps(cert).replace(Path(traces).name, "TRACES")))
     assert certs[0] == certs[1]
 

@@ -90,6 +90,7 @@ class Proxy:
                 max_age_s=config.record_max_age_s,
                 queue_size=config.record_queue,
                 storage_options=config.record_storage_options,
+                spool=config.record_spool,
             )
         entries: dict[str, CertificateSource] = dict(config.model_certificates)
         if config.certificate is not None:

@@ -19,6 +19,7 @@ from .._serving._options import (
     integer_at_least,
 )
 from .._serving._prepare import DEFAULT_MAX_ANSWER_TOKENS
+from .._tracefiles._files import is_url
 from ._recording import check_dataset_name
 from ._upstream import DEFAULT_MAX_ANSWER_BYTES
 
@@ -88,7 +89,10 @@ class ProxyConfig:
     (files rotated at ``record_max_bytes``; at most ``record_queue`` answers wait to
     be written, more are dropped and counted). A URL or a Parquet recording is
     written to a local spool file and each finished file is published whole, also
-    once it is ``record_max_age_s`` old (:mod:`adapters._proxy._recording`).
+    once it is ``record_max_age_s`` old (:mod:`adapters._proxy._recording`); a URL
+    recording spools in ``record_spool`` (default: a directory of the destination's
+    under ``$XDG_STATE_HOME/liftguard/record-spool``, :mod:`adapters._proxy._spool`),
+    and each start publishes the spool files an earlier run left there.
     ``record_dataset``: the lines' dataset name and the files' prefix, a simple name
     (letters, digits, ``_``, ``.``, ``-``; no path). ``refresh_interval_s``: how often
     store aliases are re-read (0: never; :meth:`Proxy.refresh_certificates` on
@@ -147,6 +151,7 @@ class ProxyConfig:
     record_format: RecordFormat = "jsonl"
     record_max_age_s: float = 300.0
     record_storage_options: Mapping[str, Any] | None = None
+    record_spool: str | None = None
     refresh_interval_s: float = 10.0
     risk_alpha: float = 0.05
     feedback_ids: int = 50_000
@@ -210,6 +215,14 @@ class ProxyConfig:
         if self.record_format not in ("jsonl", "parquet"):
             raise ConfigError(f"record_format must be jsonl or parquet; got {self.record_format!r}")
         check_positive("record_max_age_s", self.record_max_age_s)
+        if self.record_spool is not None and (
+            not isinstance(self.record_spool, str) or not self.record_spool
+        ):
+            raise ConfigError(f"record_spool must be a path string, got {self.record_spool!r}")
+        if self.record_spool is not None and not is_url(self.record_dir or ""):
+            raise ConfigError(
+                "record_spool is for a URL recording (a local one spools in DIR/.spool)"
+            )
         if self.record_storage_options is not None and not isinstance(
             self.record_storage_options, Mapping
         ):

@@ -15,10 +15,12 @@ directory: the file names differ by host and process.
 
 Recording to object storage (``--record s3://bucket/prefix``, any fsspec URL) or in
 Parquet (``--record-format parquet``): the same writer appends the same lines to a
-local spool file (a private temporary directory for a URL; ``DIR/.spool`` for a local
-Parquet recording), and each finished spool file is handed to a
-:class:`~adapters._proxy._publish.Publisher`, which publishes it whole, under the
-same name, from a thread of its own. A spool file is finished when the next line
+local spool file (in the destination's spool directory, the same at every start:
+:mod:`adapters._proxy._spool`; ``DIR/.spool`` for a local Parquet recording), locked
+while it is written and until it is published, and each finished spool file is handed
+to a :class:`~adapters._proxy._publish.Publisher`, which publishes it whole, under the
+same name, from a thread of its own; at start the publisher first publishes the
+spool files an earlier run left. A spool file is finished when the next line
 would pass ``max_bytes``, when it is ``max_age_s`` old (so that a quiet proxy's
 answers still arrive; the writer checks the age at least every second and on
 :meth:`Recorder.tick`, against its ``clock``), and at :meth:`Recorder.close`, which
@@ -42,7 +44,6 @@ import logging
 import os
 import queue
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -53,6 +54,7 @@ from .._serving._metrics import ProxyMetrics
 from .._tracefiles._files import is_url
 from ._publish import Publisher, SpoolFile
 from ._record_line import AnswerRecord, check_dataset_name, record_line
+from ._spool import give_up, lock_new, make_private_dirs, spool_directory, take
 
 __all__ = ["AnswerRecord", "Recorder", "check_dataset_name", "open_recorder", "record_line"]
 
@@ -69,22 +71,24 @@ def open_recorder(
     max_age_s: float | None = 300.0,
     queue_size: int = 10_000,
     storage_options: Mapping[str, Any] | None = None,
+    spool: str | None = None,
 ) -> Recorder:
     """The recorder of ``--record target``: a local JSONL recording writes its files in
-    place; a URL (spooled in a private temporary directory) or a Parquet recording
-    (spooled in ``target/.spool``) publishes each finished file whole, the age limit
-    ``max_age_s`` applying to these (see the module docstring)."""
+    place; a URL (spooled in ``spool``, by default a directory of the destination's:
+    :func:`~adapters._proxy._spool.spool_directory`) or a Parquet recording (spooled in
+    ``target/.spool``) publishes each finished file whole, the age limit ``max_age_s``
+    applying to these (see the module docstring)."""
     if not is_url(target) and fmt == "jsonl":
         return Recorder(
             target, metrics=metrics, dataset=dataset, max_bytes=max_bytes, queue_size=queue_size
         )
     publisher = Publisher(target, metrics=metrics, fmt=fmt, storage_options=storage_options)
     if is_url(target):
-        spool = tempfile.mkdtemp(prefix="liftguard-record-")  # mode 0700
+        where = spool_directory(target, storage_options, spool)
     else:
-        spool = os.path.join(target, ".spool")
+        where = Path(target) / ".spool"
     return Recorder(
-        spool,
+        where,
         metrics=metrics,
         dataset=dataset,
         max_bytes=max_bytes,
@@ -139,6 +143,7 @@ class Recorder:
 
     def start(self) -> None:
         if self.publisher is not None:
+            self.publisher.recover(self.directory)  # what an earlier run left, first
             self.publisher.start()
         if self._thread is None:
             self._thread = threading.Thread(
@@ -167,7 +172,9 @@ class Recorder:
         }
         if self.publisher is not None:
             out["published"] = self.publisher.published
+            out["recovered"] = self.publisher.recovered
             out["kept_locally"] = [str(p) for p in self.publisher.kept]
+            out["set_aside"] = [str(p) for p in self.publisher.set_aside]
         return out
 
     def tick(self) -> None:
@@ -274,18 +281,28 @@ class Recorder:
             self._torn = True
 
     def _open_file(self) -> int:
-        """A new file (mode 0600) of this recorder's own: nothing else writes to it."""
-        self._make_directory()
+        """A new file (mode 0600) of this recorder's own: nothing else writes to it (a
+        spool file is locked until it is published: :mod:`._spool`)."""
+        make_private_dirs(self.directory)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
         while True:
             name = f"{self.dataset}-{self._stamp}-{self._host}-{os.getpid()}-{self._seq + 1:05d}"
+            path = self.directory / f"{name}.jsonl"
+            self._seq += 1
+            if not take(path):  # another recorder of this process's
+                continue
             try:
-                path = self.directory / f"{name}.jsonl"
                 fd = os.open(path, flags, 0o600)
             except FileExistsError:  # left by a process of the same pid, started that second
-                self._seq += 1
+                give_up(path)
                 continue
-            self._seq += 1
+            except BaseException:
+                give_up(path)
+                raise
+            if self.publisher is not None and not lock_new(fd):  # a recoverer's: it removes it
+                os.close(fd)
+                give_up(path)
+                continue
             break
         with contextlib.suppress(OSError):  # created 0600 less the umask: never more
             os.fchmod(fd, 0o600)  # the owner's bits too, whatever the umask
@@ -293,34 +310,23 @@ class Recorder:
         self._path, self._opened_at, self._lines = path, self._clock(), 0
         return fd
 
-    def _make_directory(self) -> None:
-        """Create the missing directories of ``self.directory``, each mode 0700."""
-        missing = []
-        path = self.directory
-        while not path.is_dir() and path.parent != path:
-            missing.append(path)
-            path = path.parent
-        for path in reversed(missing):
-            try:
-                os.mkdir(path, 0o700)
-            except FileExistsError:  # another replica made it (or it is a file: next mkdir says so)
-                continue
-            with contextlib.suppress(OSError):  # made 0700 less the umask: never more
-                os.chmod(path, 0o700)  # the owner's bits too, whatever the umask
-
     def _close_file(self) -> None:
-        if self._fd is not None:
+        fd = self._fd
+        if fd is not None:
             if self._torn:
                 with contextlib.suppress(OSError):
-                    os.ftruncate(self._fd, self._size)
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
+                    os.ftruncate(fd, self._size)
             self._fd = None
             self._torn = False
-            if self.publisher is not None and self._path is not None:
-                if self._lines:
-                    self.publisher.submit(SpoolFile(self._path, self._path.stem, self._lines))
-                else:  # nothing to publish
+            if self.publisher is not None and self._path is not None and self._lines:
+                # the descriptor goes with the file: its lock is held until it is published
+                self.publisher.submit(SpoolFile(self._path, self._path.stem, self._lines, fd))
+            else:
+                if self.publisher is not None and self._path is not None:  # nothing to publish
                     with contextlib.suppress(OSError):
                         self._path.unlink()
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                if self._path is not None:
+                    give_up(self._path)
             self._path = None

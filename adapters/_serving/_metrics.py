@@ -14,10 +14,14 @@
 - ``liftguard_client_disconnects_total``: clients that closed before the end.
 - ``liftguard_records_written_total``, ``liftguard_records_dropped_total{reason}``
   (``queue_full``, ``disk``): trace lines of ``--record``.
-- ``liftguard_record_objects_total{result}`` (``published``, ``kept_locally``):
-  recording files published whole (uploaded to ``--record URL``, or a Parquet
-  recording renamed into place), or kept in the local spool directory after
-  every try failed; ``liftguard_record_lines_kept_locally_total``: their lines.
+- ``liftguard_record_objects_total{result}``: recording files ``published`` whole
+  (uploaded to ``--record URL``, or a Parquet recording renamed into place),
+  ``kept_locally`` in the spool directory after every try failed, ``recovered``
+  (published later: left in the spool by an earlier run, or kept and published once
+  the store answered again) or ``set_aside`` (a spool file that cannot be published,
+  moved to the spool's ``set-aside/``); ``liftguard_record_lines_kept_locally_total``
+  and ``liftguard_record_lines_recovered_total``: the lines of the kept and of the
+  recovered files.
 - ``liftguard_certificate_refreshes_total{result}`` (``unchanged``, ``changed``,
   ``failed``): store alias re-reads.
 - ``liftguard_certificate_info{model, certificate}`` (gauge): 1 for the
@@ -115,12 +119,20 @@ class ProxyMetrics:
             "liftguard_records_dropped", "Trace lines dropped", ["reason"], registry=reg
         )
         self.record_objects = Counter(
-            "liftguard_record_objects", "Recording files published or kept", ["result"],
+            "liftguard_record_objects",
+            "Recording files published, kept, recovered or set aside",
+            ["result"],
             registry=reg,
         )
         self.record_lines_kept = Counter(
             "liftguard_record_lines_kept_locally",
             "Trace lines of recording files kept in the spool after failed uploads",
+            registry=reg,
+        )
+        self.record_lines_recovered = Counter(
+            "liftguard_record_lines_recovered",
+            "Trace lines of recording files published after an earlier run left them or "
+            "failed tries kept them",
             registry=reg,
         )
         self.refreshes = Counter(

@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    from adapters.tracefiles import TraceDigest
     from guardrail import GuardrailError
     from guardrail.evaluate import critical_thresholds
     from guardrail.stats import DEFAULT_CLIP
@@ -57,7 +58,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         from ._certify import read_context
 
         read_context(args.context)  # a bad context file fails before the work
-    traces = read_whole(args.traces, "calibrate", "calibrating on them")
+    digest = TraceDigest()
+    traces = read_whole(args.traces, "calibrate", "calibrating on them", digest=digest)
     traces = supply_vocab_size(traces, args.vocab_size, args.traces)
     fields, what, hint = score_needs(args.score, args.skeleton, traces)
     if args.out and args.score == "lift" and args.skeleton != "prompt-free":
@@ -110,7 +112,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.out and args.score == "lift":
         from ._certify import build_certificate
 
-        cert = build_certificate(args, traces[0].model, traces[0].vocab_size, result)
+        cert = build_certificate(
+            args, traces[0].model, traces[0].vocab_size, result, digest=digest.hexdigest()
+        )
         cert.save(args.out)
         wrote = f"wrote the certificate {args.out}"
     elif args.out:  # a baseline score is a threshold on a whole answer, not a streaming rule

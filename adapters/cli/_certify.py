@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from adapters.tracefiles import trace_file_sha256
+from adapters.tracefiles import trace_identity
 from guardrail import (
     Calibration,
     Certificate,
@@ -51,14 +51,20 @@ def read_context(path: str | None) -> GenerationContext:
 
 
 def build_certificate(
-    args: argparse.Namespace, model_id: str, vocab_size: int, result: Calibration
+    args: argparse.Namespace,
+    model_id: str,
+    vocab_size: int,
+    result: Calibration,
+    *,
+    digest: str | None = None,
 ) -> Certificate:
-    """The certificate of one ``calibrate`` run (lift score; the policy it replayed)."""
+    """The certificate of one ``calibrate`` run (lift score; the policy it replayed;
+    ``digest``: the traces digest of ``args.traces``, computed as they were read)."""
     if result.policy is None:
         raise CommandError("the calibration records no streaming policy")
     provenance: dict[str, Any] = {
         "traces": Path(args.traces).name,
-        "traces_sha256": trace_file_sha256(args.traces),
+        **trace_identity(args.traces, digest=digest),
         "command": getattr(args, "command_line", ""),
     }
     return Certificate(

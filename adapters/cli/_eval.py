@@ -47,10 +47,13 @@ def _read_certificate(path: str) -> Any:
     return cert
 
 
-def _check_certificate(args: argparse.Namespace, cert: Any, traces: list[Any]) -> None:
+def _check_certificate(
+    args: argparse.Namespace, cert: Any, traces: list[Any], digest: str | None = None
+) -> None:
     """Refuse traces of another vocabulary; warn (stderr) when the traces are from another
-    model or are the very traces the certificate was made on (not a held-out evaluation)."""
-    from adapters.tracefiles import trace_file_sha256
+    model or are the very traces the certificate was made on, in any container (not a
+    held-out evaluation; ``digest``: their traces digest, computed as they were read)."""
+    from adapters.tracefiles import same_traces, trace_identity
 
     model, vocab = traces[0].model, traces[0].vocab_size
     if cert.statistic is not None and vocab != cert.statistic.vocab_size:
@@ -64,7 +67,7 @@ def _check_certificate(args: argparse.Namespace, cert: Any, traces: list[Any]) -
             f"the traces are from {model!r} (certificates do not transfer across models)",
             file=sys.stderr,
         )
-    if cert.provenance.get("traces_sha256") == trace_file_sha256(args.traces):
+    if same_traces(cert.provenance, trace_identity(args.traces, digest=digest)):
         print(
             "liftguard eval: warning: these are the traces the certificate was fitted and "
             "calibrated on: its results here are not held out",
@@ -127,6 +130,7 @@ def _unavailable(reason: str, fields: tuple[str, ...], splits: int) -> dict[str,
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from adapters.tracefiles import TraceDigest
     from guardrail import StreamPolicy
     from guardrail.evaluate import (
         baseline_method,
@@ -149,7 +153,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             status=2,
         )
     cert = _read_certificate(args.certificate) if args.certificate else None
-    traces = read_whole(args.traces, "eval", "evaluating on them")
+    digest = TraceDigest()
+    traces = read_whole(args.traces, "eval", "evaluating on them", digest=digest)
     if args.top_k is not None:
         traces = [t.truncate_top(args.top_k) for t in traces]
     vocab = args.vocab_size
@@ -197,7 +202,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             methods.append(make())
             used.append((score, skeleton))
     if cert is not None:
-        _check_certificate(args, cert, traces)
+        _check_certificate(args, cert, traces, digest.hexdigest())
         fields, what = _certificate_needs(cert)
         reason = lacking_message(args.traces, traces, fields, what)
         few = _too_few_alternatives(args, cert, traces)

@@ -115,7 +115,7 @@ def _ids_sha256(ids: list[str]) -> str:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from adapters.tracefiles import trace_file_sha256
+    from adapters.tracefiles import TraceDigest, trace_identity
     from guardrail import Certificate, InsufficientDataError, ModelIdentity, StreamPolicy
     from guardrail.evaluate import auroc
     from guardrail.fitting import (
@@ -134,7 +134,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if not 0.0 <= args.range_quantile < 0.5:
         raise CommandError("--range-quantile must lie in [0, 0.5)", status=2)
     context = read_context(args.context)
-    traces = read_whole(args.traces, "fit", "fitting and calibrating on them")
+    digest = TraceDigest()
+    traces = read_whole(args.traces, "fit", "fitting and calibrating on them", digest=digest)
     traces = supply_vocab_size(traces, args.vocab_size, args.traces)
     feats = _features(args)
     for needs in _group_needs(args, {f.base for f in feats}):
@@ -262,7 +263,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     cal = replace(cal, extra=extra)
     provenance: dict[str, Any] = {
         "traces": Path(args.traces).name,
-        "traces_sha256": trace_file_sha256(args.traces),
+        **trace_identity(args.traces, digest=digest.hexdigest()),
         "command": getattr(args, "command_line", ""),
         "fit": split,
     }

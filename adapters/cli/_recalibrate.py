@@ -5,15 +5,19 @@ The statistic was fitted on the answers named in the certificate's provenance; t
 chosen here, by the same fixed-sequence procedure as everywhere
 (:func:`guardrail.fitting.calibrate_fitted`), on the answers given. The guarantee's
 argument (``calibrate_fitted``'s docstring) needs those answers to be independent of
-the fitting ones: the command refuses the very file the statistic was fitted on, and
-the calibration record names both files' sha256.
+the fitting ones: the command refuses the data the statistic was fitted on, in any
+container (the same file, or its Parquet or JSONL twin: the traces digest of
+:func:`adapters.tracefiles.trace_identity`; a certificate that records no digest is
+compared by the file's sha256, as before), and the calibration record names both
+files' sha256 and digests.
 
 ``--margins-from TRAFFIC`` first sets the statistic's early-block margins from every
 answer of ``TRAFFIC`` (:func:`guardrail.fitting.block_margins` with ``answers="all"``;
 labels are not read, so recorded traffic serves as it is), at ``--early-block``'s quantile
 (default :data:`~adapters.cli._fit_args.TRAFFIC_EARLY_BLOCK`). The margins are then part
 of the rule calibration replays; they must be fixed before it, so answers that are
-calibration answers (the same file, or a calibration answer's id) are refused.
+calibration answers (the same data in any container, or a calibration answer's id) are
+refused.
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ def _refuse_rule_flags(args: argparse.Namespace, defaults: dict[str, Any]) -> No
 
 def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     """Calibrate ``args.certificate``'s tau on ``args.traces``; write ``args.out``."""
-    from adapters.tracefiles import trace_file_sha256
+    from adapters.tracefiles import same_traces
     from guardrail import Certificate, InsufficientDataError
     from guardrail.evaluate import auroc
     from guardrail.fitting import calibrate_fitted
@@ -83,16 +87,15 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
             "calibrated by the options of 'calibrate' itself"
         )
     fitted_on = cert.provenance.get("traces_sha256")
-    traces_sha = trace_file_sha256(args.traces)
-    if fitted_on == traces_sha:
+    traces, identity = _read_for(
+        cert, args.traces, args.vocab_size, "calibrating on them", require_label=True
+    )
+    if same_traces(cert.provenance, identity):
         raise CommandError(
             f"{args.traces}: these are the traces the certificate's statistic was fitted on; "
             "calibrate on other labelled answers (the guarantee needs answers independent "
             "of the fit)"
         )
-    traces = _read_for(
-        cert, args.traces, args.vocab_size, "calibrating on them", require_label=True
-    )
     models = {t.model for t in traces}
     if models != {cert.model.model_id}:
         print(
@@ -104,7 +107,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     skeleton = cert.replay_skeleton()
     traffic = None
     if args.margins_from is not None:
-        stat, traffic = _traffic_margins(args, cert, skeleton, traces, traces_sha)
+        stat, traffic = _traffic_margins(args, cert, skeleton, traces, identity)
         cert = replace(cert, statistic=stat)
     plain, paths = replays(stat, traces, skeleton, cert.context.max_tokens)
     try:
@@ -128,6 +131,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         "these calibrate tau",
         "fitted_on": cert.provenance.get("traces"),
         "fitted_on_sha256": fitted_on,
+        "fitted_on_digest": cert.provenance.get("traces_digest"),
         "n_calibration": len(traces),
     }
     extra = {"split": split, "calibration_auroc": auroc(crit, correct), "margins_blocked": cost}
@@ -136,9 +140,10 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         **{k: v for k, v in cert.provenance.items() if k in ("fit", "note")},
         "fitted_on": cert.provenance.get("traces"),
         "fitted_on_sha256": fitted_on,
+        "fitted_on_digest": cert.provenance.get("traces_digest"),
         "fit_command": cert.provenance.get("command", ""),
         "traces": Path(args.traces).name,
-        "traces_sha256": traces_sha,
+        **identity,
         "command": getattr(args, "command_line", ""),
     }
     out = replace(cert, tau=cal.tau, calibration=cal, provenance=provenance)
@@ -177,14 +182,19 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
 
 def _read_for(
     cert: Any, path: str, vocab_size: int | None, use: str, *, require_label: bool
-) -> list[Any]:
+) -> tuple[list[Any], dict[str, str]]:
     """The whole answers of ``path`` (:func:`~adapters.cli._recorded.read_whole`; ``use``:
     what is done with them), refused in one line where they lack what ``cert``'s statistic
     reads or are of another vocabulary (``vocab_size``: ``--vocab-size``, for recordings
-    without one)."""
+    without one); and the file's identity (:func:`adapters.tracefiles.trace_identity`, its
+    digest computed in the same pass)."""
+    from adapters.tracefiles import TraceDigest, trace_identity
+
     from ._eval import _certificate_needs
 
-    traces = read_whole(path, "calibrate", use, require_label=require_label)
+    digest = TraceDigest()
+    traces = read_whole(path, "calibrate", use, require_label=require_label, digest=digest)
+    identity = trace_identity(path, digest=digest.hexdigest())
     traces = supply_vocab_size(traces, vocab_size, path)
     fields, what = _certificate_needs(cert)
     refusal = lacking_message(path, traces, ("vocab_size", *fields), what, "")
@@ -195,31 +205,35 @@ def _read_for(
             f"the certificate's statistic is for a vocabulary of {cert.statistic.vocab_size} "
             f"tokens; {path} has traces of another vocabulary: certificates are per model"
         )
-    return traces
+    return traces, identity
 
 
 def _traffic_margins(
-    args: argparse.Namespace, cert: Any, skeleton: Any, calibration: list[Any], cal_sha: str
+    args: argparse.Namespace,
+    cert: Any,
+    skeleton: Any,
+    calibration: list[Any],
+    cal_identity: dict[str, str],
 ) -> tuple[Any, dict[str, Any]]:
     """The certificate's statistic with early-block margins from every answer of
     ``--margins-from`` (labels unread), and what to record of them. The margins are part
     of the rule that calibration replays, so they must not come from calibration answers:
-    the same file, or answers with a calibration answer's id, are refused."""
-    from adapters.tracefiles import trace_file_sha256
+    the same data (in any container), or answers with a calibration answer's id, are
+    refused."""
+    from adapters.tracefiles import same_traces
     from guardrail.fitting import block_margins
 
     from ._fit_args import TRAFFIC_EARLY_BLOCK
 
     path = args.margins_from
     stat = cert.statistic
-    sha = trace_file_sha256(path)
-    if sha == cal_sha:
+    use = "setting margins from them"
+    traffic, identity = _read_for(cert, path, args.vocab_size, use, require_label=False)
+    if same_traces(cal_identity, identity):  # labels unread: the same answers all the same
         raise CommandError(
             f"--margins-from {path}: these are the calibration traces; set the margins from "
             "other answers of the traffic (the guarantee needs them fixed before calibration)"
         )
-    use = "setting margins from them"
-    traffic = _read_for(cert, path, args.vocab_size, use, require_label=False)  # labels unread
     shared = {t.id for t in traffic} & {t.id for t in calibration}
     if shared:
         raise CommandError(
@@ -244,7 +258,7 @@ def _traffic_margins(
         "answers": "all",
         "n_answers": n_answers,
         "traces": Path(path).name,
-        "traces_sha256": sha,
+        **identity,
     }
     info = {**stat.info, "early_block": record}
     return replace(stat, block_margins=margins, info=info), record

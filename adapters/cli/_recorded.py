@@ -37,9 +37,12 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._common import CommandError, no_traces
+
+if TYPE_CHECKING:
+    from adapters.tracefiles import TraceDigest
 
 __all__ = [
     "VOCAB_HINT",
@@ -276,20 +279,30 @@ class WholeAnswers:
                 print(line, file=sys.stderr)
 
 
-def read_whole(path: str, command: str, use: str, *, require_label: bool = True) -> list[Any]:
+def read_whole(
+    path: str,
+    command: str,
+    use: str,
+    *,
+    require_label: bool = True,
+    digest: TraceDigest | None = None,
+) -> list[Any]:
     """The whole answers of the trace file ``path`` (JSONL or Parquet, local or a URL:
     :func:`adapters.tracefiles.open_trace_objects`), parsed strictly (prefixes left out and
     said so, a file of prefixes refused: :class:`WholeAnswers`; ``use``: what
-    ``command`` does with them, for the bias warning)."""
+    ``command`` does with them, for the bias warning). ``digest``: a
+    :class:`adapters.tracefiles.TraceDigest` fed every trace read, prefixes too (the
+    file's traces digest, in the same pass)."""
     from adapters.tracefiles import open_trace_objects
     from guardrail.traces import parse_trace
 
     sort = WholeAnswers(command)
-    traces = [
-        parse_trace(obj, source=path, line=lineno, require_label=require_label)
-        for lineno, obj in open_trace_objects(path)
-        if sort.whole(obj)
-    ]
+    traces = []
+    for lineno, obj in open_trace_objects(path):
+        if digest is not None:
+            digest.add(obj)
+        if sort.whole(obj):
+            traces.append(parse_trace(obj, source=path, line=lineno, require_label=require_label))
     sort.report(path, use)
     if not traces:
         raise no_traces(path)

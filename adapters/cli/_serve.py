@@ -80,6 +80,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             record_format=args.record_format,
             record_max_age_s=args.record_max_age,
             record_storage_options=options,
+            record_spool=args.record_spool,
             refresh_interval_s=args.refresh_interval,
             risk_alpha=args.risk_alpha,
             feedback_ids=args.feedback_ids,
@@ -250,6 +251,14 @@ def add_serve_parser(sub: Any) -> None:
         metavar="SECONDS",
         help="with a URL or --record-format parquet: publish a file once it is this old, "
         "so that a quiet proxy's answers still arrive (default 300)",
+    )
+    p.add_argument(
+        "--record-spool",
+        metavar="DIR",
+        default=None,
+        help="with a URL: the local directory where files wait to be uploaded, and where "
+        "the next start finds those a crash left (default: one per destination under "
+        "$XDG_STATE_HOME/liftguard/record-spool)",
     )
     p.add_argument(
         "--record-max-mb", type=positive, default=64.0, help="start a new trace file past this size"

@@ -52,7 +52,7 @@ def _objects_under(url: str, options: dict[str, Any]) -> dict[str, list[Any]]:
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 async def test_every_answer_lands_in_exactly_one_uploaded_object(
-    upstream: Upstream, fmt: str
+    upstream: Upstream, fmt: str, tmp_path: Path
 ) -> None:
     n = 9
     for _ in range(n):
@@ -64,6 +64,7 @@ async def test_every_answer_lands_in_exactly_one_uploaded_object(
             record_format=fmt,
             record_max_bytes=4096,  # a few answers per object: several rotations
             record_storage_options=options,
+            record_spool=str(tmp_path / "spool"),
             record_dataset="chat",
         ) as p:
             ids = [await _ask(p.base_url, f"question {i}?") for i in range(n)]
