@@ -3,26 +3,20 @@ its saved JSON, and the JSON is what the script measures on the shared traces no
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SHARED_TRACES = ROOT.parent / "shared" / "data" / "traces"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench_scripts import ROOT, SHARED_TRACES, load_bench
 
 
 @pytest.fixture
 def script(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    path = ROOT / "benchmarks" / "label_agreement.py"
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("label_agreement", monkeypatch)
 
 
 def test_the_page_is_what_the_saved_run_gives(script: ModuleType) -> None:
