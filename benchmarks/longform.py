@@ -173,12 +173,30 @@ def _evaluate(fit_on: Path, test_on: Path, tmp: Path, tag: str, bootstrap: int) 
     return out
 
 
+def _plain(path: Path, tmp: Path) -> Path:
+    """``path``, or for a compressed file (as the committed ``benchmarks/traces/*.xz``) a
+    decompressed copy in ``tmp`` under the same name without the suffix (the halves are
+    split by lines, and the summary reads it again)."""
+    import bz2
+    import gzip
+    import lzma
+
+    opener = {".xz": lzma.open, ".gz": gzip.open, ".bz2": bz2.open}.get(path.suffix)
+    if opener is None:
+        return path
+    out = tmp / path.with_suffix("").name
+    with opener(path, "rb") as src, out.open("wb") as dst:
+        dst.write(src.read())
+    return out
+
+
 def run(paths: dict[str, Path], bootstrap: int) -> dict[str, Any]:
     saved: dict[str, Any] = {"generated_by": COMMAND, "splits": SPLITS, "seed": SEED,
                              "delta": DELTA, "bootstrap": bootstrap, "tasks": {},
                              "in_domain": {}, "transfer": {}}  # fmt: skip
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
+        paths = {task: _plain(path, tmp) for task, path in paths.items()}
         for task, path in paths.items():
             saved["tasks"][task] = _summary(path)
             a, b = halves(path, tmp)
