@@ -4,24 +4,16 @@ them for a minute or more: not in the suite; ``--docs-only`` rewrites the page).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-ROOT = Path(__file__).parents[1]
+from bench_scripts import ROOT, load_bench
 
 
 def _script(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    path = ROOT / "benchmarks" / "bench_longform_monitor.py"
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("bench_longform_monitor", monkeypatch)
 
 
 def test_the_longform_monitor_page_is_what_its_json_renders(

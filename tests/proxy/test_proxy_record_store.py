@@ -16,11 +16,12 @@ import pytest
 pytest.importorskip("pyarrow")
 
 from proxy_harness import GOOD, ROLE, STOP, Upstream, running_proxy, tokens
+from recording_helpers import ManualClock, answer_record
 from s3_server import moto_s3
 from sse_server import Reply
 
 from adapters._proxy._publish import Publisher
-from adapters._proxy._recording import AnswerRecord, Recorder
+from adapters._proxy._recording import Recorder
 from adapters._serving._metrics import ProxyMetrics
 from adapters.tracefiles import convert_traces, open_trace_objects
 
@@ -80,23 +81,8 @@ async def test_every_answer_lands_in_exactly_one_uploaded_object(
     assert list(spool.iterdir()) == []  # nothing left behind
 
 
-def _record(i: int) -> AnswerRecord:
-    return AnswerRecord(
-        request_id=f"r{i}", model_id="m", vocab_size=10, top_k=0, messages=[], settings={},
-        text=["x"], entries=[], finish_reason="stop", complete=True, verdict={},
-    )  # fmt: skip
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_quiet_recorder_publishes_a_file_once_it_is_old(tmp_path: Path) -> None:
-    clock, target = _Clock(), tmp_path / "records"
+    clock, target = ManualClock(), tmp_path / "records"
     target.mkdir()
     publisher = Publisher(str(target), metrics=ProxyMetrics(), fmt="parquet")
     recorder = Recorder(
@@ -105,7 +91,7 @@ def test_a_quiet_recorder_publishes_a_file_once_it_is_old(tmp_path: Path) -> Non
     )  # fmt: skip
     recorder.start()
     try:
-        recorder.submit(_record(0))
+        recorder.submit(answer_record(0))
         assert recorder.flush(10)  # written at 1000 s: the file's age counts from there
         clock.now += 59.0
         recorder.tick()
@@ -119,7 +105,7 @@ def test_a_quiet_recorder_publishes_a_file_once_it_is_old(tmp_path: Path) -> Non
         (published,) = target.iterdir()
         assert published.suffix == ".parquet"
         assert [o["id"] for _, o in open_trace_objects(published)] == ["r0"]
-        recorder.submit(_record(1))  # a new file, published at close
+        recorder.submit(answer_record(1))  # a new file, published at close
     finally:
         recorder.close()
     ids = sorted(o["id"] for f in target.iterdir() for _, o in open_trace_objects(f))
@@ -137,7 +123,7 @@ def test_a_failing_upload_keeps_the_file_and_counts_it(tmp_path: Path) -> None:
         recorder = Recorder(tmp_path, metrics=metrics, publisher=publisher, max_age_s=60.0)
         recorder.start()
         for i in range(3):
-            recorder.submit(_record(i))
+            recorder.submit(answer_record(i))
         recorder.close()
     assert pauses == [0.5, 1.0]  # 3 tries, doubling pauses
     (kept,) = publisher.kept

@@ -25,6 +25,7 @@ import pytest
 pytest.importorskip("pyarrow")
 
 from proxy_harness import GOOD, ROLE, STOP, Upstream, make_certificate, tokens
+from recording_helpers import ManualClock, answer_record
 from s3_server import moto_s3
 from sse_server import Reply
 
@@ -178,22 +179,7 @@ def test_a_killed_proxy_s_spool_is_published_by_the_next_start(
         assert aside == 0 and list(spool.iterdir()) == []
 
 
-def _record(i: int) -> AnswerRecord:
-    return AnswerRecord(
-        request_id=f"r{i}", model_id="m", vocab_size=10, top_k=0, messages=[], settings={},
-        text=["x"], entries=[], finish_reason="stop", complete=True, verdict={},
-    )  # fmt: skip
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _rotate(recorder: Recorder, clock: _Clock, record: AnswerRecord) -> None:
+def _rotate(recorder: Recorder, clock: ManualClock, record: AnswerRecord) -> None:
     """Write ``record`` and publish its file (the age limit passed)."""
     assert recorder.publisher is not None
     recorder.submit(record)
@@ -207,7 +193,7 @@ def _rotate(recorder: Recorder, clock: _Clock, record: AnswerRecord) -> None:
 def test_a_kept_file_is_published_once_the_store_answers_again(tmp_path: Path) -> None:
     import boto3
 
-    metrics, clock = ProxyMetrics(), _Clock()
+    metrics, clock = ProxyMetrics(), ManualClock()
     with moto_s3("liftguard-records") as (endpoint, _, options):
         url = "s3://later-bucket/records"
         publisher = Publisher(url, metrics=metrics, storage_options=options, attempts=2,
@@ -216,10 +202,10 @@ def test_a_kept_file_is_published_once_the_store_answers_again(tmp_path: Path) -
                             clock=clock)  # fmt: skip
         recorder.start()
         try:
-            _rotate(recorder, clock, _record(0))  # no such bucket: kept
+            _rotate(recorder, clock, answer_record(0))  # no such bucket: kept
             assert len(publisher.kept) == 1 and publisher.published == 0
             boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="later-bucket")
-            _rotate(recorder, clock, _record(1))  # published, and the kept one after it
+            _rotate(recorder, clock, answer_record(1))  # published, and the kept one after it
             assert publisher.kept == [] and publisher.recovered == 1
         finally:
             recorder.close()
@@ -232,7 +218,7 @@ def test_a_kept_file_is_published_once_the_store_answers_again(tmp_path: Path) -
 
 
 def _line(i: int) -> bytes:
-    return record_line(_record(i), "proxy").encode() + b"\n"
+    return record_line(answer_record(i), "proxy").encode() + b"\n"
 
 
 def test_replicas_sharing_a_spool_take_only_what_no_live_process_owns(tmp_path: Path) -> None:
@@ -248,7 +234,7 @@ def test_replicas_sharing_a_spool_take_only_what_no_live_process_owns(tmp_path: 
     live.start()  # it recovers the dead run's file first
     assert live.publisher is not None
     live.publisher.flush()
-    live.submit(_record(0))
+    live.submit(answer_record(0))
     assert live.flush(DEADLINE_S)  # its file is in the spool, being written
     (mine,) = spool.glob("*.jsonl")
     other = replica()
@@ -373,7 +359,7 @@ def test_without_locks_files_are_written_and_never_taken(
     publisher = Publisher(str(target), metrics=ProxyMetrics(), fmt="parquet")
     recorder = Recorder(spool, metrics=ProxyMetrics(), publisher=publisher)
     recorder.start()
-    recorder.submit(_record(0))
+    recorder.submit(answer_record(0))
     recorder.close()
     assert publisher.published == 1 and publisher.recovered == 0
     assert [p.name for p in spool.iterdir()] == ["proxy-dead-00001.jsonl"]  # left for a person
