@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -22,3 +24,17 @@ def load_bench(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def assert_page_current(script: ModuleType, included_by: str) -> dict[str, Any]:
+    """The script's page (``script.OUT``) is what it renders from its saved results
+    (``script.SAVED``), which it wrote, and ``docs/<included_by>`` includes the page; the
+    saved results."""
+    saved: dict[str, Any] = json.loads(script.SAVED.read_text(encoding="utf-8"))
+    assert saved["generated_by"] == script.COMMAND
+    written = script.OUT.read_text(encoding="utf-8")
+    assert script.COMMAND in written.splitlines()[0]
+    assert written == script.render(saved), f"stale: run `{script.COMMAND} --docs-only`"
+    include = f'--8<-- "results/{script.OUT.name}"'
+    assert include in (ROOT / "docs" / included_by).read_text(encoding="utf-8")
+    return saved

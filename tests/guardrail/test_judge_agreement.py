@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_scripts import ROOT, SHARED_TRACES, load_bench
+from bench_scripts import SHARED_TRACES, assert_page_current, load_bench
 
 
 @pytest.fixture
@@ -21,14 +21,7 @@ def script(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 
 
 def test_the_page_is_what_the_saved_run_gives(script: ModuleType) -> None:
-    saved = json.loads(script.SAVED.read_text(encoding="utf-8"))
-    assert saved["generated_by"] == script.COMMAND
-    written = script.OUT.read_text(encoding="utf-8")
-    assert script.COMMAND in written.splitlines()[0]
-    assert written == script.render(saved), f"stale: run `{script.COMMAND} --docs-only`"
-    assert '--8<-- "results/judge_agreement.md"' in (ROOT / "docs" / "fitting.md").read_text(
-        encoding="utf-8"
-    )
+    assert_page_current(script, "fitting.md")
 
 
 def test_agreement_on_a_hand_checked_table(script: ModuleType) -> None:

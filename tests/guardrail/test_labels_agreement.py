@@ -11,7 +11,7 @@ from types import ModuleType
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_scripts import ROOT, SHARED_TRACES, load_bench
+from bench_scripts import SHARED_TRACES, assert_page_current, load_bench
 
 
 @pytest.fixture
@@ -20,14 +20,7 @@ def script(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 
 
 def test_the_page_is_what_the_saved_run_gives(script: ModuleType) -> None:
-    saved = json.loads(script.SAVED.read_text(encoding="utf-8"))
-    assert saved["generated_by"] == script.COMMAND
-    written = script.OUT.read_text(encoding="utf-8")
-    assert script.COMMAND in written.splitlines()[0]
-    assert written == script.render(saved), f"stale: run `{script.COMMAND} --docs-only`"
-    assert '--8<-- "results/label_agreement.md"' in (ROOT / "docs" / "fitting.md").read_text(
-        encoding="utf-8"
-    )
+    saved = assert_page_current(script, "fitting.md")
     for model in saved["models"].values():  # the shared labels are the contains rule's
         assert model["labels_not_contains"] == 0
 
