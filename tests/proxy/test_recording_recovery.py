@@ -42,10 +42,13 @@ DEADLINE_S = 120.0
 
 def _until(what: str, check: Callable[[], Any]) -> Any:
     """Poll ``check`` until it returns a true value (a generous deadline, no timing
-    assumption)."""
+    assumption); a server that does not answer yet is polled again."""
     deadline = time.monotonic() + DEADLINE_S
     while True:
-        value = check()
+        try:
+            value = check()
+        except httpx.TransportError:  # not serving yet: a start that publishes left files
+            value = None  # can outlast a request's own timeout on a loaded machine
         if value:
             return value
         assert time.monotonic() < deadline, f"still waiting for {what}"
