@@ -80,9 +80,10 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 import openai
-from _loopback import VOCAB, LoopbackServer, Spec, answer_text
+from _loopback import VOCAB, LoopbackServer, Spec
 from _tables import DOCS, RESULTS, ROOT, Progress, header, load, save, write_page
 from _valkey import ValkeyServer, free_port
+from bench_proxy import read_answer
 
 from adapters._serving._certs import StaticCertificate
 from adapters._serving._fleet import FleetStore, fleet_client
@@ -377,25 +378,6 @@ class ServeProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-
-
-async def read_answer(client: openai.AsyncOpenAI, spec: Spec, via_proxy: bool) -> str | None:
-    """Read one answer; its request id (through the proxy: the answer must be certified)."""
-    stream = await client.chat.completions.create(
-        model="bench", messages=[{"role": "user", "content": spec.message()}], stream=True
-    )
-    parts, verdict = [], None
-    async for chunk in stream:
-        if chunk.choices and chunk.choices[0].delta.content:
-            parts.append(chunk.choices[0].delta.content)
-        verdict = (chunk.model_extra or {}).get("liftguard", verdict)
-    if "".join(parts) != answer_text(spec.tokens):
-        raise AssertionError("wrong text")
-    if not via_proxy:
-        return None
-    if verdict is None or verdict["state"] != "certified":
-        raise AssertionError(f"expected a certified answer, got {verdict}")
-    return str(verdict["request_id"])
 
 
 async def timed_round(

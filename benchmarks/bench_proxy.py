@@ -93,7 +93,8 @@ class ProxyProcess:
             self.proc.wait()
 
 
-async def _read(client: openai.AsyncOpenAI, spec: Spec, via_proxy: bool) -> None:
+async def read_answer(client: openai.AsyncOpenAI, spec: Spec, via_proxy: bool) -> str | None:
+    """Read one answer; its request id (through the proxy: the answer must be certified)."""
     stream = await client.chat.completions.create(
         model="bench", messages=[{"role": "user", "content": spec.message()}], stream=True
     )
@@ -104,8 +105,11 @@ async def _read(client: openai.AsyncOpenAI, spec: Spec, via_proxy: bool) -> None
         verdict = (chunk.model_extra or {}).get("liftguard", verdict)
     if "".join(parts) != answer_text(spec.tokens):
         raise AssertionError("wrong text")
-    if via_proxy and (verdict is None or verdict["state"] != "certified"):
+    if not via_proxy:
+        return None
+    if verdict is None or verdict["state"] != "certified":
         raise AssertionError(f"expected a certified answer, got {verdict}")
+    return str(verdict["request_id"])
 
 
 @dataclass
@@ -124,7 +128,7 @@ async def _round(
 
     async def one() -> None:
         async with sem:
-            await _read(client, spec, proxy is not None)
+            await read_answer(client, spec, proxy is not None)
 
     gc.collect()
     p0 = proxy.cpu() if proxy else 0.0
