@@ -30,4 +30,13 @@ def test_demo_summary(tmp_path: Path) -> None:
     printed = [line for line in done.stdout.splitlines() if line.strip()][-len(shown) :]
     for want, got in zip(shown, printed, strict=True):
         pattern = ".*".join(re.escape(part) for part in want.split("..."))
-        assert re.fullmatch(pattern, got), (want, got)
+        if "certified" in want:  # a borderline verdict may fall the other way on another CPU
+            pattern = re.sub(r"\\d|\d+", r"\\d+", pattern)  # (llama.cpp builds round
+        assert re.fullmatch(pattern, got), (want, got)  # differently): counts checked below
+    check = re.search(r"certified (\d+) of (\d+) correct; withheld (\d+) of (\d+)", printed[0])
+    alone = re.search(r"The model alone: (\d+) of (\d+)", printed[1])
+    assert check is not None and alone is not None
+    right, certified, right_withheld, withheld = map(int, check.groups())
+    assert certified + withheld == int(alone[2]) == 12  # every answer is one or the other
+    assert right + right_withheld == int(alone[1]) == 8  # the answers themselves: greedy
+    assert f"{certified} of 12 answers certified" in printed[2]
