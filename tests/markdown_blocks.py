@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import socket
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = ["DOCS", "ROOT", "Block", "block", "blocks", "output", "parse", "script", "script_env",
            "steps"]  # fmt: skip
@@ -141,3 +145,22 @@ def steps(b: Block) -> list[tuple[str, list[str]]]:
             found[-1][1].append(line)
         going = line.rstrip().endswith("\\") and (line.startswith("$ ") or going)
     return found
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (bound and released), for a page's server."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def stop_group(proc: subprocess.Popen[Any], sig: int, wait_s: float) -> None:
+    """Send ``sig`` to ``proc``'s process group (a page's command in the background); kill
+    the group if it has not ended after ``wait_s`` seconds."""
+    os.killpg(proc.pid, sig)
+    try:
+        proc.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)

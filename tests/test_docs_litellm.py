@@ -9,10 +9,8 @@ Registered in ``tests/test_docs_blocks.py``."""
 from __future__ import annotations
 
 import ast
-import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from markdown_blocks import block, script, script_env
+from markdown_blocks import block, free_port, script, script_env, stop_group
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "adapters"))
 
@@ -43,13 +41,6 @@ START_TIMEOUT_S = 600.0  # only a hung start reaches it (see litellm_harness.STA
 class Served:
     port: int
     key: str
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _alive(port: int) -> bool:
@@ -76,7 +67,7 @@ def litellm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         config = config.replace("http://127.0.0.1:8000/v1", upstream.base_url)
         (here / "config.yaml").write_text(config, encoding="utf-8")
         shutil.copy(CERT, here / "cert.json")
-        port = _free_port()
+        port = free_port()
         shell = script(block(PAGE, 'export LITELLM_MASTER_KEY="sk-$(openssl rand -hex 32)"   '
                                    "# LiteLLM refuses to start without one"),
                        {"--port 4000": f"--port {port}"})  # fmt: skip
@@ -92,12 +83,7 @@ def litellm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             assert proc.poll() is None, (here / "litellm.log").read_text()[-3000:]
             yield Served(port, _environ(proc.pid)["LITELLM_MASTER_KEY"])
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+            stop_group(proc, signal.SIGTERM, 15)
 
 
 def _run(code: str, served: Served, **names: Any) -> dict[str, Any]:

