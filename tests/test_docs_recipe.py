@@ -1,7 +1,10 @@
 """The proxy page's production recipe, run as its transcript shows it: the bundled SmolLM2
 behind ``liftguard local-server``, the first 160 TriviaQA questions of the shared traces,
 every command in order, each output compared with the one shown (``...`` stands for any
-text, a line of ``...`` alone for any lines). Only placeholders are filled in: free ports
+text, a line of ``...`` alone for any lines, and any number for any number: llama.cpp's
+kernels differ by CPU, so SmolLM2 answers a few questions differently from one machine to
+the next). What the numbers must do is checked apart: the tallies add up to the questions
+asked and to the proxy's counters. Only placeholders are filled in: free ports
 for 8000 and 8080, the shipped certificate's path, the transcript's directory. A command
 ending in ``&`` runs in the background until the test ends, and the next command waits
 until it has printed its first line (as the person at the terminal did); after ``put
@@ -10,6 +13,7 @@ until it has printed its first line (as the person at the terminal did); after `
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import re
@@ -36,17 +40,52 @@ STEPS = [
 ]
 
 
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _pattern(line: str) -> str:
+    """A regular expression for a shown line: ``...`` is any text, a number any number."""
+    return ".*".join(
+        r"\d+(?:\.\d+)?".join(re.escape(piece) for piece in _NUMBER.split(part))
+        for part in line.split("...")
+    )
+
+
+def _tally(line: str) -> str:
+    """``ask.py``'s tally with its keys sorted (which verdict came first differs too)."""
+    if line.startswith("{'"):
+        return repr(dict(sorted(ast.literal_eval(line).items())))
+    return line
+
+
 def _matches(shown: list[str], printed: list[str]) -> bool:
-    """``printed`` is ``shown``, where ``...`` in a line stands for any text and a line of
-    ``...`` alone for any lines."""
+    """``printed`` is ``shown``, where ``...`` in a line stands for any text, a line of
+    ``...`` alone for any lines, and a number for any number."""
     if not shown:
         return not printed
     if shown[0].strip() == "...":
         return any(_matches(shown[1:], printed[i:]) for i in range(len(printed) + 1))
-    pattern = ".*".join(re.escape(part) for part in shown[0].split("..."))
-    return bool(printed) and bool(re.fullmatch(pattern, printed[0])) and _matches(
+    return bool(printed) and bool(re.fullmatch(_pattern(shown[0]), printed[0])) and _matches(
         shown[1:], printed[1:]
     )  # fmt: skip
+
+
+def _agree(outputs: dict[str, list[str]]) -> None:
+    """The numbers printed agree with each other: each tally counts its questions, the
+    labeller read all 160, and the proxy's counters hold both tallies."""
+    tallies = [ast.literal_eval(lines[0]) for command, lines in outputs.items()
+               if command.startswith("python ask.py")]  # fmt: skip
+    assert [sum(t.values()) for t in tallies] == [160, 3], tallies
+    label = next(lines[0] for command, lines in outputs.items() if "traces label" in command)
+    assert re.fullmatch(r"labelled 160 of 160 traces into \S+ by contains \(\d+ correct\)", label)
+    counters: dict[str, float] = {}
+    for lines in outputs.values():
+        for line in lines:
+            found = re.fullmatch(r'liftguard_verdicts_total\{.*state="(\w+)"\} (\S+)', line)
+            if found:
+                counters[found[1]] = counters.get(found[1], 0.0) + float(found[2])
+    certified = sum(n for t in tallies for key, n in t.items() if key.endswith(" certified"))
+    assert counters == {"blocked": 163.0 - certified, "certified": float(certified)}, counters
 
 
 @pytest.fixture
@@ -79,7 +118,7 @@ def test_the_production_recipe(tmp_path: Path, background: list[subprocess.Popen
         "/tmp/recipe": str(tmp_path),
     }  # fmt: skip
     env = script_env(PYTHONUNBUFFERED="1")  # stdout and stderr in the order written
-    refresh, wrong = False, []
+    refresh, wrong, outputs = False, [], {}
     for key in STEPS:
         for command, shown in steps(block(PAGE, key)):
             for old, new in fill.items():
@@ -108,6 +147,8 @@ def test_the_production_recipe(tmp_path: Path, background: list[subprocess.Popen
                 printed = done.stdout.splitlines()
                 failed = any(": error: " in line for line in shown)
                 assert (done.returncode != 0) == failed, (command, done.stdout)
-            if not _matches(shown, printed):  # go on: show every stale output at once
+            outputs[command] = printed
+            if not _matches([_tally(line) for line in shown], [_tally(line) for line in printed]):  # go on: show every stale output at once
                 wrong.append("\n".join([f"$ {command}", *printed]))
     assert not wrong, "the transcript shows other outputs:\n" + "\n".join(wrong)
+    _agree(outputs)
