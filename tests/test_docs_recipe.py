@@ -148,7 +148,8 @@ def test_the_production_recipe(tmp_path: Path, background: list[subprocess.Popen
                 failed = any(": error: " in line for line in shown)
                 assert (done.returncode != 0) == failed, (command, done.stdout)
             outputs[command] = printed
-            if not _matches([_tally(line) for line in shown], [_tally(line) for line in printed]):  # go on: show every stale output at once
+            tallied = [_tally(line) for line in printed]  # go on: show every stale output at once
+            if not _matches([_tally(line) for line in shown], tallied):
                 wrong.append("\n".join([f"$ {command}", *printed]))
     assert not wrong, "the transcript shows other outputs:\n" + "\n".join(wrong)
     _agree(outputs)

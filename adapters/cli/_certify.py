@@ -21,11 +21,32 @@ from guardrail import (
 
 from ._common import CommandError
 
-__all__ = ["build_certificate", "read_context", "skeleton_spec"]
+__all__ = ["add_skeleton_spec_option", "build_certificate", "read_context", "skeleton_spec"]
 
 
-def skeleton_spec(name: str, vocab_size: int) -> SkeletonSpec:
-    """The streaming skeleton that the trace skeleton ``name`` stands for."""
+SKELETON_SPEC_HELP = (
+    'a JSON file with the certificate\'s skeleton spec ({"kind": ..., "params": {...}}) '
+    "instead of the one --skeleton stands for; with --skeleton prompt-free, name the model "
+    'and prefix that scored the traces\' prompt-free pass, e.g. {"kind": "prompt_free", '
+    '"params": {"model": "qwen", "prefix": "..."}} (default: the bundled SmolLM2)'
+)
+
+_KINDS = {"uniform": "uniform", "prompt-free": "prompt_free"}
+
+
+def add_skeleton_spec_option(parser: argparse.ArgumentParser) -> None:
+    """``--skeleton-spec FILE`` (``calibrate`` and ``fit``)."""
+    parser.add_argument("--skeleton-spec", metavar="FILE", default=None, help=SKELETON_SPEC_HELP)
+
+
+def skeleton_spec(name: str, vocab_size: int, spec_file: str | None = None) -> SkeletonSpec:
+    """The streaming skeleton that the trace skeleton ``name`` stands for: ``spec_file``'s
+    spec where given (its kind must be ``name``'s, and its vocabulary the traces'), else
+    the default spec of ``name``, recording the traces' vocabulary size (a ``prompt_free``
+    spec without a model is the bundled SmolLM2 with its default prefix; one loaded
+    against another model's vocabulary is refused)."""
+    if spec_file is not None:
+        return _spec_from_file(spec_file, name, vocab_size)
     if name == "uniform":
         return SkeletonSpec("uniform", {"vocab_size": vocab_size})
     if name.startswith("temperature"):
@@ -33,8 +54,32 @@ def skeleton_spec(name: str, vocab_size: int) -> SkeletonSpec:
         params = {"vocab_size": vocab_size, "temperature": temperature, "rule": "anchored"}
         return SkeletonSpec("temperature", params)
     if name == "prompt-free":
-        return SkeletonSpec("prompt_free", {})
+        return SkeletonSpec("prompt_free", {"vocab_size": vocab_size})
     raise CommandError(f"no streaming skeleton for --skeleton {name}", status=2)
+
+
+def _spec_from_file(path: str, name: str, vocab_size: int) -> SkeletonSpec:
+    try:
+        spec = SkeletonSpec.from_dict(json.loads(Path(path).read_text(encoding="utf-8-sig")))
+    except OSError as exc:
+        raise CommandError(f"--skeleton-spec: cannot read {path}: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise CommandError(f"--skeleton-spec: {path}: not valid JSON ({exc})") from exc
+    except ConfigError as exc:
+        raise CommandError(f"--skeleton-spec: {path}: {exc}") from exc
+    kind = _KINDS.get(name, "temperature" if name.startswith("temperature") else name)
+    if spec.kind != kind:
+        raise CommandError(
+            f"--skeleton-spec: {path} is a {spec.kind!r} spec; --skeleton {name} needs {kind!r}"
+        )
+    vocab = spec.params.get("vocab_size")
+    if vocab is None:
+        return SkeletonSpec(spec.kind, {**spec.params, "vocab_size": vocab_size})
+    if vocab != vocab_size:
+        raise CommandError(
+            f"--skeleton-spec: {path} records vocab_size {vocab}; the traces have {vocab_size}"
+        )
+    return spec
 
 
 def read_context(path: str | None) -> GenerationContext:
@@ -70,7 +115,7 @@ def build_certificate(
     return Certificate(
         policy=StreamPolicy.from_dict(dict(result.policy)),
         tau=result.tau,
-        skeleton=skeleton_spec(args.skeleton, vocab_size),
+        skeleton=skeleton_spec(args.skeleton, vocab_size, getattr(args, "skeleton_spec", None)),
         model=ModelIdentity(
             args.model_id or model_id, api_model=args.api_model, vocab_size=vocab_size
         ),

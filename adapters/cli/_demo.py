@@ -41,11 +41,16 @@ __all__ = [
     "cmd_demo",
     "load_demo_calibration",
     "load_demo_certificate",
+    "load_demo_code_tasks",
     "load_demo_questions",
 ]
 
 CERTIFICATE_FILE = "smollm2_fitted_certificate.json"
 QUESTIONS_FILE = "demo_questions.jsonl"
+CODE_CERTIFICATE = "qwen_code_certificate.json"
+CODE_TASKS = "demo_code_tasks.jsonl"
+"""``--task code``: the certificate fitted and calibrated on Qwen's MBPP answers, and the
+held-out MBPP tasks it is shown on (``benchmarks/qwen_code_certificate.py`` makes both)."""
 DEMO_MODELS = {
     "smollm2": ("SmolLM2-135M-Instruct", CERTIFICATE_FILE),
     "qwen": ("Qwen2.5-Coder-1.5B-Instruct", "qwen_fitted_certificate.json"),
@@ -54,6 +59,8 @@ DEMO_MODELS = {
 
 Prompter = Callable[[str, "str | None"], str]
 """``prompter(question, system line or None)``: the prompt the model answers."""
+Checker = Callable[[str], "bool | None"]
+"""``check(answer)``: whether the answer is right (None: it cannot be told)."""
 
 
 def _data_text(name: str) -> str:
@@ -91,6 +98,8 @@ class DemoResult:
     withheld: str = ""
     """The answer the model would have given, not shown (generated after the block only
     to tell what the guard withheld)."""
+    whole_tokens: int = 0
+    """The tokens of that whole answer (``n_tokens`` where nothing was withheld)."""
 
 
 class _Screen:
@@ -136,11 +145,13 @@ def run_question(
     max_tokens: int = 24,
     skeleton: Any = None,
     prompter: Prompter | None = None,
+    check: Checker | None = None,
 ) -> DemoResult:
     """Stream one answer through the monitor and the chosen display mode; ``skeleton``
     (for a certificate whose statistic reads lifts): the skeleton object, which gets a
     stream of its own for this answer; ``prompter``: how the question becomes the
-    prompt (default: the SmolLM2 chat prompt)."""
+    prompt (default: the SmolLM2 chat prompt); ``check``: whether an answer is right
+    (default: it names one of ``references``)."""
     monitor = certificate.monitor(skeleton=skeleton, exact_entropy=True, max_tokens=max_tokens)
     system = certificate.context.system_prompt
     guard = GuardedText(monitor, mode)  # type: ignore[arg-type]
@@ -148,7 +159,9 @@ def run_question(
     shown, answer, n = "", "", 0
     screen.line(f"Q: {question}")
     prompt = (prompter or _smollm2_prompter)(question, system)
-    for i, tok in enumerate(model.generate(prompt, max_tokens=max_tokens)):
+    # a checked answer is long (code): generated as the traces were, past newlines
+    gen = {"max_tokens": max_tokens} | ({} if check is None else _LONG)
+    for i, tok in enumerate(model.generate(prompt, **gen)):
         verdict = monitor.update(tok.event(i))  # the local model gives exact entropies too
         answer += tok.text
         n += 1
@@ -162,22 +175,41 @@ def run_question(
     final = monitor.finish("length" if n >= max_tokens else "stop")
     shown += guard.close(final)
     seconds = time.perf_counter() - start
-    withheld = ""
+    withheld, whole = "", n
     if final.state is State.BLOCKED:  # after the verdict: what would the model have said?
         if n < max_tokens and n == final.t:  # generation stopped at the block: finish it
-            answer = "".join(t.text for t in model.generate(prompt, max_tokens=max_tokens))
+            rest = [tok.text for tok in model.generate(prompt, **gen)]
+            answer, whole = "".join(rest), len(rest)
         withheld = answer.strip()
-    ok = is_correct(answer, references, question) if references else None
+    if check is None:
+        ok = is_correct(answer, references, question) if references else None
+    else:
+        ok = check(answer)
     mark = "CERTIFIED" if final.state is State.CERTIFIED else "BLOCKED"
     screen.line(f"A: {shown.strip() or '(nothing shown)'}")
     screen.line(f"   {mark}: {final.reason}")
-    check = "" if ok is None else f"; reference check: {'correct' if ok else 'wrong'}"
-    if withheld:
-        screen.line(f"   withheld (never shown): {withheld!r}{check}")
-    elif check:
-        screen.line(f"   ({check[2:]})")
+    if check is not None and whole > n:
+        screen.line(
+            f"   blocked after {n} of the answer's {whole} tokens: the other {whole - n} "
+            "were never generated"
+        )
+    if check is None:  # a short answer: on one line
+        ref = "" if ok is None else f"; reference check: {'correct' if ok else 'wrong'}"
+        if withheld:
+            screen.line(f"   withheld (never shown): {withheld!r}{ref}")
+        elif ref:
+            screen.line(f"   ({ref[2:]})")
+    else:  # code: as written
+        if withheld:
+            screen.line("   withheld (never shown; generated after the block for this demo only):")
+            for line in withheld.splitlines():
+                screen.line(f"     {line}")
+        if ok is not None:
+            screen.line(f"   (its tests: {'pass' if ok else 'fail'})")
     screen.line()
-    return DemoResult(question, answer.strip(), final, n, shown.strip(), ok, seconds, withheld)
+    return DemoResult(
+        question, answer.strip(), final, n, shown.strip(), ok, seconds, withheld, whole
+    )
 
 
 def _smollm2_prompter(question: str, system: str | None) -> str:
@@ -224,7 +256,10 @@ def _load_model(name: str) -> Any:
     return LocalModel(path)
 
 
-def _summary(results: list[DemoResult], calibration: Calibration, out: TextIO) -> None:
+def _summary(
+    results: list[DemoResult], calibration: Calibration, out: TextIO, *, tests: bool = False
+) -> None:
+    """The table of verdicts and checks (``tests``: checked by running the task's tests)."""
     cert = [r for r in results if r.verdict.state is State.CERTIFIED]
     held = [r for r in results if r.verdict.state is not State.CERTIFIED]
     tokens = sum(r.n_tokens for r in results)
@@ -232,9 +267,10 @@ def _summary(results: list[DemoResult], calibration: Calibration, out: TextIO) -
     out.write("Summary\n")
     out.write(f"  {'#':>2}  {'verdict':<9} {'tokens':>6}  {'check':<7} question\n")
     for i, r in enumerate(results, 1):
-        check = "-" if r.correct is None else ("correct" if r.correct else "wrong")
+        check = "-" if r.correct is None else _WORDS[tests][not r.correct]
         word = "certified" if r.verdict.state is State.CERTIFIED else "withheld"
-        out.write(f"  {i:>2}  {word:<9} {r.n_tokens:>6}  {check:<7} {r.question[:60]}\n")
+        first = r.question.splitlines()[0] if r.question else ""
+        out.write(f"  {i:>2}  {word:<9} {r.n_tokens:>6}  {check:<7} {first[:60]}\n")
     judged = [r for r in results if r.correct is not None]
     if judged:
         right = sum(1 for r in judged if r.correct)
@@ -242,11 +278,25 @@ def _summary(results: list[DemoResult], calibration: Calibration, out: TextIO) -
         h_judged = [r for r in held if r.correct is not None]
         c_right = sum(1 for r in c_judged if r.correct)
         h_right = sum(1 for r in h_judged if r.correct)
+        if tests:
+            out.write(
+                f"  Tests: certified {c_right} of {len(c_judged)} pass; withheld {h_right} of "
+                f"{len(h_judged)} would have passed.\n  The model alone: {right} of "
+                f"{len(judged)} answers pass ({right / len(judged):.0%}).\n"
+            )
+        else:
+            out.write(
+                f"  Reference check: certified {c_right} of {len(c_judged)} correct; "
+                f"withheld {h_right} of {len(h_judged)} would have been correct.\n"
+                f"  The model alone: {right} of {len(judged)} answers correct "
+                f"({right / len(judged):.0%}).\n"
+            )
+    cut = [r for r in held if r.whole_tokens > r.n_tokens]
+    if tests and cut:
+        read, whole = sum(r.n_tokens for r in cut), sum(r.whole_tokens for r in cut)
         out.write(
-            f"  Reference check: certified {c_right} of {len(c_judged)} correct; "
-            f"withheld {h_right} of {len(h_judged)} would have been correct.\n"
-            f"  The model alone: {right} of {len(judged)} answers correct "
-            f"({right / len(judged):.0%}).\n"
+            f"  Blocked mid-answer: {len(cut)}, after {read} of their {whole} tokens "
+            f"({1 - read / whole:.0%} of their generation never paid for).\n"
         )
     out.write(
         f"  {len(cert)} of {len(results)} answers certified; {tokens} tokens read in "
@@ -260,23 +310,40 @@ def _summary(results: list[DemoResult], calibration: Calibration, out: TextIO) -
     )
 
 
+_WORDS = {False: ("correct", "wrong"), True: ("pass", "fail")}
+_LONG = {"stop_at_newline": False, "fresh": True}
+"""How ``traces generate --task`` generates: past newlines, from an empty cache."""
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from ._common import CommandError
 
     out = sys.stdout
-    name = getattr(args, "model", None) or "smollm2"
+    code = getattr(args, "task", "qa") == "code"
+    name = getattr(args, "model", None) or ("qwen" if code else "smollm2")
     if name not in DEMO_MODELS:
         raise CommandError(f"--model: expected one of {', '.join(DEMO_MODELS)}, got {name!r}")
+    if code and (name != "qwen" or args.question):
+        raise CommandError("--task code runs Qwen (--model qwen) on the shipped MBPP tasks; "
+                           "it takes no --question")  # fmt: skip
     title, shipped = DEMO_MODELS[name]
     if args.certificate:
         certificate = Certificate.load(args.certificate)
     else:
-        certificate = load_demo_certificate(shipped)
+        certificate = load_demo_certificate(CODE_CERTIFICATE if code else shipped)
     calibration = load_demo_calibration(certificate)
-    if args.question:
-        items: list[dict[str, Any]] = [{"question": q, "answer": []} for q in args.question]
+    checks: list[Checker | None]
+    if code:
+        tasks = load_demo_code_tasks()[: args.n]
+        items: list[dict[str, Any]] = [{"question": _code_question(t)} for t in tasks]
+        checks = [_code_check(t) for t in tasks]
+    elif args.question:
+        items = [{"question": q, "answer": []} for q in args.question]
+        checks = [None] * len(items)
     else:
         items = load_demo_questions()[: args.n]
+        checks = [None] * len(items)
+    max_tokens = args.max_tokens or (certificate.context.max_tokens if code else None) or 24
     live = out.isatty() and not args.plain
     screen = _Screen(out, live)
     screen.line(
@@ -296,11 +363,36 @@ def cmd_demo(args: argparse.Namespace) -> int:
             list(item.get("answer") or []),
             mode=args.mode,
             screen=screen,
-            max_tokens=args.max_tokens,
+            max_tokens=max_tokens,
             skeleton=skeleton,
             prompter=prompter,
+            check=check,
         )
-        for item in items
+        for item, check in zip(items, checks, strict=True)
     ]
-    _summary(results, calibration, out)
+    _summary(results, calibration, out, tests=code)
     return 0
+
+
+def load_demo_code_tasks() -> list[dict[str, Any]]:
+    """The code demo's MBPP tasks: ``{"id", "text", "test_list", "test_setup_code"}``."""
+    return [json.loads(line) for line in _data_text(CODE_TASKS).splitlines() if line.strip()]
+
+
+def _code_question(task: dict[str, Any]) -> str:
+    from ._tasks import code_message
+
+    return code_message(task["text"], task["test_list"][0])
+
+
+def _code_check(task: dict[str, Any]) -> Checker:
+    """Whether an answer passes the task's tests, run in the sandbox (None: no code)."""
+    from adapters import CheckSkipped, check_code
+
+    def check(answer: str) -> bool | None:
+        try:
+            return check_code(answer, task)
+        except CheckSkipped:
+            return None
+
+    return check

@@ -164,7 +164,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         )
     fit_idx, cal_idx = np.sort(perm[:n_fit]), np.sort(perm[n_fit:])
     fit_tr, cal_tr = [traces[i] for i in fit_idx], [traces[i] for i in cal_idx]
-    spec = skeleton_spec(args.skeleton, vocab)
+    spec = skeleton_spec(args.skeleton, vocab, args.skeleton_spec)
     skel: Any = "prompt-free" if args.skeleton == "prompt-free" else spec.build()
     bases = [f.base for f in feats if f.base != "length"]
     progress = Progress("liftguard fit: features")
@@ -267,7 +267,16 @@ def cmd_fit(args: argparse.Namespace) -> int:
         "command": getattr(args, "command_line", ""),
         "fit": split,
     }
-    notes = [n for n in (limit_note, alt_note) if n]
+    skel_note = ""
+    pf = "lift" in bases and args.skeleton == "prompt-free" and args.skeleton_spec is None
+    if pf and not traces[0].model.startswith("smollm2"):
+        skel_note = (
+            "the certificate's prompt-free skeleton is the bundled SmolLM2 (no --skeleton-spec),"
+            f" but the traces are {traces[0].model}'s: name the model and prefix that scored"
+            " their prompt-free pass with --skeleton-spec, or serving it loads SmolLM2 and is"
+            f" refused (vocabulary {vocab})"
+        )
+    notes = [n for n in (limit_note, alt_note, skel_note) if n]
     if notes:
         provenance["note"] = "; ".join(notes)
     model = ModelIdentity(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ._certify import add_skeleton_spec_option
 from ._common import fraction, integer, output_file, positive, probability
 from ._fit import DEFAULT_FIT_RISK, cmd_fit
 
@@ -92,6 +93,7 @@ def add_fit_parser(sub: Any) -> None:
         choices=TRACE_SKELETONS,
         help="skeleton of the lift features (default prompt-free)",
     )
+    add_skeleton_spec_option(p)
     p.add_argument(
         "--fit-fraction",
         type=fraction,

