@@ -177,3 +177,20 @@ def test_eval_warns_of_the_twin_of_the_data_a_certificate_was_made_on(
         assert main(["eval", "--traces", str(traces), "--certificate", str(fitted), "--risk",
                      "0.9", "--splits", "2", "--json"]) == 0  # fmt: skip
         assert (warning in capsys.readouterr().err) is warned, traces
+
+
+SHIPPED = Path(__file__).parents[1] / "guardrail" / "data"
+SHARED_TRACES = Path(__file__).parents[2] / "shared" / "data" / "traces"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in SHIPPED.glob("*certificate*.json")))
+def test_every_shipped_certificate_records_its_traces_digest(name: str) -> None:
+    """So ``calibrate --certificate`` and ``eval`` recognise a shipped certificate's own
+    traces in any container, not only as the very file; checked against the shared traces
+    where they are present."""
+    provenance = Certificate.load(SHIPPED / name).provenance
+    digest = provenance["traces_digest"]
+    assert isinstance(digest, str) and len(digest) == 64
+    shared = SHARED_TRACES / str(provenance["traces"])
+    if shared.exists():
+        assert trace_digest(shared) == digest
