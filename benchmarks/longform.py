@@ -175,18 +175,23 @@ def _evaluate(fit_on: Path, test_on: Path, tmp: Path, tag: str, bootstrap: int) 
 
 def _plain(path: Path, tmp: Path) -> Path:
     """``path``, or for a compressed file (as the committed ``benchmarks/traces/*.xz``) a
-    decompressed copy in ``tmp`` under the same name without the suffix (the halves are
-    split by lines, and the summary reads it again)."""
+    decompressed copy in ``tmp`` under the same name without the suffix, or for a folder
+    of parts (as ``benchmarks/traces/gsm8k_qwen25coder/``) their lines joined in name order
+    into ``tmp/<folder>.jsonl`` (the halves are split by lines, and the summary reads it
+    again)."""
     import bz2
     import gzip
     import lzma
 
-    opener = {".xz": lzma.open, ".gz": gzip.open, ".bz2": bz2.open}.get(path.suffix)
-    if opener is None:
-        return path
-    out = tmp / path.with_suffix("").name
-    with opener(path, "rb") as src, out.open("wb") as dst:
-        dst.write(src.read())
+    openers = {".xz": lzma.open, ".gz": gzip.open, ".bz2": bz2.open}
+    parts = sorted(path.iterdir()) if path.is_dir() else [path]
+    if len(parts) == 1 and parts[0].suffix not in openers:
+        return parts[0]
+    out = tmp / (f"{path.name}.jsonl" if path.is_dir() else path.with_suffix("").name)
+    with out.open("wb") as dst:
+        for part in parts:
+            with openers.get(part.suffix, open)(part, "rb") as src:
+                dst.write(src.read())
     return out
 
 
@@ -329,7 +334,12 @@ def main() -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--mbpp", type=Path, help="MBPP traces labelled with --check code")
-    parser.add_argument("--gsm8k", type=Path, help="GSM8K traces labelled with --check number")
+    parser.add_argument(
+        "--gsm8k",
+        type=Path,
+        help="GSM8K traces labelled with --check number "
+        "(a file, or a folder of parts joined in name order)",
+    )
     parser.add_argument("--bootstrap", type=int, default=BOOTSTRAP, help="resamples (0: none)")
     parser.add_argument(
         "--docs-only", action="store_true", help="rewrite the page from the saved results"

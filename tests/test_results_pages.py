@@ -167,3 +167,28 @@ def test_longform_refuses_without_traces(
         with pytest.raises(SystemExit):
             mod.main()
         assert message in capsys.readouterr().err
+
+
+def test_longform_reads_a_file_a_compressed_file_or_a_folder_of_parts(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The committed traces come as one ``.xz`` file (MBPP) or a folder of ``.xz`` parts
+    (GSM8K, written as it is generated); each is read as the lines it holds, in order."""
+    import lzma
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    mod = _script("benchmarks/longform.py")
+    lines = [f'{{"id": "q{i}"}}\n' for i in range(5)]
+    parts = tmp_path / "gsm8k_parts"
+    parts.mkdir()
+    (parts / "part-001.jsonl.xz").write_bytes(lzma.compress("".join(lines[3:]).encode()))
+    (parts / "part-000.jsonl.xz").write_bytes(lzma.compress("".join(lines[:3]).encode()))
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text("".join(lines))
+    out = tmp_path / "out"
+    out.mkdir()
+    assert mod._plain(plain, out) == plain
+    joined = mod._plain(parts, out)
+    assert joined == out / "gsm8k_parts.jsonl" and joined.read_text() == "".join(lines)
+    one = mod._plain(parts / "part-000.jsonl.xz", out)
+    assert one.name == "part-000.jsonl" and one.read_text() == "".join(lines[:3])
