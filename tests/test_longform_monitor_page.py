@@ -20,6 +20,7 @@ def test_the_longform_monitor_page_is_what_its_json_renders(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     mod = _script(monkeypatch)
+    page = load_bench("_longform_monitor_page", monkeypatch)
     saved = json.loads(mod.SAVED.read_text(encoding="utf-8"))
     assert saved["generated_by"] == mod.COMMAND
     written = mod.PAGE.read_text(encoding="utf-8")
@@ -36,7 +37,7 @@ def test_the_longform_monitor_page_is_what_its_json_renders(
         assert f"--traces {mod.DEFAULT_TRACES}" in rule["command"]
         assert set(rule["modes"]) == set(mod.MODES)
         assert rule["modes"]["all"]["tokens"] == mbpp["tokens"]
-        assert rule["chained"]["tokens"] == rule["chained"]["streams"] * mod.CHAIN > 0
+        assert rule["chained"]["tokens"] == rule["chained"]["streams"] * page.CHAIN > 0
 
 
 def test_docs_only_runs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
