@@ -56,16 +56,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import logging
 import math
 import os
 import platform
-import signal
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -76,75 +72,40 @@ if not __package__:  # run as a script: measure the checkout this file belongs t
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import httpx
 import numpy as np
 import numpy.typing as npt
-import openai
-from _loopback import VOCAB, LoopbackServer, Spec
-from _tables import DOCS, RESULTS, ROOT, Progress, header, load, save, write_page
-from _valkey import ValkeyServer, free_port
-from bench_proxy import read_answer
+from _fleet_latency import certificate, run_latency
+from _fleet_page import (
+    AFTER,
+    ALPHA,
+    BEFORE,
+    BLOCK,
+    COMMAND,
+    DRIFT_RUNS,
+    GOOD,
+    HORIZON,
+    OUT,
+    REPLICAS,
+    SAVED,
+    SCRATCH,
+    SEED,
+    TARGET,
+    page,
+)
+from _tables import ROOT, Progress, load, save, write_page
+from _valkey import ValkeyServer
 
 from adapters._serving._certs import StaticCertificate
 from adapters._serving._fleet import FleetStore, fleet_client
 from adapters._serving._fleet_watch import FleetRiskWatch
 from adapters._serving._risk_watch import FinishedAnswer
 from guardrail import (
-    Calibration,
     Certificate,
-    ModelIdentity,
     RiskMonitor,
-    SkeletonSpec,
-    StreamPolicy,
 )
 from guardrail.stats import clopper_pearson_interval
 
-COMMAND = "python benchmarks/bench_fleet.py"
-SAVED = RESULTS / "bench_fleet.json"
-OUT = DOCS / "fleet.md"
-SCRATCH = ROOT / "out" / "bench_fleet"
-"""Where a ``--quick`` run writes (``/out/`` is ignored by git)."""
-
-TARGET, ALPHA, SEED, REPLICAS = 0.3, 0.05, 2024, 3
-GOOD, BEFORE, AFTER, HORIZON = 1000, 0.2, 0.4, 3000
-"""Drift: ``GOOD`` labels at ``BEFORE``, then up to ``HORIZON - GOOD`` at ``AFTER``;
-boundary: ``HORIZON`` labels at the target."""
-BLOCK = 250
-"""Answers each replica's writer sends before their labels are sent."""
-DRIFT_RUNS = 40
-FLEET_TIMEOUT_S = 0.5
-"""``--fleet-timeout`` of the latency part's replicas (the default)."""
-WARM_UP = 4
-"""Answers of each path's warm-up round."""
-LABELS_CHECKED = 6
-"""Labels sent in each Redis state of the latency part."""
-PATHS = ("direct", "up", "stopped", "hung")
-PATH_NAMES = {
-    "direct": "direct (no proxy)",
-    "up": "proxy, Redis up",
-    "stopped": "proxy, Redis stopped (nothing listens)",
-    "hung": "proxy, Redis hung (SIGSTOP)",
-}
-CRITERION_DELAY, CRITERION_WALL = 0.10, 1.02
 BoolArray = npt.NDArray[np.bool_]
-
-
-def certificate() -> Certificate:
-    """The certificate of both parts: ``bench_proxy.py``'s (a uniform skeleton whose lifts,
-    3.0 and 5.0 on the loopback's tokens, never decide before the end at tau 2.5, so every
-    answer is certified by the final rule), with a calibration promising risk ``TARGET``
-    at coverage 1/2: a certificate with a live risk monitor."""
-    cal = Calibration(
-        method="ltt", tau=2.5, risk=TARGET, delta=0.05, score="lift", n=1000, n_answered=500,
-        n_errors=125, coverage=0.5, empirical_risk=0.25, risk_upper=0.29,
-    )  # fmt: skip
-    return Certificate(
-        StreamPolicy(aggregate="min"),
-        2.5,
-        SkeletonSpec("uniform", {"vocab_size": VOCAB}),
-        ModelIdentity("bench"),
-        calibration=cal,
-    )
 
 
 # --- the alarm -------------------------------------------------------------------------------
@@ -326,388 +287,7 @@ async def run_alarm(url: str, runs: int, progress: Progress) -> dict[str, Any]:
             "block": BLOCK, "scenarios": scenarios}  # fmt: skip
 
 
-# --- latency ---------------------------------------------------------------------------------
-
-
-class ServeProcess:
-    """``liftguard serve`` (``python -m adapters.cli serve``) in a child process, a fleet
-    replica on ``redis_url``; its stderr (the fleet's warnings) read as it comes."""
-
-    def __init__(self, upstream: str, cert: Path, redis_url: str, namespace: str) -> None:
-        argv = [
-            sys.executable, "-m", "adapters.cli", "serve", "--upstream", upstream,
-            "--certificate", str(cert), "--port", "0", "--redis", redis_url,
-            "--fleet-namespace", namespace, "--fleet-timeout", str(FLEET_TIMEOUT_S),
-            "--no-verdict-log",
-        ]  # fmt: skip
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        }
-        self.proc = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        assert self.proc.stderr is not None
-        self.lines: list[str] = []
-        while True:
-            line = self.proc.stderr.readline()
-            if not line:
-                self.close()
-                raise RuntimeError("liftguard serve did not start:\n" + "".join(self.lines))
-            if line.startswith("liftguard serve: http://"):
-                self.base_url = line.split()[2]
-                break
-            self.lines.append(line)
-        self.root = self.base_url.removesuffix("/v1")
-        threading.Thread(target=self._drain, daemon=True).start()
-
-    def _drain(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line)
-
-    def warnings(self, text: str) -> int:
-        return sum(text in line for line in self.lines)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-async def timed_round(
-    client: openai.AsyncOpenAI, spec: Spec, streams: int, via_proxy: bool
-) -> float:
-    """Wall time of ``streams`` answers read 4 at a time."""
-    sem = asyncio.Semaphore(4)
-
-    async def one() -> None:
-        async with sem:
-            await read_answer(client, spec, via_proxy)
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(one() for _ in range(streams)))
-    return time.perf_counter() - t0
-
-
-async def label(client: httpx.AsyncClient, proc: ServeProcess, rid: str) -> tuple[str, float]:
-    """Send one label (again while the fleet has not got the answer's record: 404 for a
-    moment); ``accepted`` or the refusal's code, and how long the last try took."""
-    for _ in range(100):
-        t0 = time.perf_counter()
-        resp = await client.post(f"{proc.root}/v1/liftguard/feedback",
-                                 json={"id": rid, "correct": True})  # fmt: skip
-        took = time.perf_counter() - t0
-        if resp.status_code != 404:
-            break
-        await asyncio.sleep(0.02)
-    if resp.status_code == 200:
-        return "accepted", took
-    return f"{resp.status_code} {resp.json()['error']['code']}", took
-
-
-async def health(client: httpx.AsyncClient, proc: ServeProcess) -> tuple[str | None, float]:
-    """``/healthz``'s ``blind`` (``None``: the alarm sees the fleet) and how long it took."""
-    t0 = time.perf_counter()
-    resp = await client.get(f"{proc.root}/healthz")
-    return resp.json()["risk"]["*"]["blind"], time.perf_counter() - t0
-
-
-async def fleet_metrics(client: httpx.AsyncClient, proc: ServeProcess) -> dict[str, float]:
-    """``liftguard_fleet_blind`` and ``liftguard_fleet_errors_total`` by operation."""
-    text = (await client.get(f"{proc.root}/metrics")).text
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("liftguard_fleet_blind "):
-            out["blind"] = float(line.split()[-1])
-        elif line.startswith("liftguard_fleet_errors_total{"):
-            op = line.split('op="', 1)[1].split('"', 1)[0]
-            out[f"errors_{op}"] = float(line.split()[-1])
-    return out
-
-
-async def state_check(
-    proc: ServeProcess, http: httpx.AsyncClient, before: list[str] | None = None
-) -> tuple[dict[str, Any], list[str]]:
-    """Labels for fresh answers, the labels of ``before`` (answers served earlier), and
-    what ``/healthz`` and ``/metrics`` say now; the fresh answers' request ids."""
-    fast = Spec(tokens=5, top=0, delay=0.0)
-    client = openai.AsyncOpenAI(base_url=proc.base_url, api_key="b", max_retries=0)
-    try:
-        ids = [await read_answer(client, fast, True) for _ in range(LABELS_CHECKED)]
-    finally:
-        await client.close()
-    got = [await label(http, proc, str(rid)) for rid in ids]
-    out: dict[str, Any] = {"answers_served": len(ids), "labels": _codes(got),
-                           "label_s_max": max(t for _, t in got)}  # fmt: skip
-    if before is not None:
-        out["labels_of_earlier_answers"] = _codes([await label(http, proc, r) for r in before])
-    out["blind"], out["healthz_s"] = await health(http, proc)
-    out["metrics"] = await fleet_metrics(http, proc)
-    return out, [str(rid) for rid in ids]
-
-
-def _codes(got: list[tuple[str, float]]) -> dict[str, int]:
-    codes: dict[str, int] = {}
-    for code, _ in got:
-        codes[code] = codes.get(code, 0) + 1
-    return codes
-
-
-async def measure_latency(
-    upstream: str, procs: dict[str, ServeProcess], hung: ValkeyServer, spec: Spec,
-    streams: int, rounds: int, progress: Progress,
-) -> dict[str, float]:  # fmt: skip
-    """The best wall time of each path over ``rounds`` rounds (the order reversed every
-    other round); the hung server is paused after the warm-up."""
-    clients = {"direct": openai.AsyncOpenAI(base_url=upstream, api_key="b", max_retries=0)}
-    for name, proc in procs.items():
-        clients[name] = openai.AsyncOpenAI(base_url=proc.base_url, api_key="b", max_retries=0)
-    best = dict.fromkeys(PATHS, math.inf)
-    try:
-        progress.show("latency: warm-up")
-        for name in PATHS:  # connections, caches; the hung replica's pool meets a live server
-            await timed_round(clients[name], spec, WARM_UP, name != "direct")
-        await asyncio.sleep(1.0)  # the warm-up answers' records reach the server
-        hung.pause()
-        progress.advance()
-        for r in range(rounds):
-            for name in PATHS if r % 2 == 0 else PATHS[::-1]:
-                progress.show(f"latency: round {r + 1} of {rounds}, {name}")
-                wall = await timed_round(clients[name], spec, streams, name != "direct")
-                best[name] = min(best[name], wall)
-                progress.advance()
-    finally:
-        for client in clients.values():
-            await client.close()
-    return best
-
-
-async def run_latency_async(
-    upstream: str, procs: dict[str, ServeProcess], servers: dict[str, ValkeyServer],
-    spec: Spec, streams: int, rounds: int, progress: Progress,
-) -> dict[str, Any]:  # fmt: skip
-    best = await measure_latency(upstream, procs, servers["hung"], spec, streams, rounds, progress)
-    progress.show("latency: labels and /healthz in each state")
-    checks: dict[str, Any] = {}
-    async with httpx.AsyncClient(timeout=30) as http:
-        checks["up"], _ = await state_check(procs["up"], http)
-        down, earlier = await state_check(procs["stopped"], http)
-        servers["stopped"].start()  # on the port the replica names: a server with no data
-        back, _ = await state_check(procs["stopped"], http, earlier)
-        checks["stopped"] = {"while_down": down, "after_start": back}
-        paused, _ = await state_check(procs["hung"], http)
-        servers["hung"].resume()
-        resumed, _ = await state_check(procs["hung"], http)
-        checks["hung"] = {"while_hung": paused, "after_resume": resumed}
-    progress.advance()
-    for name, proc in procs.items():
-        warned = proc.warnings("fleet store unreachable")
-        seen = proc.warnings("fleet store reachable again")
-        checks[name]["log_went_blind"], checks[name]["log_saw_again"] = warned, seen
-    n = spec.tokens * streams
-    paths = {name: {"wall_s": best[name], "wall_ms_per_stream": 1e3 * best[name] / streams,
-                    "wall_us_per_token": 1e6 * best[name] / n} for name in PATHS}  # fmt: skip
-    return {
-        "spec": dataclasses.asdict(spec), "streams": streams, "concurrency": 4, "rounds": rounds,
-        "fleet_timeout_s": FLEET_TIMEOUT_S, "paths": paths,
-        "ratio_stopped_up": best["stopped"] / best["up"],
-        "ratio_hung_up": best["hung"] / best["up"],
-        "ratio_up_direct": best["up"] / best["direct"],
-        "checks": checks,
-        "answers_per_replica": WARM_UP + rounds * streams + LABELS_CHECKED,
-    }  # fmt: skip
-
-
-def run_latency(streams: int, rounds: int, progress: Progress, delay_ms: float) -> dict[str, Any]:
-    spec = Spec(tokens=100, top=0, delay=delay_ms / 1000)
-    servers = {"up": ValkeyServer(), "stopped": ValkeyServer(free_port()),
-               "hung": ValkeyServer()}  # fmt: skip
-    procs: dict[str, ServeProcess] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp, LoopbackServer() as upstream:
-        cert = Path(tmp) / "cert.json"
-        certificate().save(cert)
-        try:
-            servers["up"].start()
-            servers["hung"].start()
-            for name in ("up", "stopped", "hung"):
-                procs[name] = ServeProcess(
-                    upstream.base_url, cert, servers[name].url, f"bench-{uuid.uuid4().hex}"
-                )
-            return asyncio.run(
-                run_latency_async(upstream.base_url, procs, servers, spec, streams, rounds,
-                                  progress)
-            )  # fmt: skip
-        finally:
-            for proc in procs.values():
-                proc.close()
-            for server in servers.values():
-                server.close()
-
-
 # --- the page --------------------------------------------------------------------------------
-
-
-def _alarm_cell(s: dict[str, Any], scenario: str) -> str:
-    lo, hi = s["false_alarm_ci95"]
-    rate = f"{s['false_alarm_rate']:.1%} (95% CI {lo:.1%}–{hi:.1%})"
-    if scenario == "boundary":
-        return f"{rate} false alarms"
-    med = s["median_delay"]
-    delay = f"> {HORIZON - GOOD:,}" if med is None else f"{med:.0f}"
-    early = f"; {rate} false alarms before it" if s["false_alarms"] else ""
-    return f"median delay {delay} (missed {s['missed']} of {s['runs']}){early}"
-
-
-def page(saved: dict[str, Any], source: Path = SAVED) -> str:
-    lines = [header(COMMAND, f"from {source.relative_to(ROOT)}"), ""]
-    alarm = saved.get("alarm")
-    if alarm is not None:
-        lines += [
-            f"**Alarm.** Target risk {alarm['target']}, level {alarm['alpha']}; labels of "
-            f"shown answers, seeded. The fleet: {alarm['replicas']} `FleetRiskWatch` replicas "
-            "on one Valkey server, answer *i* served by replica *i* mod 3 and its label sent "
-            "to replica *i* + 1 mod 3 (`alabel`, the feedback endpoint's path), the alarm read "
-            "from every replica after `refresh()`. One process: one `RiskMonitor` fed the same "
-            "labels in the same order. Independent replicas (what the fleet replaces): three "
-            "monitors at level "
-            f"{alarm['alpha']} each, each fed the labels one replica receives (a third), the "
-            "first alarm of the three: each holds its level, the three together only three "
-            "times it. Delays are labels after the drift (missed: none within "
-            f"{HORIZON - GOOD:,}).",
-            "",
-            "| stream | fleet (3 replicas, one monitor) | one process | 3 independent replicas |",
-            "|---|---|---|---|",
-        ]
-        for s in alarm["scenarios"]:
-            name = s["scenario"]
-            title = (
-                f"error rate {s['rate']} → {s['drift_to']} after {s['good']:,} labels "
-                f"({s['runs']} runs)"
-                if name == "drift"
-                else f"error rate {s['rate']} (= target), {s['horizon']:,} labels "
-                f"({s['runs']} runs)"
-            )
-            cells = [_alarm_cell(s[k], name) for k in ("fleet", "one_process", "independent")]
-            lines.append(f"| {title} | {' | '.join(cells)} |")
-        lines.append("")
-        notes = []
-        for s in alarm["scenarios"]:
-            notes.append(
-                f"{s['scenario']}: the fleet alarmed at the same label as one process in "
-                f"{s['runs_alarm_equal']} of {s['runs']} runs, its log e-value after its last "
-                f"label equal to the bit in {s['runs_log_e_equal']}, its three replicas agreeing "
-                f"in {s['runs_replicas_agree']} ({s['labels_sent']:,} labels through the fleet, "
-                f"{s['fleet_labels_per_s']:.0f} a second, {s['redis_errors']} Redis errors)"
-            )
-        drift = next(s for s in alarm["scenarios"] if s["scenario"] == "drift")
-        ratio = drift["fleet_over_one_process_delay"]
-        verdict = "—" if ratio is None else (
-            f"{ratio:.3f} ({'within' if abs(ratio - 1) <= CRITERION_DELAY else 'NOT within'} "
-            f"{CRITERION_DELAY:.0%})"
-        )  # fmt: skip
-        lines += [
-            f"The fleet's median delay over one process's: {verdict}. Per run: "
-            + "; ".join(notes) + ".",
-            "",
-        ]  # fmt: skip
-    latency = saved.get("latency")
-    if latency is not None:
-        spec = latency["spec"]
-        timeout = latency["fleet_timeout_s"]
-        lines += [
-            f"**Latency.** The paced scenario of `benchmarks/bench_proxy.py`: {spec['tokens']} "
-            f"tokens {1000 * spec['delay']:.0f} ms apart, {latency['streams']} answers read "
-            f"{latency['concurrency']} at a time, through `liftguard serve` with a calibrated "
-            f"certificate and `--redis` at a running Valkey, at a port nothing listens on, and "
-            f"at a Valkey paused with SIGSTOP (`--fleet-timeout {timeout:g}`); the best of "
-            f"{latency['rounds']} rounds, the order reversed every other round.",
-            "",
-            "| path | wall time of the round | ratio to Redis up |",
-            "|---|---|---|",
-        ]
-        for name in PATHS:
-            p = latency["paths"][name]
-            if name == "up":
-                ratio_text = "1"
-            elif name == "direct":
-                ratio_text = f"{1 / latency['ratio_up_direct']:.3f}"
-            else:
-                ratio = latency[f"ratio_{name}_up"]
-                ok = "within" if ratio <= CRITERION_WALL else "NOT within"
-                ratio_text = f"{ratio:.3f} ({ok} {CRITERION_WALL})"
-            lines.append(f"| {PATH_NAMES[name]} | {p['wall_s']:.3f} s | {ratio_text} |")
-        checks = latency["checks"]
-        down, back = checks["stopped"]["while_down"], checks["stopped"]["after_start"]
-        earlier = back["labels_of_earlier_answers"]
-        hung, resumed = checks["hung"]["while_hung"], checks["hung"]["after_resume"]
-        answers = latency["answers_per_replica"]
-        lines += [
-            "",
-            f"Labels and `/healthz`: {LABELS_CHECKED} fresh answers in each state, each "
-            "served and certified, then labelled. Failed calls to Redis are counted in "
-            f"`liftguard_fleet_errors_total` over the replica's {answers} answers by then "
-            "(`keep`: an answer's record, `verdict`: its verdict, both dropped off the "
-            "request path).",
-            "",
-            f"- Redis up: labels {_codes_text(checks['up']['labels'])}; blind: "
-            f"{_blind(checks['up']['blind'])}.",
-            f"- Redis stopped: labels {_codes_text(down['labels'])}; `/healthz` blind: "
-            f"{_blind(down['blind'])}; `liftguard_fleet_blind` "
-            f"{down['metrics'].get('blind', math.nan):g}; failed calls: "
-            f"{_errors(down['metrics'])}.",
-            f"- Started again (empty): labels of new answers {_codes_text(back['labels'])}, "
-            f"of the answers served while it was down {_codes_text(earlier)}; "
-            f"blind: {_blind(back['blind'])}; the replica logged going blind "
-            f"{_times(checks['stopped']['log_went_blind'])} and seeing again "
-            f"{_times(checks['stopped']['log_saw_again'])}.",
-            f"- Redis hung (paused after the first {WARM_UP} answers): labels "
-            f"{_codes_text(hung['labels'])}, each after at most {hung['label_s_max']:.2f} s; "
-            f"`/healthz` blind: {_blind(hung['blind'])}, in {hung['healthz_s']:.2f} s; "
-            f"failed calls: {_errors(hung['metrics'])}.",
-            f"- Resumed: labels of new answers {_codes_text(resumed['labels'])}; blind: "
-            f"{_blind(resumed['blind'])}; the replica logged going blind "
-            f"{_times(checks['hung']['log_went_blind'])} and seeing again "
-            f"{_times(checks['hung']['log_saw_again'])}.",
-        ]  # fmt: skip
-    machine = saved.get("machine", {})
-    load_avg = machine.get("load_average_at_start")
-    busy = "" if load_avg is None else f", load average {load_avg:.1f} when the run started"
-    lines += [
-        "",
-        f"Measured on {machine.get('cpus', '?')} CPUs{busy} (Python "
-        f"{machine.get('python', '?')}, {saved.get('valkey', 'Valkey')}).",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def _codes_text(codes: dict[str, int]) -> str:
-    """``6 accepted``, ``6 refused (503 fleet_unavailable)``."""
-    return ", ".join(
-        f"{n} {code}" if code == "accepted" else f"{n} refused (`{code}`)"
-        for code, n in sorted(codes.items())
-    )
-
-
-def _times(n: int) -> str:
-    return {0: "never", 1: "once", 2: "twice"}.get(n, f"{n} times")
-
-
-def _blind(reason: str | None) -> str:
-    return "no" if reason is None else f"yes (`{reason}`)"
-
-
-def _errors(metrics: dict[str, float]) -> str:
-    ops = {k.removeprefix("errors_"): v for k, v in metrics.items() if k.startswith("errors_")}
-    return ", ".join(f"{op} {v:g}" for op, v in sorted(ops.items())) or "none"
-
-
-# --- main ------------------------------------------------------------------------------------
 
 
 def valkey_version() -> str:
