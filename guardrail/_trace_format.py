@@ -78,6 +78,9 @@ MISSING_ID = int(np.iinfo(np.int64).min)
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
 
+#: The ``missing`` of every trace that lacks nothing: one object, however many traces.
+_NOTHING_MISSING: frozenset[str] = frozenset()
+
 
 # --------------------------------------------------------------------------- #
 # The Trace record
@@ -154,7 +157,7 @@ class Trace:
 
     def __post_init__(self) -> None:
         put = object.__setattr__
-        put(self, "missing", frozenset(self.missing))
+        put(self, "missing", frozenset(self.missing) or _NOTHING_MISSING)
         unknown = sorted(self.missing - OPTIONAL_FIELDS.keys())
         if unknown:
             raise TraceFormatError(
@@ -251,6 +254,23 @@ class Trace:
         return dataclasses.replace(
             self, vocab_size=vocab_size, missing=self.missing - {"vocab_size"}
         )
+
+    def compact(self) -> Trace:
+        """A copy to hold with many others: the per-token data, the token texts, the
+        identity (``id``, ``dataset``, ``model``), the label and the sizes kept; the texts
+        only a writer of trace lines reads (``question``, ``references``, ``prompt``,
+        ``answer``) left empty. Scores, replays and checks read nothing it drops; write
+        the trace back from the full one.
+
+        >>> full = parse_trace(trace_object(
+        ...     id="q1", dataset="demo", model="m", question="Capital?", references=["Paris"],
+        ...     prompt="Capital?", answer="Paris", correct=True, vocab_size=1000, top_k=1,
+        ...     tokens=[token_object("Paris", -0.1, [(1, -0.1)], id=1)]))
+        >>> small = full.compact()
+        >>> small.answer, small.references, small.token_texts, small.logprobs is full.logprobs
+        ('', (), ('Paris',), True)
+        """
+        return dataclasses.replace(self, question="", references=(), prompt="", answer="")
 
     def truncate_top(self, k: int) -> Trace:
         """A copy keeping only the ``k`` most likely alternatives of each step.

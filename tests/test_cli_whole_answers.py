@@ -274,3 +274,32 @@ def test_the_issue_label_include_incomplete_then_calibrate(
     _shown_only("calibrate", err, "calibrating on them")
     calibration = Certificate.load(cert).calibration
     assert calibration is not None and calibration.n == N_WHOLE
+
+
+PROSE = ("question", "references", "prompt", "answer")
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_the_reader_yields_each_whole_answer_compact_as_the_full_parse_reads_it(
+    tmp_path: Path, suffix: str
+) -> None:
+    """The streaming reader (a compact trace per whole answer, as the file is read) against
+    its batch twin: every line decoded at once and parsed in full."""
+    from adapters.cli._recorded import WholeAnswers, whole_traces
+    from adapters.tracefiles import TraceDigest, convert_traces, trace_digest
+    from guardrail.traces import parse_trace, trace_to_dict
+
+    rows = _recorded(_rows())
+    path = _write(tmp_path, "rec.jsonl", rows)
+    if suffix == ".parquet":
+        convert_traces(path, str(tmp_path / "rec.parquet"))
+        path = str(tmp_path / "rec.parquet")
+    sort, digest = WholeAnswers("fit"), TraceDigest()
+    read = list(whole_traces(path, sort, digest=digest))
+    full = [parse_trace(r) for r in rows if r["complete"]]
+    assert len(read) == len(full) == sort.n_whole == N_WHOLE and sort.read == 40
+    for small, trace in zip(read, full, strict=True):
+        kept, whole = trace_to_dict(small), trace_to_dict(trace)
+        assert [kept.pop(k) for k in PROSE] == ["", [], "", ""]
+        assert kept == {k: v for k, v in whole.items() if k not in PROSE}
+    assert digest.count == 40 and digest.hexdigest() == trace_digest(path)

@@ -10,9 +10,9 @@ the one opener every reader uses, and the one writer of whole files.
   JSON (or not UTF-8) is a record an interrupted write cut off: it is skipped and
   ``torn(line number)`` is called, where any other bad line is still an error;
 - Parquet (:mod:`._columnar`): the 1-based row number and the row's object, read a
-  batch at a time (never the whole file); a file that is not Parquet, is damaged
-  or has another schema is a :class:`~guardrail.TraceFormatError` in one line
-  naming the file.
+  batch at a time, one row group after the other (never the whole file); a file that
+  is not Parquet, is damaged or has another schema is a
+  :class:`~guardrail.TraceFormatError` in one line naming the file.
 
 A path with ``://`` (other than ``file://``) is opened with fsspec
 (``pip install "liftguard[s3]"`` for ``s3://``), with ``storage_options`` or
@@ -207,7 +207,7 @@ def _parquet_objects(path: str, options: Options) -> Iterator[tuple[int, Any]]:
                 source=path,
             )
         row = 0
-        batches = pf.iter_batches(batch_size=_BATCH_ROWS)
+        batches = _row_group_batches(pf)
         while True:
             try:
                 batch = next(batches, None)
@@ -220,6 +220,15 @@ def _parquet_objects(path: str, options: Options) -> Iterator[tuple[int, Any]]:
             for obj in batch_objects(batch):
                 row += 1
                 yield row, obj
+
+
+def _row_group_batches(pf: Any) -> Iterator[Any]:
+    """The record batches of a Parquet file, one row group read at a time on this thread:
+    what is decoded at once is one row group, not the row groups that pyarrow's
+    read-ahead over a whole file keeps in flight (measured: about 100 MiB more at the
+    peak over a 20,000-trace file)."""
+    for group in range(pf.num_row_groups):
+        yield from pf.iter_batches(batch_size=_BATCH_ROWS, row_groups=[group], use_threads=False)
 
 
 def trace_file_sha256(path: str | os.PathLike[str], *, storage_options: Options = None) -> str:

@@ -117,7 +117,8 @@ def read_merged(paths: list[str]) -> tuple[list[Any], list[str], str, WholeAnswe
 
         for lineno, obj in recorded_lines(path, torn):
             if sort.whole(obj):
-                answer: Any = parse_trace(obj, source=path, line=lineno)  # type: ignore[arg-type]
+                trace = parse_trace(obj, source=path, line=lineno)  # type: ignore[arg-type]
+                answer: Any = trace.compact()
             else:
                 answer = _Prefix(shown=verdict_shown(obj))
             created = obj.get("created") if isinstance(obj, dict) else None

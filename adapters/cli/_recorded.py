@@ -26,7 +26,12 @@ is not the score of the answer the rule will see, so a threshold or a statistic 
 on prefixes carries no guarantee. ``calibrate``, ``fit`` and ``eval`` read their
 files through :func:`read_whole` and ``monitor`` sorts its lines with the same
 :class:`WholeAnswers`: prefixes are left out with one note on stderr, and a file
-that holds prefixes only is refused in one line. The whole answers of a recording
+that holds prefixes only is refused in one line.
+
+**What a command holds.** Each line is parsed as it is read and only its compact
+trace is kept (:meth:`guardrail.Trace.compact`: the numbers and token texts, not the
+question, prompt, answer or references, which no score reads); the decoded line is
+dropped before the next is read. The whole answers of a recording
 made in a mode that cuts off what it blocks are a biased sample (mostly the ones
 the serving certificate showed): a warning names the bias and the fix, recording in
 ``--mode observe``.
@@ -57,6 +62,7 @@ __all__ = [
     "score_needs",
     "supply_vocab_size",
     "verdict_shown",
+    "whole_traces",
 ]
 
 
@@ -279,6 +285,31 @@ class WholeAnswers:
                 print(line, file=sys.stderr)
 
 
+def whole_traces(
+    path: str,
+    sort: WholeAnswers,
+    *,
+    require_label: bool = True,
+    digest: TraceDigest | None = None,
+) -> Iterator[Any]:
+    """The compact traces (:meth:`guardrail.Trace.compact`) of the whole answers of the
+    trace file ``path`` (JSONL or Parquet, local or a URL:
+    :func:`adapters.tracefiles.open_trace_objects`), parsed strictly one at a time as the
+    file is read, ``sort`` (:class:`WholeAnswers`) counting every line and telling the
+    prefixes apart. ``digest``: a :class:`adapters.tracefiles.TraceDigest` fed every trace
+    read, prefixes too (the file's traces digest, in the same pass). Nothing of a line is
+    held once its trace is yielded: what a command keeps is the compact traces."""
+    from adapters.tracefiles import open_trace_objects
+    from guardrail.traces import parse_trace
+
+    for lineno, obj in open_trace_objects(path):
+        if digest is not None:
+            digest.add(obj)
+        if sort.whole(obj):
+            trace = parse_trace(obj, source=path, line=lineno, require_label=require_label)
+            yield trace.compact()
+
+
 def read_whole(
     path: str,
     command: str,
@@ -287,22 +318,12 @@ def read_whole(
     require_label: bool = True,
     digest: TraceDigest | None = None,
 ) -> list[Any]:
-    """The whole answers of the trace file ``path`` (JSONL or Parquet, local or a URL:
-    :func:`adapters.tracefiles.open_trace_objects`), parsed strictly (prefixes left out and
-    said so, a file of prefixes refused: :class:`WholeAnswers`; ``use``: what
-    ``command`` does with them, for the bias warning). ``digest``: a
-    :class:`adapters.tracefiles.TraceDigest` fed every trace read, prefixes too (the
-    file's traces digest, in the same pass)."""
-    from adapters.tracefiles import open_trace_objects
-    from guardrail.traces import parse_trace
-
+    """The whole answers of the trace file ``path``, compact (:func:`whole_traces`), in a
+    list: prefixes left out and said so, a file of prefixes refused
+    (:meth:`WholeAnswers.report`; ``use``: what ``command`` does with them, for the bias
+    warning), a file without traces refused."""
     sort = WholeAnswers(command)
-    traces = []
-    for lineno, obj in open_trace_objects(path):
-        if digest is not None:
-            digest.add(obj)
-        if sort.whole(obj):
-            traces.append(parse_trace(obj, source=path, line=lineno, require_label=require_label))
+    traces = list(whole_traces(path, sort, require_label=require_label, digest=digest))
     sort.report(path, use)
     if not traces:
         raise no_traces(path)

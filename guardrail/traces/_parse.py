@@ -2,7 +2,10 @@
 
 :func:`parse_trace` turns one decoded object into a :class:`Trace`, whose
 per-token data are read-only numpy arrays (the lines of a file or of in-memory
-text are read in :mod:`guardrail.traces._read`). Anything that does not follow the format raises
+text are read in :mod:`guardrail.traces._read`). The strings that repeat from
+trace to trace (token texts, ``dataset``, ``model``) are interned
+(:func:`sys.intern`): one copy of each, however many traces are held.
+Anything that does not follow the format raises
 :class:`~guardrail._errors.TraceFormatError` naming the source, the 1-based
 line and the field path (e.g. ``tokens[3].logprob``).
 
@@ -17,6 +20,7 @@ else is as strict as for the documented files.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -125,7 +129,7 @@ def _parse_tokens(
             raise ctx.error(f"tokens[{i}]", f"missing required key {missing_key!r}")
 
     ids = _optional_column(tokens, "id", _INTEGER, ctx)
-    texts = _column(tokens, "text", _STRING, ctx)
+    texts = [sys.intern(text) for text in _column(tokens, "text", _STRING, ctx)]
     lps = _column(tokens, "logprob", _NUMBER, ctx)
     ents = _optional_column(tokens, "entropy", _NUMBER, ctx)
     pfls = _optional_column(tokens, "prompt_free_logprob", _NUMBER, ctx)
@@ -284,8 +288,8 @@ def parse_trace(
             raise TraceFormatError(f"missing required key {key!r}", source=source, line=line)
 
     trace_id = _require_str(obj, "id", ctx)
-    dataset = _require_str(obj, "dataset", ctx)
-    model = _require_str(obj, "model", ctx)
+    dataset = sys.intern(_require_str(obj, "dataset", ctx))
+    model = sys.intern(_require_str(obj, "model", ctx))
     question = _require_str(obj, "question", ctx)
     references = obj["references"]
     if type(references) is not list:

@@ -165,6 +165,29 @@ def test_truncate_top() -> None:
         tr.truncate_top(-1)
 
 
+PROSE = ("question", "references", "prompt", "answer")
+
+
+def test_compact_keeps_what_scores_read_and_drops_the_prose() -> None:
+    for full in read_traces(SMOLLM):
+        small = full.compact()
+        kept, whole = trace_to_dict(small), trace_to_dict(full)
+        assert [kept.pop(k) for k in PROSE] == ["", [], "", ""]
+        assert kept == {k: v for k, v in whole.items() if k not in PROSE}
+        assert small.missing == full.missing and small.logz == full.logz
+        assert small.token_ids is full.token_ids and small.top_logprobs is full.top_logprobs
+
+
+def test_repeated_strings_are_held_once() -> None:
+    a, b = read_traces(SMOLLM, limit=2)
+    common = set(a.token_texts) & set(b.token_texts)
+    assert common  # the sample's answers share tokens
+    for text in common:
+        assert a.token_texts[a.token_texts.index(text)] is b.token_texts[b.token_texts.index(text)]
+    assert a.model is b.model and a.dataset is b.dataset
+    assert a.missing is b.missing  # nothing missing: one empty set
+
+
 def test_limit_and_iter() -> None:
     assert len(read_traces(GEMMA, limit=3)) == 3
     assert read_traces(GEMMA, limit=0) == []
