@@ -1,6 +1,6 @@
 """The guard proxy: an OpenAI-compatible server that guards every answer it relays.
 
-``pip install "liftguard[serve]"`` (starlette, uvicorn, httpx, prometheus-client);
+``pip install "liftguard[serve]"`` (starlette, uvicorn, aiohttp, prometheus-client);
 ``liftguard serve`` runs it from the command line. Point a client's ``base_url``
 at the proxy instead of the model server::
 
@@ -43,7 +43,7 @@ try:
     )
     from ._serving._wire import BLOCKED_TYPE, UPSTREAM_TYPE, VERDICT_FIELD, redact_url
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    if exc.name in ("starlette", "uvicorn", "httpx", "prometheus_client", "anyio", "pydantic"):
+    if exc.name in ("starlette", "uvicorn", "aiohttp", "prometheus_client", "anyio", "pydantic"):
         raise ImportError(INSTALL_HINT) from exc
     raise
 

@@ -6,7 +6,7 @@
 - ``_wire``: the OpenAI wire shapes the proxy writes (error bodies, the verdict field,
   what is stripped from a chunk).
 - ``_guarded``: one answer, sans I/O: upstream chunks in, client chunks out.
-- ``_upstream``: the httpx client and the server-sent-events decoder.
+- ``_upstream``: the aiohttp client and the server-sent-events decoder.
 - ``_auth``: client key check and the upstream's headers.
 - ``_metrics``: the Prometheus metrics of one proxy.
 - ``_recording``: answers written as trace lines by a background thread.

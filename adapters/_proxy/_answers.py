@@ -17,7 +17,6 @@ from functools import partial
 from typing import Any
 
 import anyio
-import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -119,12 +118,10 @@ class AnswerLoop:
             out = await self._step(guard, None)
             if out:
                 yield out
-        except (UpstreamFailure, httpx.StreamError) as exc:
+        except UpstreamFailure as exc:
             if guard.draining:
                 guard.fail(SHUTDOWN, SHUTDOWN_REASON)
                 return
-            if not isinstance(exc, UpstreamFailure):
-                raise
             self.metrics.upstream_errors.labels(kind=exc.kind).inc()
             cause = Cause.OVER_TOKEN_LIMIT if exc.kind == TOO_LARGE else Cause.TRUNCATED
             guard.fail(exc.kind, redact_text(str(exc), upstream.secrets), cause)

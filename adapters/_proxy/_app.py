@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
@@ -49,7 +48,14 @@ from ._config import ProxyConfig
 from ._feedback import ProxyRiskWatch
 from ._guarded import AnswerGuard
 from ._recording import Recorder, open_recorder
-from ._upstream import MAX_SIDE_BODY_BYTES, Upstream, UpstreamAnswer, read_capped
+from ._upstream import (
+    MAX_SIDE_BODY_BYTES,
+    UPSTREAM_ERRORS,
+    Upstream,
+    UpstreamAnswer,
+    is_timeout,
+    read_capped,
+)
 
 __all__ = ["Proxy", "create_app"]
 
@@ -177,13 +183,14 @@ class Proxy:
         headers = {**self.auth.upstream_headers(request.headers), "accept": "application/json"}
         try:
             resp = await self.upstream.get("/models", headers)
-        except httpx.HTTPError as exc:
+        except UPSTREAM_ERRORS as exc:
             self.metrics.upstream_errors.labels(kind="unreachable").inc()
             message = f"the upstream failed: {exc!r}"
             return error_response(502, message, UPSTREAM_TYPE, "unreachable")
         media = resp.headers.get("content-type", "application/json")
-        raw = redact_secrets(await read_capped(resp, MAX_SIDE_BODY_BYTES), self._secrets(request))
-        return Response(raw, status_code=resp.status_code, media_type=media)
+        raw = await read_capped(resp, MAX_SIDE_BODY_BYTES, self.upstream.timeout_s)
+        raw = redact_secrets(raw, self._secrets(request))
+        return Response(raw, status_code=resp.status, media_type=media)
 
     # -- chat completions ------------------------------------------------------------------
 
@@ -218,29 +225,32 @@ class Proxy:
         headers = self.auth.upstream_headers(request.headers)
         try:
             resp = await self.upstream.open_stream("/chat/completions", prepared.body, headers)
-        except httpx.HTTPError as exc:
-            kind = "upstream_timeout" if isinstance(exc, httpx.TimeoutException) else "unreachable"
+        except UPSTREAM_ERRORS as exc:
+            kind = "upstream_timeout" if is_timeout(exc) else "unreachable"
             self.metrics.upstream_errors.labels(kind=kind).inc()
             self._log({"event": "upstream_failed", "request_id": info.request_id, "error": kind})
             status = 504 if kind == "upstream_timeout" else 502
             return error_response(status, f"the upstream failed: {exc!r}", UPSTREAM_TYPE, kind)
-        if resp.status_code != 200:
-            raw = await read_capped(resp, MAX_SIDE_BODY_BYTES)
+        if resp.status != 200:
+            raw = await read_capped(resp, MAX_SIDE_BODY_BYTES, self.upstream.timeout_s)
             self.metrics.upstream_errors.labels(kind="status").inc()
             self._log(
                 {
                     "event": "upstream_status",
                     "request_id": info.request_id,
-                    "status": resp.status_code,
+                    "status": resp.status,
                 }
             )
             media = resp.headers.get("content-type", "application/json")
             raw = redact_secrets(raw, self._secrets(request))
-            response = upstream_status_response(resp.status_code, raw, media, info.model)
+            response = upstream_status_response(resp.status, raw, media, info.model)
             response.headers.update(relayed_headers(resp.headers))
             return response
         answer = UpstreamAnswer(
-            resp, max_bytes=config.max_answer_bytes, secrets=self._secrets(request)
+            resp,
+            max_bytes=config.max_answer_bytes,
+            secrets=self._secrets(request),
+            timeout_s=self.upstream.timeout_s,
         )
         guard = AnswerGuard(
             info,

@@ -1,33 +1,41 @@
-"""The upstream side: one shared ``httpx.AsyncClient`` and a server-sent-events decoder.
+"""The upstream side: one shared aiohttp client session and a server-sent-events decoder.
 
-Every upstream failure the proxy must not certify through is an
-:class:`UpstreamFailure` with a ``kind``: ``upstream_timeout`` (no bytes for
-``timeout`` seconds: a stalled server), ``upstream_transport`` (the connection
-broke), ``upstream_error`` (an in-stream error event) or ``malformed_chunk``
-(data that is not a JSON object).
+aiohttp's client parses the upstream's HTTP in C (headers, chunked framing) and hands
+a response body on as the parts that have arrived, so that a burst of chunks costs
+one pass of the layers above per network read, not one per chunk; its connector gives
+each waiting request a connection of its own. Every upstream failure the proxy must
+not certify through is an :class:`UpstreamFailure` with a ``kind``:
+``upstream_timeout`` (no bytes for ``timeout`` seconds: a stalled server),
+``upstream_transport`` (the connection broke), ``upstream_error`` (an in-stream error
+event) or ``malformed_chunk`` (data that is not a JSON object). Before a response, a
+request fails with one of :data:`UPSTREAM_ERRORS` (:func:`is_timeout` tells a timeout).
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Mapping
 from typing import Any
 
+import aiohttp
 import anyio
-import httpx
+from yarl import URL
 
 from .._serving._wire import loads
-from ._transport import OneRequestPerIdleConnection, upstream_transport
 
 __all__ = [
-    "OneRequestPerIdleConnection",
+    "UPSTREAM_ERRORS",
     "Upstream",
     "UpstreamAnswer",
     "UpstreamFailure",
-    "aclose_response",
+    "body_parts",
     "decode_chunk",
     "events",
-    "upstream_transport",
+    "is_timeout",
+    "read_capped",
 ]
 
 
@@ -36,9 +44,13 @@ logger = logging.getLogger(__name__)
 Event = tuple[str | None, bytes]
 """One server-sent event: its ``event:`` name (None if unnamed) and its data."""
 
-_STALE = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+UPSTREAM_ERRORS = (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError)
+"""What a request to the upstream raises when it gets no response (unreachable, timed
+out, the connection broke)."""
+_STALE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 """Connection failures before any response byte: safe to retry once."""
-
+KEEPALIVE_S = 5.0
+"""How long an idle upstream connection is kept for the next request."""
 
 TOO_LARGE = "upstream_too_large"
 """The failure of an answer past the proxy's token or byte limit for one answer."""
@@ -46,6 +58,11 @@ MAX_SIDE_BODY_BYTES = 1024 * 1024
 """Most bytes read of an upstream body that is not an answer: an error body, a model list."""
 DEFAULT_MAX_ANSWER_BYTES = 8 * 1024 * 1024
 """Most bytes one upstream answer may send (its events with their logprobs)."""
+
+
+def is_timeout(exc: BaseException) -> bool:
+    """``exc`` (one of :data:`UPSTREAM_ERRORS`) is a timeout, not a broken connection."""
+    return isinstance(exc, (TimeoutError, asyncio.TimeoutError))
 
 
 class UpstreamFailure(Exception):
@@ -57,87 +74,124 @@ class UpstreamFailure(Exception):
 
 
 class Upstream:
-    """The upstream API at ``base_url`` (``.../v1``); :meth:`start` in the server's loop."""
+    """The upstream API at ``base_url`` (``.../v1``); :meth:`start` in the server's loop.
+
+    Credentials in ``base_url`` (``http://user:password@host/v1``) are sent as basic
+    auth, in place of any other ``authorization``; no cookie is kept between requests
+    (they come from different clients), and no redirect is followed (a 3xx is the
+    upstream's answer, relayed as an upstream status)."""
 
     def __init__(self, base_url: str, *, timeout_s: float, max_connections: int) -> None:
         self.base_url = base_url
         self.timeout_s = timeout_s
-        self._limits = httpx.Limits(
-            max_connections=max_connections,
-            max_keepalive_connections=min(max_connections, 256),
-        )
-        self._client: httpx.AsyncClient | None = None
-        self._urls: dict[str, httpx.URL] = {}
+        self.max_connections = max_connections
+        url = URL(base_url)
+        self._auth: str | None = None
+        if url.user is not None or url.password is not None:
+            pair = f"{url.user or ''}:{url.password or ''}".encode()
+            self._auth = f"Basic {base64.b64encode(pair).decode('ascii')}"
+            url = url.with_user(None)
+        self._base = str(url)
+        self._session: aiohttp.ClientSession | None = None
+        self._urls: dict[str, URL] = {}
 
     async def start(self) -> None:
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.timeout_s),
-                transport=upstream_transport(self._limits),
+        if self._session is None:
+            t = self.timeout_s
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    limit=self.max_connections, limit_per_host=0, keepalive_timeout=KEEPALIVE_S
+                ),
+                timeout=aiohttp.ClientTimeout(total=None, connect=t, sock_connect=t, sock_read=t),
+                cookie_jar=aiohttp.DummyCookieJar(),
                 trust_env=False,
             )
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     @property
-    def client(self) -> httpx.AsyncClient:
-        if self._client is None:
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
             raise RuntimeError("the upstream client is not started (run the app's lifespan)")
-        return self._client
+        return self._session
 
     async def open_stream(
         self, path: str, body: Mapping[str, Any], headers: Mapping[str, str]
-    ) -> httpx.Response:
-        """POST ``body`` and return the response with its body unread (the caller closes it).
+    ) -> aiohttp.ClientResponse:
+        """POST ``body`` as JSON and return the response with its body unread (the caller
+        closes it).
 
         A connection that fails before any response arrives (typically a kept-alive
         connection the upstream closed a moment before it was reused) is retried
         once on a fresh one."""
-        request = self.client.build_request(
-            "POST", self._url(path), json=dict(body), headers=dict(headers)
-        )
+        data = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        raw = data.encode("utf-8")
+        sent = {**self._headers(headers), "content-type": "application/json"}
+        url = self._url(path)
         try:
-            return await self.client.send(request, stream=True)
+            return await self.session.post(url, data=raw, headers=sent, allow_redirects=False)
         except _STALE as exc:
             logger.info("upstream connection failed before a response (%r); retrying once", exc)
-            return await self.client.send(request, stream=True)
+            return await self.session.post(url, data=raw, headers=sent, allow_redirects=False)
 
-    async def get(self, path: str, headers: Mapping[str, str]) -> httpx.Response:
+    async def get(self, path: str, headers: Mapping[str, str]) -> aiohttp.ClientResponse:
         """GET ``path`` with its body unread (the caller reads it capped, and closes it)."""
-        request = self.client.build_request("GET", self._url(path), headers=dict(headers))
-        return await self.client.send(request, stream=True)
+        return await self.session.get(
+            self._url(path), headers=self._headers(headers), allow_redirects=False
+        )
 
-    def _url(self, path: str) -> httpx.URL:
-        """``base_url`` + ``path``, parsed once (httpx parses a string on every request)."""
+    def _headers(self, headers: Mapping[str, str]) -> dict[str, str]:
+        if self._auth is None:
+            return dict(headers)
+        out = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+        out["authorization"] = self._auth
+        return out
+
+    def _url(self, path: str) -> URL:
+        """``base_url`` + ``path``, parsed once."""
         url = self._urls.get(path)
         if url is None:
-            url = self._urls[path] = httpx.URL(f"{self.base_url}{path}")
+            url = self._urls[path] = URL(f"{self._base}{path}")
         return url
 
 
-async def read_capped(response: httpx.Response, max_bytes: int) -> bytes:
+async def body_parts(
+    response: aiohttp.ClientResponse, timeout_s: float | None
+) -> AsyncGenerator[bytes, None]:
+    """The parts of ``response``'s body (decoded) as they arrive, each waited for at most
+    ``timeout_s`` seconds (``TimeoutError``). aiohttp's own read timeout does not cover a
+    body whose framing broke after some of it was read (its C parser stops, and the read
+    would wait for ever): this one does."""
+    content = response.content
+    while True:
+        with anyio.fail_after(timeout_s):
+            part = await content.readany()
+        if not part:
+            return
+        yield part
+
+
+async def read_capped(
+    response: aiohttp.ClientResponse, max_bytes: int, timeout_s: float | None
+) -> bytes:
     """At most ``max_bytes`` of ``response``'s body (an upstream error body, a model list),
     the rest left unread; the response is closed."""
     parts: list[bytes] = []
     size = 0
+    body = body_parts(response, timeout_s)
     try:
-        async for part in response.aiter_bytes():
+        async for part in body:
             parts.append(part[: max_bytes - size])
             size += len(parts[-1])
             if size >= max_bytes:
                 break
     finally:
-        await aclose_response(response)
+        await body.aclose()
+        response.close()
     return b"".join(parts)
-
-
-async def aclose_response(response: httpx.Response) -> None:
-    """Close ``response`` (its connection, if unread) even inside a cancelled task."""
-    with anyio.CancelScope(shield=True):
-        await response.aclose()
 
 
 class UpstreamAnswer:
@@ -146,34 +200,35 @@ class UpstreamAnswer:
 
     def __init__(
         self,
-        response: httpx.Response,
+        response: aiohttp.ClientResponse,
         *,
         max_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
         secrets: list[str] | None = None,
+        timeout_s: float | None = None,
     ) -> None:
         self.response = response
-        self.events = events(response, max_bytes)
+        self.events = events(body_parts(response, timeout_s), max_bytes, timeout_s)
         self.secrets = secrets or []
         """What no failure message may carry (an upstream's error event may echo its key)."""
         self.clean = False  # ``[DONE]`` or the end of the body was reached
 
     async def close(self) -> None:
-        """Close now (a block, a failure): the upstream sees the connection close."""
+        """Close now (a block, a failure): the upstream sees the connection close (unless
+        the body was read to its end: the connection then went back to the pool)."""
         with anyio.CancelScope(shield=True):
             await self.events.aclose()
-            await self.response.aclose()
+            self.response.close()
 
     async def interrupt(self) -> None:
         """Close the connection under the answer being read (from another task): the reader
-        gets an :class:`UpstreamFailure` (or ``httpx.StreamError``) where it waits."""
-        with anyio.CancelScope(shield=True):
-            await self.response.aclose()
+        gets an :class:`UpstreamFailure` where it waits."""
+        self.response.close()
 
     async def finish(self, limit_s: float = 1.0) -> None:
         """After a clean end, read the rest of the body (at most 16 events, ``limit_s``
         seconds) so that the connection returns to the pool; then close. Never raises."""
         with anyio.CancelScope(shield=True):
-            if self.clean and not self.response.is_closed:
+            if self.clean and not self.response.closed:
                 with anyio.move_on_after(limit_s):
                     try:
                         n = 0
@@ -186,15 +241,6 @@ class UpstreamAnswer:
             await self.close()
 
 
-def _body(response: httpx.Response) -> AsyncIterator[bytes]:
-    """The body's bytes: raw when the upstream sent them unencoded (no decoder to pass
-    through per part), else decoded (gzip, ...) by httpx."""
-    encoding = response.headers.get("content-encoding", "")
-    if not encoding or encoding.strip().lower() == "identity":
-        return response.aiter_raw()
-    return response.aiter_bytes()
-
-
 def _too_large(max_bytes: int) -> UpstreamFailure:
     return UpstreamFailure(
         TOO_LARGE,
@@ -203,7 +249,7 @@ def _too_large(max_bytes: int) -> UpstreamFailure:
     )
 
 
-async def _events(response: httpx.Response, max_bytes: int) -> AsyncIterator[Event]:
+async def _events(body: AsyncIterable[bytes], max_bytes: int) -> AsyncIterator[Event]:
     """``(event name, data)`` of each server-sent event (comments and ids skipped), the
     data as the bytes it came as (lines split on ``\n``, ``\r\n`` or ``\r``).
 
@@ -215,7 +261,7 @@ async def _events(response: httpx.Response, max_bytes: int) -> AsyncIterator[Eve
     buffer = bytearray()
     data: list[bytes] = []
     event: str | None = None
-    async for part in _body(response):
+    async for part in body:
         read += len(part)
         if read > max_bytes:
             raise _too_large(max_bytes)
@@ -269,19 +315,23 @@ def _line_end(buffer: bytearray, start: int) -> int:
 
 
 async def events(
-    response: httpx.Response, max_bytes: int = DEFAULT_MAX_ANSWER_BYTES
+    body: AsyncIterable[bytes],
+    max_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+    timeout_s: float | None = None,
 ) -> AsyncGenerator[Event, None]:
-    """The server-sent events of ``response`` (``(event name, data bytes)``); a stall
-    (``upstream_timeout``), a broken connection (``upstream_transport``) or too many bytes
-    (``upstream_too_large``) is an :class:`UpstreamFailure`."""
+    """The server-sent events of a response ``body`` (its parts as they arrive, decoded):
+    ``(event name, data bytes)``; a stall (``upstream_timeout``, after ``timeout_s``), a
+    broken connection (``upstream_transport``) or too many bytes (``upstream_too_large``)
+    is an :class:`UpstreamFailure`."""
     try:
-        async for event in _events(response, max_bytes):
+        async for event in _events(body, max_bytes):
             yield event
-    except httpx.TimeoutException as exc:
+    except (TimeoutError, asyncio.TimeoutError) as exc:
+        after = "?" if timeout_s is None else timeout_s
         raise UpstreamFailure(
-            "upstream_timeout", f"the upstream sent nothing for {_timeout(response)} s (stalled)"
+            "upstream_timeout", f"the upstream sent nothing for {after} s (stalled)"
         ) from exc
-    except httpx.TransportError as exc:
+    except aiohttp.ClientError as exc:
         raise UpstreamFailure(
             "upstream_transport", f"the upstream connection failed mid-answer ({exc!r})"
         ) from exc
@@ -306,11 +356,6 @@ def decode_chunk(event: str | None, data: bytes | str) -> dict[str, Any] | None:
     if event == "error" or chunk.get("error"):
         raise UpstreamFailure("upstream_error", _error_message(chunk))
     return chunk
-
-
-def _timeout(response: httpx.Response) -> object:
-    timeouts = response.request.extensions.get("timeout", {})
-    return timeouts.get("read", "?") if isinstance(timeouts, dict) else "?"
 
 
 def _error_message(chunk: Mapping[str, Any]) -> str:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
@@ -284,6 +285,7 @@ class _Run:
 
     def _reset(self) -> None:
         self.chunks: list[dict[str, Any]] = []
+        self.frame: tuple[Any, Any] | None = None  # the first chunk's other fields: getter, values
         self.texts: list[str] = []
         self.entries: list[Any] = []
         self.with_entries: bool | None = None
@@ -291,17 +293,25 @@ class _Run:
 
     def start(self, chunk: dict[str, Any], parts: tuple[dict[str, Any], str, Any]) -> None:
         self.chunks.append(chunk)
+        keys = [key for key in chunk if key != "choices"]
+        if keys:  # (one C-level lookup per chunk to compare: this runs per token)
+            getter = itemgetter(*keys)
+            self.frame = getter, getter(chunk)
         self._add(parts)
 
     def takes(self, chunk: dict[str, Any], parts: tuple[dict[str, Any], str, Any]) -> bool:
         """Add ``chunk`` if it can join the run (an empty run takes nothing)."""
         if not self.chunks or "role" in parts[0]:
             return False
-        first = self.chunks[0]
-        if len(chunk) != len(first) or any(
-            key != "choices" and chunk.get(key, first) != value for key, value in first.items()
-        ):
+        if len(chunk) != len(self.chunks[0]):
             return False
+        if self.frame is not None:
+            getter, values = self.frame
+            try:
+                if getter(chunk) != values:
+                    return False
+            except KeyError:
+                return False
         kind = _kind(parts)
         if kind is not None and self.with_entries not in (None, kind):
             return False

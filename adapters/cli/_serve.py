@@ -1,6 +1,6 @@
 """``liftguard serve``: the guard proxy (an OpenAI-compatible server in front of a model).
 
-The command imports the proxy (``adapters.proxy``: starlette, uvicorn, httpx,
+The command imports the proxy (``adapters.proxy``: starlette, uvicorn, aiohttp,
 prometheus-client; ``pip install "liftguard[serve]"``) only when it runs. Keys
 come from the environment, never from the command line (which other users of
 the machine can read): ``LIFTGUARD_UPSTREAM_KEY`` (sent to the upstream) and

@@ -91,14 +91,10 @@ def _traced() -> tuple[int, int, int]:
 
 
 _LIVE = ("adapters", "guardrail", "skeleton_store", "starlette")
-_POOL = "adapters._proxy._transport"
-"""The upstream pool's keep-alive connections (httpcore's, under the proxy's subclasses):
-their number is bounded by the pool's limits and varies from batch to batch with how
-many were open at the end, like the clients' keep-alive connections; not growth."""
 
 
 def _counted(module: str) -> bool:
-    return module.startswith(_LIVE) and module != _POOL
+    return module.startswith(_LIVE)
 
 
 @pytest.mark.slow
