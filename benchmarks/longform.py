@@ -351,9 +351,9 @@ def main() -> None:
         paths = {k: p for k, p in (("mbpp", args.mbpp), ("gsm8k", args.gsm8k)) if p is not None}
         if not paths:
             parser.error("give the traces: --mbpp FILE and/or --gsm8k FILE (or --docs-only)")
-        missing = [str(p) for p in paths.values() if not p.is_file()]
+        missing = [str(p) for p in paths.values() if not (p.is_file() or p.is_dir())]
         if missing:
-            parser.error(f"no such trace file: {', '.join(missing)} (make them as "
+            parser.error(f"no such traces: {', '.join(missing)} (make them as "
                          "docs/guarding-code-and-reasoning.md says)")  # fmt: skip
         saved = run({k: p.resolve() for k, p in paths.items()}, args.bootstrap)
         save(SAVED, saved)

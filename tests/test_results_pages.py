@@ -162,11 +162,32 @@ def test_longform_refuses_without_traces(
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     mod = _script("benchmarks/longform.py")
     missing = ["--mbpp", str(tmp_path / "none.jsonl")]
-    for argv, message in (([], "give the traces"), (missing, "no such trace file")):
+    for argv, message in (([], "give the traces"), (missing, "no such traces")):
         monkeypatch.setattr("sys.argv", ["longform.py", *argv])
         with pytest.raises(SystemExit):
             mod.main()
         assert message in capsys.readouterr().err
+
+
+def test_longform_takes_a_folder_of_parts_on_its_command_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The committed GSM8K traces are a folder: the command line must let it through to the
+    run (which joins its parts), not refuse it as a missing file."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    mod = _script("benchmarks/longform.py")
+    (tmp_path / "gsm8k").mkdir()
+    taken: list[dict[str, Path]] = []
+
+    def run(paths: dict[str, Path], bootstrap: int) -> dict[str, object]:
+        taken.append(paths)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(mod, "run", run)
+    monkeypatch.setattr("sys.argv", ["longform.py", "--gsm8k", str(tmp_path / "gsm8k")])
+    with pytest.raises(SystemExit):
+        mod.main()
+    assert taken == [{"gsm8k": (tmp_path / "gsm8k").resolve()}]
 
 
 def test_longform_reads_a_file_a_compressed_file_or_a_folder_of_parts(
