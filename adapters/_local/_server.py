@@ -138,8 +138,9 @@ class LocalChatServer:
         ...     post = urllib.request.Request(f"{srv.base_url}/chat/completions",
         ...                                   data=json.dumps(ask).encode())
         ...     reply = json.load(urllib.request.urlopen(post))
-        >>> reply["choices"][0]["message"]["content"], reply["choices"][0]["finish_reason"]
-        ('The capital of France is Paris.', 'stop')
+        >>> choice = reply["choices"][0]
+        >>> "Paris" in choice["message"]["content"], choice["finish_reason"]
+        (True, 'stop')
     """
 
     def __init__(
