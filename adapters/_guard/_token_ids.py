@@ -69,7 +69,18 @@ class TiktokenIds:
 
 
 class GGUFIds:
-    """Ids of a local model's vocabulary, by the bytes of each token (lowest id on ties)."""
+    """Ids of a local model's vocabulary, by the bytes of each token (lowest id on ties).
+
+    Examples
+    --------
+        >>> from adapters.local import LocalModel
+        >>> from guardrail import TokenEvent
+        >>> ids = GGUFIds(LocalModel(n_ctx=64))  # the bundled SmolLM2's vocabulary
+        >>> ids.vocab_size, ids.token_id(TokenEvent(" Paris", logprob=-0.1))
+        (49152, 7042)
+        >>> print(ids.token_id(TokenEvent(" Paris is", logprob=-0.1)))  # not one token
+        None
+    """
 
     def __init__(self, model: LocalModel) -> None:
         table: dict[bytes, int] = {}

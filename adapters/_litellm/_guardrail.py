@@ -4,11 +4,10 @@ Checked against litellm 1.110.2 (the version the ``litellm`` extra pins):
 
 - ``async_pre_call_hook`` runs before the request is routed; what it returns is what
   LiteLLM sends on (``logprobs`` and ``top_logprobs`` included).
-- ``async_post_call_streaming_iterator_hook`` gets every chunk as a
-  ``ModelResponseStream`` with ``choices[0].logprobs`` as the upstream sent them (LiteLLM
-  passes logprobs through unchanged, also those the client did not ask for); what it
-  yields is what the client gets; an extra attribute of a chunk (``liftguard``) reaches
-  the client as a field of the chunk.
+- ``async_post_call_streaming_iterator_hook`` gets every chunk as a ``ModelResponseStream``
+  with ``choices[0].logprobs`` as the upstream sent them (also those the client did not ask
+  for); what it yields is what the client gets; an extra attribute of a chunk
+  (``liftguard``) reaches the client as a field of the chunk.
 - A stream that ends without a finish reason (cut off, with or without ``[DONE]``)
   raises in the iterator (``APIConnectionError``: "Stream ended before a finish_reason
   was received"), as does an upstream error event: the error goes through the hook.
@@ -93,49 +92,53 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
               certificate: cert.json         # or STORE_URL#NAME@ALIAS
               guard_mode: buffered           # or passthrough
               on_block: error                # or refusal
-              risk_alpha: 0.05               # the live risk monitor's false-alarm level
-              redis: true                    # several workers or pods: one fleet (optional)
 
-    ``certificate``: a certificate file (``liftguard calibrate --out``) or a store alias
-    ``STORE_URL#NAME[@ALIAS]``, read once when LiteLLM starts, its skeleton built
-    (the proxy's certificate sources); ``storage_options`` for an fsspec store.
-    ``guard_mode``: ``buffered`` (nothing reaches the client before the answer is
-    certified) or ``passthrough`` (chunks flow at once; a block ends the stream). (LiteLLM's
-    own ``mode`` names its hooks.) ``on_block``: ``error`` (the stream ends with an error the
-    openai SDK raises as ``openai.APIError``, type ``liftguard_blocked``, status 422; a
-    non-streamed request gets HTTP 422) or ``refusal`` (``refusal_message`` as the answer,
-    ``finish_reason`` ``content_filter``). ``top_logprobs``: alternatives asked of the
-    upstream per token (``None``: 20, or more if the certificate reads more).
-    ``max_answer_tokens``: the most tokens read of one answer (16,384, and never more than the
-    request's own limit once the certificate's context fills it in): an upstream that
-    ignores the limit has its answer blocked there (cause ``over_token_limit``).
-    A relative ``certificate`` path is read beside LiteLLM's ``config.yaml`` when it is there.
+    ``certificate``: a certificate file (``liftguard calibrate --out``; a relative path is
+    read beside ``config.yaml`` when it is there) or a store alias ``STORE_URL#NAME[@ALIAS]``
+    (``storage_options`` for an fsspec store), read once at start, its skeleton built.
+    ``guard_mode``: ``buffered`` (nothing reaches the client before the answer is certified)
+    or ``passthrough`` (chunks flow at once; a block ends the stream). ``on_block``:
+    ``error`` (a stream ends with an error the openai SDK raises as ``openai.APIError``, type
+    ``liftguard_blocked``, status 422; a whole answer gets HTTP 422) or ``refusal``
+    (``refusal_message``, ``finish_reason`` ``content_filter``). ``top_logprobs``: per-token
+    alternatives asked of the upstream (``None``: 20, or more if the certificate reads more).
+    ``max_answer_tokens`` (16,384, at most the request's own limit): an answer past it is
+    blocked there (cause ``over_token_limit``). ``refresh_s``: a store alias is re-read at
+    most this often, on the next request, in a worker thread (0: never); a new version
+    applies to the requests that start after it, with a fresh risk monitor.
 
-    Any configuration error (a setting's value, a setting it does not know, a certificate it
-    cannot read or that this upstream cannot feed) raises :class:`GuardrailStartupError`,
-    which stops LiteLLM at start: LiteLLM serves the models without a guardrail whose
-    constructor raises ``ValueError``, and this one never lets that happen.
-    ``refresh_s``: how often a store alias is re-read (at most; on the next request after
-    that many seconds, in a worker thread; 0: never): a new version applies to the requests
-    that start after it, and gets a fresh risk monitor.
+    Any configuration error (a setting's name or value, a certificate it cannot read or this
+    upstream cannot feed) raises :class:`GuardrailStartupError`: LiteLLM does not start.
 
-    The live risk monitor (:mod:`adapters._litellm._feedback`): every answer the certificate
-    decided feeds its coverage watch; ``POST /v1/liftguard/feedback`` on LiteLLM's server
-    takes the label of a certified answer (``risk_alpha``: the monitor's level;
-    ``feedback_ids``: the latest answers kept for labels); ``GET /v1/liftguard/risk`` and
-    LiteLLM's ``/metrics`` (with its ``prometheus`` callback) show the bounds and the alarm.
-    With several workers or pods, ``redis: true`` (LiteLLM's own ``REDIS_URL`` or
-    ``REDIS_HOST``/``REDIS_PORT`` settings) or ``redis_url`` makes them one fleet (the
-    proxy's ``redis_url``, ``fleet_namespace``, ``fleet_timeout_s``, ``feedback_ttl_s``):
-    a label reaches any worker, and one monitor per certificate version covers them all.
+    The live risk monitor (:mod:`adapters._litellm._feedback`, level ``risk_alpha``): every
+    decided answer feeds it; ``POST /v1/liftguard/feedback`` takes the label of one of the
+    latest ``feedback_ids`` certified answers; ``GET /v1/liftguard/risk`` and ``/metrics``
+    (LiteLLM's ``prometheus`` callback) show the bounds and the alarm. ``redis: true``
+    (LiteLLM's ``REDIS_URL`` or ``REDIS_HOST``/``REDIS_PORT``) or ``redis_url`` (with
+    ``fleet_namespace``, ``fleet_timeout_s``, ``feedback_ttl_s``, as the proxy's) makes several
+    workers or pods one fleet: a label reaches any worker, one monitor per certificate version.
 
-    The pre-call hook asks the upstream for logprobs and fills the certificate's generation
-    context in where the client left a setting unset; a setting the client changed is
-    reported in the verdict (``covered: false``). The post-call hooks guard the answer with
-    the stream step every adapter uses: only an answer that ended with a documented finish
-    can be certified. The verdict travels in the ``liftguard`` field (the proxy's shape): on
-    the last chunk of a certified stream, on a non-streamed completion, in a refusal, and
-    under ``error.provider_specific_fields.error.liftguard`` of a block.
+    The pre-call hook asks the upstream for logprobs and fills in the certificate's
+    generation context where the client left it unset (a setting the client changed is
+    reported: ``covered: false``). The post-call hooks guard the answer with every adapter's
+    stream step: only an answer that ended with a documented finish can be certified. The
+    verdict is the ``liftguard`` field of a certified stream's last chunk, of a completion,
+    of a refusal, and of a block's ``error.provider_specific_fields.error``.
+
+    Examples
+    --------
+        >>> import asyncio
+        >>> from adapters.local import smollm2_certificate
+        >>> guard = LiftGuardGuardrail(certificate=smollm2_certificate())
+        >>> data = {"model": "m", "messages": [{"role": "user", "content": "Capital of France?"}]}
+        >>> sent = asyncio.run(guard.async_pre_call_hook(None, None, data, "acompletion"))
+        >>> sent["logprobs"], sent["temperature"], sent["max_tokens"]  # the certificate's context
+        (True, 0.0, 24)
+        >>> try:
+        ...     LiftGuardGuardrail(certificate=smollm2_certificate(), guard_mode="fast")
+        ... except GuardrailStartupError as exc:
+        ...     print(exc.__cause__)
+        guard_mode must be buffered or passthrough, got 'fast'
     """
 
     def __init__(self, **settings: Any) -> None:

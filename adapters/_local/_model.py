@@ -177,6 +177,18 @@ class LocalModel:
 
     One instance is not thread-safe (llama.cpp keeps one KV cache); llama.cpp
     threads spin, so run one model at a time on small machines.
+
+    Examples
+    --------
+        >>> from adapters.local import smollm2_chat_prompt
+        >>> model = LocalModel(n_ctx=128)  # the bundled SmolLM2-135M-Instruct
+        >>> prompt = smollm2_chat_prompt("What is the capital of France?")
+        >>> answer = list(model.generate(prompt))  # greedy: the same answer every run
+        >>> "Paris" in "".join(token.text for token in answer)
+        True
+        >>> scores = model.score(prompt, [token.token_id for token in answer])
+        >>> all(abs(lp - token.logprob) < 0.01 for lp, token in zip(scores, answer))
+        True
     """
 
     def __init__(

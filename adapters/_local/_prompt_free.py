@@ -179,6 +179,17 @@ class PromptFreeSkeleton:
     :meth:`for_stream` per answer (one model for all streams). Not safe to call
     from several threads at once for the same stream; different streams may run in
     different threads (evaluations are serialized by a lock).
+
+    Examples
+    --------
+        >>> from guardrail import TokenEvent
+        >>> skeleton = PromptFreeSkeleton(n_ctx=64)  # the bundled SmolLM2 and its prefix
+        >>> stream = skeleton.for_stream()  # one per answer
+        >>> [round(stream.log_prob(TokenEvent(text, logprob=None, index=i)))
+        ...  for i, text in enumerate(["Paris", "."])]
+        [-10, -3]
+        >>> stream.token_ids, skeleton.to_spec().params["model"]
+        ((38634, 30), 'smollm2')
     """
 
     __slots__ = ("_backend", "_closed", "_context", "_n_prefix")

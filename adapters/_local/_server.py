@@ -127,7 +127,21 @@ class LocalChatServer:
     """``with LocalChatServer(model) as srv: ... srv.base_url`` (port 0 = a free port).
 
     ``GET /v1/models`` lists the model as ``model_id`` (default: the GGUF file's name,
-    as llama.cpp's server lists it); a request may name any model."""
+    as llama.cpp's server lists it); a request may name any model.
+
+    Examples
+    --------
+        >>> import json, urllib.request
+        >>> from adapters.local import LocalModel
+        >>> ask = {"messages": [{"role": "user", "content": "What is the capital of France?"}]}
+        >>> with LocalChatServer(LocalModel(n_ctx=128), port=0) as srv:  # a free port
+        ...     post = urllib.request.Request(f"{srv.base_url}/chat/completions",
+        ...                                   data=json.dumps(ask).encode())
+        ...     reply = json.load(urllib.request.urlopen(post))
+        >>> choice = reply["choices"][0]
+        >>> "Paris" in choice["message"]["content"], choice["finish_reason"]
+        (True, 'stop')
+    """
 
     def __init__(
         self,

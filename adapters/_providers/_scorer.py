@@ -77,6 +77,16 @@ class LocalTextScorer:
     are the tokenization of the whole answer, each with its teacher-forced
     log-probability under the scorer (``index`` counts from 0, no top-k).
     One scorer per answer; not thread-safe (nor is the model).
+
+    Examples
+    --------
+        >>> from adapters.local import LocalModel, smollm2_chat_prompt
+        >>> prompt = smollm2_chat_prompt("What is the capital of France?")
+        >>> scorer = LocalTextScorer(LocalModel(n_ctx=128), prompt)
+        >>> [event.text for event in scorer.feed("The capital is")]  # " is" may still grow
+        ['The', ' capital']
+        >>> [(event.text, event.index, event.logprob < 0) for event in scorer.finish()]
+        [(' is', 2, True)]
     """
 
     __slots__ = ("_done", "_ids", "_model", "_pending", "_prompt", "_text")
