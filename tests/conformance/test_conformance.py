@@ -173,6 +173,13 @@ def test_several_answers_smuggled_in_extra_body_are_refused(
     assert out.status == 400 and not out.certified and out.text == "", out
 
 
+def test_top_logprobs_without_logprobs_is_refused(upstream: Upstream, front_end: FrontEnd) -> None:
+    out = ask(upstream, front_end, "top without", CLEAN, logprobs=False, top_logprobs=2)
+    assert out.status == 400 and not out.certified and out.text == "", out
+    if isinstance(front_end, HTTPFrontEnd):
+        assert out.param == "top_logprobs", out
+
+
 SETTINGS: dict[str, Any] = {
     "frequency_penalty": 1.0,
     "repetition_penalty": 1.3,
