@@ -176,8 +176,25 @@ def test_several_answers_smuggled_in_extra_body_are_refused(
 def test_top_logprobs_without_logprobs_is_refused(upstream: Upstream, front_end: FrontEnd) -> None:
     out = ask(upstream, front_end, "top without", CLEAN, logprobs=False, top_logprobs=2)
     assert out.status == 400 and not out.certified and out.text == "", out
-    if isinstance(front_end, HTTPFrontEnd):
-        assert out.param == "top_logprobs", out
+
+
+REFUSED: dict[str, dict[str, Any]] = {
+    "top_logprobs": {"logprobs": False, "top_logprobs": 2},
+    "n": {"n": 3},
+    "extra_body": {"extra_body": "n=3"},
+}
+"""Requests the guard cannot serve, by the parameter at fault."""
+
+
+@pytest.mark.parametrize("param", list(REFUSED))
+def test_a_refusal_names_its_own_parameter(
+    upstream: Upstream, front_end: FrontEnd, param: str
+) -> None:
+    if not isinstance(front_end, HTTPFrontEnd):
+        pytest.skip("only an HTTP front end answers with an error body that names a parameter")
+    out = ask(upstream, front_end, f"refused {param}", CLEAN, **REFUSED[param])
+    assert (out.status, out.param) == (400, param), out
+    assert not out.certified and out.text == "", out
 
 
 SETTINGS: dict[str, Any] = {
