@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from frontends import SDK, FrontEnd, HTTPFrontEnd, LangChain
-from proxy_harness import GOOD, ROLE, STOP, tokens
+from proxy_harness import BAD, GOOD, ROLE, STOP, tokens
 from scripted import LIMIT, SYSTEM, WORDS, Upstream, ask, question_for
 from sse_server import chat_chunk, token_entry
 
@@ -55,15 +55,25 @@ STRAY: dict[str, list[dict[str, Any]]] = {
 def test_no_front_end_delivers_a_choice_it_did_not_read(
     upstream: Upstream, front_end: FrontEnd, shape: str
 ) -> None:
+    choices, cause = STRAY[shape], "unguarded_choice"
     if isinstance(front_end, LangChain):
-        pytest.skip("langchain-openai reads choices[0] of each chunk; the handler reads each token")
-    hostile = {**tokens([GOOD])[0], "choices": STRAY[shape]}
+        # langchain-openai reads the first choice of each chunk, text and logprobs alike, and
+        # drops the rest: the first one's token at BAD shows that what it delivers is what the
+        # guard read (it blocks there), and no stray choice reaches the caller
+        choices, cause = [_read_at(choices[0], BAD), *choices[1:]], "below_threshold"
+    hostile = {**tokens([GOOD])[0], "choices": choices}
     events = [ROLE, *tokens([GOOD] * 3, WORDS), hostile, *tokens([GOOD] * 2, WORDS[3:]), STOP]
     out = ask(upstream, front_end, f"stray {shape}", events)
     assert not out.certified, out
     assert EVIL not in out.text and not out.tool_calls, out
+    assert "".join(WORDS[:3]).startswith(out.text), out
     assert out.choices <= {0}, out
-    assert out.cause == "unguarded_choice", out
+    assert out.cause == cause, out
+
+
+def _read_at(choice: dict[str, Any], logprob: float) -> dict[str, Any]:
+    """``choice`` with its token at ``logprob``."""
+    return {**choice, "logprobs": {"content": [{**_TOKEN, "logprob": logprob}]}}
 
 
 # --- answers that must not be certified, whatever carries them ----------------------------
