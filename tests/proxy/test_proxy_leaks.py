@@ -2,7 +2,8 @@
 that must back off is told so.
 
 - a ``\\u``-escaped key in an upstream's JSON error body is redacted (the body is redacted in
-  its decoded strings);
+  its decoded strings), and in one cut at the cap, which no longer parses (the key is found
+  however JSON may spell it);
 - an upstream error event mid-stream that echoes the key reaches neither the client's error
   event nor the verdict log line with the key in it;
 - a non-200 body and ``/v1/models`` are read to at most 1 MiB, however much the upstream sends;
@@ -18,6 +19,7 @@ from proxy_harness import GOOD, ROLE, Upstream, VerdictLines, running_proxy, tok
 from sse_server import Reply
 
 from adapters._proxy._upstream import MAX_SIDE_BODY_BYTES
+from adapters._serving._redact import redact_secrets
 
 KEY = "sk-upstream-secret-4242"
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
@@ -44,6 +46,32 @@ async def test_an_escaped_key_in_an_error_body_is_redacted(upstream: Upstream) -
     assert KEY not in resp.text and _escaped(KEY) not in resp.text
     assert KEY not in json.dumps(resp.json(), ensure_ascii=False)
     assert "***" in resp.json()["error"]["message"]
+
+
+def test_a_key_in_json_escapes_is_redacted_in_text_that_is_not_json() -> None:
+    key = "sk-ab/c9"
+    for spelled in (
+        _escaped(key),
+        _escaped(key).upper().replace("\\U", "\\u"),  # hex digits in upper case
+        "sk-\\u0061b\\/c9",  # some characters escaped, "/" as "\/"
+        key,
+    ):
+        cut = f'{{"error": {{"message": "invalid key {spelled}", "type": "au'.encode()
+        out = redact_secrets(cut, [key])
+        assert out == b'{"error": {"message": "invalid key ***", "type": "au', spelled
+
+
+async def test_an_escaped_key_in_an_error_body_past_the_cap_is_redacted(
+    upstream: Upstream,
+) -> None:
+    head = '{"error": {"message": "invalid key ' + _escaped(KEY) + '", "padding": "'
+    raw = head.encode() + b"x" * (2 * MAX_SIDE_BODY_BYTES) + b'"}}'  # cut at the cap: not JSON
+    upstream.replies.put(Reply(status=401, raw=raw))
+    with running_proxy(upstream.base_url, upstream_key=KEY) as proxy:
+        resp = await _post(proxy.base_url)
+    assert resp.status_code == 401
+    assert KEY not in resp.text and _escaped(KEY)[2:] not in resp.text
+    assert "invalid key ***" in resp.text
 
 
 async def test_an_error_event_that_echoes_the_key_is_redacted(
