@@ -6,17 +6,19 @@ that must back off is told so.
   however JSON may spell it);
 - an upstream error event mid-stream that echoes the key reaches neither the client's error
   event nor the verdict log line with the key in it;
-- a non-200 body and ``/v1/models`` are read to at most 1 MiB, however much the upstream sends;
+- a non-200 body and ``/v1/models`` (endless, here) are read to at most 1 MiB, however much
+  the upstream sends;
 - ``Retry-After`` and ``x-ratelimit-*`` headers are relayed with an upstream's error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import httpx
 from proxy_harness import GOOD, ROLE, Upstream, VerdictLines, running_proxy, tokens
-from sse_server import Reply
+from sse_server import Reply, SSEServer, _Handler, serving
 
 from adapters._proxy._upstream import MAX_SIDE_BODY_BYTES
 from adapters._serving._redact import redact_secrets
@@ -93,6 +95,34 @@ async def test_an_endless_error_body_is_read_to_a_cap(upstream: Upstream) -> Non
         resp = await _post(proxy.base_url)
     assert resp.status_code == 500
     assert 0 < len(resp.content) <= MAX_SIDE_BODY_BYTES
+
+
+class _EndlessModels(_Handler):
+    """``GET /v1/models`` answered with a JSON body that never ends (until the client hangs
+    up)."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self._chunk(b'{"object": "list", "data": [')
+        model = b'{"id": "m", "object": "model", "created": 0, "owned_by": "x"},' * 1000
+        with contextlib.suppress(ConnectionError):
+            while True:
+                self._chunk(model)
+        self.close_connection = True
+
+
+async def test_an_endless_model_list_is_read_to_a_cap() -> None:
+    endless = SSEServer()
+    endless.RequestHandlerClass = _EndlessModels
+    with serving(endless), running_proxy(endless.base_url) as proxy:
+        async with httpx.AsyncClient(timeout=60) as client:
+            resp = await client.get(f"{proxy.base_url}/models")
+    assert resp.status_code == 200
+    assert 0 < len(resp.content) <= MAX_SIDE_BODY_BYTES
+    assert resp.content.startswith(b'{"object": "list", "data": [{"id": "m"')
 
 
 async def test_rate_limit_headers_are_relayed(upstream: Upstream) -> None:
