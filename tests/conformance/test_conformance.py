@@ -1,17 +1,21 @@
 """Every hostile upstream and client case, through every front end it applies to.
 
 The front ends (``frontends.py``): the SDK adapter (buffered and passthrough), the guard proxy
-(buffered and passthrough, streamed and whole) and a real LiteLLM with the guardrail (the
-same four). One scripted upstream answers them all. A rule that one front end keeps and
-another misses fails here:
+(buffered and passthrough, streamed and whole), a real LiteLLM with the guardrail (the same
+four) and LangChain (the handler, the runnable). One scripted upstream answers them all
+(``scripted.py``; the adversarial stream shapes are in ``test_conformance_shapes.py``). A
+rule that one front end keeps and another misses fails here:
 
 - exactly one choice is guarded and exactly that one delivered: a duplicate ``index: 0``, a
   choice without an index, a second choice (with text, or with a ``transfer_money`` tool
-  call) ends the answer blocked (``unguarded_choice``), and none of it reaches the client;
+  call) ends the answer blocked (``unguarded_choice``), and none of it reaches the client
+  (langchain-openai drops all but a chunk's first choice, whose token the guard reads);
 - an upstream that ignores the token limit has its answer blocked past it
   (``over_token_limit``), never certified;
 - what a client smuggles in a literal ``extra_body`` passes the settings check: reported as
   a change (the answer is not covered), or refused (``n: 3``);
+- a request the guard cannot serve is refused (``top_logprobs`` without ``logprobs: true``,
+  ``n: 3``, an ``extra_body`` that is not an object): HTTP 400 naming that parameter;
 - every setting that moves the answer distribution is reported, by the one settings check.
 """
 
