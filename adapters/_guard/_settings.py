@@ -146,6 +146,22 @@ def request_limit(settings: Mapping[str, Any]) -> int | None:
     return min(limits, default=None)
 
 
+def top_logprobs_problem(settings: Mapping[str, Any]) -> str | None:
+    """Why ``settings`` (a request read as the upstream reads it, or a LangChain run's
+    invocation parameters) cannot be served: ``top_logprobs`` without ``logprobs: true``,
+    which OpenAI refuses (HTTP 400) and a compatible server may answer with no logprobs at
+    all; ``None`` when they can. Every front end refuses such a request alike.
+
+    >>> top_logprobs_problem({"logprobs": False, "top_logprobs": 2})
+    'top_logprobs needs logprobs: true'
+    >>> top_logprobs_problem({"logprobs": True, "top_logprobs": 2}) is None
+    True
+    """
+    if settings.get("top_logprobs") is not None and settings.get("logprobs") is not True:
+        return "top_logprobs needs logprobs: true"
+    return None
+
+
 def filled_limit(certificate: Certificate, settings: Mapping[str, Any]) -> int | None:
     """The token limit of a request once :func:`apply_context` has filled it in: the
     request's own (:func:`request_limit`), else the certificate's context's."""

@@ -54,7 +54,7 @@ from guardrail import (
 from .._errors import ProviderFormatError
 from .._guard._context import Guard, resolve_guard
 from .._guard._openai_events import ChunkParts
-from .._guard._settings import request_limit, warn_mismatch
+from .._guard._settings import request_limit, top_logprobs_problem, warn_mismatch
 from .._guard._stream import (
     DEFAULT_MAX_TOKEN_CHARS,
     EMPTY_STREAM_REASON,
@@ -245,6 +245,8 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
         limit, stop sequences, penalties, ...); note the run's token limit for its monitor."""
         params = kwargs.get("invocation_params")
         params = params if isinstance(params, Mapping) else {}
+        if (problem := top_logprobs_problem(params)) is not None:
+            raise ConfigError(f"the chat model's request: {problem}")
         self._limits[run_id] = request_limit(params)
         for name, given, calibrated in context_checks(self._guard.certificate, params, messages):
             if name not in self._warned:

@@ -123,6 +123,8 @@ class AnswerLoop:
                 guard.fail(SHUTDOWN, SHUTDOWN_REASON)
                 return
             self.metrics.upstream_errors.labels(kind=exc.kind).inc()
+            # past the byte cap: no Cause names a byte cap, and the nearest is an answer too
+            # long to judge (the error, upstream_too_large, says which cap it met)
             cause = Cause.OVER_TOKEN_LIMIT if exc.kind == TOO_LARGE else Cause.TRUNCATED
             guard.fail(exc.kind, redact_text(str(exc), upstream.secrets), cause)
         except ProviderFormatError as exc:

@@ -53,7 +53,8 @@ KEEPALIVE_S = 5.0
 """How long an idle upstream connection is kept for the next request."""
 
 TOO_LARGE = "upstream_too_large"
-"""The failure of an answer past the proxy's token or byte limit for one answer."""
+"""The failure of an answer that sent more bytes than the proxy reads of one answer
+(``max_answer_bytes``; a byte cap only: the token limit is the monitor's)."""
 MAX_SIDE_BODY_BYTES = 1024 * 1024
 """Most bytes read of an upstream body that is not an answer: an error body, a model list."""
 DEFAULT_MAX_ANSWER_BYTES = 8 * 1024 * 1024

@@ -25,6 +25,7 @@ from .._guard._settings import (
     apply_context,
     filled_limit,
     flatten_request,
+    top_logprobs_problem,
 )
 
 __all__ = [
@@ -189,8 +190,9 @@ def prepare_upstream(
     if flat.get("n") not in (None, 1):
         raise RequestError("the guard certifies one answer per request: n must be 1", "n")
     want = flat.get("logprobs")
-    if flat.get("top_logprobs") is not None and want is not True:
-        raise RequestError("top_logprobs needs logprobs: true", "top_logprobs")
+    problem = top_logprobs_problem(flat)
+    if problem is not None:
+        raise RequestError(problem, "top_logprobs")
     reads = check_upstream(certificate, top_logprobs, fix)
     top_k = int(flat.get("top_logprobs") or 0) if want else 0
     default = max(DEFAULT_UPSTREAM_TOP, reads.alternatives) if reads.uses_alternatives else 1

@@ -13,7 +13,8 @@ Tests that check the upstream close do not depend on timing: with
 blocks at or before event ``k`` is always seen closing before the answer ends,
 however loaded the machine is. ``done=False`` ends the body cleanly without
 ``[DONE]`` (a stream cut off mid-answer: the SDK ends its iteration silently);
-``stall=True`` holds the connection open without sending more.
+``stall=True`` holds the connection open without sending more (a whole reply's: before
+its body).
 
 Replies come from ``server.replies`` (a queue, in request order), or, when
 ``server.responder`` is set, from ``responder(request_body)`` (for concurrent
@@ -49,7 +50,7 @@ class Reply:
     hold_after: int | None = None  # after this many events, wait for the client to close
     hold_timeout: float = 30.0  # ... at most this long, then go on (the test then fails)
     done: bool = True  # end with ``data: [DONE]``; False: a clean close without it
-    stall: bool = False  # with ``hold_after``: never go on (a stalled upstream)
+    stall: bool = False  # with ``hold_after`` or ``body``: never go on (a stalled upstream)
     headers: dict[str, str] = field(default_factory=dict)  # sent with a non-200 reply
     raw: bytes | None = None  # a non-200 reply's body as it is (instead of ``body``)
 
@@ -122,6 +123,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self, reply: Reply, rec: Record) -> None:
         if reply.status != 200 or reply.body is not None:
+            if reply.stall and wait_closed(self.connection, reply):  # an answer never sent
+                rec.client_closed = True
+                self.close_connection = True
+                return
             payload = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
             self.send_response(reply.status)
             self.send_header("Content-Type", "application/json")

@@ -231,7 +231,8 @@ async def test_missing_logprobs_block_with_a_hint(server: SSEServer) -> None:
     server.replies.put(Reply(answer([GOOD] * 30, with_logprobs=False)))
     out: list[str] = []
     with pytest.raises(GuardrailBlocked, match=r"missing logprob at token 0.*logprobs=True"):
-        await astream_text(chat(server, logprobs=None), out, {"callbacks": [handler()]})
+        model = chat(server, logprobs=None, top_logprobs=None)  # (top_logprobs alone: refused)
+        await astream_text(model, out, {"callbacks": [handler()]})
     assert out == []
     server.replies.put(Reply(answer([GOOD] * 30, with_logprobs=False)))
     with pytest.raises(MissingLogprobsError):

@@ -1,4 +1,6 @@
-"""The conformance suite imports the adapters' and the proxy's test harnesses."""
+"""The conformance suite's front ends, started once for all its modules, and the scripted
+upstream behind them (``scripted.py``); it imports the adapters' and the proxy's test
+harnesses."""
 
 from __future__ import annotations
 
@@ -9,3 +11,74 @@ _TESTS = Path(__file__).resolve().parents[1]
 for _part in ("adapters", "proxy"):
     if str(_TESTS / _part) not in sys.path:
         sys.path.insert(0, str(_TESTS / _part))
+
+import contextlib  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+
+import pytest  # noqa: E402
+from frontends import SDK, FrontEnd, HTTPFrontEnd, LangChain  # noqa: E402
+from litellm_harness import running_litellm  # noqa: E402
+from proxy_harness import make_certificate, running_proxy  # noqa: E402
+from scripted import CONTEXT, FRONT_ENDS, HAS_LITELLM, TIMEOUT_S, Upstream  # noqa: E402
+from sse_server import serving  # noqa: E402
+
+from adapters.proxy import StaticCertificate  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def upstream() -> Iterator[Upstream]:
+    with serving(Upstream()) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="session")
+def front_ends(
+    upstream: Upstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, FrontEnd]]:
+    certificate = make_certificate(context=CONTEXT)
+    source = StaticCertificate(certificate, "conformance")
+    out: dict[str, FrontEnd] = {
+        f"sdk-{mode}": SDK(upstream.base_url, certificate, mode, TIMEOUT_S)
+        for mode in ("buffered", "passthrough")
+    }
+    out["langchain-handler"] = LangChain(upstream.base_url, certificate, None, TIMEOUT_S)
+    for mode in ("buffered", "passthrough"):
+        out[f"langchain-runnable-{mode}"] = LangChain(
+            upstream.base_url, certificate, mode, TIMEOUT_S
+        )
+    with contextlib.ExitStack() as stack:
+        for mode in ("buffered", "passthrough"):
+            proxy = stack.enter_context(
+                running_proxy(
+                    upstream.base_url, certificate=source, mode=mode, upstream_timeout_s=TIMEOUT_S
+                )
+            )
+            for stream in (True, False):
+                name = f"proxy-{mode}-{'stream' if stream else 'whole'}"
+                out[name] = HTTPFrontEnd(name, proxy.base_url, "k", "test-model", stream)
+        if HAS_LITELLM:
+            directory = tmp_path_factory.mktemp("litellm")
+            litellm = stack.enter_context(
+                running_litellm(
+                    directory,
+                    upstream.base_url,
+                    certificate=certificate,
+                    timeout_s=TIMEOUT_S,
+                    guardrails={
+                        "buffered": {"guard_mode": "buffered", "on_block": "error"},
+                        "passthrough": {"guard_mode": "passthrough", "on_block": "error"},
+                    },
+                )
+            )
+            for mode in ("buffered", "passthrough"):
+                for stream in (True, False):
+                    name = f"litellm-{mode}-{'stream' if stream else 'whole'}"
+                    out[name] = HTTPFrontEnd(name, litellm.base_url, litellm.key, mode, stream)
+        yield out
+
+
+@pytest.fixture(params=FRONT_ENDS)
+def front_end(request: pytest.FixtureRequest, front_ends: dict[str, FrontEnd]) -> FrontEnd:
+    if request.param not in front_ends:
+        pytest.skip('litellm is not installed (pip install "liftguard[litellm]")')
+    return front_ends[request.param]

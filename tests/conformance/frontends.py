@@ -27,7 +27,7 @@ import httpx
 import openai
 
 from adapters import guarded_chat_completion
-from guardrail import Certificate, ContextMismatchWarning, GuardrailBlocked
+from guardrail import Certificate, ContextMismatchWarning, GuardrailBlocked, GuardrailError
 
 
 @dataclass
@@ -45,6 +45,11 @@ class Outcome:
     """Token logprob entries the client received."""
     top: int = 0
     """The most alternatives it received for one token."""
+    param: str | None = None
+    """The request parameter a refusal names (``error.param``; HTTP front ends)."""
+    error: str | None = None
+    """An error the front end raised or sent that names no verdict (a timeout, a broken
+    stream): the answer ended uncertified."""
 
 
 class FrontEnd:
@@ -55,13 +60,10 @@ class FrontEnd:
 
 
 class SDK(FrontEnd):
-    def __init__(self, base_url: str, certificate: Certificate, mode: str) -> None:
-        self.name, self.base_url, self.certificate, self.mode = (
-            f"sdk-{mode}",
-            base_url,
-            certificate,
-            mode,
-        )
+    def __init__(self, base_url: str, certificate: Certificate, mode: str, timeout: float) -> None:
+        self.name, self.base_url, self.certificate, self.mode, self.timeout = (
+            f"sdk-{mode}", base_url, certificate, mode, timeout,
+        )  # fmt: skip
 
     def ask(self, question: str, **settings: Any) -> Outcome:
         return asyncio.run(self._ask(question, settings))
@@ -69,7 +71,9 @@ class SDK(FrontEnd):
     async def _ask(self, question: str, settings: dict[str, Any]) -> Outcome:
         out = Outcome()
         messages = settings.pop("messages", [{"role": "user", "content": question}])
-        async with openai.AsyncOpenAI(base_url=self.base_url, api_key="k", max_retries=0) as client:
+        async with openai.AsyncOpenAI(
+            base_url=self.base_url, api_key="k", max_retries=0, timeout=self.timeout
+        ) as client:
             with warnings.catch_warnings(record=True) as seen:
                 warnings.simplefilter("always", ContextMismatchWarning)
                 try:
@@ -84,6 +88,8 @@ class SDK(FrontEnd):
                     out.cause = blocked.verdict.cause.value
                 except (ValueError, openai.APIStatusError) as exc:
                     out.status = getattr(exc, "status_code", 400)
+                except (GuardrailError, openai.APIError, httpx.HTTPError) as exc:
+                    out.error = repr(exc)
             out.mismatches = [
                 _setting(str(w.message))
                 for w in seen
@@ -99,9 +105,10 @@ class LangChain(FrontEnd):
     about, as the SDK adapter does."""
 
     def __init__(
-        self, base_url: str, certificate: Certificate, runnable: str | None = None
+        self, base_url: str, certificate: Certificate, runnable: str | None, timeout: float
     ) -> None:
         self.base_url, self.certificate, self.runnable = base_url, certificate, runnable
+        self.timeout = timeout
         self.name = "langchain-handler" if runnable is None else f"langchain-runnable-{runnable}"
 
     def ask(self, question: str, **settings: Any) -> Outcome:
@@ -120,8 +127,9 @@ class LangChain(FrontEnd):
         ]
         pairs = [(m["role"], m["content"]) for m in messages]
         extra = settings.pop("extra_body", None)
+        logprobs, top = settings.pop("logprobs", True), settings.pop("top_logprobs", 5)
         # a client of this event loop (langchain-openai's shared one outlives asyncio.run)
-        client = httpx.AsyncClient()
+        client = httpx.AsyncClient(timeout=self.timeout)
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always", ContextMismatchWarning)
             callbacks = []
@@ -130,12 +138,13 @@ class LangChain(FrontEnd):
             llm: Any = ChatOpenAI(
                 base_url=self.base_url, api_key="k", model="test-model", max_retries=0,
                 temperature=ctx.temperature, max_tokens=ctx.max_tokens, stop=list(ctx.stop) or None,
-                logprobs=True, top_logprobs=5, streaming=True, callbacks=callbacks,
+                logprobs=logprobs, top_logprobs=top, streaming=True, callbacks=callbacks,
+                timeout=self.timeout,
                 extra_body=extra, model_kwargs=settings, http_async_client=client,
             )  # fmt: skip
-            if self.runnable is not None:
-                llm = guard_runnable(llm, certificate=self.certificate, mode=self.runnable)  # type: ignore[arg-type]
             try:
+                if self.runnable is not None:  # (it refuses a model it cannot guard)
+                    llm = guard_runnable(llm, certificate=self.certificate, mode=self.runnable)  # type: ignore[arg-type]
                 async for chunk in llm.astream(pairs):
                     out.text += str(getattr(chunk, "content", chunk))
                 out.certified = True
@@ -143,6 +152,8 @@ class LangChain(FrontEnd):
                 out.cause = blocked.verdict.cause.value
             except (ValueError, openai.APIStatusError) as exc:
                 out.status = getattr(exc, "status_code", 400)
+            except (GuardrailError, openai.APIError, httpx.HTTPError) as exc:
+                out.error = repr(exc)
             finally:
                 await client.aclose()
         out.mismatches = [
@@ -190,10 +201,13 @@ class HTTPFrontEnd(FrontEnd):
                 else:
                     self._take_completion(out, client.chat.completions.create(**kwargs))
             except openai.APIStatusError as exc:
-                out.status = exc.status_code
+                out.status, out.param = exc.status_code, exc.param
                 self._take_error(out, exc.body)
-            except openai.APIError as exc:  # an in-stream error event
+            except openai.APIError as exc:  # an in-stream error event, a timeout
+                out.error = repr(exc)
                 self._take_error(out, exc.body)
+            except httpx.HTTPError as exc:  # the stream broke off
+                out.error = repr(exc)
         return out
 
     @staticmethod

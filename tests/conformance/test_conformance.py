@@ -1,177 +1,33 @@
 """Every hostile upstream and client case, through every front end it applies to.
 
 The front ends (``frontends.py``): the SDK adapter (buffered and passthrough), the guard proxy
-(buffered and passthrough, streamed and whole) and a real LiteLLM with the guardrail (the
-same four). One scripted upstream answers them all. A rule that one front end keeps and
-another misses fails here:
+(buffered and passthrough, streamed and whole), a real LiteLLM with the guardrail (the same
+four) and LangChain (the handler, the runnable). One scripted upstream answers them all
+(``scripted.py``; the adversarial stream shapes are in ``test_conformance_shapes.py``). A
+rule that one front end keeps and another misses fails here:
 
 - exactly one choice is guarded and exactly that one delivered: a duplicate ``index: 0``, a
   choice without an index, a second choice (with text, or with a ``transfer_money`` tool
-  call) ends the answer blocked (``unguarded_choice``), and none of it reaches the client;
+  call) ends the answer blocked (``unguarded_choice``), and none of it reaches the client
+  (langchain-openai drops all but a chunk's first choice, whose token the guard reads);
 - an upstream that ignores the token limit has its answer blocked past it
   (``over_token_limit``), never certified;
 - what a client smuggles in a literal ``extra_body`` passes the settings check: reported as
   a change (the answer is not covered), or refused (``n: 3``);
+- a request the guard cannot serve is refused (``top_logprobs`` without ``logprobs: true``,
+  ``n: 3``, an ``extra_body`` that is not an object): HTTP 400 naming that parameter;
 - every setting that moves the answer distribution is reported, by the one settings check.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from importlib.util import find_spec
 from typing import Any
 
 import pytest
-from frontends import SDK, FrontEnd, HTTPFrontEnd, LangChain, Outcome
-from litellm_harness import ScriptedUpstream, running_litellm
-from proxy_harness import GOOD, ROLE, STOP, make_certificate, running_proxy, tokens
-from sse_server import Reply, chat_chunk, serving, token_entry
-
-from adapters.proxy import StaticCertificate
-from guardrail import GenerationContext
-
-HAS_LITELLM = find_spec("litellm") is not None and find_spec("fastapi") is not None
-LIMIT = 8
-SYSTEM = "Answer briefly."
-CONTEXT = GenerationContext(system_prompt=SYSTEM, temperature=0.0, max_tokens=LIMIT)
-WORDS = [f" w{i}" for i in range(12)]
-FRONT_ENDS = [
-    "sdk-buffered", "sdk-passthrough",
-    "proxy-buffered-stream", "proxy-buffered-whole",
-    "proxy-passthrough-stream", "proxy-passthrough-whole",
-    "litellm-buffered-stream", "litellm-buffered-whole",
-    "litellm-passthrough-stream", "litellm-passthrough-whole",
-    "langchain-handler", "langchain-runnable-buffered", "langchain-runnable-passthrough",
-]  # fmt: skip
-
-
-class Upstream(ScriptedUpstream):
-    """Answers each question with its scripted events: as a stream, or assembled into one
-    ``chat.completion`` when the request is not streamed (LiteLLM's whole answers)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.events: dict[str, list[dict[str, Any]]] = {}
-        self.cut: set[str] = set()
-        """Questions whose stream ends without ``[DONE]`` (cut off)."""
-        self.responder = self._reply
-
-    def _reply(self, body: dict[str, Any]) -> Reply:
-        question = body["messages"][-1]["content"]
-        events = self.events[question]
-        if body.get("stream"):
-            return Reply(events, delay=0.0, done=question not in self.cut)
-        return Reply(body=completion(events))
-
-
-def completion(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """The events as one completion: choice 0 assembled, every other choice (another index,
-    a duplicate, one without an index) kept as a choice of its own."""
-    content: list[str] = []
-    refusal: list[str] = []
-    calls: list[Any] = []
-    entries: list[Any] = []
-    refusal_entries: list[Any] = []
-    finish = None
-    others: list[dict[str, Any]] = []
-    for event in events:
-        choices = event["choices"]
-        for pos, choice in enumerate(choices):
-            if pos > 0 or "index" not in choice or choice["index"] != 0:
-                other = {"message": {"role": "assistant", **choice["delta"]},
-                         "logprobs": choice.get("logprobs"), "finish_reason": "stop"}  # fmt: skip
-                if "index" in choice:
-                    other["index"] = choice["index"]
-                others.append(other)
-                continue
-            delta = choice["delta"]
-            content.append(delta.get("content") or "")
-            refusal.append(delta.get("refusal") or "")
-            calls += delta.get("tool_calls") or []
-            entries += (choice.get("logprobs") or {}).get("content") or []
-            refusal_entries += (choice.get("logprobs") or {}).get("refusal") or []
-            finish = choice.get("finish_reason") or finish
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
-    if "".join(refusal):
-        message["refusal"] = "".join(refusal)
-    if calls:
-        message["tool_calls"] = [{k: v for k, v in c.items() if k != "index"} for c in calls]
-    first = {
-        "index": 0,
-        "message": message,
-        "logprobs": {"content": entries, "refusal": refusal_entries or None},
-        "finish_reason": finish,
-    }
-    return {"id": "chatcmpl-whole", "object": "chat.completion", "created": 1700000000,
-            "model": "gpt-test", "choices": [first, *others]}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[Upstream]:
-    with serving(Upstream()) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def front_ends(
-    upstream: Upstream, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, FrontEnd]]:
-    certificate = make_certificate(context=CONTEXT)
-    source = StaticCertificate(certificate, "conformance")
-    out: dict[str, FrontEnd] = {
-        f"sdk-{mode}": SDK(upstream.base_url, certificate, mode)
-        for mode in ("buffered", "passthrough")
-    }
-    out["langchain-handler"] = LangChain(upstream.base_url, certificate)
-    for mode in ("buffered", "passthrough"):
-        out[f"langchain-runnable-{mode}"] = LangChain(upstream.base_url, certificate, mode)
-    with contextlib.ExitStack() as stack:
-        for mode in ("buffered", "passthrough"):
-            proxy = stack.enter_context(
-                running_proxy(upstream.base_url, certificate=source, mode=mode)
-            )
-            for stream in (True, False):
-                name = f"proxy-{mode}-{'stream' if stream else 'whole'}"
-                out[name] = HTTPFrontEnd(name, proxy.base_url, "k", "test-model", stream)
-        if HAS_LITELLM:
-            directory = tmp_path_factory.mktemp("litellm")
-            litellm = stack.enter_context(
-                running_litellm(
-                    directory,
-                    upstream.base_url,
-                    certificate=certificate,
-                    guardrails={
-                        "buffered": {"guard_mode": "buffered", "on_block": "error"},
-                        "passthrough": {"guard_mode": "passthrough", "on_block": "error"},
-                    },
-                )
-            )
-            for mode in ("buffered", "passthrough"):
-                for stream in (True, False):
-                    name = f"litellm-{mode}-{'stream' if stream else 'whole'}"
-                    out[name] = HTTPFrontEnd(name, litellm.base_url, litellm.key, mode, stream)
-        yield out
-
-
-@pytest.fixture(params=FRONT_ENDS)
-def front_end(request: pytest.FixtureRequest, front_ends: dict[str, FrontEnd]) -> FrontEnd:
-    if request.param not in front_ends:
-        pytest.skip('litellm is not installed (pip install "liftguard[litellm]")')
-    return front_ends[request.param]
-
-
-def _question(front_end: FrontEnd, case: str) -> str:
-    return f"{case} via {front_end.name}"
-
-
-def _ask(
-    upstream: Upstream, front_end: FrontEnd, case: str, events: list[Any], **kw: Any
-) -> Outcome:
-    question = _question(front_end, case)
-    upstream.events[question] = events
-    return front_end.ask(question, **kw)
-
+from frontends import SDK, FrontEnd, HTTPFrontEnd, LangChain
+from proxy_harness import BAD, GOOD, ROLE, STOP, tokens
+from scripted import LIMIT, SYSTEM, WORDS, Upstream, ask, question_for
+from sse_server import chat_chunk, token_entry
 
 # --- exactly one choice ---------------------------------------------------------------------
 
@@ -203,15 +59,25 @@ STRAY: dict[str, list[dict[str, Any]]] = {
 def test_no_front_end_delivers_a_choice_it_did_not_read(
     upstream: Upstream, front_end: FrontEnd, shape: str
 ) -> None:
+    choices, cause = STRAY[shape], "unguarded_choice"
     if isinstance(front_end, LangChain):
-        pytest.skip("langchain-openai reads choices[0] of each chunk; the handler reads each token")
-    hostile = {**tokens([GOOD])[0], "choices": STRAY[shape]}
+        # langchain-openai reads the first choice of each chunk, text and logprobs alike, and
+        # drops the rest: the first one's token at BAD shows that what it delivers is what the
+        # guard read (it blocks there), and no stray choice reaches the caller
+        choices, cause = [_read_at(choices[0], BAD), *choices[1:]], "below_threshold"
+    hostile = {**tokens([GOOD])[0], "choices": choices}
     events = [ROLE, *tokens([GOOD] * 3, WORDS), hostile, *tokens([GOOD] * 2, WORDS[3:]), STOP]
-    out = _ask(upstream, front_end, f"stray {shape}", events)
+    out = ask(upstream, front_end, f"stray {shape}", events)
     assert not out.certified, out
     assert EVIL not in out.text and not out.tool_calls, out
+    assert "".join(WORDS[:3]).startswith(out.text), out
     assert out.choices <= {0}, out
-    assert out.cause == "unguarded_choice", out
+    assert out.cause == cause, out
+
+
+def _read_at(choice: dict[str, Any], logprob: float) -> dict[str, Any]:
+    """``choice`` with its token at ``logprob``."""
+    return {**choice, "logprobs": {"content": [{**_TOKEN, "logprob": logprob}]}}
 
 
 # --- answers that must not be certified, whatever carries them ----------------------------
@@ -249,10 +115,10 @@ def test_no_front_end_certifies_what_did_not_end_cleanly(
         if gap is not None:
             request.applymarker(pytest.mark.xfail(strict=True, reason=gap))
     events, cause = ENDINGS[ending]
-    question = _question(front_end, f"ending {ending}")
+    question = question_for(front_end, f"ending {ending}")
     if ending == "cut-off":
         upstream.cut.add(question)
-    out = _ask(upstream, front_end, f"ending {ending}", events)
+    out = ask(upstream, front_end, f"ending {ending}", events)
     assert not out.certified and not out.tool_calls, out
     assert "I can't" not in out.text and "transfer_money" not in out.text, out
     assert out.cause in (cause, None), out  # (None: the front end failed the request itself)
@@ -265,7 +131,7 @@ def test_an_answer_past_its_token_limit_is_blocked_there(
     upstream: Upstream, front_end: FrontEnd
 ) -> None:
     events = [ROLE, *tokens([GOOD] * len(WORDS), WORDS), STOP]  # the upstream ignores max_tokens
-    out = _ask(upstream, front_end, "past the limit", events)
+    out = ask(upstream, front_end, "past the limit", events)
     assert not out.certified, out
     assert out.cause == "over_token_limit", out
     assert out.text in ("", "".join(WORDS[:LIMIT])) or "".join(WORDS[:LIMIT]).startswith(out.text)
@@ -275,7 +141,7 @@ def test_an_answer_within_its_token_limit_is_certified(
     upstream: Upstream, front_end: FrontEnd
 ) -> None:
     events = [ROLE, *tokens([GOOD] * LIMIT, WORDS), STOP]
-    out = _ask(upstream, front_end, "within the limit", events)
+    out = ask(upstream, front_end, "within the limit", events)
     assert out.certified and out.text == "".join(WORDS[:LIMIT]) and out.mismatches == [], out
 
 
@@ -283,7 +149,7 @@ def test_a_token_limit_sent_in_extra_body_holds_the_answer_to_it(
     upstream: Upstream, front_end: FrontEnd
 ) -> None:
     events = [ROLE, *tokens([GOOD] * LIMIT, WORDS), STOP]  # the upstream ignores the limit
-    out = _ask(upstream, front_end, "limit in extra_body", events, extra_body={"max_tokens": 2})
+    out = ask(upstream, front_end, "limit in extra_body", events, extra_body={"max_tokens": 2})
     assert not out.certified and out.cause == "over_token_limit", out
     assert "".join(WORDS[:2]).startswith(out.text), out
 
@@ -295,7 +161,7 @@ def test_a_client_that_asks_for_logprobs_gets_them_with_a_certified_answer(
         pytest.skip("this front end yields text: its caller reads no logprobs")
     role = chat_chunk({"role": "assistant", "content": ""}, None)  # (llama.cpp's: no logprobs)
     events = [role, *tokens([GOOD] * 4, WORDS), STOP]
-    out = _ask(upstream, front_end, "with logprobs", events, logprobs=True, top_logprobs=2)
+    out = ask(upstream, front_end, "with logprobs", events, logprobs=True, top_logprobs=2)
     assert out.certified and out.text == "".join(WORDS[:4]), out
     assert out.logprobs == 4 and out.top <= 2, out
 
@@ -306,9 +172,9 @@ CLEAN = [ROLE, *tokens([GOOD] * 3, WORDS), STOP]
 
 
 def test_what_extra_body_smuggles_is_checked(upstream: Upstream, front_end: FrontEnd) -> None:
-    out = _ask(upstream, front_end, "smuggled", CLEAN, extra_body={"temperature": 0.9, "top_k": 3})
+    out = ask(upstream, front_end, "smuggled", CLEAN, extra_body={"temperature": 0.9, "top_k": 3})
     assert {"temperature", "top_k"} <= set(out.mismatches), out
-    sent = upstream.request(_question(front_end, "smuggled")).body
+    sent = upstream.request(question_for(front_end, "smuggled")).body
     assert sent.get("temperature", sent.get("extra_body", {}).get("temperature")) == 0.9
 
 
@@ -317,8 +183,32 @@ def test_several_answers_smuggled_in_extra_body_are_refused(
 ) -> None:
     if isinstance(front_end, LangChain):
         pytest.skip("the handler watches the answer LangChain reads; n is LangChain's setting")
-    out = _ask(upstream, front_end, "n=3", CLEAN, extra_body={"n": 3})
+    out = ask(upstream, front_end, "n=3", CLEAN, extra_body={"n": 3})
     assert out.status == 400 and not out.certified and out.text == "", out
+
+
+def test_top_logprobs_without_logprobs_is_refused(upstream: Upstream, front_end: FrontEnd) -> None:
+    out = ask(upstream, front_end, "top without", CLEAN, logprobs=False, top_logprobs=2)
+    assert out.status == 400 and not out.certified and out.text == "", out
+
+
+REFUSED: dict[str, dict[str, Any]] = {
+    "top_logprobs": {"logprobs": False, "top_logprobs": 2},
+    "n": {"n": 3},
+    "extra_body": {"extra_body": "n=3"},
+}
+"""Requests the guard cannot serve, by the parameter at fault."""
+
+
+@pytest.mark.parametrize("param", list(REFUSED))
+def test_a_refusal_names_its_own_parameter(
+    upstream: Upstream, front_end: FrontEnd, param: str
+) -> None:
+    if not isinstance(front_end, HTTPFrontEnd):
+        pytest.skip("only an HTTP front end answers with an error body that names a parameter")
+    out = ask(upstream, front_end, f"refused {param}", CLEAN, **REFUSED[param])
+    assert (out.status, out.param) == (400, param), out
+    assert not out.certified and out.text == "", out
 
 
 SETTINGS: dict[str, Any] = {
@@ -340,7 +230,7 @@ its neutral value."""
 def test_every_setting_that_moves_the_answer_is_reported(
     upstream: Upstream, front_end: FrontEnd
 ) -> None:
-    question = _question(front_end, "settings")
+    question = question_for(front_end, "settings")
     messages = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": question},

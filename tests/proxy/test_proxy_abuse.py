@@ -372,13 +372,12 @@ async def test_observe_mode_reports_the_verdict_of_a_cut_off_stream(upstream: Up
 
 async def test_metrics_need_the_client_key_and_healthz_does_not(upstream: Upstream) -> None:
     with running_proxy(upstream.base_url, client_key="proxy-key") as proxy:
-        async with httpx.AsyncClient() as client:
-            anonymous = await client.get(f"{proxy.url}/metrics")
-            scraper = await client.get(
-                f"{proxy.url}/metrics", headers={"authorization": "Bearer proxy-key"}
-            )
-            health = await client.get(f"{proxy.url}/healthz")
-    assert anonymous.status_code == 401
+        async with httpx.AsyncClient(base_url=proxy.url) as client:
+            anonymous = await client.get("/metrics")
+            wrong = await client.get("/metrics", headers={"authorization": "Bearer other-key"})
+            scraper = await client.get("/metrics", headers={"authorization": "Bearer proxy-key"})
+            health = await client.get("/healthz")
+    assert anonymous.status_code == 401 and wrong.status_code == 401
     assert scraper.status_code == 200 and "liftguard_verdicts_total" in scraper.text
     assert health.status_code == 200
 

@@ -21,127 +21,9 @@ from typing import Any
 import openai
 import pytest
 from langchain_openai import ChatOpenAI
-from proxy_harness import (
-    BAD,
-    GOOD,
-    ROLE,
-    STOP,
-    ProxyServer,
-    Upstream,
-    running_proxy,
-    tokens,
-)
-from sse_server import Reply, chat_chunk, token_entry
-
-FULL = [GOOD, GOOD, GOOD, BAD, GOOD, GOOD, GOOD]
-CLEAN_TEXT = "The capital of France is"
-BLOCKED, UPSTREAM = "liftguard_blocked", "liftguard_upstream_error"
-
-_TRUNCATED_JSON = '{"id": "chatcmpl-test", "object": "chat.completion.chunk", "choi'
-_ERROR_EVENT = {"error": {"message": "the server is overloaded", "type": "server_error"}}
-_EMPTY_TOKEN = chat_chunk(
-    {"content": ""},
-    {"content": [{"token": "", "logprob": -0.01, "bytes": None, "top_logprobs": []}]},
-)
-_HUGE = "x" * 1_000_000
-_HUGE_TOKEN = chat_chunk({"content": _HUGE}, {"content": [token_entry(_HUGE, GOOD, k=1)]})
-_REFUSAL = chat_chunk(
-    {"refusal": "I can't help with that."},
-    {"content": None, "refusal": [token_entry("I can't help with that.", -0.01)]},
-)
-_TAIL = tokens([GOOD] * 6)
-_FORBIDDEN = {
-    "error": {
-        "message": "This model does not support logprobs.",
-        "type": "invalid_request_error",
-        "param": "logprobs",
-        "code": None,
-    }
-}
-
-
-@dataclass(frozen=True)
-class Shape:
-    name: str
-    reply: Callable[[], Reply]
-    type: str | None = None  # the error's type (None: a clean answer)
-    code: str | None = None  # ... and code
-    held: bool = False  # the upstream holds the stream until the proxy closes it
-    status: int = 200  # the HTTP status the client gets (the answer never started)
-
-
-def _reply(events: list[Any], **kw: Any) -> Callable[[], Reply]:
-    return lambda: Reply(list(events), delay=0.0, **kw)
-
-
-SHAPES = [
-    Shape("clean", _reply([ROLE, *tokens([GOOD] * 5), STOP])),
-    Shape(
-        "blocked_mid_answer",
-        _reply([ROLE, *tokens(FULL), STOP], hold_after=5),
-        BLOCKED,
-        "below_threshold",
-        held=True,
-    ),
-    Shape("cut_off", _reply([ROLE, *tokens(FULL[:3])], done=False), BLOCKED, "truncated"),
-    Shape("no_finish", _reply([ROLE, *tokens([GOOD] * 5)]), BLOCKED, "truncated"),
-    Shape(
-        "truncated_json",
-        _reply([ROLE, *tokens([GOOD] * 2), _TRUNCATED_JSON, *_TAIL], hold_after=4),
-        UPSTREAM,
-        "malformed_chunk",
-        held=True,
-    ),
-    Shape(
-        "error_event",
-        _reply([ROLE, *tokens([GOOD] * 2), _ERROR_EVENT, *_TAIL], hold_after=4),
-        UPSTREAM,
-        "upstream_error",
-        held=True,
-    ),
-    Shape(
-        "stall",
-        _reply([ROLE, *tokens([GOOD] * 2), *_TAIL], hold_after=3, stall=True),
-        UPSTREAM,
-        "upstream_timeout",
-        held=True,
-    ),
-    Shape(
-        "huge_token",
-        _reply([ROLE, _HUGE_TOKEN, *_TAIL], hold_after=2),
-        UPSTREAM,
-        "upstream_too_large",  # its ~12 MB event passes max_answer_bytes before it is parsed
-        held=True,
-    ),
-    Shape(
-        "empty_text_token",
-        _reply([ROLE, *tokens([GOOD] * 2), _EMPTY_TOKEN, *_TAIL, STOP], hold_after=4),
-        BLOCKED,
-        "unreadable_text",
-        held=True,
-    ),
-    Shape("empty_stream", _reply([], done=False), BLOCKED, "empty_stream"),
-    Shape("refusal", _reply([ROLE, _REFUSAL, STOP]), BLOCKED, "refusal"),
-    Shape(
-        "length",
-        _reply([ROLE, *tokens([GOOD] * 5), chat_chunk({}, None, "length")]),
-        BLOCKED,
-        "length",
-    ),
-    Shape(
-        "content_filter",
-        _reply([ROLE, *tokens([GOOD] * 2), chat_chunk({}, None, "content_filter")]),
-        BLOCKED,
-        "content_filter",
-    ),
-    Shape(
-        "forbidden",
-        lambda: Reply(status=403, body=_FORBIDDEN),
-        "liftguard_logprobs_refused",
-        "logprobs_refused",
-        status=403,
-    ),
-]
+from proxy_harness import ROLE, STOP, ProxyServer, Upstream, running_proxy, tokens
+from sse_server import Reply
+from stream_shapes import CLEAN_TEXT, FULL, SHAPES, Shape
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -272,7 +154,9 @@ async def test_every_shape_every_client(
         assert record.body["logprobs"] is True
         return
     assert out.verdict is not None and out.verdict["state"] == "blocked"
+    assert out.verdict["cause"] == shape.cause
     assert out.verdict["request_id"].startswith("lg-")
+    assert shape.before.startswith(out.text), "text sent past the fault"
     if mode == "buffered":
         assert out.text == "", "buffered mode sent text before certification"
     if shape.held:
