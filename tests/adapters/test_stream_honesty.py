@@ -30,6 +30,15 @@ from langchain_openai import ChatOpenAI
 from sse_server import Reply, SSEServer, running_server
 from sse_server import chat_chunk as _chunk
 from sse_server import token_entry as _tok
+from stream_shapes import (
+    EMPTY_TOKEN,
+    ERROR_EVENT,
+    FORBIDDEN,
+    HUGE_TOKEN,
+    REFUSAL,
+    TAIL,
+    TRUNCATED_JSON,
+)  # fmt: skip
 
 from adapters import (
     Abstention,
@@ -87,27 +96,6 @@ def _reply(events: list[Any], **kw: Any) -> Callable[[], Reply]:
     return lambda: Reply(list(events), delay=0.0, **kw)
 
 
-_TRUNCATED_JSON = '{"id": "chatcmpl-test", "object": "chat.completion.chunk", "choi'
-_ERROR_EVENT = {"error": {"message": "the server is overloaded", "type": "server_error"}}
-_EMPTY_TOKEN = _chunk(
-    {"content": ""},
-    {"content": [{"token": "", "logprob": -0.01, "bytes": None, "top_logprobs": []}]},
-)
-_HUGE = "x" * 1_000_000
-_HUGE_TOKEN = _chunk({"content": _HUGE}, {"content": [_tok(_HUGE, GOOD, k=1)]})
-_REFUSAL = _chunk(
-    {"refusal": "I can't help with that."},
-    {"content": None, "refusal": [_tok("I can't help with that.", -0.01)]},
-)
-_FORBIDDEN = {
-    "error": {
-        "message": "This model does not support logprobs.",
-        "type": "invalid_request_error",
-        "param": "logprobs",
-        "code": None,
-    }
-}
-_TAIL = tokens([GOOD] * 6)
 _TOOL_CALL = _chunk(
     {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
                      "function": {"name": "transfer_money", "arguments": "{}"}}]},
@@ -120,36 +108,36 @@ SHAPES = [
     Shape("no_finish", _reply([ROLE, *tokens([GOOD] * 5)]), cause=Cause.TRUNCATED),
     Shape(
         "truncated_json",
-        _reply([ROLE, *tokens([GOOD] * 2), _TRUNCATED_JSON, *_TAIL], hold_after=4),
+        _reply([ROLE, *tokens([GOOD] * 2), TRUNCATED_JSON, *TAIL], hold_after=4),
         error=ProviderFormatError,
         held=True,
     ),
     Shape(
         "error_event",
-        _reply([ROLE, *tokens([GOOD] * 2), _ERROR_EVENT, *_TAIL], hold_after=4),
+        _reply([ROLE, *tokens([GOOD] * 2), ERROR_EVENT, *TAIL], hold_after=4),
         error=openai.APIError,
         held=True,
     ),
     Shape(
         "stall",
-        _reply([ROLE, *tokens([GOOD] * 2), *_TAIL], hold_after=3, stall=True),
+        _reply([ROLE, *tokens([GOOD] * 2), *TAIL], hold_after=3, stall=True),
         error=openai.APITimeoutError,
         held=True,
     ),
     Shape(
         "huge_token",
-        _reply([ROLE, _HUGE_TOKEN, *_TAIL], hold_after=2),
+        _reply([ROLE, HUGE_TOKEN, *TAIL], hold_after=2),
         error=ProviderFormatError,
         held=True,
     ),
     Shape(
         "empty_text_token",
-        _reply([ROLE, *tokens([GOOD] * 2), _EMPTY_TOKEN, *_TAIL, STOP], hold_after=4),
+        _reply([ROLE, *tokens([GOOD] * 2), EMPTY_TOKEN, *TAIL, STOP], hold_after=4),
         cause=Cause.UNREADABLE_TEXT,
         held=True,
     ),
     Shape("empty_stream", _reply([], done=False), cause=Cause.EMPTY_STREAM),
-    Shape("refusal", _reply([ROLE, _REFUSAL, STOP]), cause=Cause.REFUSAL),
+    Shape("refusal", _reply([ROLE, REFUSAL, STOP]), cause=Cause.REFUSAL),
     Shape(
         "tool_call_then_stop",
         _reply([ROLE, *tokens([GOOD] * 5), _TOOL_CALL, STOP]),
@@ -167,7 +155,7 @@ SHAPES = [
     ),
     Shape(
         "forbidden",
-        lambda: Reply(status=403, body=_FORBIDDEN),
+        lambda: Reply(status=403, body=FORBIDDEN),
         error=ConfigError,
     ),
 ]

@@ -17,26 +17,29 @@ from typing import Any
 from proxy_harness import BAD, GOOD, ROLE, STOP, tokens
 from sse_server import Reply, chat_chunk, token_entry
 
-__all__ = ["BLOCKED", "CLEAN_TEXT", "FULL", "SHAPES", "UPSTREAM", "Shape"]
+__all__ = [
+    "BLOCKED", "CLEAN_TEXT", "EMPTY_TOKEN", "ERROR_EVENT", "FORBIDDEN", "FULL", "HUGE",
+    "HUGE_TOKEN", "REFUSAL", "SHAPES", "TAIL", "TRUNCATED_JSON", "UPSTREAM", "Shape",
+]  # fmt: skip
 
 FULL = [GOOD, GOOD, GOOD, BAD, GOOD, GOOD, GOOD]
 CLEAN_TEXT = "The capital of France is"
 BLOCKED, UPSTREAM = "liftguard_blocked", "liftguard_upstream_error"
 
-_TRUNCATED_JSON = '{"id": "chatcmpl-test", "object": "chat.completion.chunk", "choi'
-_ERROR_EVENT = {"error": {"message": "the server is overloaded", "type": "server_error"}}
-_EMPTY_TOKEN = chat_chunk(
+TRUNCATED_JSON = '{"id": "chatcmpl-test", "object": "chat.completion.chunk", "choi'
+ERROR_EVENT = {"error": {"message": "the server is overloaded", "type": "server_error"}}
+EMPTY_TOKEN = chat_chunk(
     {"content": ""},
     {"content": [{"token": "", "logprob": -0.01, "bytes": None, "top_logprobs": []}]},
 )
-_HUGE = "x" * 1_000_000
-_HUGE_TOKEN = chat_chunk({"content": _HUGE}, {"content": [token_entry(_HUGE, GOOD, k=1)]})
-_REFUSAL = chat_chunk(
+HUGE = "x" * 1_000_000
+HUGE_TOKEN = chat_chunk({"content": HUGE}, {"content": [token_entry(HUGE, GOOD, k=1)]})
+REFUSAL = chat_chunk(
     {"refusal": "I can't help with that."},
     {"content": None, "refusal": [token_entry("I can't help with that.", -0.01)]},
 )
-_TAIL = tokens([GOOD] * 6)
-_FORBIDDEN = {
+TAIL = tokens([GOOD] * 6)
+FORBIDDEN = {
     "error": {
         "message": "This model does not support logprobs.",
         "type": "invalid_request_error",
@@ -91,7 +94,7 @@ SHAPES = [
     ),
     Shape(
         "truncated_json",
-        _reply([ROLE, *tokens([GOOD] * 2), _TRUNCATED_JSON, *_TAIL], hold_after=4),
+        _reply([ROLE, *tokens([GOOD] * 2), TRUNCATED_JSON, *TAIL], hold_after=4),
         UPSTREAM,
         "malformed_chunk",
         held=True,
@@ -100,7 +103,7 @@ SHAPES = [
     ),
     Shape(
         "error_event",
-        _reply([ROLE, *tokens([GOOD] * 2), _ERROR_EVENT, *_TAIL], hold_after=4),
+        _reply([ROLE, *tokens([GOOD] * 2), ERROR_EVENT, *TAIL], hold_after=4),
         UPSTREAM,
         "upstream_error",
         held=True,
@@ -109,7 +112,7 @@ SHAPES = [
     ),
     Shape(
         "stall",
-        _reply([ROLE, *tokens([GOOD] * 2), *_TAIL], hold_after=3, stall=True),
+        _reply([ROLE, *tokens([GOOD] * 2), *TAIL], hold_after=3, stall=True),
         UPSTREAM,
         "upstream_timeout",
         held=True,
@@ -118,7 +121,7 @@ SHAPES = [
     ),
     Shape(
         "huge_token",
-        _reply([ROLE, _HUGE_TOKEN, *_TAIL], hold_after=2),
+        _reply([ROLE, HUGE_TOKEN, *TAIL], hold_after=2),
         UPSTREAM,
         "upstream_too_large",  # its ~12 MB event passes max_answer_bytes before it is parsed
         held=True,
@@ -126,7 +129,7 @@ SHAPES = [
     ),
     Shape(
         "empty_text_token",
-        _reply([ROLE, *tokens([GOOD] * 2), _EMPTY_TOKEN, *_TAIL, STOP], hold_after=4),
+        _reply([ROLE, *tokens([GOOD] * 2), EMPTY_TOKEN, *TAIL, STOP], hold_after=4),
         BLOCKED,
         "unreadable_text",
         held=True,
@@ -134,7 +137,7 @@ SHAPES = [
         before="The capital",
     ),
     Shape("empty_stream", _reply([], done=False), BLOCKED, "empty_stream", cause="empty_stream"),
-    Shape("refusal", _reply([ROLE, _REFUSAL, STOP]), BLOCKED, "refusal", cause="refusal"),
+    Shape("refusal", _reply([ROLE, REFUSAL, STOP]), BLOCKED, "refusal", cause="refusal"),
     Shape(
         "length",
         _reply([ROLE, *tokens([GOOD] * 5), chat_chunk({}, None, "length")]),
@@ -153,7 +156,7 @@ SHAPES = [
     ),
     Shape(
         "forbidden",
-        lambda: Reply(status=403, body=_FORBIDDEN),
+        lambda: Reply(status=403, body=FORBIDDEN),
         "liftguard_logprobs_refused",
         "logprobs_refused",
         status=403,
