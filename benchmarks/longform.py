@@ -35,9 +35,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -154,12 +156,15 @@ def _summary(path: Path) -> dict[str, Any]:
             "mean_tokens": float(lengths.mean()), "max_tokens": int(lengths.max())}  # fmt: skip
 
 
-def _evaluate(fit_on: Path, test_on: Path, tmp: Path, tag: str, bootstrap: int) -> dict[str, Any]:
-    """Both certificates fitted on ``fit_on``, evaluated on ``test_on`` at every risk."""
+def _evaluate(
+    fit_on: Path, test_on: Path, tmp: Path, tag: str, bootstrap: int, jobs: int = 1
+) -> dict[str, Any]:
+    """Both certificates fitted on ``fit_on``, evaluated on ``test_on`` at every risk (the
+    risks ``jobs`` at a time: each is its own ``fit`` and ``eval`` processes)."""
     default = tmp / f"{tag}_default.json"
     _fit(fit_on, default, None)
-    out: dict[str, Any] = {}
-    for risk in RISKS:
+
+    def at(risk: float) -> dict[str, Any]:
         selected = tmp / f"{tag}_selected_{risk:g}.json"
         _fit(fit_on, selected, risk)
         run = _eval(test_on, default, risk, bootstrap)
@@ -168,9 +173,12 @@ def _evaluate(fit_on: Path, test_on: Path, tmp: Path, tag: str, bootstrap: int) 
         run["selected"] = sel["certificate"]
         cert = run["methods"]["certificate"]
         run["early_blocks"] = early_blocks(default, test_on, risk, cert["coverage_mean"])
-        out[f"{risk:g}"] = run
         print(f"{tag} risk {risk:g}: certificate {pct(cert['coverage_mean'])}", file=sys.stderr)
-    return out
+        return run
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        runs = list(pool.map(at, RISKS))
+    return {f"{risk:g}": run for risk, run in zip(RISKS, runs, strict=True)}
 
 
 def _plain(path: Path, tmp: Path) -> Path:
@@ -195,7 +203,7 @@ def _plain(path: Path, tmp: Path) -> Path:
     return out
 
 
-def run(paths: dict[str, Path], bootstrap: int) -> dict[str, Any]:
+def run(paths: dict[str, Path], bootstrap: int, jobs: int = 1) -> dict[str, Any]:
     saved: dict[str, Any] = {"generated_by": COMMAND, "splits": SPLITS, "seed": SEED,
                              "delta": DELTA, "bootstrap": bootstrap, "tasks": {},
                              "in_domain": {}, "transfer": {}}  # fmt: skip
@@ -206,11 +214,11 @@ def run(paths: dict[str, Path], bootstrap: int) -> dict[str, Any]:
             saved["tasks"][task] = _summary(path)
             a, b = halves(path, tmp)
             saved["tasks"][task]["halves"] = {"fit": _summary(a)["n"], "test": _summary(b)["n"]}
-            saved["in_domain"][task] = _evaluate(a, b, tmp, f"{task}_in", bootstrap)
+            saved["in_domain"][task] = _evaluate(a, b, tmp, f"{task}_in", bootstrap, jobs)
         if len(paths) == 2:
             for src, dst in (("mbpp", "gsm8k"), ("gsm8k", "mbpp")):
                 saved["transfer"][f"{src}->{dst}"] = _evaluate(
-                    paths[src], paths[dst], tmp, f"{src}_to_{dst}", bootstrap
+                    paths[src], paths[dst], tmp, f"{src}_to_{dst}", bootstrap, jobs
                 )
     return saved
 
@@ -342,9 +350,15 @@ def main() -> None:
     )
     parser.add_argument("--bootstrap", type=int, default=BOOTSTRAP, help="resamples (0: none)")
     parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1,
+        help="risk levels evaluated at once (default: one per CPU)",
+    )  # fmt: skip
+    parser.add_argument(
         "--docs-only", action="store_true", help="rewrite the page from the saved results"
     )
     args = parser.parse_args()
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
     if args.docs_only:
         saved = load(SAVED)
     else:
@@ -355,7 +369,7 @@ def main() -> None:
         if missing:
             parser.error(f"no such traces: {', '.join(missing)} (make them as "
                          "docs/guarding-code-and-reasoning.md says)")  # fmt: skip
-        saved = run({k: p.resolve() for k, p in paths.items()}, args.bootstrap)
+        saved = run({k: p.resolve() for k, p in paths.items()}, args.bootstrap, args.jobs)
         save(SAVED, saved)
     write_page(PAGE, render(saved))
 

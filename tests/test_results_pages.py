@@ -179,7 +179,7 @@ def test_longform_takes_a_folder_of_parts_on_its_command_line(
     (tmp_path / "gsm8k").mkdir()
     taken: list[dict[str, Path]] = []
 
-    def run(paths: dict[str, Path], bootstrap: int) -> dict[str, object]:
+    def run(paths: dict[str, Path], bootstrap: int, jobs: int) -> dict[str, object]:
         taken.append(paths)
         raise SystemExit(0)
 
@@ -188,6 +188,35 @@ def test_longform_takes_a_folder_of_parts_on_its_command_line(
     with pytest.raises(SystemExit):
         mod.main()
     assert taken == [{"gsm8k": (tmp_path / "gsm8k").resolve()}]
+
+
+def test_longform_risks_at_once_give_the_serial_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``--jobs`` runs the risk levels side by side; the results are the serial run's, keyed
+    and ordered by risk, each certificate evaluated at its own risk (the fits and evals are
+    replaced here by what identifies them)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    mod = _script("benchmarks/longform.py")
+    monkeypatch.setattr(mod, "_fit", lambda traces, out, risk: out.write_text(str(risk)))
+
+    def fake_eval(traces: Path, cert: Path, risk: float, bootstrap: int) -> dict[str, object]:
+        made_for = cert.read_text()
+        assert made_for in ("None", str(risk)), (cert.name, risk)
+        cov = risk if made_for == "None" else -risk
+        return {"methods": {"certificate": {"coverage_mean": cov}}, "certificate": cert.name}
+
+    monkeypatch.setattr(mod, "_eval", fake_eval)
+    monkeypatch.setattr(mod, "early_blocks", lambda cert, traces, risk, cov: {"at": cov})
+    runs = {jobs: mod._evaluate(tmp_path / "a", tmp_path / "b", tmp_path, f"t{jobs}", 0, jobs)
+            for jobs in (1, 3)}  # fmt: skip
+    assert list(runs[3]) == [f"{r:g}" for r in mod.RISKS]
+    for risk in mod.RISKS:
+        one, three = runs[1][f"{risk:g}"], runs[3][f"{risk:g}"]
+        assert one["methods"] == three["methods"]
+        assert three["methods"]["certificate"]["coverage_mean"] == risk
+        assert three["methods"]["selected"]["coverage_mean"] == -risk
+        assert three["early_blocks"] == {"at": risk}
 
 
 def test_longform_reads_a_file_a_compressed_file_or_a_folder_of_parts(
