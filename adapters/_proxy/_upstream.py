@@ -25,6 +25,7 @@ import anyio
 from yarl import URL
 
 from .._serving._wire import loads
+from ._body import body_parts, read_capped
 
 __all__ = [
     "UPSTREAM_ERRORS",
@@ -157,42 +158,6 @@ class Upstream:
         if url is None:
             url = self._urls[path] = URL(f"{self._base}{path}")
         return url
-
-
-async def body_parts(
-    response: aiohttp.ClientResponse, timeout_s: float | None
-) -> AsyncGenerator[bytes, None]:
-    """The parts of ``response``'s body (decoded) as they arrive, each waited for at most
-    ``timeout_s`` seconds (``TimeoutError``). aiohttp's own read timeout does not cover a
-    body whose framing broke after some of it was read (its C parser stops, and the read
-    would wait for ever): this one does."""
-    content = response.content
-    while True:
-        with anyio.fail_after(timeout_s):
-            part = await content.readany()
-        if not part:
-            return
-        yield part
-
-
-async def read_capped(
-    response: aiohttp.ClientResponse, max_bytes: int, timeout_s: float | None
-) -> bytes:
-    """At most ``max_bytes`` of ``response``'s body (an upstream error body, a model list),
-    the rest left unread; the response is closed."""
-    parts: list[bytes] = []
-    size = 0
-    body = body_parts(response, timeout_s)
-    try:
-        async for part in body:
-            parts.append(part[: max_bytes - size])
-            size += len(parts[-1])
-            if size >= max_bytes:
-                break
-    finally:
-        await body.aclose()
-        response.close()
-    return b"".join(parts)
 
 
 class UpstreamAnswer:
