@@ -173,7 +173,7 @@ def _evaluate(
         run["selected"] = sel["certificate"]
         cert = run["methods"]["certificate"]
         run["early_blocks"] = early_blocks(default, test_on, risk, cert["coverage_mean"])
-        print(f"{tag} risk {risk:g}: certificate {pct(cert['coverage_mean'])}", file=sys.stderr)
+        sys.stderr.write(f"{tag} risk {risk:g}: certificate {pct(cert['coverage_mean'])}\n")
         return run
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
