@@ -5,8 +5,10 @@ for the lift rule and the fitted rules.
     python benchmarks/bench_longform_monitor.py --docs-only
 
 ``--traces`` (repeatable; default: the committed MBPP traces,
-``benchmarks/traces/mbpp_qwen25coder.jsonl.xz``) names labelled long-answer trace files
-(the GSM8K traces, once made, are a second ``--traces``). Saves
+``benchmarks/traces/mbpp_qwen25coder.jsonl.xz``) names labelled long-answer trace files, or
+folders of xz parts (the GSM8K traces, ``benchmarks/traces/gsm8k_qwen25coder``, are a second
+``--traces``: the commands read its parts joined, and the page names them as the
+``<folder>.jsonl.xz`` the traces README's ``cat`` makes). Saves
 ``benchmarks/results/bench_longform_monitor.json`` and writes
 ``docs/results/longform_monitor.md``; ``--docs-only`` rewrites the page from the saved
 JSON, running nothing.
@@ -119,29 +121,50 @@ def _liftguard(args: Sequence[str]) -> tuple[int, str]:
     return proc.returncode, lines[-1] if lines else ""
 
 
-def make_certificate(key: str, traces: str, out: Path) -> dict[str, Any]:
+def make_certificate(key: str, traces: str, out: Path, shown: str | None = None) -> dict[str, Any]:
     """Run ``key``'s command on ``traces`` at the first risk of :data:`RISKS` it does not
-    refuse; what was run and what the others said."""
+    refuse; what was run (``shown`` in place of ``traces``, for parts joined into a
+    temporary file) and what the others said."""
     refused: list[dict[str, Any]] = []
     for risk in RISKS if key != "fit" else (None,):  # the default fit selects by no risk
         args = [*RULES[key][1], "--traces", traces]
         args += [] if risk is None else ["--risk", f"{risk:g}"]
         code, last = _liftguard([*args, "--out", str(out)])
         if code == 0:
-            return {"command": "liftguard " + " ".join(args), "risk": risk, "refused": refused}
+            named = [shown if a == traces and shown else a for a in args]
+            return {"command": "liftguard " + " ".join(named), "risk": risk, "refused": refused}
         refused.append({"risk": risk, "error": last})
     raise SystemExit(f"{key} on {traces}: every risk refused: {refused}")
 
 
+def joined_parts(folder: Path, tmp: Path) -> Path:
+    """The parts of ``folder`` (``part-*.jsonl.xz``, as ``benchmarks/traces/gsm8k_qwen25coder/``)
+    joined in name order into ``tmp/<folder>.jsonl.xz``: xz streams one after another are
+    one xz file, which every command reads as it is (the traces README's ``cat``)."""
+    parts = sorted(folder.glob("*.jsonl.xz"))
+    if not parts:
+        raise SystemExit(f"{folder}: no *.jsonl.xz parts in it")
+    out = tmp / f"{folder.name}.jsonl.xz"
+    with out.open("wb") as dst:
+        for part in parts:
+            dst.write(part.read_bytes())
+    return out
+
+
 def trace_file(path: str, tmp: Path, repeat: int) -> dict[str, Any]:
-    """Every rule on the answers of ``path``, in both modes."""
+    """Every rule on the answers of ``path`` (a trace file, or a folder of xz parts), in
+    both modes."""
+    shown = None
+    if (ROOT / path).is_dir():  # the commands read the parts joined, as the README says
+        shown = f"{path.rstrip('/')}.jsonl.xz"
+        path = os.path.relpath(joined_parts(ROOT / path, tmp), ROOT)
     resolved = str(ROOT / path)
     traces = [parse_trace(obj, source=path, line=n) for n, obj in open_trace_objects(resolved)]
     traces = [t for t in traces if t.n_tokens]
     events = [trace_events(t) for t in traces]
     lengths = np.array([t.n_tokens for t in traces])
     saved: dict[str, Any] = {
-        "file": Path(path).name, "path": path, "n": len(traces),
+        "file": Path(shown or path).name, "path": shown or path, "n": len(traces),
         "n_correct": int(sum(bool(t.correct) for t in traces)), "tokens": int(lengths.sum()),
         "median_tokens": float(np.median(lengths)), "mean_tokens": float(lengths.mean()),
         "max_tokens": int(lengths.max()), "model": traces[0].model, "rules": {},
@@ -151,7 +174,7 @@ def trace_file(path: str, tmp: Path, repeat: int) -> dict[str, Any]:
     certs: dict[str, Certificate] = {}
     for key in RULES:
         out = tmp / f"{key}.json"
-        made = make_certificate(key, path, out)
+        made = make_certificate(key, path, out, shown)
         cert = Certificate.load(str(out))
         skels = recorded_skeletons(cert, traces)
         tau = median_tau(cert, events, skels)
@@ -217,7 +240,8 @@ def main(argv: list[str] | None = None) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--traces", action="append", metavar="FILE",
-                        help=f"labelled long-answer traces, repeatable (default: "
+                        help=f"labelled long-answer traces, a file or a folder of xz parts, "
+                        f"repeatable (default: "
                         f"{DEFAULT_TRACES} of this checkout)")  # fmt: skip
     parser.add_argument("--repeat", type=int, default=5, help="runs; the best is reported")
     parser.add_argument(
@@ -228,9 +252,9 @@ def main(argv: list[str] | None = None) -> None:
         saved = load(SAVED)
     else:
         given = args.traces or [str(ROOT / DEFAULT_TRACES)]
-        missing = [p for p in given if not Path(p).is_file()]
+        missing = [p for p in given if not (Path(p).is_file() or Path(p).is_dir())]
         if missing:
-            parser.error(f"no such trace file: {', '.join(missing)}")
+            parser.error(f"no such trace file or folder: {', '.join(missing)}")
         # named from the repository root, where the commands run
         saved = run([os.path.relpath(Path(p).resolve(), ROOT) for p in given], args.repeat)
         save(SAVED, saved)

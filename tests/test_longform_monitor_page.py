@@ -5,6 +5,7 @@ them for a minute or more: not in the suite; ``--docs-only`` rewrites the page).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from types import ModuleType
 
@@ -52,3 +53,44 @@ def test_docs_only_runs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mod, "write_page", lambda path, text: written.append(path))
     mod.main(["--docs-only"])
     assert written == [mod.PAGE]
+
+
+def test_a_folder_of_parts_is_read_joined_in_name_order(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The GSM8K traces are a folder of xz parts: the benchmark takes the folder and its
+    commands read the parts joined in name order (one xz file of several streams)."""
+    import lzma
+
+    mod = _script(monkeypatch)
+    folder = tmp_path / "gsm8k"
+    folder.mkdir()
+    for name, text in (("part-001.jsonl.xz", b"b\n"), ("part-000.jsonl.xz", b"a\n")):
+        (folder / name).write_bytes(lzma.compress(text))
+    (folder / "README.md").write_text("not a part")
+    joined = mod.joined_parts(folder, tmp_path)
+    assert joined == tmp_path / "gsm8k.jsonl.xz"
+    assert lzma.decompress(joined.read_bytes()) == b"a\nb\n"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match=r"no \*\.jsonl\.xz parts"):
+        mod.joined_parts(tmp_path / "empty", tmp_path)
+    taken: list[list[str]] = []
+    monkeypatch.setattr(mod, "run", lambda paths, repeat: taken.append(list(paths)) or {})
+    monkeypatch.setattr(mod, "save", lambda path, saved: None)
+    monkeypatch.setattr(mod, "write_page", lambda path, text: None)
+    monkeypatch.setattr(mod, "render", lambda saved: "")
+    mod.main(["--traces", str(folder)])
+    assert taken == [[os.path.relpath(folder.resolve(), ROOT)]]  # taken, not refused
+
+
+def test_a_command_on_joined_parts_names_the_file_the_readme_joins_them_into(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    mod = _script(monkeypatch)
+    ran: list[list[str]] = []
+    monkeypatch.setattr(mod, "_liftguard", lambda args: (ran.append(list(args)), (0, ""))[1])
+    made = mod.make_certificate("fit", "/tmp/x/gsm8k.jsonl.xz", tmp_path / "c.json",
+                                "benchmarks/traces/gsm8k.jsonl.xz")  # fmt: skip
+    assert "--traces /tmp/x/gsm8k.jsonl.xz" in " ".join(ran[0])  # what runs reads the join
+    assert "--traces benchmarks/traces/gsm8k.jsonl.xz" in made["command"]
+    assert "/tmp/" not in made["command"]
