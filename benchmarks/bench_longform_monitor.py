@@ -97,7 +97,7 @@ from _longform_monitor_timing import (  # noqa: E402
     time_monitor,
     with_early,
 )
-from _tables import load, save, write_page  # noqa: E402
+from _tables import load, save, trace_parts, write_page  # noqa: E402
 
 from adapters.tracefiles import open_trace_objects  # noqa: E402
 from guardrail import Certificate, Monitor  # noqa: E402
@@ -141,12 +141,9 @@ def joined_parts(folder: Path, tmp: Path) -> Path:
     """The parts of ``folder`` (``part-*.jsonl.xz``, as ``benchmarks/traces/gsm8k_qwen25coder/``)
     joined in name order into ``tmp/<folder>.jsonl.xz``: xz streams one after another are
     one xz file, which every command reads as it is (the traces README's ``cat``)."""
-    parts = sorted(folder.glob("*.jsonl.xz"))
-    if not parts:
-        raise SystemExit(f"{folder}: no *.jsonl.xz parts in it")
     out = tmp / f"{folder.name}.jsonl.xz"
     with out.open("wb") as dst:
-        for part in parts:
+        for part in trace_parts(folder):
             dst.write(part.read_bytes())
     return out
 

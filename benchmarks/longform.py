@@ -47,7 +47,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
-from _tables import halves, header, load, pct, save, write_page  # noqa: E402
+from _tables import halves, header, load, pct, save, trace_parts, write_page  # noqa: E402
 
 from guardrail import Certificate, InsufficientDataError  # noqa: E402
 from guardrail.evaluate import fitted_method, ltt_threshold  # noqa: E402
@@ -192,7 +192,7 @@ def _plain(path: Path, tmp: Path) -> Path:
     import lzma
 
     openers = {".xz": lzma.open, ".gz": gzip.open, ".bz2": bz2.open}
-    parts = sorted(path.iterdir()) if path.is_dir() else [path]
+    parts = trace_parts(path) if path.is_dir() else [path]
     if len(parts) == 1 and parts[0].suffix not in openers:
         return parts[0]
     out = tmp / (f"{path.name}.jsonl" if path.is_dir() else path.with_suffix("").name)
