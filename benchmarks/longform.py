@@ -369,8 +369,8 @@ def main() -> None:
         if missing:
             parser.error(f"no such traces: {', '.join(missing)} (make them as "
                          "docs/guarding-code-and-reasoning.md says)")  # fmt: skip
-        saved = run({k: p.resolve() for k, p in paths.items()}, args.bootstrap, args.jobs)
-        save(SAVED, saved)
+        save(SAVED, run({k: p.resolve() for k, p in paths.items()}, args.bootstrap, args.jobs))
+        saved = load(SAVED)  # (the page is what --docs-only writes: the JSON's key order)
     write_page(PAGE, render(saved))
 
 
