@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 from starlette.requests import Request
@@ -38,7 +38,7 @@ from ._config import ProxyConfig
 from ._feedback import ProxyRiskWatch
 from ._guarded import AnswerGuard
 from ._recording import Recorder
-from ._upstream import TOO_LARGE, UpstreamAnswer, UpstreamFailure
+from ._upstream import TOO_LARGE, UpstreamAnswer, UpstreamFailure, decode_chunk
 
 __all__ = ["SCORING_THREADS", "SHUTDOWN", "AnswerLoop"]
 
@@ -50,7 +50,6 @@ SHUTDOWN_REASON = (
     "the proxy shut down before the answer ended (its graceful shutdown ran out): the answer "
     "was never judged whole; ask again"
 )
-T = TypeVar("T")
 verdict_logger = logging.getLogger("adapters.proxy.verdicts")
 """One JSON line per verdict (INFO); the command line prints them on stderr."""
 
@@ -82,45 +81,43 @@ class AnswerLoop:
             await upstream.interrupt()
         return len(active)
 
-    async def _run(self, guard: AnswerGuard, call: Callable[[], T]) -> T:
-        """``call()`` (a step of ``guard``), in a worker thread when the certificate scores
-        with a local model, so that the event loop never waits on it (other requests,
-        ``/healthz`` and shutdown stay responsive)."""
+    async def _step(self, guard: AnswerGuard, chunk: dict[str, Any] | None) -> list[Any]:
+        """``guard.feed(chunk)`` (``guard.end()`` for None), in a worker thread when the
+        certificate scores with a local model, so that the event loop never waits on it
+        (other requests, ``/healthz`` and shutdown stay responsive)."""
         if not guard.heavy:
-            return call()
+            return guard.end() if chunk is None else guard.feed(chunk)
+        call = guard.end if chunk is None else partial(guard.feed, chunk)
         return await anyio.to_thread.run_sync(call, limiter=self._scoring)
 
     async def _guarded(
         self, guard: AnswerGuard, upstream: UpstreamAnswer
-    ) -> AsyncGenerator[list[list[dict[str, Any]]], None]:
-        """The chunks the client may see, as the releases of one upstream read (each the
-        chunks one :meth:`AnswerGuard.feed` released, e.g. a buffer released at
-        certification): they go out in one write, so that a burst read at once costs one
-        write, with each release framed as before. The upstream is closed at once on a
-        block or a failure; after a clean end its connection is kept for reuse (see
-        :meth:`_finish`)."""
+    ) -> AsyncGenerator[list[dict[str, Any]], None]:
+        """The chunks the client may see, in batches (a buffer released at certification
+        goes out in one write). The upstream is closed at once on a block or a failure;
+        after a clean end its connection is kept for reuse (see :meth:`_finish`)."""
         clock = time.perf_counter
+        feed = None if guard.heavy else guard.feed  # (no coroutine per chunk for a light one)
         self._active[guard] = upstream
         if self._draining:
             guard.draining = True
             await upstream.interrupt()
         try:
-            async for batch in upstream.batches:
+            async for event, data in upstream.events:
                 t0 = clock()
-                out, done, failure = await self._run(guard, partial(guard.feed_events, batch))
+                chunk = decode_chunk(event, data)
+                if chunk is None:
+                    break
+                out = feed(chunk) if feed is not None else await self._step(guard, chunk)
                 guard.busy_s += clock() - t0
-                if out:
-                    yield out  # what the batch released before a block, a failure or the end
-                if failure is not None:
-                    raise failure
                 if guard.blocked:
                     return  # (nothing is released on a block; past the token limit too)
-                if done:
-                    break
+                if out:
+                    yield out
             upstream.clean = True
-            rest = await self._run(guard, guard.end)
-            if rest:
-                yield [rest]
+            out = await self._step(guard, None)
+            if out:
+                yield out
         except UpstreamFailure as exc:
             if guard.draining:
                 guard.fail(SHUTDOWN, SHUTDOWN_REASON)
@@ -148,11 +145,11 @@ class AnswerLoop:
         chunks = self._guarded(guard, upstream)
         try:
             last: dict[str, Any] | None = None
-            async for releases in chunks:
+            async for batch in chunks:
                 t0 = clock()
-                data = b"".join([sse(c) for out in releases for c in merge_released(out)])
+                data = b"".join([sse(chunk) for chunk in merge_released(batch)])
                 guard.busy_s += clock() - t0
-                last = releases[-1][-1]
+                last = batch[-1]
                 yield data
             if not guard.blocked:
                 yield DONE
@@ -182,9 +179,8 @@ class AnswerLoop:
                     tasks.cancel_scope.cancel()
 
                 tasks.start_soon(watch)
-                async for releases in chunks:
-                    for released in releases:
-                        out += released
+                async for batch in chunks:
+                    out += batch
                 tasks.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):

@@ -15,7 +15,6 @@ from .._guard._openai_events import ChunkParts
 from .._serving._answer import GuardedAnswer
 from .._serving._prepare import GuardedRequest
 from .._serving._wire import MAX_ID_CHARS, strip_chunk
-from ._upstream import Event, decode_chunk
 
 __all__ = ["AnswerGuard", "RequestInfo", "chunk_frame"]
 
@@ -65,30 +64,6 @@ class AnswerGuard(GuardedAnswer[dict[str, Any]]):
             uid = chunk.get("id")
             self._upstream_id = uid if isinstance(uid, str) and 0 < len(uid) <= MAX_ID_CHARS else ""
         return super().feed(chunk)
-
-    def feed_events(
-        self, batch: list[Event]
-    ) -> tuple[list[list[dict[str, Any]]], bool, Exception | None]:
-        """The events of one upstream read, in order: what each chunk released (the
-        non-empty :meth:`feed` results), whether ``[DONE]`` came, and the failure that
-        stopped the batch, if one did (a malformed chunk, an error event, a guard error:
-        returned, not raised, so that what the events before it released is still sent
-        first). Feeding stops at ``[DONE]``, a failure or a block (the chunk that blocks
-        releases nothing)."""
-        out: list[list[dict[str, Any]]] = []
-        try:
-            for event, data in batch:
-                chunk = decode_chunk(event, data)
-                if chunk is None:
-                    return out, True, None
-                released = self.feed(chunk)
-                if self.blocked:
-                    break
-                if released:
-                    out.append(released)
-        except Exception as exc:  # (each kind is the caller's to sort)
-            return out, False, exc
-        return out, False, None
 
     def strip(self, chunk: dict[str, Any]) -> dict[str, Any]:
         info = self.info

@@ -34,7 +34,7 @@ __all__ = [
     "UpstreamFailure",
     "body_parts",
     "decode_chunk",
-    "event_batches",
+    "events",
     "is_timeout",
     "read_capped",
 ]
@@ -161,8 +161,8 @@ class Upstream:
 
 
 class UpstreamAnswer:
-    """One upstream response and its iterator of event batches (created once, so that what
-    is left after ``[DONE]`` is read from the same iterator)."""
+    """One upstream response and its event iterator (created once, so that what is left
+    after ``[DONE]`` is read from the same iterator)."""
 
     def __init__(
         self,
@@ -173,7 +173,7 @@ class UpstreamAnswer:
         timeout_s: float | None = None,
     ) -> None:
         self.response = response
-        self.batches = event_batches(body_parts(response, timeout_s), max_bytes, timeout_s)
+        self.events = events(body_parts(response, timeout_s), max_bytes, timeout_s)
         self.secrets = secrets or []
         """What no failure message may carry (an upstream's error event may echo its key)."""
         self.clean = False  # ``[DONE]`` or the end of the body was reached
@@ -182,7 +182,7 @@ class UpstreamAnswer:
         """Close now (a block, a failure): the upstream sees the connection close (unless
         the body was read to its end: the connection then went back to the pool)."""
         with anyio.CancelScope(shield=True):
-            await self.batches.aclose()
+            await self.events.aclose()
             self.response.close()
 
     async def interrupt(self) -> None:
@@ -191,15 +191,15 @@ class UpstreamAnswer:
         self.response.close()
 
     async def finish(self, limit_s: float = 1.0) -> None:
-        """After a clean end, read the rest of the body (until past 16 events, ``limit_s``
+        """After a clean end, read the rest of the body (at most 16 events, ``limit_s``
         seconds) so that the connection returns to the pool; then close. Never raises."""
         with anyio.CancelScope(shield=True):
             if self.clean and not self.response.closed:
                 with anyio.move_on_after(limit_s):
                     try:
                         n = 0
-                        async for batch in self.batches:
-                            n += len(batch)
+                        async for _ in self.events:
+                            n += 1
                             if n > 16:
                                 break
                     except UpstreamFailure:
@@ -215,15 +215,14 @@ def _too_large(max_bytes: int) -> UpstreamFailure:
     )
 
 
-async def _batches(body: AsyncIterable[bytes], max_bytes: int) -> AsyncIterator[list[Event]]:
-    """The server-sent events of ``body``, one list per part that completes any: ``(event
-    name, data)`` (comments and ids skipped), the data as the bytes it came as (lines split
-    on ``\n``, ``\r\n`` or ``\r``).
+async def _events(body: AsyncIterable[bytes], max_bytes: int) -> AsyncIterator[Event]:
+    """``(event name, data)`` of each server-sent event (comments and ids skipped), the
+    data as the bytes it came as (lines split on ``\n``, ``\r\n`` or ``\r``).
 
     Past ``max_bytes`` in all (one endless line included) the answer is an
     :class:`UpstreamFailure` (``upstream_too_large``), so that an upstream that never
-    stops cannot make the proxy hold it whole. One pass, no generator per line or per
-    event: this runs for every chunk of every answer."""
+    stops cannot make the proxy hold it whole. One pass, no generator per line: this
+    runs for every chunk of every answer."""
     read = 0
     buffer = bytearray()
     data: list[bytes] = []
@@ -241,18 +240,15 @@ async def _batches(body: AsyncIterable[bytes], max_bytes: int) -> AsyncIterator[
         else:
             lines = bytes(buffer).split(b"\n")
             buffer = bytearray(lines.pop())
-        batch: list[Event] = []
         for line in lines:
             if not line:
                 if data:
-                    batch.append((event, data[0] if len(data) == 1 else b"\n".join(data)))
+                    yield event, data[0] if len(data) == 1 else b"\n".join(data)
                 data, event = [], None
             elif line.startswith(b"data:"):
                 data.append(line[6:] if line.startswith(b"data: ") else line[5:])
             elif line.startswith(b"event:"):
                 event = line[6:].decode("utf-8", "replace").strip()
-        if batch:
-            yield batch
     if buffer:  # a last line without its end
         line = bytes(buffer).rstrip(b"\r")
         if line.startswith(b"data:"):
@@ -260,7 +256,7 @@ async def _batches(body: AsyncIterable[bytes], max_bytes: int) -> AsyncIterator[
         elif line.startswith(b"event:"):
             event = line[6:].decode("utf-8", "replace").strip()
     if data:  # the last event without its blank line: as the openai SDK, still read it
-        yield [(event, b"\n".join(data))]
+        yield event, b"\n".join(data)
 
 
 def _cr_lines(buffer: bytearray) -> tuple[list[bytes], int]:
@@ -284,19 +280,18 @@ def _line_end(buffer: bytearray, start: int) -> int:
     return r
 
 
-async def event_batches(
+async def events(
     body: AsyncIterable[bytes],
     max_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     timeout_s: float | None = None,
-) -> AsyncGenerator[list[Event], None]:
-    """The server-sent events of a response ``body`` (its parts as they arrive, decoded),
-    in batches: the events each part completes, ``(event name, data bytes)``, so that a
-    burst read in one go is guarded and written in one go. A stall (``upstream_timeout``,
-    after ``timeout_s``), a broken connection (``upstream_transport``) or too many bytes
-    (``upstream_too_large``) is an :class:`UpstreamFailure`."""
+) -> AsyncGenerator[Event, None]:
+    """The server-sent events of a response ``body`` (its parts as they arrive, decoded):
+    ``(event name, data bytes)``; a stall (``upstream_timeout``, after ``timeout_s``), a
+    broken connection (``upstream_transport``) or too many bytes (``upstream_too_large``)
+    is an :class:`UpstreamFailure`."""
     try:
-        async for batch in _batches(body, max_bytes):
-            yield batch
+        async for event in _events(body, max_bytes):
+            yield event
     except (TimeoutError, asyncio.TimeoutError) as exc:
         after = "?" if timeout_s is None else timeout_s
         raise UpstreamFailure(

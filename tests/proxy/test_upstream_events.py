@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from adapters._proxy._upstream import UpstreamFailure, decode_chunk, event_batches
+from adapters._proxy._upstream import UpstreamFailure, decode_chunk, events
 
 
 async def _parts(parts: list[bytes]) -> AsyncIterator[bytes]:
@@ -25,11 +25,9 @@ async def _parts(parts: list[bytes]) -> AsyncIterator[bytes]:
 
 async def _read(parts: list[bytes], max_bytes: int = 1 << 20) -> list[tuple[str | None, str]]:
     out = []
-    async for batch in event_batches(_parts(parts), max_bytes):
-        assert batch  # (a part that completes no event yields no batch)
-        for name, data in batch:
-            assert isinstance(data, bytes)
-            out.append((name, data.decode("utf-8", "replace")))
+    async for name, data in events(_parts(parts), max_bytes):
+        assert isinstance(data, bytes)
+        out.append((name, data.decode("utf-8", "replace")))
     return out
 
 
@@ -81,17 +79,6 @@ async def test_events_match_the_reference_however_the_body_is_split(body: bytes)
     rng = random.Random(body)
     for _ in range(40):
         assert await _read(_split(body, rng)) == expected
-
-
-async def test_the_events_a_part_completes_come_as_one_batch() -> None:
-    """A burst read at once is one batch (guarded and written in one go); an event split
-    across parts comes with the part that completes it."""
-    parts = [b'data: {"a": 1}\n\ndata: {"b": 2}\n\ndata: {"c"', b": 3}\n", b"\ndata: [DONE]\n\n"]
-    batches = [b async for b in event_batches(_parts(parts), 1 << 20)]
-    assert batches == [
-        [(None, b'{"a": 1}'), (None, b'{"b": 2}')],
-        [(None, b'{"c": 3}'), (None, b"[DONE]")],
-    ]
 
 
 async def test_random_bodies_match_the_reference() -> None:

@@ -118,8 +118,8 @@ async def test_a_broken_chunk_fails_after_the_events_before_it() -> None:
         answer = UpstreamAnswer(response, timeout_s=upstream.timeout_s)
         got: list[bytes] = []
         with pytest.raises(UpstreamFailure) as caught:
-            async for batch in answer.batches:
-                got += [data for _, data in batch]
+            async for _, data in answer.events:
+                got.append(data)
         await answer.close()
     assert caught.value.kind in ("upstream_transport", "upstream_timeout")
     assert got == [event[6:-2] for event in EVENTS[:10]]
@@ -139,7 +139,7 @@ async def test_an_encoded_body_is_decoded_before_it_is_read() -> None:
     head = b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n"
     async with server(lambda w: w.write(head % len(body) + body)) as (_, upstream):
         answer = UpstreamAnswer(await upstream.open_stream("/chat/completions", {}, {}))
-        got = [event async for batch in answer.batches for event in batch]
+        got = [(name, data) async for name, data in answer.events]
         await answer.close()
     assert got == [(None, b'{"a": 1}'), (None, b'{"b": 2}')]
 
