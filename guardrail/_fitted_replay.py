@@ -216,6 +216,7 @@ def block_margins(
     max_tokens: int | None = None,
     min_answers: int = _MIN_MARGIN_ANSWERS,
     answers: MarginAnswers = "correct",
+    share: float | None = None,
 ) -> tuple[float, ...]:
     """Early-block margins for ``statistic`` from the answers of ``traces``: for each
     ``t``, the ``quantile`` of how far an answer's score still rose after its first ``t``
@@ -224,6 +225,14 @@ def block_margins(
     of them are that long. Set as ``statistic.block_margins``, the rule blocks once the
     score so far plus the margin is below tau: at each position, about ``1 - quantile``
     of the answers seen rose more than that.
+
+    Per position is not per answer: over the hundreds of positions of a long answer,
+    many more than ``1 - quantile`` of the answers rise past the margin somewhere (on
+    300-token maths solutions, about 15% of the correct fitting answers at 0.99), and
+    each such correct answer is blocked wherever its score then sits near tau.
+    ``share`` (in (0, 1]) widens the margins by one common factor (at least 1) until that
+    share of the answers never rises past them at any position where the margin is
+    positive: :func:`margins_from_scores`.
 
     ``answers="correct"`` reads the correct answers only (as ``liftguard fit
     --early-block`` does, on the fitting answers). ``answers="all"`` reads every
@@ -244,15 +253,31 @@ def block_margins(
         for t in traces
         if t.n_tokens and (answers == "all" or t.correct)
     ]
-    return margins_from_scores(scores, quantile, min_answers=min_answers)
+    return margins_from_scores(scores, quantile, min_answers=min_answers, share=share)
 
 
 def margins_from_scores(
-    scores: Sequence[FloatArray], quantile: float, *, min_answers: int = _MIN_MARGIN_ANSWERS
+    scores: Sequence[FloatArray],
+    quantile: float,
+    *,
+    min_answers: int = _MIN_MARGIN_ANSWERS,
+    share: float | None = None,
 ) -> tuple[float, ...]:
     """:func:`block_margins` from the answers' replayed scores (each answer's score after
     every token, as :attr:`FittedPath.scores`; a statistic without margins): one replay
-    serves every quantile."""
+    serves every quantile.
+
+    With ``share``: the per-position margins times :func:`margin_scale`'s factor.
+
+    Examples
+    --------
+        >>> import numpy as np
+        >>> rising = [np.array([0.0, 0.5, 1.0])] * 9 + [np.array([-2.0, 0.0, 1.0])]
+        >>> margins_from_scores(rising, 0.5, min_answers=5)
+        (1.0, 0.5, 0.0)
+        >>> margins_from_scores(rising, 0.5, min_answers=5, share=1.0)
+        (3.0, 1.5, 0.0)
+    """
     _check_margin_args(quantile, min_answers)
     margins: list[float] = []
     for i in range(max((s.size for s in scores), default=0)):
@@ -260,7 +285,28 @@ def margins_from_scores(
         if len(rises) < min_answers:
             break
         margins.append(max(0.0, float(np.quantile(rises, quantile))))
-    return tuple(margins)
+    if share is None or not margins:
+        return tuple(margins)
+    scale = margin_scale(scores, margins, share)
+    return tuple(m * scale for m in margins)
+
+
+def margin_scale(scores: Sequence[FloatArray], margins: Sequence[float], share: float) -> float:
+    """The smallest factor, at least 1, by which ``margins`` must grow for a ``share`` of
+    the answers (their replayed scores) never to rise past them: per answer, the largest
+    ratio of its rise from a position to the margin there, over the positions whose margin
+    is positive; the ``share`` quantile of those. (A position whose margin is 0, where
+    nearly every answer already stopped rising, stays 0: no factor widens it.)"""
+    if isinstance(share, bool) or not isinstance(share, int | float) or not 0.0 < share <= 1.0:
+        raise ConfigError(f"share must be a number in (0, 1], got {share!r}")
+    m = np.asarray(margins, dtype=np.float64)
+    ratios = [0.0]
+    for s in scores:
+        k = min(s.size, m.size)
+        rise, base = s[-1] - s[:k], m[:k]
+        pos = base > 0.0
+        ratios.append(float(np.max(rise[pos] / base[pos])) if pos.any() else 0.0)
+    return max(1.0, float(np.quantile(ratios[1:] or ratios, share)))
 
 
 def _check_margin_args(quantile: float, min_answers: int) -> None:

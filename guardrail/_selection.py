@@ -92,6 +92,9 @@ class Deployment:
     form: Form = "answer"
     ranges: Mapping[str, tuple[float, float]] | None = None
     alternatives: int = DEFAULT_ALTERNATIVES
+    early_block_share: float | None = None
+    """The share of correct fitting answers the margins are widened never to block
+    (:func:`~guardrail.fitting.margins_from_scores`; ``None``: per position only)."""
 
 
 @dataclass(frozen=True)
@@ -150,7 +153,8 @@ def _oof_scores(
                 for t in (d.traces[int(i)] for i in np.flatnonzero(train))
                 if t.correct and t.n_tokens
             ]
-            margins = {q: margins_from_scores(right, q) for q in quantiles}
+            share = d.early_block_share
+            margins = {q: margins_from_scores(right, q, share=share) for q in quantiles}
         for i in np.flatnonzero(test):
             path = replay_fitted(stat, d.traces[int(i)], skeleton=skel, max_tokens=limit)
             for c, o in zip(group, out, strict=True):

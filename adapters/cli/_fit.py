@@ -190,8 +190,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
         info=info,
     )
     if early_block is not None:
-        margins = block_margins(stat, fit_tr, early_block, skeleton=skel, max_tokens=limit)
-        info["early_block"] = {"quantile": early_block, "positions": len(margins)}
+        share = args.early_block_share
+        margins = block_margins(
+            stat, fit_tr, early_block, skeleton=skel, max_tokens=limit, share=share
+        )
+        info["early_block"] = {"quantile": early_block, "share": share, "positions": len(margins)}
         stat = replace(stat, block_margins=margins, info=info)
     policy = StreamPolicy(on_length=args.on_length)
     refusal = ""
@@ -387,7 +390,13 @@ def _early_line(early: Any) -> str:
         return ""
     if not early["positions"]:
         return "  early block      none: too few correct fitting answers to set a margin\n"
+    share = early.get("share")
+    widened = (
+        f", widened until {share:g} of the correct answers never rise past them"
+        if share is not None
+        else ""
+    )
     return (
         f"  early block      margins for the first {early['positions']} tokens (quantile "
-        f"{early['quantile']:g} of a correct answer's later rise)\n"
+        f"{early['quantile']:g} of a correct answer's later rise{widened})\n"
     )

@@ -144,6 +144,7 @@ def choose_statistic(
         form=args.form,
         ranges=ranges,
         alternatives=kw["alternatives"],
+        early_block_share=args.early_block_share,
     )
     best, scored = select_statistic(
         x,
