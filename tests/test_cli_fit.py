@@ -112,16 +112,18 @@ def test_fit_early_block_sets_margins_from_the_correct_fitting_answers(
     stat = Certificate.load(out).statistic
     assert stat is not None and stat.block_margins and min(stat.block_margins) >= 0.0
     assert f"margins for the first {len(stat.block_margins)} tokens" in printed
-    assert stat.info["early_block"] == {
-        "quantile": 0.95, "share": 0.95, "positions": len(stat.block_margins)
-    }  # fmt: skip
-    assert "widened until 0.95 of the correct answers never rise past them" in printed
+    early = stat.info["early_block"]
+    assert early["quantile"] == 0.95 and early["positions"] == len(stat.block_margins)
     assert main([*args, "--early-block", "0.95", "--early-block-share", "none"]) == 0
     assert "widened" not in capsys.readouterr().out
     pointwise = Certificate.load(out).statistic
-    assert pointwise is not None and pointwise.info["early_block"]["share"] is None
-    scale = {b / a for a, b in zip(pointwise.block_margins, stat.block_margins, strict=True) if a}
-    assert len({round(f, 9) for f in scale}) == 1 and min(scale) >= 1.0  # one common factor
+    assert pointwise is not None and "share" not in pointwise.info["early_block"]
+    factors = {round(b / a, 9)
+               for a, b in zip(pointwise.block_margins, stat.block_margins, strict=True) if a}
+    assert len(factors) == 1  # one common factor, recorded where it widened the margins
+    assert factors == {round(early.get("scale", 1.0), 9)}
+    assert early.get("share", 0.95) == 0.95 and ("scale" in early) == (factors != {1.0})
+    assert ("widened until 0.95" in printed) == ("scale" in early)
     assert main([*args, "--json"]) == 0  # by default, the 0.99 quantile: larger margins
     assert json.loads(capsys.readouterr().out)["early_block"]["quantile"] == 0.99
     default = Certificate.load(out).statistic

@@ -393,6 +393,7 @@ def test_public_submodules_are_pinned() -> None:
         "cv_coverage",
         "fit_statistic",
         "margin_cost",
+        "margin_scale",
         "margins_from_scores",
         "moves_one_way",
         "preset_features",

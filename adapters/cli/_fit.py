@@ -191,10 +191,10 @@ def cmd_fit(args: argparse.Namespace) -> int:
     )
     if early_block is not None:
         share = args.early_block_share
-        margins = block_margins(
-            stat, fit_tr, early_block, skeleton=skel, max_tokens=limit, share=share
-        )
-        info["early_block"] = {"quantile": early_block, "share": share, "positions": len(margins)}
+        margins = block_margins(stat, fit_tr, early_block, skeleton=skel, max_tokens=limit)
+        widened = margins_widened(stat, fit_tr, early_block, share, margins, skel, limit)
+        info["early_block"] = {"quantile": early_block, **widened, "positions": len(margins)}
+        margins = tuple(m * widened.get("scale", 1.0) for m in margins)
         stat = replace(stat, block_margins=margins, info=info)
     policy = StreamPolicy(on_length=args.on_length)
     refusal = ""
@@ -379,6 +379,23 @@ def _certifies_nothing(stat: Any, n: int, policy: Any, args: argparse.Namespace,
         else f"Certifies nothing: no threshold passed the risk test at risk {args.risk:g}, "
         f"delta {args.delta:g} on the calibration traces, so every answer is withheld.",
     )
+
+
+def margins_widened(
+    stat: Any, fit_tr: list[Any], quantile: float, share: float | None,
+    margins: tuple[float, ...], skel: Any, limit: int,
+) -> dict[str, float]:
+    """``{"share": S, "scale": c}`` where ``--early-block-share S`` widens the per-position
+    ``margins`` by ``c > 1``; ``{}`` where it leaves them as they are (the certificate then
+    reads as one fitted per position)."""
+    from guardrail.fitting import margin_scale, replay_fitted
+
+    if share is None or not margins:
+        return {}
+    right = [replay_fitted(stat, t, skeleton=skel, max_tokens=limit).scores
+             for t in fit_tr if t.correct and t.n_tokens]  # fmt: skip
+    scale = margin_scale(right, margins, share)
+    return {"share": share, "scale": scale} if scale > 1.0 else {}
 
 
 def _sigmoid(x: float) -> float:
