@@ -11,8 +11,9 @@ Writes ``benchmarks/results/longform.json`` and ``docs/results/longform.md``;
 
 In-domain, per task: the answers are split in halves by a seeded permutation (seed 0,
 as every held-out benchmark here); on half A, ``liftguard fit --fit-fraction 1`` fits the
-default certificate (every default: group ``lift``, the prompt-free skeleton, early
-block 0.99) and, per target risk, ``liftguard fit --select coverage --risk R``; on half
+default certificate (every default: group ``lift`` plus the log-likelihood of each
+scope the answers use, the prompt-free skeleton, early block 0.99 widened to a 0.95
+share) and, per target risk, ``liftguard fit --select coverage --risk R``; on half
 B, ``liftguard eval --certificate CERT --risk R --splits 50 --seed 7 --bootstrap 200``
 (R: the target risks 0.1, 0.2 and 0.3, and 0.4 and 0.5 to tell methods apart where all
 refuse the targets)
@@ -47,7 +48,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
-from _tables import halves, header, load, pct, save, trace_parts, write_page  # noqa: E402
+from _tables import halves, header, load, pct, plain_traces, save, write_page  # noqa: E402
 
 from guardrail import Certificate, InsufficientDataError  # noqa: E402
 from guardrail.evaluate import fitted_method, ltt_threshold  # noqa: E402
@@ -181,35 +182,13 @@ def _evaluate(
     return {f"{risk:g}": run for risk, run in zip(RISKS, runs, strict=True)}
 
 
-def _plain(path: Path, tmp: Path) -> Path:
-    """``path``, or for a compressed file (as the committed ``benchmarks/traces/*.xz``) a
-    decompressed copy in ``tmp`` under the same name without the suffix, or for a folder
-    of parts (as ``benchmarks/traces/gsm8k_qwen25coder/``) their lines joined in name order
-    into ``tmp/<folder>.jsonl`` (the halves are split by lines, and the summary reads it
-    again)."""
-    import bz2
-    import gzip
-    import lzma
-
-    openers = {".xz": lzma.open, ".gz": gzip.open, ".bz2": bz2.open}
-    parts = trace_parts(path) if path.is_dir() else [path]
-    if len(parts) == 1 and parts[0].suffix not in openers:
-        return parts[0]
-    out = tmp / (f"{path.name}.jsonl" if path.is_dir() else path.with_suffix("").name)
-    with out.open("wb") as dst:
-        for part in parts:
-            with openers.get(part.suffix, open)(part, "rb") as src:
-                dst.write(src.read())
-    return out
-
-
 def run(paths: dict[str, Path], bootstrap: int, jobs: int = 1) -> dict[str, Any]:
     saved: dict[str, Any] = {"generated_by": COMMAND, "splits": SPLITS, "seed": SEED,
                              "delta": DELTA, "bootstrap": bootstrap, "tasks": {},
                              "in_domain": {}, "transfer": {}}  # fmt: skip
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
-        paths = {task: _plain(path, tmp) for task, path in paths.items()}
+        paths = {task: plain_traces(path, tmp) for task, path in paths.items()}
         for task, path in paths.items():
             saved["tasks"][task] = _summary(path)
             a, b = halves(path, tmp)

@@ -2,26 +2,30 @@
 
 A long answer mixes parts that say different things about whether it is right: the
 steps of a worked solution and its final answer, the code block and the prose around
-it. A **scoped** feature (``"final:logprob.min"``, ``"code:entropy.mean"``; see
-:class:`guardrail._aggregates.Feature`) aggregates a base feature over the tokens of
-one scope only:
+it, the numbers a calculation writes and the words between them. A **scoped** feature
+(``"final:logprob.min"``, ``"code:entropy.mean"``; see
+:class:`guardrail._aggregates.Feature`) aggregates a base feature over the tokens of one
+scope only:
 
-=========  ====================================================================
-scope      the tokens in it
-=========  ====================================================================
-``final``  every token that starts at or after the end of the first final-answer
-           marker: ``Answer:`` (any case, up to three spaces before the colon, not
-           inside a word) or ``\\boxed{``. In ``... Answer: 18`` that is `` 18``
-           and anything after it.
-``code``   every token that starts inside a fenced code block: after the newline
-           of a fence line (a line whose first non-blank characters, after spaces
-           and tabs, are three backticks) and before the newline of the next
-           one. The closing fence's own tokens therefore count as code.
-=========  ====================================================================
+==========  ====================================================================
+scope       the tokens in it
+==========  ====================================================================
+``final``   every token that starts at or after the end of the first final-answer
+            marker: ``Answer:`` (any case, up to three spaces before the colon, not
+            inside a word) or ``\\boxed{``. In ``... Answer: 18`` that is `` 18``
+            and anything after it.
+``code``    every token that starts inside a fenced code block: after the newline
+            of a fence line (a line whose first non-blank characters, after spaces
+            and tabs, are three backticks) and before the newline of the next
+            one. The closing fence's own tokens therefore count as code.
+``number``  every token whose text has an ASCII digit (``0`` to ``9``) in it: the
+            numbers of a worked solution, where its arithmetic goes right or wrong
+            (``" 1"``, ``"8"``, ``"2,"``; not ``" eighteen"``).
+==========  ====================================================================
 
-Whether a token is in a scope depends only on the text before it, so a monitor
-knows it when the token arrives: :func:`scope_tracker` gives the streaming object
-(``update(text) -> bool``, O(length of the token's text)); :func:`scope_mask` is its
+Whether a token is in a scope depends only on its own text and the text before it, so a
+monitor knows it when the token arrives: :func:`scope_tracker` gives the streaming
+object (``update(text) -> bool``, O(length of the token's text)); :func:`scope_mask` is its
 batch twin over a whole answer's token texts, written independently (regular
 expressions over the joined text); the tests compare the two at every token.
 """
@@ -36,15 +40,23 @@ import numpy.typing as npt
 
 from ._errors import ConfigError
 
-__all__ = ["SCOPES", "CodeScope", "FinalAnswerScope", "scope_mask", "scope_tracker"]
+__all__ = [
+    "SCOPES",
+    "CodeScope",
+    "FinalAnswerScope",
+    "NumberScope",
+    "scope_mask",
+    "scope_tracker",
+]
 
-SCOPES = ("final", "code")
+SCOPES = ("final", "code", "number")
 """The scopes a feature can read."""
 
 _MARKER = re.compile(r"(?<![A-Za-z0-9_])answer[ \t]{0,3}:|\\boxed\{", re.I)
 _MARKER_MAX = 10
 """The longest text ``_MARKER`` matches (``answer   :``)."""
 _FENCE_LINE = re.compile(r"^[ \t]*```[^\n]*\n", re.M)
+_DIGIT = re.compile(r"[0-9]")
 
 
 class FinalAnswerScope:
@@ -109,12 +121,32 @@ class CodeScope:
         return inside
 
 
-def scope_tracker(scope: str) -> FinalAnswerScope | CodeScope:
+class NumberScope:
+    """Streaming ``number`` scope: whether each token's text has an ASCII digit. Keeps
+    nothing between tokens.
+
+    Examples
+    --------
+        >>> scope = NumberScope()
+        >>> [scope.update(t) for t in [" 16", " -", " 3", " eggs", " =", " 1", "3", ".\\n"]]
+        [True, False, True, False, False, True, True, False]
+    """
+
+    __slots__ = ()
+
+    def update(self, text: str) -> bool:
+        """Whether the token with ``text`` is in the scope."""
+        return any("0" <= ch <= "9" for ch in text)
+
+
+def scope_tracker(scope: str) -> FinalAnswerScope | CodeScope | NumberScope:
     """A fresh streaming tracker of ``scope`` (one per answer)."""
     if scope == "final":
         return FinalAnswerScope()
     if scope == "code":
         return CodeScope()
+    if scope == "number":
+        return NumberScope()
     raise ConfigError(f"unknown scope {scope!r}; choose one of {', '.join(SCOPES)}")
 
 
@@ -132,4 +164,11 @@ def scope_mask(texts: Sequence[str], scope: str) -> npt.NDArray[np.bool_]:
         toggles = np.array([m.end() for m in _FENCE_LINE.finditer(text)], dtype=np.int64)
         passed = np.searchsorted(toggles, starts, side="right")  # fence lines ended by then
         return np.asarray(passed % 2 == 1, dtype=bool)
+    if scope == "number":
+        digits = np.array([m.start() for m in _DIGIT.finditer(text)], dtype=np.int64)
+        stops = starts + np.array([len(t) for t in texts], dtype=np.int64)
+        # a token holds a digit iff a digit's position lies in [start, stop)
+        before_end = np.searchsorted(digits, stops, side="left")
+        before_start = np.searchsorted(digits, starts, side="left")
+        return np.asarray(before_end > before_start, dtype=bool)
     raise ConfigError(f"unknown scope {scope!r}; choose one of {', '.join(SCOPES)}")

@@ -1,7 +1,7 @@
 """Fitted certificates: per-token features a stream carries, their running aggregates
 (one small object per aggregate, :func:`aggregate_of`, each beside its batch twin),
 the fitted statistic and its exact streaming replay; the scopes a feature can read
-(the final answer, the code block), each told token by token (:func:`scope_tracker`,
+(the final answer, the code block, the numbers), each told token by token (:func:`scope_tracker`,
 beside its batch twin :func:`scope_mask`).
 
 ``liftguard fit`` is the command-line front end; a fitted statistic is stored in a
@@ -39,7 +39,7 @@ from ._fitted_replay import (
 )
 from ._fitted_state import EventReader, FittedState, RecordedSkeleton, trace_events
 from ._fitting import answer_features, fit_statistic, token_ranges
-from ._scopes import SCOPES, CodeScope, FinalAnswerScope, scope_mask, scope_tracker
+from ._scopes import SCOPES, CodeScope, FinalAnswerScope, NumberScope, scope_mask, scope_tracker
 from ._selection import Candidate, CandidateScore, Deployment, cv_coverage, select_statistic
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "FittedState",
     "FittedStatistic",
     "MarginAnswers",
+    "NumberScope",
     "RecordedSkeleton",
     "TokenFeaturizer",
     "aggregate_of",

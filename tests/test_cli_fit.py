@@ -479,7 +479,7 @@ def test_eval_says_when_a_method_certifies_more_than_the_certificate() -> None:
 def test_long_answers_add_length_robust_and_scoped_candidates() -> None:
     """Selection's extra candidates for long answers: length-robust aggregates where the
     median answer is long, and a scope's features where the answers use it (real code
-    answers: the code block; short factoid answers: neither)."""
+    answers: the code block and its numbers; short factoid answers: neither)."""
     from adapters.cli._fit_select import long_answer_sets
     from guardrail.fitting import moves_one_way, preset_features
     from guardrail.traces import read_traces
@@ -487,7 +487,7 @@ def test_long_answers_add_length_robust_and_scoped_candidates() -> None:
     feats = preset_features("lift")
     code = list(read_traces(Path(__file__).parent / "fixtures" / "traces_qwen_mbpp_sample.jsonl"))
     sets = dict(long_answer_sets(feats, code, "answer"))
-    assert list(sets) == ["+ means and shares below", "+ code scope"]
+    assert list(sets) == ["+ means and shares below", "+ code scope", "+ number scope"]
     for extra in sets.values():
         assert extra[: len(feats)] == feats and len(set(extra)) == len(extra)
     assert {f.name for f in sets["+ code scope"]} >= {"code:logprob.min", "code:lift.mean"}

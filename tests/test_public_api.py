@@ -381,6 +381,7 @@ def test_public_submodules_are_pinned() -> None:
         "FittedState",
         "FittedStatistic",
         "MarginAnswers",
+        "NumberScope",
         "RecordedSkeleton",
         "TokenFeaturizer",
         "aggregate_of",

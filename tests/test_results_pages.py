@@ -172,6 +172,23 @@ def test_longform_page_is_the_saved_run(monkeypatch: pytest.MonkeyPatch) -> None
     assert written == mod.render(saved), f"stale: run `{mod.COMMAND} --docs-only`"
 
 
+def test_scope_sums_page_is_the_saved_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page on ``fit --scopes auto`` is what its saved run gives, measured on fitting
+    halves only, with the scopes ``fit`` itself would add (``--docs-only`` rewrites it)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    mod = _script("benchmarks/scope_sums.py")
+    saved = json.loads(mod.SAVED.read_text("utf-8"))
+    assert saved["generated_by"] == mod.COMMAND
+    written = mod.PAGE.read_text(encoding="utf-8")
+    assert mod.COMMAND in written.splitlines()[0]
+    assert written == mod.render(saved), f"stale: run `{mod.COMMAND} --docs-only`"
+    assert set(saved["files"]) == set(mod.RISKS)
+    for key, entry in saved["files"].items():
+        assert list(entry["risks"]) == [f"{r:g}" for r in mod.RISKS[key]]
+        for row in entry["risks"].values():  # a second statistic exactly where scopes are added
+            assert ("with_scopes" in row) == bool(entry["scopes"])
+
+
 def test_longform_refuses_without_traces(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -243,7 +260,7 @@ def test_longform_reads_a_file_a_compressed_file_or_a_folder_of_parts(
     import lzma
 
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    mod = _script("benchmarks/longform.py")
+    mod = _script("benchmarks/_tables.py")
     lines = [f'{{"id": "q{i}"}}\n' for i in range(5)]
     parts = tmp_path / "gsm8k_parts"
     parts.mkdir()
@@ -253,8 +270,8 @@ def test_longform_reads_a_file_a_compressed_file_or_a_folder_of_parts(
     plain.write_text("".join(lines))
     out = tmp_path / "out"
     out.mkdir()
-    assert mod._plain(plain, out) == plain
-    joined = mod._plain(parts, out)
+    assert mod.plain_traces(plain, out) == plain
+    joined = mod.plain_traces(parts, out)
     assert joined == out / "gsm8k_parts.jsonl" and joined.read_text() == "".join(lines)
-    one = mod._plain(parts / "part-000.jsonl.xz", out)
+    one = mod.plain_traces(parts / "part-000.jsonl.xz", out)
     assert one.name == "part-000.jsonl" and one.read_text() == "".join(lines[:3])

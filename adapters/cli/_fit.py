@@ -120,7 +120,6 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from guardrail.evaluate import auroc
     from guardrail.fitting import (
         answer_features,
-        block_margins,
         calibrate_fitted,
         critical_score,
         fit_statistic,
@@ -129,7 +128,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     )
 
     from ._certify import read_context, skeleton_spec
-    from ._fit_select import choose_statistic, selection_line
+    from ._fit_select import choose_statistic, scope_sums, selection_line
 
     if not 0.0 <= args.range_quantile < 0.5:
         raise CommandError("--range-quantile must lie in [0, 0.5)", status=2)
@@ -164,6 +163,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         )
     fit_idx, cal_idx = np.sort(perm[:n_fit]), np.sort(perm[n_fit:])
     fit_tr, cal_tr = [traces[i] for i in fit_idx], [traces[i] for i in cal_idx]
+    feats, scopes = scope_sums(args, feats, fit_tr)
     spec = skeleton_spec(args.skeleton, vocab, args.skeleton_spec)
     skel: Any = "prompt-free" if args.skeleton == "prompt-free" else spec.build()
     bases = [f.base for f in feats if f.base != "length"]
@@ -171,6 +171,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     kw: dict[str, Any] = {"skeleton": skel, "alternatives": alternatives}
     ranges = token_ranges(fit_tr, bases, quantile=args.range_quantile, **kw)
     info: dict[str, Any] = {"traces": Path(args.traces).name, "skeleton": args.skeleton}
+    if scopes:
+        info["scopes"] = scopes
     l2, early_block = args.l2, args.early_block
     if args.select == "coverage":
         progress.step("liftguard fit: selection")
@@ -191,10 +193,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     )
     if early_block is not None:
         share = args.early_block_share
-        margins = block_margins(stat, fit_tr, early_block, skeleton=skel, max_tokens=limit)
-        widened = margins_widened(stat, fit_tr, early_block, share, margins, skel, limit)
+        margins, widened = early_margins(stat, fit_tr, early_block, share, skel, limit)
         info["early_block"] = {"quantile": early_block, **widened, "positions": len(margins)}
-        margins = tuple(m * widened.get("scale", 1.0) for m in margins)
         stat = replace(stat, block_margins=margins, info=info)
     policy = StreamPolicy(on_length=args.on_length)
     refusal = ""
@@ -302,6 +302,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     summary = {
         "out": args.out,
         "group": stat.group,
+        "scopes": scopes,
         "form": stat.form,
         "features": len(feats),
         "n_fit": len(fit_tr),
@@ -337,8 +338,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
     )
     print(
         f"liftguard fit: {args.traces}  model {model.model_id}\n"
-        f"  statistic        logistic over {len(feats)} features (group {stat.group}, form "
-        f"{stat.form}, {stat.alternatives} alternatives), fitted on {len(fit_tr)} traces\n"
+        f"  statistic        logistic over {len(feats)} features (group {stat.group}"
+        f"{_scopes_note(scopes)}, form {stat.form}, {stat.alternatives} alternatives), "
+        f"fitted on {len(fit_tr)} traces\n"
         f"{_early_line(info.get('early_block'))}"
         f"{selection_line(info.get('selection'), args.risk)}"
         f"  calibration      {cal_line}\n"
@@ -381,21 +383,28 @@ def _certifies_nothing(stat: Any, n: int, policy: Any, args: argparse.Namespace,
     )
 
 
-def margins_widened(
-    stat: Any, fit_tr: list[Any], quantile: float, share: float | None,
-    margins: tuple[float, ...], skel: Any, limit: int,
-) -> dict[str, float]:
-    """``{"share": S, "scale": c}`` where ``--early-block-share S`` widens the per-position
-    ``margins`` by ``c > 1``; ``{}`` where it leaves them as they are (the certificate then
+def early_margins(
+    stat: Any, fit_tr: list[Any], quantile: float, share: float | None, skel: Any, limit: int
+) -> tuple[tuple[float, ...], dict[str, float]]:
+    """The early-block margins of ``--early-block`` and ``--early-block-share``, from one
+    replay of the correct fitting answers, and ``{"share": S, "scale": c}`` where the share
+    widens the per-position margins by ``c > 1`` (``{}`` otherwise: the certificate then
     reads as one fitted per position)."""
-    from guardrail.fitting import margin_scale, replay_fitted
+    from guardrail.fitting import margin_scale, margins_from_scores, replay_fitted
 
-    if share is None or not margins:
-        return {}
     right = [replay_fitted(stat, t, skeleton=skel, max_tokens=limit).scores
              for t in fit_tr if t.correct and t.n_tokens]  # fmt: skip
+    margins = margins_from_scores(right, quantile)
+    if share is None or not margins:
+        return margins, {}
     scale = margin_scale(right, margins, share)
-    return {"share": share, "scale": scale} if scale > 1.0 else {}
+    if scale <= 1.0:
+        return margins, {}
+    return tuple(m * scale for m in margins), {"share": share, "scale": scale}
+
+
+def _scopes_note(scopes: list[str]) -> str:
+    return f" + log-likelihood of scopes {'/'.join(scopes)}" if scopes else ""
 
 
 def _sigmoid(x: float) -> float:

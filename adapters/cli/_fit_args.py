@@ -8,6 +8,7 @@ from typing import Any
 from ._certify import add_skeleton_spec_option
 from ._common import fraction, integer, output_file, positive, probability
 from ._fit import DEFAULT_FIT_RISK, cmd_fit
+from ._fit_select import SCOPE_SHARE
 
 __all__ = ["DEFAULT_EARLY_BLOCK", "DEFAULT_EARLY_BLOCK_SHARE", "TRAFFIC_EARLY_BLOCK",
            "add_fit_parser"]  # fmt: skip
@@ -86,7 +87,16 @@ def add_fit_parser(sub: Any) -> None:
         "logprob.min,lift.sum,length.count,final:logprob.min), instead of --group's preset; "
         "bases: logprob, margin, entropy, rank, temperature_lift, exact_entropy, lift, "
         "length; scopes: final (after the answer's 'Answer:' or \\boxed{), code (inside a "
-        "fenced code block)",
+        "fenced code block), number (tokens with a digit)",
+    )
+    p.add_argument(
+        "--scopes",
+        default=None,
+        metavar="auto|none|SCOPE,...",
+        help="with --group: also read the log-likelihood (scope:logprob.sum) of these scopes; "
+        f"auto (default): each that at least {SCOPE_SHARE:.0%} of the fitting answers have "
+        "tokens in (a worked solution's numbers and final answer, a program's code); none: "
+        "the preset alone",
     )
     p.add_argument(
         "--form",

@@ -26,6 +26,8 @@ import argparse
 import math
 from typing import Any
 
+from ._common import CommandError
+
 __all__ = [
     "EARLY_BLOCK_CHOICES",
     "LONG_ANSWER_TOKENS",
@@ -34,7 +36,9 @@ __all__ = [
     "SINGLE_SCORES",
     "choose_statistic",
     "long_answer_sets",
+    "scope_sums",
     "selection_line",
+    "used_scopes",
 ]
 
 REPEATS = 3
@@ -65,7 +69,7 @@ def long_answer_sets(
     ``feats`` with length-robust aggregates, and with each scope the answers use."""
     import numpy as np
 
-    from guardrail.fitting import SCOPES, Feature, moves_one_way, scope_mask
+    from guardrail.fitting import Feature, moves_one_way
 
     bases = [b for b in dict.fromkeys(f.base for f in feats) if b != "length"]
     out: list[tuple[str, tuple[Any, ...]]] = []
@@ -80,13 +84,59 @@ def long_answer_sets(
         robust = [f"{b}.mean" for b in bases]
         extend("+ means and shares below", [*robust, f"logprob.frac_below@{_HALF}",
                                             f"logprob.frac_below@{_NINE}"])  # fmt: skip
-    for scope in SCOPES:
-        share = np.mean([bool(scope_mask(t.token_texts, scope).any()) for t in traces])
-        if share >= SCOPE_SHARE:
-            others = [f"{scope}:{b}.mean" for b in bases if b != "logprob"]
-            extend(f"+ {scope} scope", [f"{scope}:logprob.min", f"{scope}:logprob.mean",
-                                        f"{scope}:length.count", *others])  # fmt: skip
+    for scope in used_scopes(traces):
+        others = [f"{scope}:{b}.mean" for b in bases if b != "logprob"]
+        extend(f"+ {scope} scope", [f"{scope}:logprob.min", f"{scope}:logprob.mean",
+                                    f"{scope}:length.count", *others])  # fmt: skip
     return out
+
+
+def used_scopes(traces: list[Any]) -> list[str]:
+    """The scopes (in :data:`~guardrail.fitting.SCOPES` order) that at least
+    :data:`SCOPE_SHARE` of ``traces`` have a token in."""
+    import numpy as np
+
+    from guardrail.fitting import SCOPES, scope_mask
+
+    return [
+        scope
+        for scope in SCOPES
+        if np.mean([bool(scope_mask(t.token_texts, scope).any()) for t in traces]) >= SCOPE_SHARE
+    ] if traces else []  # fmt: skip
+
+
+def scope_sums(args: argparse.Namespace, feats: tuple[Any, ...], fit_tr: list[Any]) -> tuple[
+    tuple[Any, ...], list[str]
+]:  # fmt: skip
+    """``--scopes``: ``feats`` plus the log-likelihood (``scope:logprob.sum``) of each scope
+    named, or for ``auto`` of each :func:`used_scopes` of the fitting answers; and those
+    scopes. With ``--features`` the features are as given."""
+    from guardrail.fitting import SCOPES, Feature
+
+    if args.features is not None:
+        if args.scopes is not None:
+            raise CommandError(
+                "--scopes adds to --group's preset; with --features name scoped features "
+                "yourself (e.g. number:logprob.sum)",
+                status=2,
+            )
+        return feats, []
+    given = (args.scopes or "auto").strip().lower()
+    if given == "auto":
+        scopes = used_scopes(fit_tr)
+    elif given == "none":
+        scopes = []
+    else:
+        scopes = [n.strip() for n in given.split(",") if n.strip()]
+        bad = [n for n in scopes if n not in SCOPES]
+        if bad or not scopes or len(set(scopes)) != len(scopes):
+            raise CommandError(
+                f"--scopes: expected auto, none or distinct scopes of {', '.join(SCOPES)}; "
+                f"got {args.scopes!r}",
+                status=2,
+            )
+    extra = [Feature.parse(f"{s}:logprob.sum") for s in scopes]
+    return tuple(dict.fromkeys([*feats, *extra])), scopes
 
 
 def _early_name(quantile: float | None) -> str:

@@ -72,6 +72,9 @@ def test_what_each_scope_holds() -> None:
     assert not scope_mask(["the answer is 42"], "final").any()
     tokens = ["Here", ":\n", "```", "python", "\n", "def", " f", "\n", "```", "\n", "Done"]
     assert scope_mask(tokens, "code").tolist() == [False] * 5 + [True] * 5 + [False]
+    tokens = [" 1", "6", " -", " 3", " =", "", " ", "1", "3", ".\n", " twelve", "x2", "٣"]
+    expected = [True, True, False, True, False, False, False, True, True, False, False, True]
+    assert scope_mask(tokens, "number").tolist() == [*expected, False]  # ASCII digits only
     with pytest.raises(ConfigError, match="unknown scope"):
         scope_tracker("prose")
     with pytest.raises(ConfigError, match="unknown scope"):
