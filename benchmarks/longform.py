@@ -12,7 +12,7 @@ Writes ``benchmarks/results/longform.json`` and ``docs/results/longform.md``;
 In-domain, per task: the answers are split in halves by a seeded permutation (seed 0,
 as every held-out benchmark here); on half A, ``liftguard fit --fit-fraction 1`` fits the
 default certificate (every default: group ``lift`` plus the log-likelihood of each
-scope the answers use, the prompt-free skeleton, early block 0.99 widened to a 0.95
+scope the answers use, the prompt-free skeleton, early block 0.99 widened to a 0.9
 share) and, per target risk, ``liftguard fit --select coverage --risk R``; on half
 B, ``liftguard eval --certificate CERT --risk R --splits 50 --seed 7 --bootstrap 200``
 (R: the target risks 0.1, 0.2 and 0.3, and 0.4 and 0.5 to tell methods apart where all

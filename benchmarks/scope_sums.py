@@ -12,7 +12,7 @@ Each trace file (Qwen2.5-Coder's MBPP and GSM8K answers, committed under
 by the seeded permutation every held-out benchmark here uses (seed 0), and only half A
 is read: the test halves stay unread by whatever this page is used to choose. On half
 A, the statistic ``fit`` makes by default (group ``lift``, the prompt-free skeleton,
-L2 10, early-block margins at the 0.99 quantile widened to a 0.95 share) is scored by
+L2 10, early-block margins at the 0.99 quantile widened to the default share) is scored by
 :func:`guardrail.fitting.cv_coverage`, replayed as the monitor streams it: out-of-fold
 scores from 5 folds, then 50 random halves of them, one calibrating at the risk (delta
 0.05, as ``eval``), the other measuring coverage; the whole done twice over. The

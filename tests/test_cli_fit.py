@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from adapters.cli import main
+from adapters.cli._fit_args import DEFAULT_EARLY_BLOCK_SHARE
 from adapters.cli._progress import Progress
 from guardrail import Certificate, FittedRule, State, TokenEvent
 from guardrail._fitted_state import RecordedSkeleton
@@ -122,8 +123,9 @@ def test_fit_early_block_sets_margins_from_the_correct_fitting_answers(
                for a, b in zip(pointwise.block_margins, stat.block_margins, strict=True) if a}
     assert len(factors) == 1  # one common factor, recorded where it widened the margins
     assert factors == {round(early.get("scale", 1.0), 9)}
-    assert early.get("share", 0.95) == 0.95 and ("scale" in early) == (factors != {1.0})
-    assert ("widened until 0.95" in printed) == ("scale" in early)
+    share = DEFAULT_EARLY_BLOCK_SHARE
+    assert early.get("share", share) == share and ("scale" in early) == (factors != {1.0})
+    assert (f"widened until {share:g}" in printed) == ("scale" in early)
     assert main([*args, "--json"]) == 0  # by default, the 0.99 quantile: larger margins
     assert json.loads(capsys.readouterr().out)["early_block"]["quantile"] == 0.99
     default = Certificate.load(out).statistic

@@ -189,6 +189,22 @@ def test_scope_sums_page_is_the_saved_run(monkeypatch: pytest.MonkeyPatch) -> No
             assert ("with_scopes" in row) == bool(entry["scopes"])
 
 
+def test_early_block_share_page_is_the_saved_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page ``fit``'s default early-block share was chosen from is what its saved run
+    gives, with a row for that default in each file (``--docs-only`` rewrites it)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    mod = _script("benchmarks/early_block_share.py")
+    saved = json.loads(mod.SAVED.read_text("utf-8"))
+    assert saved["generated_by"] == mod.COMMAND
+    written = mod.PAGE.read_text(encoding="utf-8")
+    assert mod.COMMAND in written.splitlines()[0]
+    assert written == mod.render(saved), f"stale: run `{mod.COMMAND} --docs-only`"
+    default = f"{mod.DEFAULT_EARLY_BLOCK_SHARE:g}"
+    for entry in saved["files"].values():
+        assert default in entry["schemes"] and set(entry["schemes"]) == set(mod.SHARES)
+    assert written.count("(default)") == len(saved["files"])
+
+
 def test_longform_refuses_without_traces(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
