@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -160,28 +161,31 @@ def test_proxy_overhead_page_is_the_saved_run(monkeypatch: pytest.MonkeyPatch) -
     assert written == mod.render(saved), "stale: run `python benchmarks/bench_proxy.py --docs-only`"
 
 
-def test_longform_page_is_the_saved_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The long-answer page is what its saved run gives (a rerun needs the MBPP and GSM8K
-    traces, which are not in the repository; ``--docs-only`` rewrites the page)."""
+def _saved_page(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[ModuleType, dict[str, Any], str]:
+    """``benchmarks/NAME.py``, its saved run and its page, checked to be what the run gives
+    (``--docs-only`` rewrites a stale one)."""
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    mod = _script("benchmarks/longform.py")
+    mod = _script(f"benchmarks/{name}.py")
     saved = json.loads(mod.SAVED.read_text("utf-8"))
     assert saved["generated_by"] == mod.COMMAND
     written = mod.PAGE.read_text(encoding="utf-8")
     assert mod.COMMAND in written.splitlines()[0]
     assert written == mod.render(saved), f"stale: run `{mod.COMMAND} --docs-only`"
+    return mod, saved, written
+
+
+def test_longform_page_is_the_saved_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The long-answer page is what its saved run gives (a rerun needs the MBPP and GSM8K
+    traces, which are not in the repository; ``--docs-only`` rewrites the page)."""
+    _saved_page("longform", monkeypatch)
 
 
 def test_scope_sums_page_is_the_saved_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """The page on ``fit --scopes auto`` is what its saved run gives, measured on fitting
     halves only, with the scopes ``fit`` itself would add (``--docs-only`` rewrites it)."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    mod = _script("benchmarks/scope_sums.py")
-    saved = json.loads(mod.SAVED.read_text("utf-8"))
-    assert saved["generated_by"] == mod.COMMAND
-    written = mod.PAGE.read_text(encoding="utf-8")
-    assert mod.COMMAND in written.splitlines()[0]
-    assert written == mod.render(saved), f"stale: run `{mod.COMMAND} --docs-only`"
+    mod, saved, _ = _saved_page("scope_sums", monkeypatch)
     assert set(saved["files"]) == set(mod.RISKS)
     for key, entry in saved["files"].items():
         assert list(entry["risks"]) == [f"{r:g}" for r in mod.RISKS[key]]
@@ -192,13 +196,7 @@ def test_scope_sums_page_is_the_saved_run(monkeypatch: pytest.MonkeyPatch) -> No
 def test_early_block_share_page_is_the_saved_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """The page ``fit``'s default early-block share was chosen from is what its saved run
     gives, with a row for that default in each file (``--docs-only`` rewrites it)."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    mod = _script("benchmarks/early_block_share.py")
-    saved = json.loads(mod.SAVED.read_text("utf-8"))
-    assert saved["generated_by"] == mod.COMMAND
-    written = mod.PAGE.read_text(encoding="utf-8")
-    assert mod.COMMAND in written.splitlines()[0]
-    assert written == mod.render(saved), f"stale: run `{mod.COMMAND} --docs-only`"
+    mod, saved, written = _saved_page("early_block_share", monkeypatch)
     default = f"{mod.DEFAULT_EARLY_BLOCK_SHARE:g}"
     for entry in saved["files"].values():
         assert default in entry["schemes"] and set(entry["schemes"]) == set(mod.SHARES)
