@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ._common import CommandError
-from ._margins import margins_blocked, margins_line, replays
+from ._margins import early_line, early_margins, margins_blocked, margins_line, replays
 from ._progress import Progress
 from ._recorded import lacking_message, read_whole, supply_vocab_size
 
@@ -171,15 +171,16 @@ def cmd_fit(args: argparse.Namespace) -> int:
     kw: dict[str, Any] = {"skeleton": skel, "alternatives": alternatives}
     ranges = token_ranges(fit_tr, bases, quantile=args.range_quantile, **kw)
     info: dict[str, Any] = {"traces": Path(args.traces).name, "skeleton": args.skeleton}
-    if scopes:
-        info["scopes"] = scopes
     l2, early_block = args.l2, args.early_block
     if args.select == "coverage":
         progress.step("liftguard fit: selection")
         chosen = choose_statistic(args, fit_tr, feats, ranges, kw, vocab, limit, progress)
         feats, l2, early_block, x, info["selection"] = chosen
+        scopes = [c for c in scopes if f"{c}:logprob.sum" in {f.name for f in feats}]
     else:
         x = answer_features(fit_tr, feats, ranges=ranges, **kw)
+    if scopes:
+        info["scopes"] = scopes
     stat = fit_statistic(
         x,
         [bool(t.correct) for t in fit_tr],
@@ -341,7 +342,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         f"  statistic        logistic over {len(feats)} features (group {stat.group}"
         f"{_scopes_note(scopes)}, form {stat.form}, {stat.alternatives} alternatives), "
         f"fitted on {len(fit_tr)} traces\n"
-        f"{_early_line(info.get('early_block'))}"
+        f"{early_line(info.get('early_block'))}"
         f"{selection_line(info.get('selection'), args.risk)}"
         f"  calibration      {cal_line}\n"
         f"  tau              {cal.tau:.4f} log-odds (fitted probability {_sigmoid(cal.tau):.3f})"
@@ -383,46 +384,9 @@ def _certifies_nothing(stat: Any, n: int, policy: Any, args: argparse.Namespace,
     )
 
 
-def early_margins(
-    stat: Any, fit_tr: list[Any], quantile: float, share: float | None, skel: Any, limit: int
-) -> tuple[tuple[float, ...], dict[str, float]]:
-    """The early-block margins of ``--early-block`` and ``--early-block-share``, from one
-    replay of the correct fitting answers, and ``{"share": S, "scale": c}`` where the share
-    widens the per-position margins by ``c > 1`` (``{}`` otherwise: the certificate then
-    reads as one fitted per position)."""
-    from guardrail.fitting import margin_scale, margins_from_scores, replay_fitted
-
-    right = [replay_fitted(stat, t, skeleton=skel, max_tokens=limit).scores
-             for t in fit_tr if t.correct and t.n_tokens]  # fmt: skip
-    margins = margins_from_scores(right, quantile)
-    if share is None or not margins:
-        return margins, {}
-    scale = margin_scale(right, margins, share)
-    if scale <= 1.0:
-        return margins, {}
-    return tuple(m * scale for m in margins), {"share": share, "scale": scale}
-
-
 def _scopes_note(scopes: list[str]) -> str:
     return f" + log-likelihood of scopes {'/'.join(scopes)}" if scopes else ""
 
 
 def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x)) if x > -700 else 0.0
-
-
-def _early_line(early: Any) -> str:
-    if not early:
-        return ""
-    if not early["positions"]:
-        return "  early block      none: too few correct fitting answers to set a margin\n"
-    share = early.get("share")
-    widened = (
-        f", widened until {share:g} of the correct answers never rise past them"
-        if share is not None
-        else ""
-    )
-    return (
-        f"  early block      margins for the first {early['positions']} tokens (quantile "
-        f"{early['quantile']:g} of a correct answer's later rise{widened})\n"
-    )
