@@ -34,9 +34,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from _tables import Progress, halves, header, load, pct, plain_traces, save, write_page  # noqa: E402
+from scope_sums import default_inputs  # noqa: E402
 
 from adapters.cli._fit_args import DEFAULT_EARLY_BLOCK, DEFAULT_EARLY_BLOCK_SHARE  # noqa: E402
-from adapters.cli._fit_select import used_scopes  # noqa: E402
 
 COMMAND = "python benchmarks/early_block_share.py"
 SAVED = ROOT / "benchmarks" / "results" / "early_block_share.json"
@@ -62,25 +62,16 @@ def _measure(path: Path, progress: Progress) -> dict[str, Any]:
     from guardrail.evaluate import ltt_threshold
     from guardrail.fitting import (
         DEFAULT_L2,
-        Feature,
-        answer_features,
         critical_score,
         fit_statistic,
-        preset_features,
         replay_fitted,
         stop_at,
-        token_ranges,
         with_margins,
     )
     from guardrail.traces import read_traces
 
     traces = list(read_traces(path))
-    feats = (*preset_features("lift"),
-             *(Feature.parse(f"{s}:logprob.sum") for s in used_scopes(traces)))  # fmt: skip
-    kw: dict[str, Any] = {"skeleton": "prompt-free", "alternatives": 5}
-    bases = sorted({f.base for f in feats if f.base != "length"})
-    ranges = token_ranges(traces, bases, quantile=0.01, **kw)
-    x = answer_features(traces, feats, ranges=ranges, **kw)
+    _, _, feats, ranges, x = default_inputs(traces)
     y = np.array([bool(t.correct) for t in traces])
     limit, policy = max(t.n_tokens for t in traces), StreamPolicy()
     rng = np.random.default_rng(SEED)

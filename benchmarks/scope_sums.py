@@ -43,7 +43,7 @@ from _tables import (  # noqa: E402
 )
 
 from adapters.cli._fit_args import DEFAULT_EARLY_BLOCK, DEFAULT_EARLY_BLOCK_SHARE  # noqa: E402
-from adapters.cli._fit_select import used_scopes  # noqa: E402
+from adapters.cli._fit_select import scope_sum_features, used_scopes  # noqa: E402
 
 COMMAND = "python benchmarks/scope_sums.py"
 SAVED = ROOT / "benchmarks" / "results" / "scope_sums.json"
@@ -59,30 +59,32 @@ of the held-out short-answer pages (``select_coverage``)."""
 FOLDS, SPLITS, REPEATS, SEED, DELTA = 5, 50, 2, 0, 0.05
 
 
+def default_inputs(
+    traces: list[Any],
+) -> tuple[tuple[Any, ...], list[str], tuple[Any, ...], Any, Any]:
+    """What ``fit``'s defaults read on ``traces``: the ``lift`` preset, the scopes
+    ``--scopes auto`` adds, the features with them, the per-token ranges (the 0.01
+    quantiles) and the answers' features ``x`` (a column per feature with the scopes)."""
+    from guardrail.fitting import answer_features, preset_features, token_ranges
+
+    preset = preset_features("lift")
+    scopes = used_scopes(traces)
+    added = (*preset, *scope_sum_features(scopes))
+    kw: dict[str, Any] = {"skeleton": "prompt-free", "alternatives": 5}
+    bases = sorted({f.base for f in preset if f.base != "length"})
+    ranges = token_ranges(traces, bases, quantile=0.01, **kw)
+    return preset, scopes, added, ranges, answer_features(traces, added, ranges=ranges, **kw)
+
+
 def _measure(path: Path, risks: tuple[float, ...], progress: Progress) -> dict[str, Any]:
     """Half A of ``path``: its size, the scopes ``fit`` adds, and per risk each statistic's
     cross-validated coverage, refusals and out-of-fold AUROC."""
     from guardrail import StreamPolicy
-    from guardrail.fitting import (
-        DEFAULT_L2,
-        Candidate,
-        Deployment,
-        Feature,
-        answer_features,
-        cv_coverage,
-        preset_features,
-        token_ranges,
-    )
+    from guardrail.fitting import DEFAULT_L2, Candidate, Deployment, cv_coverage
     from guardrail.traces import read_traces
 
     traces = list(read_traces(path))
-    preset = preset_features("lift")
-    scopes = used_scopes(traces)
-    added = (*preset, *(Feature.parse(f"{s}:logprob.sum") for s in scopes))
-    kw: dict[str, Any] = {"skeleton": "prompt-free", "alternatives": 5}
-    bases = sorted({f.base for f in preset if f.base != "length"})
-    ranges = token_ranges(traces, bases, quantile=0.01, **kw)
-    x = answer_features(traces, added, ranges=ranges, **kw)
+    preset, scopes, added, ranges, x = default_inputs(traces)
     correct = [bool(t.correct) for t in traces]
     deployment = Deployment(
         traces,

@@ -128,7 +128,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     )
 
     from ._certify import read_context, skeleton_spec
-    from ._fit_select import choose_statistic, scope_sums, selection_line
+    from ._fit_select import choose_statistic, scope_sum_features, scope_sums, selection_line
 
     if not 0.0 <= args.range_quantile < 0.5:
         raise CommandError("--range-quantile must lie in [0, 0.5)", status=2)
@@ -176,7 +176,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         progress.step("liftguard fit: selection")
         chosen = choose_statistic(args, fit_tr, feats, ranges, kw, vocab, limit, progress)
         feats, l2, early_block, x, info["selection"] = chosen
-        scopes = [c for c in scopes if f"{c}:logprob.sum" in {f.name for f in feats}]
+        scopes = [c for c in scopes if scope_sum_features([c])[0] in feats]
     else:
         x = answer_features(fit_tr, feats, ranges=ranges, **kw)
     if scopes:

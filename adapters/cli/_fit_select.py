@@ -36,6 +36,7 @@ __all__ = [
     "SINGLE_SCORES",
     "choose_statistic",
     "long_answer_sets",
+    "scope_sum_features",
     "scope_sums",
     "selection_line",
     "used_scopes",
@@ -111,7 +112,7 @@ def scope_sums(args: argparse.Namespace, feats: tuple[Any, ...], fit_tr: list[An
     """``--scopes``: ``feats`` plus the log-likelihood (``scope:logprob.sum``) of each scope
     named, or for ``auto`` of each :func:`used_scopes` of the fitting answers; and those
     scopes. With ``--features`` the features are as given."""
-    from guardrail.fitting import SCOPES, Feature
+    from guardrail.fitting import SCOPES
 
     if args.features is not None:
         if args.scopes is not None:
@@ -135,8 +136,14 @@ def scope_sums(args: argparse.Namespace, feats: tuple[Any, ...], fit_tr: list[An
                 f"got {args.scopes!r}",
                 status=2,
             )
-    extra = [Feature.parse(f"{s}:logprob.sum") for s in scopes]
-    return tuple(dict.fromkeys([*feats, *extra])), scopes
+    return tuple(dict.fromkeys([*feats, *scope_sum_features(scopes)])), scopes
+
+
+def scope_sum_features(scopes: list[str]) -> tuple[Any, ...]:
+    """The log-likelihood of each scope's tokens (``scope:logprob.sum``), in order."""
+    from guardrail.fitting import Feature
+
+    return tuple(Feature.parse(f"{s}:logprob.sum") for s in scopes)
 
 
 def _early_name(quantile: float | None) -> str:
