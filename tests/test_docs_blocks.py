@@ -193,3 +193,13 @@ def test_only_the_generated_results_are_left_out() -> None:
     for page in every - pages:  # the API reference pages are mkdocstrings directives only
         if page.startswith("docs/reference/"):
             assert parse(Path(ROOT / page).read_text(encoding="utf-8")) == [], page
+
+
+README_MAX_LINES = 150
+
+
+def test_the_readme_is_short() -> None:
+    """The README is the front page: what liftguard does, the two set-up commands, a quick
+    start and the guarantee; the rest is on the docs site."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md: {len(lines)} lines; move detail to docs/"
