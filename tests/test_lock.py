@@ -79,3 +79,32 @@ def test_the_command_line_names_the_refresh(copy: Path, capsys: pytest.CaptureFi
     assert check_lock.main(["--root", str(copy)]) == 1
     assert "bash .ci/lock" in capsys.readouterr().err
     assert check_lock.main(["--root", str(ROOT)]) == 0
+
+
+PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+"""Where the CPU builds of PyTorch (versions ``X+cpu``) are published; PyPI has none."""
+
+
+def test_the_readme_says_where_a_locked_cpu_build_comes_from() -> None:
+    """A pin with a ``+cpu`` local version resolves only from PyTorch's index: the README
+    says so beside the test command, in one line."""
+    text = (ROOT / "requirements.lock").read_text(encoding="utf-8")
+    cpu = [name for name, version in check_lock.pins(text).items() if version.local == "cpu"]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    said = [line for line in readme if PYTORCH_CPU_INDEX in line]
+    assert not cpu or len(said) == 1, f"{cpu} are CPU builds: name {PYTORCH_CPU_INDEX}"
+
+
+def test_the_license_is_an_spdx_expression_the_locked_setuptools_reads() -> None:
+    """``project.license`` as a string (PEP 639; a table is deprecated), which setuptools
+    reads from version 77 on: the build requirement says so, and the lock meets it."""
+    import tomllib
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert project["project"]["license"] == "Apache-2.0"
+    build = [Requirement(r) for r in project["build-system"]["requires"]]
+    setuptools = next(r for r in build if r.name == "setuptools")
+    assert not setuptools.specifier.contains("76.1")
+    locked = check_lock.pins((ROOT / "requirements.lock").read_text(encoding="utf-8"))
+    assert setuptools.specifier.contains(locked["setuptools"])
