@@ -96,8 +96,9 @@ class DemoResult:
     correct: bool | None
     seconds: float
     withheld: str = ""
-    """The answer the model would have given, not shown (generated after the block only
-    to tell what the guard withheld)."""
+    """What of a blocked answer the user never saw (generated after the block only to tell
+    what the guard withheld): the whole answer in buffered mode, the rest after the text
+    shown in passthrough mode."""
     whole_tokens: int = 0
     """The tokens of that whole answer (``n_tokens`` where nothing was withheld)."""
 
@@ -156,7 +157,7 @@ def run_question(
     system = certificate.context.system_prompt
     guard = GuardedText(monitor, mode)  # type: ignore[arg-type]
     start = time.perf_counter()
-    shown, answer, n = "", "", 0
+    shown, answer, n, stopped = "", "", 0, False
     screen.line(f"Q: {question}")
     prompt = (prompter or _smollm2_prompter)(question, system)
     # a checked answer is long (code): generated as the traces were, past newlines
@@ -169,47 +170,84 @@ def run_question(
         held = "" if mode == "passthrough" else f"  [{len(guard.pending)} chars held]"
         screen.status(f"A: {shown.strip()}{held}  | {_evidence(verdict, monitor)}")
         if verdict.state is State.BLOCKED:
+            stopped = True
             break  # stop generating: no more tokens are paid for
     # the model's own end: cut at max_tokens is "length" (an answer under the shipped
     # calibration's on_length="answer"), an end-of-generation token is "stop"
+    at_limit = n >= max_tokens and not stopped
     final = monitor.finish("length" if n >= max_tokens else "stop")
     shown += guard.close(final)
     seconds = time.perf_counter() - start
     withheld, whole = "", n
     if final.state is State.BLOCKED:  # after the verdict: what would the model have said?
-        if n < max_tokens and n == final.t:  # generation stopped at the block: finish it
+        if stopped and n < max_tokens:  # generation stopped at the block: finish it
             rest = [tok.text for tok in model.generate(prompt, **gen)]
             answer, whole = "".join(rest), len(rest)
-        withheld = answer.strip()
+        withheld = (answer[len(shown) :] if answer.startswith(shown) else answer).strip()
     if check is None:
         ok = is_correct(answer, references, question) if references else None
     else:
         ok = check(answer)
-    mark = "CERTIFIED" if final.state is State.CERTIFIED else "BLOCKED"
-    screen.line(f"A: {shown.strip() or '(nothing shown)'}")
-    screen.line(f"   {mark}: {final.reason}")
-    if check is not None and whole > n:
-        screen.line(
+    result = DemoResult(
+        question, answer.strip(), final, n, shown.strip(), ok, seconds, withheld, whole
+    )
+    for line in verdict_lines(result, code=check is not None, at_limit=at_limit,
+                              on_length=monitor.policy.on_length):  # fmt: skip
+        screen.line(line)
+    screen.line()
+    return result
+
+
+def _reason_text(reason: str) -> str:
+    """A verdict's reason without the state it starts with (``certified: ...``)."""
+    head, sep, rest = reason.partition(": ")
+    return rest if sep and head in ("certified", "blocked") else reason
+
+
+def verdict_lines(
+    result: DemoResult, *, code: bool = False, at_limit: bool = False, on_length: str = "block"
+) -> list[str]:
+    """What the demo prints after an answer streamed: what the user saw, the verdict and
+    its reason, how the token limit counted, and what the user never saw.
+
+    ``code``: the answer is code checked by its tests (printed as written); ``at_limit``:
+    it ended at the token limit, which the certificate counts as a finished answer only
+    where its policy's ``on_length`` is ``"answer"`` (its calibration answers were cut the
+    same way); otherwise the verdict says why it was blocked."""
+    final, n, whole, ok = result.verdict, result.n_tokens, result.whole_tokens, result.correct
+    certified = final.state is State.CERTIFIED
+    lines = [
+        f"A: {result.shown or '(nothing shown)'}",
+        f"   {'CERTIFIED' if certified else 'BLOCKED'}: {_reason_text(final.reason)}",
+    ]
+    if at_limit and on_length == "answer":
+        lines.append(
+            f"   (it ended at the {n}-token limit: this certificate judges such an answer as "
+            "finished, on_length='answer', as its calibration answers were cut there too)"
+        )
+    if code and whole > n:
+        lines.append(
             f"   blocked after {n} of the answer's {whole} tokens: the other {whole - n} "
             "were never generated"
         )
-    if check is None:  # a short answer: on one line
+    withheld = result.withheld
+    # passthrough shows the text up to the block: what is withheld is the rest
+    unseen = "the rest, never shown" if result.shown else "withheld (never shown)"
+    if not code:  # a short answer: on one line
         ref = "" if ok is None else f"; reference check: {'correct' if ok else 'wrong'}"
         if withheld:
-            screen.line(f"   withheld (never shown): {withheld!r}{ref}")
+            lines.append(f"   {unseen}: {withheld!r}{ref}")
+        elif not certified and result.shown:
+            lines.append(f"   (shown as it streamed: the block came at its end{ref})")
         elif ref:
-            screen.line(f"   ({ref[2:]})")
+            lines.append(f"   ({ref[2:]})")
     else:  # code: as written
         if withheld:
-            screen.line("   withheld (never shown; generated after the block for this demo only):")
-            for line in withheld.splitlines():
-                screen.line(f"     {line}")
+            lines.append(f"   {unseen}; generated after the block for this demo only:")
+            lines.extend(f"     {line}" for line in withheld.splitlines())
         if ok is not None:
-            screen.line(f"   (its tests: {'pass' if ok else 'fail'})")
-    screen.line()
-    return DemoResult(
-        question, answer.strip(), final, n, shown.strip(), ok, seconds, withheld, whole
-    )
+            lines.append(f"   (its tests: {'pass' if ok else 'fail'})")
+    return lines
 
 
 def _smollm2_prompter(question: str, system: str | None) -> str:
@@ -257,9 +295,17 @@ def _load_model(name: str) -> Any:
 
 
 def _summary(
-    results: list[DemoResult], calibration: Calibration, out: TextIO, *, tests: bool = False
+    results: list[DemoResult],
+    calibration: Calibration,
+    out: TextIO,
+    *,
+    tests: bool = False,
+    mode: str = "buffered",
 ) -> None:
-    """The table of verdicts and checks (``tests``: checked by running the task's tests)."""
+    """The table of verdicts and checks (``tests``: checked by running the task's tests);
+    ``mode``: how the answers were shown (in passthrough mode a blocked answer was shown up
+    to its block: it is "blocked", not "withheld")."""
+    withheld = "blocked" if mode == "passthrough" else "withheld"
     cert = [r for r in results if r.verdict.state is State.CERTIFIED]
     held = [r for r in results if r.verdict.state is not State.CERTIFIED]
     tokens = sum(r.n_tokens for r in results)
@@ -268,7 +314,7 @@ def _summary(
     out.write(f"  {'#':>2}  {'verdict':<9} {'tokens':>6}  {'check':<7} question\n")
     for i, r in enumerate(results, 1):
         check = "-" if r.correct is None else _WORDS[tests][not r.correct]
-        word = "certified" if r.verdict.state is State.CERTIFIED else "withheld"
+        word = "certified" if r.verdict.state is State.CERTIFIED else withheld
         first = r.question.splitlines()[0] if r.question else ""
         out.write(f"  {i:>2}  {word:<9} {r.n_tokens:>6}  {check:<7} {first[:60]}\n")
     judged = [r for r in results if r.correct is not None]
@@ -280,14 +326,14 @@ def _summary(
         h_right = sum(1 for r in h_judged if r.correct)
         if tests:
             out.write(
-                f"  Tests: certified {c_right} of {len(c_judged)} pass; withheld {h_right} of "
+                f"  Tests: certified {c_right} of {len(c_judged)} pass; {withheld} {h_right} of "
                 f"{len(h_judged)} would have passed.\n  The model alone: {right} of "
                 f"{len(judged)} answers pass ({right / len(judged):.0%}).\n"
             )
         else:
             out.write(
                 f"  Reference check: certified {c_right} of {len(c_judged)} correct; "
-                f"withheld {h_right} of {len(h_judged)} would have been correct.\n"
+                f"{withheld} {h_right} of {len(h_judged)} would have been correct.\n"
                 f"  The model alone: {right} of {len(judged)} answers correct "
                 f"({right / len(judged):.0%}).\n"
             )
@@ -300,14 +346,26 @@ def _summary(
         )
     out.write(
         f"  {len(cert)} of {len(results)} answers certified; {tokens} tokens read in "
-        f"{secs:.1f} s ({tokens / max(secs, 1e-9):.0f} tok/s).\n"
+        f"{secs:.1f} s ({_rate(tokens, secs)} tok/s).\n"
     )
     out.write(
         f"  The guarantee in plain words: with probability {1 - calibration.delta:g} over the "
         f"draw of the {calibration.n} labelled answers it was calibrated on, at most "
         f"{calibration.risk:.0%} of the answers this certificate lets through are wrong, "
-        f"for questions like those ({calibration.coverage:.0%} of them were let through).\n"
+        "for questions like those.\n"
     )
+    if results:
+        out.write(
+            "  How many it certifies is not part of the guarantee: it certified "
+            f"{calibration.coverage:.0%} of its calibration answers and "
+            f"{len(cert) / len(results):.0%} of these {len(results)}, a share that depends on "
+            "how hard the questions are for the model.\n"
+        )
+
+
+def _rate(tokens: int, seconds: float) -> str:
+    """Tokens per second to three significant digits (a slow run reads 0.412, not 0)."""
+    return f"{tokens / seconds:.3g}" if seconds > 0 else "-"
 
 
 _WORDS = {False: ("correct", "wrong"), True: ("pass", "fail")}
@@ -370,7 +428,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         )
         for item, check in zip(items, checks, strict=True)
     ]
-    _summary(results, calibration, out, tests=code)
+    _summary(results, calibration, out, tests=code, mode=args.mode)
     return 0
 
 
