@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import struct
 import sys
 from pathlib import Path
@@ -274,11 +275,13 @@ def test_two_smollm2_answers_in_the_shared_format(
     code, stdout, err = _run([*argv, "--dataset", "nq_open", "--threads", "1"], capsys)
     assert code == 0 and stdout == ""  # no progress when stderr is not a terminal
     n_ok = sum(r["correct"] for r in fixture)
-    assert err.splitlines() == [
+    (line,) = err.splitlines()  # the summary, ending with the rate
+    assert line.startswith(
         f"wrote 2 traces to {out} ({n_ok} correct, {2 - n_ok} wrong; model "
         "smollm2-135m-instruct-q4_1, "
-        "template smollm2-chat, SmolLM2-135M-Instruct.Q4_1.gguf)"
-    ]
+        "template smollm2-chat, SmolLM2-135M-Instruct.Q4_1.gguf; "
+    )
+    assert re.search(r"; (\d+) tokens in [\d.]+ s, [\d.]+ tokens/s\)$", line)
     _check_against_fixture(out, fixture, "nq_open")
 
 
@@ -304,7 +307,39 @@ def test_two_gemma3_answers_reproduce_the_recorded_traces(tmp_path: Path) -> Non
     _check_against_fixture(out, fixture, "nq_open")
 
 
-def test_progress_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_verbose_and_the_summary_give_the_rate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--verbose`` prints each answer with its tokens, seconds and tokens/s, and the
+    summary ends with the run's (a scripted model: the recorded traces, one per question)."""
+    from types import SimpleNamespace
+
+    from adapters.cli import _traces_cmd
+
+    traces = read_traces(FIXTURES / "traces_smollm2_nq_sample.jsonl", limit=2)
+    fixture = _fixture("traces_smollm2_nq_sample.jsonl", 2)
+    questions = _questions_file(tmp_path, fixture)
+    template = SimpleNamespace(name="smollm2-chat")
+    monkeypatch.setattr(_traces_cmd, "_load", lambda *a: (None, "m.gguf", "model", template))
+    made = iter(traces)
+    monkeypatch.setattr(_traces_cmd, "generate_trace", lambda *a, **k: next(made))
+    out = tmp_path / "traces.jsonl"
+    argv = ["traces", "generate", "--questions", str(questions), "--out", str(out)]
+    code, stdout, err = _run([*argv, "--dataset", "nq_open", "--verbose"], capsys)
+    assert code == 0
+    lines = stdout.splitlines()
+    assert len(lines) == 2
+    for line, trace in zip(lines, traces, strict=True):
+        rate = rf"; {trace.n_tokens} tokens in \d+\.\d s, (\d\S*|-) tokens/s\)$"
+        assert line.startswith(f"{trace.id}: ") and re.search(rate, line), line
+    total = sum(t.n_tokens for t in traces)
+    assert re.search(rf"; {total} tokens in \d+\.\d s, (\d\S*|-) tokens/s\)$", err.strip())
+
+
+def test_progress_on_a_terminal_and_in_a_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a terminal a line redrawn after every answer; in a log (a run in the background)
+    a plain line at most every ``every`` seconds, never after the last answer (the summary
+    follows); both with the rate, so a slow run shows."""
     import io
 
     from adapters.cli import _generate_out
@@ -313,15 +348,25 @@ def test_progress_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
         def isatty(self) -> bool:
             return True
 
-    for stream, shown in ((io.StringIO(), False), (Tty(), True)):
+    now = [0.0]
+    for stream, live in ((io.StringIO(), False), (Tty(), True)):
         monkeypatch.setattr(sys, "stderr", stream)
-        progress = _generate_out.Progress(3)
-        progress.update(1, 0)
-        progress.update(2, 1)
+        now[0] = 0.0
+        progress = _generate_out.Progress(4, every=60.0, clock=lambda: now[0])
+        for done, (seconds, tokens) in enumerate([(30, 24), (50, 24), (100, 12), (70, 12)], 1):
+            now[0] += seconds
+            progress.update(done, done // 2, tokens)
         progress.close()
         text = stream.getvalue()
-        assert bool(text) is shown
-        if shown:
-            assert text.startswith("\r1/3 answers, 0 correct")
-            assert "\r2/3 answers, 1 correct" in text
+        if live:
+            assert text.startswith("\r1/4 answers, 0 correct, 0.8 tokens/s, 30.00 s/answer")
+            assert "\r3/4 answers, 1 correct, 0.333 tokens/s" in text
             assert text.endswith("\n")
+        else:  # 80 s: the first line; 180 s: the second; the last answer: none
+            assert text.splitlines() == [
+                "liftguard traces generate: 2/4 answers, 1 correct, 0.6 tokens/s, "
+                "40.00 s/answer, about 1 min left",
+                "liftguard traces generate: 3/4 answers, 1 correct, 0.333 tokens/s, "
+                "60.00 s/answer, about 1 min left",
+            ]
+        assert progress.rate() == "72 tokens in 250.0 s, 0.288 tokens/s"

@@ -21,13 +21,14 @@ import os
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from ._common import CommandError
 from ._label_refs import Labeller
 from ._recorded import recorded_lines
 
-__all__ = ["Labels", "Progress", "resume_ids"]
+__all__ = ["Labels", "Progress", "resume_ids", "tokens_per_second"]
 
 _CHUNK = 1 << 16
 
@@ -113,31 +114,52 @@ class Labels:
 
 
 class Progress:
-    """``done/total answers, correct, tokens/s, s/answer`` on one rewritten stderr line,
-    only when stderr is a terminal; silent otherwise."""
+    """``done/total answers, correct, tokens/s, s/answer, time left``: on a terminal, one
+    stderr line rewritten after every answer; otherwise (a run in the background, its
+    stderr a log) a plain line at most every ``every`` seconds, so that a slow run shows in
+    its log. :meth:`rate` is the tokens per second so far (for the closing summary).
 
-    def __init__(self, total: int) -> None:
-        self.total = total
+    ``clock``: seconds, monotonic (``time.perf_counter``; a test passes its own)."""
+
+    def __init__(
+        self, total: int, every: float = 60.0, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self.total, self.every, self.clock = total, every, clock
         self.live = sys.stderr.isatty()
-        self.t0 = time.perf_counter()
+        self.t0 = self.last = clock()
         self.tokens = 0
+        self.drawn = False
+
+    def rate(self) -> str:
+        """``N tokens in S s, R tokens/s`` so far."""
+        took = self.clock() - self.t0
+        return f"{self.tokens} tokens in {took:.1f} s, {tokens_per_second(self.tokens, took)}"
 
     def update(self, done: int, n_ok: int, n_tokens: int = 0) -> None:
         self.tokens += n_tokens
-        if not self.live:
-            return
-        took = time.perf_counter() - self.t0
+        now = self.clock()
+        if not self.live and (done >= self.total or now - self.last < self.every):
+            return  # a log gets a line now and then, and the summary at the end
+        self.last = now
+        took = now - self.t0
         rate = took / max(done, 1)
         left = rate * (self.total - done)
-        speed = f"{self.tokens / took:.1f} tokens/s, " if self.tokens and took > 0 else ""
-        print(
-            f"\r{done}/{self.total} answers, {n_ok} correct, {speed}{rate:.2f} s/answer, "
-            f"about {left / 60:.0f} min left ",
-            end="",
-            file=sys.stderr,
-            flush=True,
+        speed = f"{tokens_per_second(self.tokens, took)}, " if self.tokens else ""
+        text = (
+            f"{done}/{self.total} answers, {n_ok} correct, {speed}{rate:.2f} s/answer, "
+            f"about {left / 60:.0f} min left"
         )
+        if self.live:
+            print(f"\r{text} ", end="", file=sys.stderr, flush=True)
+            self.drawn = True
+        else:
+            print(f"liftguard traces generate: {text}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
-        if self.live:
+        if self.drawn:
             print(file=sys.stderr, flush=True)
+
+
+def tokens_per_second(tokens: int, seconds: float) -> str:
+    """``R tokens/s`` to three significant digits (a slow run reads 0.412, not 0)."""
+    return f"{tokens / seconds:.3g} tokens/s" if seconds > 0 else "- tokens/s"

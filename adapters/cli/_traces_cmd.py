@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from ._common import CommandError
-from ._generate_out import Labels, Progress, resume_ids
+from ._generate_out import Labels, Progress, resume_ids, tokens_per_second
 from ._prompt_templates import (
     CHAT_TEMPLATES,
     TEMPLATES,
@@ -248,10 +249,11 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     longest = max((len(item.message) for item in todo), default=0)
     model, path, name, tpl = _load(args, max_tokens, longest)
     verbose = getattr(args, "verbose", False)
-    progress = Progress(len(todo)) if not verbose else None
+    progress = Progress(len(todo))
     try:
         with open(args.out, "a" if args.resume else "w", encoding="utf-8") as out:
             for done, item in enumerate(todo, start=1):
+                start = time.perf_counter()
                 trace = generate_trace(
                     model,
                     item,
@@ -265,17 +267,19 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                 out.write(label_line(obj, correct) + "\n")
                 out.flush()  # whole lines on disk: an interrupted run resumes from them
                 if verbose:
+                    took = time.perf_counter() - start
                     word = {True: "correct", False: "wrong", None: "unlabelled"}[correct]
-                    print(f"{trace.id}: {trace.answer!r} ({word})")
-                elif progress is not None:
+                    print(f"{trace.id}: {trace.answer!r} ({word}; {trace.n_tokens} tokens in "
+                          f"{took:.1f} s, {tokens_per_second(trace.n_tokens, took)})")  # fmt: skip
+                    progress.tokens += trace.n_tokens
+                else:
                     progress.update(done, labels.counts["correct"], trace.n_tokens)
     finally:
-        if progress is not None:
-            progress.close()
+        progress.close()
     after = f" after the {len(items) - len(todo)} already there" if args.resume else ""
     print(
         f"wrote {len(todo)} traces to {args.out}{after} ({labels.summary()}; model {name}, "
-        f"template {tpl.name}, {os.path.basename(path)})",
+        f"template {tpl.name}, {os.path.basename(path)}; {progress.rate()})",
         file=sys.stderr,
     )
     return 0
@@ -381,6 +385,7 @@ def add_traces_parser(sub: Any) -> None:
     )
     # SUPPRESS: left out, it keeps the top-level -v instead of resetting it to False
     g.add_argument(
-        "--verbose", action="store_true", default=argparse.SUPPRESS, help="print each answer"
+        "--verbose", action="store_true", default=argparse.SUPPRESS,
+        help="print each answer, with its tokens, seconds and tokens/s",
     )
     g.set_defaults(func=_cmd_generate)
