@@ -52,6 +52,9 @@ RUN: dict[tuple[str, str], str] = {
     ("docs/fleet.md", "guardrails:"): f"{D}::test_fleet_guardrail_settings",
     ("docs/fleet.md", "liftguard serve --upstream http://llm:8000/v1 --certificate "
      '"s3://certs#chat@production" \\'): f"{P}::test_fleet_serve_command",
+    ("docs/guarding-code-and-reasoning.md", "$ liftguard fit --traces "
+     "benchmarks/traces/mbpp_qwen25coder.jsonl.xz \\"):
+        "tests/test_docs_guarding.py::test_the_clone_fit_command",
     ("docs/getting-started.md", "Reference check: certified 8 of 9 correct; withheld 0 of 3 "
      "would have been correct."): f"{LL}::test_demo_summary",
     ("docs/litellm.md", "model_list:"): f"{D}::test_litellm_config_settings",
