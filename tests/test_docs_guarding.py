@@ -55,8 +55,10 @@ def test_the_clone_fit_command(tmp_path: Path) -> None:
     (tmp_path / "code_context.json").write_text(context.text, encoding="utf-8")
     (tmp_path / "qwen_code_skeleton.json").write_text(spec.text, encoding="utf-8")
     text = script(block(page, FIT), {MBPP: str(ROOT / MBPP)})
-    done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", text], cwd=tmp_path,
-                          env=script_env(), capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", text],
+        cwd=tmp_path, env=script_env(), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     certificate = Certificate.load(tmp_path / "mbpp_cert.json")
     assert certificate.calibration is not None and certificate.calibration.coverage > 0
