@@ -73,6 +73,8 @@ alarm is :attr:`RiskMonitor.coverage_warning`, a warning (logged once), never a 
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -93,8 +95,31 @@ DEFAULT_SPACING = 100
 DEFAULT_WINDOW = 500
 LOWER_BOUND_STEP = 0.005
 """The resolution of :attr:`RiskMonitor.lower_bound`: the levels it tests, besides the target."""
+_STATE_FORMAT = 1
+"""The layout of :meth:`RiskMonitor.to_bytes` (a reader refuses any other)."""
 _RHO_SHARE = 0.1
 """Robbins' mixture parameter ``rho`` as a share of ``V = window / 4`` (tightest near it)."""
+
+
+def _restart_level(alpha: float, restarts: int) -> float:
+    """The level of the ``restarts``-th test of one promise (0: the first): ``alpha * 6 /
+    (pi^2 (restarts + 1)^2)``. The levels sum to ``alpha`` over all restarts, so when a
+    test's evidence is lost and a fresh one starts, each at the next level, the alarm of
+    any of them fires falsely with probability at most ``alpha`` (a union bound), however
+    many restarts there are. The first test runs at ``0.61 alpha``.
+
+    >>> levels = [_restart_level(0.05, k) for k in (0, 1)]
+    >>> [round(a, 4) for a in levels]
+    [0.0304, 0.0076]
+    """
+    k = _nonnegative("restarts", restarts)
+    return _probability("alpha", alpha) * 6.0 / (math.pi**2 * (k + 1.0) ** 2)
+
+
+def _nonnegative(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")
+    return value
 
 
 def _log_weight(k: int) -> float:
@@ -164,6 +189,11 @@ class _Detector:
         self.n = 0
         self.log_e: FloatArray = np.zeros(self._levels.size)
         """``log M_t`` at ``level`` (row 0) and at each level of ``grid`` (0: no evidence yet)."""
+
+    def arrays(self) -> tuple[FloatArray, ...]:
+        """The state besides :attr:`n`, in the order :meth:`RiskMonitor.to_bytes` writes it
+        (arrays the detector owns: filling them in place restores a state)."""
+        return self._p, self._log_w, self._log_s, self.log_e
 
     def update(self, x: bool) -> FloatArray:
         """Take one event (``True`` = the event the level bounds); return :attr:`log_e`."""
@@ -292,6 +322,114 @@ class RiskMonitor:
         self.coverage_warning_at: int | None = None
         """How many answers :meth:`update_shown` had taken when the coverage warning fired."""
         self._starts: deque[tuple[int, int]] = deque([(0, 0)])  # (s_k, errors at s_k)
+
+    def to_bytes(self) -> bytes:
+        """The monitor's whole state, exactly (float64 bytes): :meth:`from_bytes` gives a
+        monitor whose every report and every later update equal this one's. Its size
+        depends on the settings only, never on how many labels were fed (some 15 kB): the
+        state several replicas share."""
+        head = {
+            "format": _STATE_FORMAT,
+            "target": self.target,
+            "alpha": self.alpha,
+            "coverage": self.coverage,
+            "spacing": self.spacing,
+            "window": self.window,
+            "half_lives": list(self.half_lives),
+            "errors": self.errors,
+            "alarm_at": self.alarm_at,
+            "answers": self.answers,
+            "shown": self.shown,
+            "coverage_warning_at": self.coverage_warning_at,
+            "starts": [list(start) for start in self._starts],
+            "n": self._risk.n,
+            "shown_n": None if self._shown is None else self._shown.n,
+        }
+        parts = [json.dumps(head, separators=(",", ":")).encode("ascii"), b"\n"]
+        parts += [a.astype("<f8").tobytes() for a in self._state_arrays()]
+        parts.append(self._crossed.astype(np.uint8).tobytes())
+        return b"".join(parts)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> RiskMonitor:
+        """The monitor :meth:`to_bytes` wrote; ``ValueError`` for bytes it did not write."""
+        try:
+            raw_head, body = bytes(data).split(b"\n", 1)
+            head = json.loads(raw_head)
+            if head.get("format") != _STATE_FORMAT:
+                raise ValueError(f"format {head.get('format')!r}")
+            monitor = cls(
+                head["target"],
+                head["alpha"],
+                coverage=head["coverage"],
+                spacing=head["spacing"],
+                half_lives=head["half_lives"],
+                window=head["window"],
+            )
+            arrays = monitor._state_arrays()
+            sizes = [a.size * 8 for a in arrays]
+            if len(body) != sum(sizes) + monitor._crossed.size:
+                raise ValueError(f"{len(body)} bytes of state")
+            at = 0
+            for array, size in zip(arrays, sizes, strict=True):
+                array[...] = np.frombuffer(body, "<f8", array.size, at).reshape(array.shape)
+                at += size
+            monitor._crossed[...] = np.frombuffer(body, np.uint8, offset=at) != 0
+            monitor._risk.n = _nonnegative("n", head["n"])
+            if monitor._shown is not None:
+                monitor._shown.n = _nonnegative("shown_n", head["shown_n"])
+            monitor.errors, monitor.alarm_at = head["errors"], head["alarm_at"]
+            monitor.answers, monitor.shown = head["answers"], head["shown"]
+            monitor.coverage_warning_at = head["coverage_warning_at"]
+            monitor._starts = deque((int(s), int(e)) for s, e in head["starts"])
+        except (ValueError, KeyError, TypeError, ConfigError) as exc:
+            raise ValueError(f"not a risk monitor's state ({exc})"[:300]) from None
+        return monitor
+
+    def _state_arrays(self) -> list[FloatArray]:
+        out = list(self._risk.arrays())
+        if self._shown is not None:
+            out += self._shown.arrays()
+        return out
+
+    @staticmethod
+    def restart_level(alpha: float, restarts: int) -> float:
+        """The level of the ``restarts``-th test of one promise (0: the first):
+        ``alpha * 6 / (pi^2 (restarts + 1)^2)``, summing to ``alpha`` over all restarts (see
+        ``_restart_level``)."""
+        return _restart_level(alpha, restarts)
+
+    @classmethod
+    def alarms_with_restarts(
+        cls,
+        wrong: npt.ArrayLike,
+        target: float,
+        alpha: float,
+        restarts_at: Sequence[int] = (),
+        *,
+        spacing: int = DEFAULT_SPACING,
+        half_lives: Sequence[float] = DEFAULT_HALF_LIVES,
+    ) -> npt.NDArray[np.int64]:
+        """How many labels of ``wrong`` (True = wrong; shape ``(..., T)``, leading axes
+        independent streams) had been fed when an alarm first fired, 0 where none did, when
+        the test's evidence is lost before each label index of ``restarts_at`` (increasing) and
+        a fresh :class:`RiskMonitor` starts there: test ``k`` (0 first) at
+        ``restart_level(alpha, k)``. The batch twin of feeding the labels to such a sequence of
+        monitors; at a target every label meets, alarms fire in at most an ``alpha`` share of
+        the streams however many restarts there are."""
+        xs = np.asarray(wrong, dtype=np.bool_)
+        bounds = [0, *restarts_at, xs.shape[-1]]
+        if any(b <= a for a, b in itertools.pairwise(bounds)):
+            raise ConfigError(
+                f"restarts_at must increase inside (0, {xs.shape[-1]}), got {restarts_at!r}"
+            )
+        first = np.zeros(xs.shape[:-1], dtype=np.int64)
+        for k, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+            path = cls.log_e_path(xs[..., lo:hi], target, spacing=spacing, half_lives=half_lives)
+            crossed = path >= math.log(1.0 / cls.restart_level(alpha, k))
+            at = np.where(crossed.any(axis=-1), crossed.argmax(axis=-1) + 1 + lo, 0)
+            first = np.where(first == 0, at, first)
+        return first
 
     @classmethod
     def log_e_path(

@@ -1,52 +1,77 @@
 """The state several replicas share in Redis (or Valkey): which answers may be labelled, and
-the label and verdict logs every replica's risk monitor replays.
+one small record per certificate version that holds its risk monitor's whole state.
 
 Keys (one hash tag, so a Redis Cluster keeps them in one slot and the scripts may touch
 them together; ``P`` is ``<prefix>:{<namespace>}``):
 
 - ``P:a:<request id>``: a hash per finished answer: ``entry``, ``label`` (the certificate
   version), ``version`` (:func:`version_key`), ``status`` (``shown`` or why a label does
-  not count), ``cause``, ``completion`` (the id the client got) and, once labelled,
-  ``labelled``. It expires after ``answer_ttl_s``.
+  not count), ``cause``, ``completion`` (the id the client got), ``test`` (the test in
+  force when it was kept: a label counts only in that test) and, once labelled,
+  ``labelled``. It expires after ``answer_ttl_s``. An answer kept while its version has
+  no record names a new test id in the record's place (``test`` alone), which the next
+  record of the version takes.
 - ``P:c:<completion id>``: a hash ``rid`` (the latest request id that carried it), ``n``
   (how many did): a completion id that several answers carry is ambiguous.
-- ``P:l:<version>``, ``P:s:<version>``: the label log and the verdict log of one
-  certificate version, one byte per event (``1`` correct / shown, ``0`` wrong / not
-  shown), in the order Redis appended them: the one order every replica replays.
-  ``P:g:<version>`` holds the logs' generation, a random id set when the first event is
-  appended: when Redis loses the logs, the generation changes, and a replica that replayed
-  the old ones starts its monitor afresh.
+- ``P:m:<version>``: the version's :class:`FleetRecord`, a hash ``sum`` (its checksum),
+  ``test`` (the id of the test it carries) and ``body``: the whole state the alarm needs
+  (some 15 kB, the same after ten labels or ten million), replaced in one script with each
+  label, each batch of verdicts and each restart.
+- ``P:x:<version>``: the audit stream of labels taken (request id, label, the record's
+  checksum after it), trimmed to about ``audit_len`` entries; nothing on the request path
+  reads it.
 
-Every change is one Lua script, atomic in Redis: a label is taken at most once however
-many replicas receive it at the same moment (``HSETNX labelled``, then ``APPEND``, in one
-script). Nothing here reads, modifies and writes back across round trips.
+A change is one script, atomic in Redis, that replaces the record only if it still is the
+one the replica read (its ``sum``): a label is taken at most once however many replicas
+receive it at the same moment, and its once-only mark (``labelled``) is set in the same
+step as the record that counts it. A replica whose record is out of date gets the current
+one back and tries again. Nothing reads, modifies and writes back across round trips
+without that check.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import json
+import secrets
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 __all__ = [
     "DEFAULT_PREFIX",
+    "RECENT",
     "FleetAnswer",
-    "FleetLogs",
+    "FleetRecord",
     "FleetStore",
-    "LabelTaken",
+    "Moved",
     "fleet_client",
+    "loss_of",
+    "new_test",
     "version_key",
 ]
 
 DEFAULT_PREFIX = "liftguard"
+RECENT = 64
+"""Chain values a record keeps of its last changes: a replica that read it at most this
+many changes ago checks that the record it reads now descends from the one it read."""
 
-# KEYS: answer hash, completion hash. ARGV: fields..., ttl, request id.
+# KEYS: answer hash, completion hash, record.
+# ARGV: fields..., a new test id ('': the answer is of no version in force), ttl, request id.
 _KEEP = """
 local ttl = tonumber(ARGV[#ARGV - 1])
 local rid = ARGV[#ARGV]
 local fields = {}
-for i = 1, #ARGV - 2 do fields[i] = ARGV[i] end
+for i = 1, #ARGV - 3 do fields[i] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(fields))
+if ARGV[#ARGV - 2] ~= '' then
+  local test = redis.call('HGET', KEYS[3], 'test')
+  if not test then
+    test = ARGV[#ARGV - 2]
+    redis.call('HSET', KEYS[3], 'test', test)
+    redis.call('EXPIRE', KEYS[3], ttl)
+  end
+  redis.call('HSET', KEYS[1], 'test', test)
+end
 redis.call('EXPIRE', KEYS[1], ttl)
 redis.call('HSET', KEYS[2], 'rid', rid)
 redis.call('HINCRBY', KEYS[2], 'n', 1)
@@ -54,29 +79,20 @@ redis.call('EXPIRE', KEYS[2], ttl)
 return 1
 """
 
-# KEYS: log, generation. ARGV: byte, ttl, new generation. -> {length, generation}
-_APPEND = """
-redis.call('SET', KEYS[2], ARGV[3], 'NX')
-local gen = redis.call('GET', KEYS[2])
-local n = redis.call('APPEND', KEYS[1], ARGV[1])
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-redis.call('EXPIRE', KEYS[2], ARGV[2])
-return {n, gen}
-"""
-
-# KEYS: label log, verdict log, generation. ARGV: label start, verdict start.
-# -> {generation or false, label bytes, verdict bytes}
+# KEYS: record. ARGV: the checksum the replica holds.
+# -> {'missing', the test answers were kept under meanwhile or ''} | {'same'} | {sum, body}
 _READ = """
-local gen = redis.call('GET', KEYS[3])
-local l = redis.call('GETRANGE', KEYS[1], ARGV[1], -1)
-local s = redis.call('GETRANGE', KEYS[2], ARGV[2], -1)
-return {gen, l, s}
+local t = redis.call('TYPE', KEYS[1])['ok']
+if t ~= 'hash' and t ~= 'none' then return {'a ' .. t, ''} end
+local r = redis.call('HMGET', KEYS[1], 'sum', 'body', 'test')
+if not r[1] then return {'missing', r[3] or ''} end
+if r[1] == ARGV[1] then return {'same'} end
+return {r[1], r[2] or ''}
 """
 
 # KEYS: answer hash (by request id), completion hash (the id as a completion id).
 # ARGV: answer prefix. -> {'ok', request id, fields...} | {'unknown'} | {'ambiguous', n}
 _FIND = """
-local rid = nil
 local a = redis.call('HGETALL', KEYS[1])
 if #a > 0 then
   return {'ok', '', unpack(a)}
@@ -89,55 +105,90 @@ if #a == 0 then return {'unknown'} end
 return {'ok', c[1], unpack(a)}
 """
 
-# KEYS: answer hash, label log, generation. ARGV: label byte, version, ttl, new generation.
-# -> {'ok', position, generation} | {'unknown'} | {'duplicate'} | {'changed'}
-_LABEL = """
-local v = redis.call('HGET', KEYS[1], 'version')
-if not v then return {'unknown'} end
-if v ~= ARGV[2] then return {'changed'} end
-if redis.call('HSETNX', KEYS[1], 'labelled', ARGV[1]) == 0 then return {'duplicate'} end
-redis.call('SET', KEYS[3], ARGV[4], 'NX')
-local gen = redis.call('GET', KEYS[3])
-local n = redis.call('APPEND', KEYS[2], ARGV[1])
-redis.call('EXPIRE', KEYS[2], ARGV[3])
-redis.call('EXPIRE', KEYS[3], ARGV[3])
-return {'ok', n, gen}
+# KEYS: record, answer hash, audit stream.
+# ARGV: expected sum ('' = no record), new sum, new test, new body, ttl,
+#       label ('' = none, '1' correct, '0' wrong), version, audit length, request id.
+# -> {'ok'} | {'moved', '', test} (no record; answers kept under that test meanwhile)
+#    | {'moved', sum, body} | {'unknown'} | {'changed'} | {'duplicate'}
+#    | {'before'} (the answer was kept under another test)
+_COMMIT = """
+local t = redis.call('TYPE', KEYS[1])['ok']
+if t ~= 'hash' and t ~= 'none' then return {'moved', 'a ' .. t, ''} end
+local cur = redis.call('HMGET', KEYS[1], 'sum', 'body', 'test')
+if (cur[1] or '') ~= ARGV[1] then
+  if not cur[1] then return {'moved', '', cur[3] or ''} end
+  return {'moved', cur[1], cur[2] or ''}
+end
+if not cur[1] and cur[3] and cur[3] ~= ARGV[3] then return {'moved', '', cur[3]} end
+if ARGV[6] ~= '' then
+  local a = redis.call('HMGET', KEYS[2], 'version', 'labelled', 'test')
+  if not a[1] then return {'unknown'} end
+  if a[1] ~= ARGV[7] then return {'changed'} end
+  if a[2] then return {'duplicate'} end
+  if a[3] ~= ARGV[3] then return {'before'} end
+  redis.call('HSET', KEYS[2], 'labelled', ARGV[6])
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*',
+             'id', ARGV[9], 'correct', ARGV[6], 'sum', ARGV[2])
+end
+redis.call('HSET', KEYS[1], 'sum', ARGV[2], 'test', ARGV[3], 'body', ARGV[4])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+return {'ok'}
 """
 
 
-def fleet_client(url: str, *, timeout_s: float = 0.5, max_connections: int = 64) -> Any:
+def fleet_client(
+    url: str,
+    *,
+    timeout_s: float = 0.5,
+    connect_timeout_s: float = 5.0,
+    max_connections: int = 64,
+) -> Any:
     """A ``redis.asyncio`` client for ``url`` (``redis://``, ``rediss://``, ``unix://``;
-    Valkey speaks the same protocol) whose every call gives up after ``timeout_s``
-    (connecting included) and makes no retries of its own, over a pool of at most
-    ``max_connections`` that waits at most ``timeout_s`` for a free one."""
+    Valkey speaks the same protocol) whose every command gives up after ``timeout_s`` and
+    every new connection after ``connect_timeout_s`` (its set-up takes several round trips,
+    TLS and authentication included), over a pool of at most ``max_connections`` that
+    waits at most ``connect_timeout_s`` for a free one. A command that times out is not
+    sent again and costs its own connection (its reply may still come); the pool's other
+    connections are kept. A command whose connection was closed (a server restarted or
+    failed over since it was last used) is sent once more on a new one: every change is
+    a check-and-set that recognises its own write (:meth:`FleetStore.commit`)."""
     try:
         import redis.asyncio as aioredis
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
+        from redis.exceptions import ConnectionError as LostConnection
     except ImportError as exc:  # pragma: no cover - depends on the environment
         from guardrail import ConfigError
 
         raise ConfigError('a fleet store needs redis-py: pip install "liftguard[fleet]"') from exc
+    try:  # no CLIENT SETINFO on connecting: fewer round trips before the first command
+        from redis.driver_info import DriverInfo
+
+        quiet: dict[str, Any] = {"driver_info": DriverInfo(name=None, lib_version=None)}
+    except ImportError:  # redis-py before 7
+        quiet = {"lib_name": None, "lib_version": None}
     pool = aioredis.BlockingConnectionPool.from_url(
         url,
         max_connections=max_connections,
-        timeout=timeout_s,
+        timeout=connect_timeout_s,
         socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-        retry=Retry(NoBackoff(), 0),
+        socket_connect_timeout=connect_timeout_s,
+        retry=Retry(NoBackoff(), 1, supported_errors=(LostConnection,)),
+        **quiet,
     )
     return aioredis.Redis(connection_pool=pool)
 
 
-def version_key(entry: str, label: str, digest: str, alpha: float) -> str:
-    """The key of one monitor's logs: the model entry, the certificate version's label and
-    content digest and the monitor's level, hashed (replicas that serve different
-    certificates under one label, or watch at another level, never share a log).
+def version_key(entry: str, digest: str, alpha: float) -> str:
+    """The key of one monitor's record: the model entry, the certificate's content digest
+    and the monitor's level, hashed. The certificate's label (a file name, a store alias)
+    is not in it: the same content under two names is one test; different content under
+    one name, or another level, never shares a record.
 
-    >>> version_key("*", "store:cert@prod=v3", "0123abcd", 0.05)
-    'e29b926c58e635de6b022883'
+    >>> version_key("*", "0123abcd", 0.05)
+    '7680d9fc6d1d111a89cf71fb'
     """
-    raw = "\0".join((entry, label, digest, repr(float(alpha))))
+    raw = "\0".join((entry, digest, repr(float(alpha))))
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()[:24]
 
 
@@ -156,22 +207,153 @@ class FleetAnswer:
 
 
 @dataclass(frozen=True)
-class LabelTaken:
-    """A label the fleet took: its 1-based position in its version's label log, and the
-    log's generation."""
+class FleetRecord:
+    """The shared state of one certificate version's risk monitor (``P:m:<version>``).
 
-    position: int
-    generation: str
+    ``state``: :meth:`guardrail.RiskMonitor.to_bytes` of the test in force; ``test``: its
+    random id; ``restarts``: how many tests of this version were started after a loss
+    before it (the test runs at ``RiskMonitor.restart_level(alpha, restarts)``);
+    ``latched``: an alarm fired in a test lost since (on until an operator clears it);
+    ``losses`` and ``cause``: losses detected so far, and the last one's cause. ``seq``
+    grows by one with each change and ``chain`` hashes the previous chain value, a random
+    salt and the new state, so a replica that remembers ``(seq, chain)`` recognises a
+    record that went back (a stale snapshot), one that branched off, and one that was
+    replaced;
+    ``recent`` holds the chain values of the last :data:`RECENT` changes, newest last."""
+
+    version: str
+    test: str
+    seq: int
+    chain: str
+    recent: tuple[str, ...]
+    restarts: int
+    latched: bool
+    losses: int
+    cause: str
+    state: bytes
+    read_sum: str = field(default="", compare=False, repr=False)  # as read from Redis
+
+    @classmethod
+    def first(
+        cls,
+        version: str,
+        state: bytes,
+        *,
+        restarts: int = 0,
+        latched: bool = False,
+        losses: int = 0,
+        cause: str = "",
+        test: str = "",
+    ) -> FleetRecord:
+        """A new test's record: ``test``, the id answers were kept under while there was
+        no record (a new one if none)."""
+        chain = secrets.token_hex(8)
+        return cls(
+            version, test or new_test(), 1, chain, (chain,), restarts, latched, losses,
+            cause, state,
+        )  # fmt: skip
+
+    def then(self, state: bytes, *, latched: bool | None = None) -> FleetRecord:
+        """The record after one change of this test's state (its chain value hashes the
+        last one, a random salt and the state: two branches never share one)."""
+        salted = (self.chain + secrets.token_hex(8)).encode("ascii")
+        digest = hashlib.sha256(salted + state).hexdigest()[:16]
+        return replace(
+            self,
+            seq=self.seq + 1,
+            chain=digest,
+            recent=(*self.recent, digest)[-RECENT:],
+            latched=self.latched if latched is None else latched,
+            state=state,
+            read_sum="",
+        )
+
+    def body(self) -> bytes:
+        head = {
+            "format": 1, "version": self.version, "test": self.test, "seq": self.seq,
+            "chain": self.chain, "recent": list(self.recent), "restarts": self.restarts,
+            "latched": self.latched, "losses": self.losses, "cause": self.cause,
+        }  # fmt: skip
+        return json.dumps(head, separators=(",", ":")).encode("utf-8") + b"\n" + self.state
+
+    def checksum(self) -> str:
+        """``sum``: what a change compares to find the record unchanged."""
+        return self.read_sum or _checksum(self.version, self.body())
+
+    @classmethod
+    def decode(cls, version: str, checksum: str, body: bytes) -> FleetRecord:
+        """The record of ``version`` that ``body`` holds; ``ValueError`` for a foreign
+        value (a checksum that does not match, another version's, another format)."""
+        if _checksum(version, body) != checksum:
+            raise ValueError("its checksum does not match its content")
+        try:
+            raw, state = body.split(b"\n", 1)
+            head = json.loads(raw)
+            if head["format"] != 1 or head["version"] != version:
+                raise ValueError("another version's or format's record")
+            return cls(
+                version, str(head["test"]), int(head["seq"]), str(head["chain"]),
+                tuple(str(c) for c in head["recent"]), int(head["restarts"]),
+                bool(head["latched"]), int(head["losses"]), str(head["cause"]), state,
+                read_sum=checksum,
+            )  # fmt: skip
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"unreadable ({exc})"[:200]) from None
+
+
+def _checksum(version: str, body: bytes) -> str:
+    return hashlib.sha256(version.encode("utf-8") + b"\0" + body).hexdigest()[:32]
+
+
+def new_test() -> str:
+    """A new test's id."""
+    return secrets.token_hex(8)
 
 
 @dataclass(frozen=True)
-class FleetLogs:
-    """What :meth:`FleetStore.read` found: the logs' generation (``None``: no event yet)
-    and the bytes of each log from the offsets asked for."""
+class Moved:
+    """What a change found instead of the record it expected: the current record (``None``:
+    no record; ``pending``: the test id answers were kept under meanwhile), or why what
+    is there is not one (``foreign``)."""
 
-    generation: str | None
-    labels: bytes
-    verdicts: bytes
+    record: FleetRecord | None
+    foreign: str | None = None
+    pending: str = ""
+
+
+def loss_of(seen: FleetRecord | None, found: Moved) -> str | None:
+    """Why ``found`` shows that the fleet's state was lost since this replica saw ``seen``
+    (``None``: it follows from ``seen``, or this replica saw nothing yet)."""
+    if found.foreign is not None:
+        return f"foreign: the record is not one a replica wrote ({found.foreign})"
+    if seen is None:
+        return None
+    now = found.record
+    if now is None:
+        return (
+            f"missing: the record (at change {seen.seq}) is gone: Redis restarted empty, "
+            "evicted it, or failed over to a server without it"
+        )
+    if now.test != seen.test:
+        if now.restarts > seen.restarts:
+            return None  # another replica started the next test after a loss
+        return (
+            f"replaced: test {seen.test} (change {seen.seq}) became test {now.test} "
+            f"(change {now.seq}) without a restart: Redis lost the record and a replica "
+            "that had not seen it started afresh"
+        )
+    if now.seq < seen.seq:
+        return (
+            f"regressed: from change {seen.seq} back to {now.seq}: a stale snapshot was "
+            "restored, or Redis failed over to a replica that lagged"
+        )
+    back = now.seq - seen.seq
+    if back < len(now.recent) and now.recent[-1 - back] != seen.chain:
+        return (
+            f"diverged: change {seen.seq} is not the one this replica saw: the record went "
+            "back and was changed again since (a stale snapshot or a failover)"
+        )
+    return None
 
 
 class FleetStore:
@@ -186,59 +368,52 @@ class FleetStore:
         namespace: str = "default",
         prefix: str = DEFAULT_PREFIX,
         answer_ttl_s: int = 7 * 24 * 3600,
-        log_ttl_s: int = 90 * 24 * 3600,
+        record_ttl_s: int = 90 * 24 * 3600,
+        audit_len: int = 100_000,
     ) -> None:
         self.client = client
         self.prefix = f"{prefix}:{{{namespace}}}"
-        self.answer_ttl_s, self.log_ttl_s = int(answer_ttl_s), int(log_ttl_s)
+        self.answer_ttl_s, self.record_ttl_s = int(answer_ttl_s), int(record_ttl_s)
+        self.audit_len = int(audit_len)
         self._keep = client.register_script(_KEEP)
-        self._append = client.register_script(_APPEND)
         self._read = client.register_script(_READ)
         self._find = client.register_script(_FIND)
-        self._label = client.register_script(_LABEL)
+        self._commit = client.register_script(_COMMIT)
 
-    def _key(self, kind: str, name: str) -> str:
+    def key(self, kind: str, name: str) -> str:
+        """The key of kind ``a`` (answer), ``c`` (completion id), ``m`` (record) or ``x``
+        (audit stream) named ``name``."""
         return f"{self.prefix}:{kind}:{name}"
 
-    async def write(self, batch: list[FleetAnswer | tuple[str, bool, str]]) -> None:
-        """Write a batch in one round trip, in order: each :class:`FleetAnswer` kept for
-        its label (for ``answer_ttl_s``), each ``(version, shown, new generation)`` one
-        verdict appended to the version's verdict log."""
+    async def keep(self, answers: list[FleetAnswer]) -> None:
+        """Keep answers for their labels (for ``answer_ttl_s``), in one round trip."""
         pipe = self.client.pipeline(transaction=False)
-        for item in batch:
-            if isinstance(item, FleetAnswer):
-                await self._keep_in(pipe, item)
-            else:
-                version, shown, generation = item
-                await self._append(
-                    keys=[self._key("s", version), self._key("g", version)],
-                    args=[b"1" if shown else b"0", self.log_ttl_s, generation],
-                    client=pipe,
-                )
+        for answer in answers:
+            fields = {
+                "entry": answer.entry,
+                "label": answer.label,
+                "version": answer.version,
+                "status": answer.status,
+                "cause": answer.cause,
+                "completion": answer.completion_id,
+            }
+            argv = [x for pair in fields.items() for x in pair]
+            keys = [
+                self.key("a", answer.request_id),
+                self.key("c", answer.completion_id),
+                self.key("m", answer.version),
+            ]
+            test = new_test() if answer.version else ""
+            args = [*argv, test, self.answer_ttl_s, answer.request_id]
+            await self._keep(keys=keys, args=args, client=pipe)
         await pipe.execute()
-
-    async def _keep_in(self, pipe: Any, answer: FleetAnswer) -> None:
-        fields = {
-            "entry": answer.entry,
-            "label": answer.label,
-            "version": answer.version,
-            "status": answer.status,
-            "cause": answer.cause,
-            "completion": answer.completion_id,
-        }
-        argv = [x for pair in fields.items() for x in pair]
-        await self._keep(
-            keys=[self._key("a", answer.request_id), self._key("c", answer.completion_id)],
-            args=[*argv, self.answer_ttl_s, answer.request_id],
-            client=pipe,
-        )
 
     async def find(self, answer_id: str) -> FleetAnswer | str:
         """The answer ``answer_id`` names (a request id, or a completion id only one kept
         answer carries), else ``"unknown"`` or ``"ambiguous:<n>"``."""
         out = await self._find(
-            keys=[self._key("a", answer_id), self._key("c", answer_id)],
-            args=[self._key("a", "")],
+            keys=[self.key("a", answer_id), self.key("c", answer_id)],
+            args=[self.key("a", "")],
         )
         head = _text(out[0])
         if head == "unknown":
@@ -258,29 +433,46 @@ class FleetStore:
             "labelled" in fields,
         )
 
-    async def take_label(
-        self, request_id: str, version: str, correct: bool, generation: str
-    ) -> LabelTaken | str:
-        """Take the label of answer ``request_id`` for ``version``, once fleet-wide:
-        :class:`LabelTaken`, else ``"unknown"`` (expired since it was found),
-        ``"duplicate"`` or ``"changed"`` (the answer is of another version)."""
-        out = await self._label(
-            keys=[self._key("a", request_id), self._key("l", version), self._key("g", version)],
-            args=[b"1" if correct else b"0", version, self.log_ttl_s, generation],
+    async def read(self, version: str, held: FleetRecord | None) -> Moved | None:
+        """The record of ``version`` unless it is still ``held`` (``None``); one round trip,
+        which carries the record only when it changed."""
+        out = await self._read(
+            keys=[self.key("m", version)], args=[held.checksum() if held else ""]
         )
         head = _text(out[0])
-        if head != "ok":
-            return head
-        return LabelTaken(int(out[1]), _text(out[2]))
+        if head == "same":
+            return None
+        if head == "missing":
+            return Moved(None, pending=_text(out[1]))
+        return _moved(version, out)
 
-    async def read(self, version: str, labels_from: int, verdicts_from: int) -> FleetLogs:
-        """The logs of ``version`` from the given offsets (0-based), and their generation."""
-        out = await self._read(
-            keys=[self._key("l", version), self._key("s", version), self._key("g", version)],
-            args=[labels_from, verdicts_from],
-        )
-        generation = None if out[0] is None else _text(out[0])
-        return FleetLogs(generation, bytes(out[1] or b""), bytes(out[2] or b""))
+    async def commit(
+        self,
+        held: FleetRecord | None,
+        new: FleetRecord,
+        label: tuple[str, bool] | None = None,
+    ) -> Moved | str:
+        """Replace the record ``held`` (``None``: no record yet) by ``new``, with the label
+        ``(request id, correct)`` of an answer taken in the same step: ``"ok"``, or the
+        record found instead (:class:`Moved`: nothing changed), or, for a label,
+        ``"unknown"`` (expired since it was found), ``"changed"`` (the answer is of another
+        version), ``"duplicate"`` or ``"before"`` (kept under a test lost since)."""
+        rid, correct = label if label is not None else ("", None)
+        out = await self._commit(
+            keys=[self.key("m", new.version), self.key("a", rid), self.key("x", new.version)],
+            args=[
+                held.checksum() if held else "", new.checksum(), new.test, new.body(),
+                self.record_ttl_s,
+                "" if correct is None else "1" if correct else "0", new.version,
+                self.audit_len, rid,
+            ],
+        )  # fmt: skip
+        head = _text(out[0])
+        if head != "moved":
+            return head
+        if not _text(out[1]):
+            return Moved(None, pending=_text(out[2]))
+        return _moved(new.version, out[1:])
 
     async def ping(self) -> None:
         """Raise unless Redis answers."""
@@ -288,6 +480,13 @@ class FleetStore:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+def _moved(version: str, out: list[Any]) -> Moved:
+    try:
+        return Moved(FleetRecord.decode(version, _text(out[0]), bytes(out[1])))
+    except ValueError as exc:
+        return Moved(None, str(exc))
 
 
 def _text(value: Any) -> str:

@@ -3,27 +3,37 @@
 Several ``liftguard serve`` processes behind a load balancer, or LiteLLM workers and pods,
 share a Redis (or Valkey) server (:mod:`._fleet`). Each replica
 
-- keeps every finished answer there (so a label may reach any replica) and appends the
-  verdict of each decided, covered answer to its version's verdict log, in the background:
-  a guarded request never waits on Redis, and a write that fails or finds too many
-  writes pending is dropped and counted;
-- takes a label in one atomic script (at most once fleet-wide, wherever it arrives),
-  which appends it to the version's label log;
-- replays both logs, in Redis's order, into a local :class:`~guardrail.RiskMonitor` of
-  the version (on each label it takes, before each report it serves and every
-  ``refresh_s``): every replica's monitor is the one monitor that a single process fed
-  every label would be, so the fleet has one anytime-valid test per version at one
-  ``alpha``, and ``/metrics`` and ``/healthz`` read the same state from any replica.
+- keeps every finished answer there (so a label may reach any replica), in the background:
+  a guarded request never waits on Redis, and a write that fails or finds too many writes
+  pending is dropped and counted;
+- takes a label, or a batch of its answers' verdicts, by replacing the version's record
+  (the monitor's whole state, constant in size) in one atomic script that checks the
+  record is still the one it read, and sets the label's once-only mark in the same step:
+  every replica's monitor is the one monitor that a single process fed every label would
+  be, so the fleet has one anytime-valid test per version;
+- reads the record (one round trip, which carries it only when it changed) on each label,
+  before each report and every ``refresh_s``; a starting replica reads it once and never
+  replays a history.
 
-When Redis is unreachable or slow (each call waits at most ``timeout_s``), guarded
-requests go on unchanged; a label is refused with HTTP 503 ``fleet_unavailable`` (send it
-again later; one a hung server still applies when it wakes is taken once, and the second
-send gets 409 ``duplicate_feedback``); the watch reports itself ``blind`` with the reason, and
-logs once when it goes blind and once when it sees again. It recovers by itself on the
-next call that succeeds. When Redis loses its data (a restart without persistence, an
-eviction), answers kept before are unknown to labels, and each version's logs start
-again: the replicas notice the logs' new generation and start their monitors afresh
-(a fresh test on the new labels; the evidence gathered before is lost, never mixed).
+Each replica remembers the record it last read (its change count and chain value, see
+:class:`~._fleet.FleetRecord`). A record that went back, branched off, was replaced or
+is missing or unreadable is a **loss** (:func:`~._fleet.loss_of`): the label that meets
+it gets HTTP 503 ``fleet_state_lost`` naming the cause, the loss is logged and counted,
+and the replica that saw it first starts the next test, which every replica then adopts:
+at the next level of ``RiskMonitor.restart_level`` (so that false alarms over any number
+of restarts stay within ``risk_alpha``), with an alarm that any replica saw fire kept on
+(``latched``) until an operator clears it (:meth:`FleetRiskWatch.clear_alarm`). Answers
+kept under a lost test cannot be labelled in the next one (409 ``answer_before_loss``):
+their labels may have been taken already; those kept while the record was missing can
+(they name the next test's id, :mod:`._fleet`). ``/healthz`` shows each version's restarts,
+losses and the last cause, the same from every replica.
+
+When Redis is unreachable or slow, guarded requests go on unchanged; a label is refused
+with HTTP 503 ``fleet_unavailable`` (send it again later; one a hung server still applies
+when it wakes is taken once, and the second send gets 409 ``duplicate_feedback``); the
+watch reports itself ``blind`` with the reason, and logs once when it goes blind and once
+when it sees again. A command waits at most ``timeout_s`` and a new connection at most
+``connect_timeout_s`` (:func:`~._fleet.fleet_client`); each timeout is logged and counted.
 """
 
 from __future__ import annotations
@@ -32,16 +42,15 @@ import asyncio
 import concurrent.futures
 import hashlib
 import logging
-import secrets
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from guardrail import Certificate
+from guardrail import Certificate, RiskMonitor
 
 from ._certs import CertificateSource
-from ._fleet import FleetAnswer, FleetStore, fleet_client, version_key
+from ._fleet import FleetAnswer, FleetRecord, FleetStore, Moved, fleet_client, loss_of, version_key
 from ._risk_replies import FeedbackRefused, label_reply, refusal, refuse_unless_shown
 from ._risk_watch import FinishedAnswer, RiskWatch, _Watch
 
@@ -51,13 +60,23 @@ logger = logging.getLogger(__name__)
 
 BATCH = 256
 """Writes sent to Redis in one round trip at most."""
+TRIES = 20
+"""Reads of a record that moved under a change before the change gives up (503)."""
+
+_Change = Callable[[RiskMonitor], None]
+
+
+class StateLost(Exception):
+    """The fleet's record of a version was lost (:func:`~._fleet.loss_of`'s cause)."""
 
 
 class FleetRiskWatch(RiskWatch):
     """A :class:`~._risk_watch.RiskWatch` whose answers and monitors live in ``store``,
     shared by every replica (see the module docstring). ``count_error(op)``: called once
-    per failed or dropped call to Redis (a metric); ``max_pending``: background writes
-    in flight at most; ``timeout_s``: the longest any call waits on Redis."""
+    per failed or dropped call to Redis (a metric); ``count_timeout(op)``: once per call
+    that timed out; ``count_loss(kind)``: once per loss this replica detected;
+    ``max_pending``: background writes in flight at most; ``timeout_s``: the longest a
+    command waits on Redis (``connect_timeout_s``: a new connection)."""
 
     def __init__(
         self,
@@ -67,31 +86,38 @@ class FleetRiskWatch(RiskWatch):
         risk_alpha: float,
         count: Callable[[str], object] | None = None,
         count_error: Callable[[str], object] | None = None,
+        count_timeout: Callable[[str], object] | None = None,
+        count_loss: Callable[[str], object] | None = None,
         timeout_s: float = 0.5,
+        connect_timeout_s: float = 5.0,
         refresh_s: float = 1.0,
         max_pending: int = 10_000,
     ) -> None:
         self.store = store
-        self.timeout_s, self.refresh_s, self.max_pending = timeout_s, refresh_s, max_pending
-        self.count_error: Callable[[str], object] = count_error or (lambda op: None)
+        self.timeout_s, self.connect_timeout_s = timeout_s, connect_timeout_s
+        self.refresh_s, self.max_pending = refresh_s, max_pending
+        self.count_error: Callable[[str], object] = count_error or _ignore
+        self.count_timeout: Callable[[str], object] = count_timeout or _ignore
+        self.count_loss: Callable[[str], object] = count_loss or _ignore
         self.blind: str | None = None
         """Why the watch cannot see the fleet's state now (``None``: it can)."""
-        self._queue: deque[FleetAnswer | tuple[str, bool, str]] = deque()
+        self._queue: deque[FleetAnswer | tuple[str, str, bool]] = deque()
         self._idle = asyncio.Event()
         self._idle.set()
         self._writer: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
+        self._changing: dict[str, asyncio.Lock] = {}  # one change per version at a time
         super().__init__(sources, risk_alpha=risk_alpha, feedback_ids=1, count=count)
 
     def _version(self, entry: str, label: str, certificate: Certificate) -> str:
         digest = hashlib.sha256(certificate.to_json().encode("utf-8")).hexdigest()
-        return version_key(entry, label, digest, self.risk_alpha)
+        return version_key(entry, digest, self.risk_alpha)
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start replaying the logs every ``refresh_s`` (in the running loop)."""
+        """Read every record once, then again every ``refresh_s`` (in the running loop)."""
         self.ensure_started()
 
     def ensure_started(self) -> None:
@@ -103,12 +129,11 @@ class FleetRiskWatch(RiskWatch):
             self._task = self._loop.create_task(self._refresh_loop())
 
     async def drain(self) -> None:
-        """Wait until the writes queued so far are sent (or failed: each batch waits at
-        most ``timeout_s``)."""
+        """Wait until the writes queued so far are sent (or failed)."""
         await self._idle.wait()
 
     async def aclose(self) -> None:
-        """Stop replaying, let the pending writes finish, close the client."""
+        """Stop reading, let the pending writes finish, close the client."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -124,7 +149,7 @@ class FleetRiskWatch(RiskWatch):
     # -- answers ---------------------------------------------------------------------------
 
     def _take_verdict(self, entry: str, watch: _Watch, shown: bool) -> None:
-        self._write((watch.version, shown, secrets.token_hex(8)))
+        self._write((entry, watch.version, shown))
 
     def _keep_answer(
         self, entry: str, answer: FinishedAnswer, status: str, watch: _Watch, current: bool
@@ -141,7 +166,7 @@ class FleetRiskWatch(RiskWatch):
             )
         )
 
-    def _write(self, item: FleetAnswer | tuple[str, bool, str]) -> None:
+    def _write(self, item: FleetAnswer | tuple[str, str, bool]) -> None:
         """Queue ``item`` for the writer (never waits, never raises)."""
         try:
             asyncio.get_running_loop()
@@ -153,7 +178,7 @@ class FleetRiskWatch(RiskWatch):
             return
         self._enqueue(item)
 
-    def _enqueue(self, item: FleetAnswer | tuple[str, bool, str]) -> None:
+    def _enqueue(self, item: FleetAnswer | tuple[str, str, bool]) -> None:
         if len(self._queue) >= self.max_pending:
             self._failed(_op(item), f"{self.max_pending} writes to Redis pending: one dropped")
             return
@@ -163,19 +188,42 @@ class FleetRiskWatch(RiskWatch):
             self._writer = asyncio.get_running_loop().create_task(self._write_queue())
 
     async def _write_queue(self) -> None:
-        """Send what is queued, in batches of at most :data:`BATCH`, one round trip each."""
+        """Send what is queued, in batches of at most :data:`BATCH`: the answers in one
+        round trip, then each entry's verdicts in one change of its record."""
         try:
             while self._queue:
                 batch = [self._queue.popleft() for _ in range(min(BATCH, len(self._queue)))]
-                try:
-                    await asyncio.wait_for(self.store.write(batch), self.timeout_s)
-                except Exception as exc:  # a connection error, a timeout, a script error
-                    for item in batch:
-                        self._failed(_op(item), _reason(exc))
-                else:
-                    self._seen()
+                answers = [item for item in batch if isinstance(item, FleetAnswer)]
+                if answers:
+                    try:
+                        await self._call("keep", self.store.keep(answers))
+                    except FeedbackRefused:
+                        for _ in answers[1:]:
+                            self.count_error("keep")
+                verdicts: dict[tuple[str, str], list[bool]] = {}
+                for item in batch:
+                    if not isinstance(item, FleetAnswer):
+                        verdicts.setdefault(item[:2], []).append(item[2])
+                for (entry, version), shown in verdicts.items():
+                    await self._write_verdicts(entry, version, shown)
         finally:
             self._idle.set()
+
+    async def _write_verdicts(self, entry: str, version: str, shown: list[bool]) -> None:
+        with self._lock:
+            watch = self._watch(entry)
+        if watch.monitor is None or watch.version != version:
+            return  # (a new certificate version since: its verdicts no longer count)
+
+        def change(monitor: RiskMonitor) -> None:
+            for one in shown:
+                monitor.update_shown(one)
+
+        try:
+            await self._change(entry, watch, change, op="verdict")
+        except (FeedbackRefused, StateLost):
+            for _ in shown[1:]:  # _call counted the first
+                self.count_error("verdict")
 
     def _failed(self, op: str, reason: str) -> None:
         self.count_error(op)
@@ -225,109 +273,276 @@ class FleetRiskWatch(RiskWatch):
             watch = self._watch(found.entry) if found.entry in self._sources else None
         if watch is None or watch.monitor is None or watch.version != found.version:
             raise refusal("certificate_changed", answer_id, found)
-        gen = secrets.token_hex(8)
-        taken = await self._call(
-            "label", self.store.take_label(found.request_id, found.version, correct, gen)
-        )
+
+        def change(monitor: RiskMonitor) -> None:
+            monitor.update(correct=correct)
+
+        try:
+            taken = await self._change(
+                found.entry, watch, change, op="label", label=(found.request_id, correct)
+            )
+        except StateLost as exc:
+            raise FeedbackRefused(
+                503,
+                "fleet_state_lost",
+                f"the fleet's risk state was lost ({exc}): the next test started, at a lower "
+                "level; this answer was kept under the lost test, so its label cannot count",
+            ) from None
         if taken == "duplicate":
             raise FeedbackRefused(
                 409, "duplicate_feedback", f"answer {answer_id!r} was labelled already"
             )
-        if isinstance(taken, str):  # unknown (expired meanwhile) or changed
+        if taken == "before":
+            raise FeedbackRefused(
+                409,
+                "answer_before_loss",
+                f"answer {answer_id!r} was kept under a test of its certificate that was "
+                "lost since (see /healthz): its label may have been taken there, so it "
+                "cannot count in the test in force",
+            )
+        if taken != "ok":  # unknown (expired meanwhile) or changed
             raise refusal("certificate_changed", answer_id, found)
-        await self._call("replay", self._replay(found.entry, watch, taken.position))
         return label_reply(answer_id, found.request_id, correct, found.entry, watch)
 
     async def _call(self, op: str, call: Coroutine[Any, Any, Any]) -> Any:
-        try:
-            out = await asyncio.wait_for(call, self.timeout_s)
-        except FeedbackRefused:
-            raise
+        """Await one call to Redis; a failure marks the watch blind and is a 503."""
+        try:  # the client's own timeouts end the call; this guard only backs them up
+            out = await asyncio.wait_for(call, self.connect_timeout_s + 2 * self.timeout_s)
         except Exception as exc:
-            self._failed(op, _reason(exc))
+            reason = _reason(exc)
+            if reason == "timed out":
+                self.count_timeout(op)
+                logger.warning(
+                    "fleet store call timed out (%s): Redis did not answer within the command "
+                    "timeout (%g s) or a new connection within the connect timeout (%g s)",
+                    op,
+                    self.timeout_s,
+                    self.connect_timeout_s,
+                )
+            self._failed(op, reason)
             raise FeedbackRefused(
                 503,
                 "fleet_unavailable",
-                f"the fleet store (Redis) did not answer ({_reason(exc)}): send the label "
+                f"the fleet store (Redis) did not answer ({reason}): send the label "
                 "again later (a label a hung server still applies when it wakes is taken once: "
                 "the second send then gets 409 duplicate_feedback)",
             ) from None
         self._seen()
         return out
 
-    # -- replay ----------------------------------------------------------------------------
+    # -- the shared record -----------------------------------------------------------------
+
+    async def _change(
+        self,
+        entry: str,
+        watch: _Watch,
+        change: _Change | None,
+        *,
+        op: str,
+        label: tuple[str, bool] | None = None,
+        latched: bool | None = None,
+    ) -> str:
+        """Apply ``change`` to the version's shared monitor (with ``label``'s once-only mark,
+        and ``latched`` set) in one atomic step: ``"ok"``, or the label's refusal
+        (``duplicate``, ``before``, ``unknown``, ``changed``). A record that moved is
+        followed and the change tried again on it; :class:`StateLost` (once the next test
+        started) when it shows a loss; FeedbackRefused 503 when Redis fails."""
+        pending = ""  # the test answers were kept under while there was no record
+        async with self._changing.setdefault(watch.version, asyncio.Lock()):
+            for _ in range(TRIES):
+                held: FleetRecord | None = watch.record
+                monitor = self._held_monitor(entry, watch)
+                if change is not None:
+                    change(monitor)
+                state = monitor.to_bytes()
+                new = (
+                    FleetRecord.first(watch.version, state, test=pending)
+                    if held is None
+                    else held.then(state, latched=latched)
+                )
+                out = await self._call(op, self.store.commit(held, new, label))
+                mine = isinstance(out, Moved) and out.record is not None
+                if mine and out.record.checksum() == new.checksum():  # ours, sent twice
+                    out = "ok"
+                if isinstance(out, Moved):
+                    cause = loss_of(held, out)
+                    if cause is not None:
+                        await self._restart(entry, watch, cause, out, op)
+                        raise StateLost(cause)
+                    if self._follow(entry, watch, out) and latched is None:
+                        latched = True
+                    pending = out.pending
+                    continue
+                if out == "ok":
+                    with self._lock:
+                        self._adopt(entry, watch, new, monitor)
+                return str(out)
+        self._failed(op, f"the record kept changing under {TRIES} tries")
+        raise FeedbackRefused(
+            503, "fleet_unavailable", "the fleet's record kept changing: send the label again"
+        )
+
+    def _held_monitor(self, entry: str, watch: _Watch) -> RiskMonitor:
+        """A copy of the monitor the held record carries (none yet: a fresh first test)."""
+        record: FleetRecord | None = watch.record
+        if record is None:
+            certificate, _ = self._sources[entry].current()
+            return self.new_monitor(certificate, 0)
+        return RiskMonitor.from_bytes(record.state)
+
+    def _follow(self, entry: str, watch: _Watch, found: Moved) -> bool:
+        """Adopt ``found``, a record that follows from the held one (another replica's
+        change, or its restart of the test after a loss); True when this replica saw an
+        alarm that the record lost with a test and must keep on (latch)."""
+        record = found.record
+        if record is None:
+            return False
+        held: FleetRecord | None = watch.record
+        knew = watch.alarm
+        with self._lock:
+            self._adopt(entry, watch, record, RiskMonitor.from_bytes(record.state))
+        return held is not None and record.test != held.test and knew and not watch.alarm
+
+    async def _restart(self, entry: str, watch: _Watch, cause: str, found: Moved, op: str) -> None:
+        """The fleet's state was lost (``cause``; ``found``: what is there now): log and
+        count it, and start the next test, at the next level, with any alarm this replica
+        or the record saw fire kept on; unless another replica started it first (then
+        follow that one)."""
+        self.count_loss(cause.split(":", 1)[0])
+        held: FleetRecord | None = watch.record
+        logger.warning(
+            "model %s, certificate %s: the fleet's risk state was lost (%s); this replica "
+            "had seen %d labels of the test, alarm %s",
+            entry, watch.label, cause, watch.n_labels, "on" if watch.alarm else "off",
+        )  # fmt: skip
+        for _ in range(TRIES):
+            prior = found.record
+            restarts = max(held.restarts if held else 0, prior.restarts if prior else 0) + 1
+            losses = max(held.losses if held else 0, prior.losses if prior else 0) + 1
+            latched = watch.alarm or (prior is not None and (prior.latched or _fired(prior)))
+            certificate, _ = self._sources[entry].current()
+            monitor = self.new_monitor(certificate, restarts)
+            new = FleetRecord.first(
+                watch.version, monitor.to_bytes(), restarts=restarts, latched=latched,
+                losses=losses, cause=cause, test=found.pending,
+            )  # fmt: skip
+            if found.foreign is not None:  # what is there is no record: replace it whatever
+                await self._call(op, self.store.client.delete(self.store.key("m", watch.version)))
+            out = await self._call(op, self.store.commit(prior, new))
+            if out == "ok":
+                logger.warning(
+                    "model %s, certificate %s: test %d starts at level %.3g%s",
+                    entry, watch.label, restarts, monitor.alpha,
+                    " (the alarm stays on until an operator clears it)" if latched else "",
+                )  # fmt: skip
+                with self._lock:
+                    watch.record, watch.monitor, watch.latched = new, monitor, latched
+                return
+            assert isinstance(out, Moved)
+            found = out
+            if loss_of(held, found) is None:  # another replica started the next test
+                if self._follow(entry, watch, found):
+                    await self._call(op, self._latch(entry, watch))
+                return
+
+    async def _latch(self, entry: str, watch: _Watch) -> None:
+        """Keep the alarm on in the record (this replica saw it fire in a lost test)."""
+        monitor = RiskMonitor.from_bytes(watch.record.state)
+        held: FleetRecord = watch.record
+        new = held.then(monitor.to_bytes(), latched=True)
+        if await self.store.commit(held, new) == "ok":
+            with self._lock:
+                self._adopt(entry, watch, new, monitor)
+
+    def _adopt(self, entry: str, watch: _Watch, record: FleetRecord, monitor: RiskMonitor) -> None:
+        """Hold ``record`` and its monitor; log what changed (each replica logs it once)."""
+        old = watch.monitor
+        held: FleetRecord | None = watch.record
+        if held is not None and record.test != held.test:
+            logger.warning(
+                "model %s, certificate %s: the fleet started test %d after a loss (%s)",
+                entry, watch.label, record.restarts, record.cause,
+            )  # fmt: skip
+            old = None
+        watch.record, watch.monitor, watch.latched = record, monitor, record.latched
+        if old is not None and monitor.alarm and not old.alarm:
+            self._log_alarm(entry, watch)
+        if old is not None and monitor.coverage_warning and not old.coverage_warning:
+            self._log_coverage(entry, watch)
 
     async def refresh(self) -> None:
-        """Replay what every replica appended since the last time, for each version in
-        force; a failure marks the watch blind (and is counted)."""
+        """Read each version's record (when it changed) and follow it; a loss starts the
+        next test; a failure marks the watch blind (and is counted)."""
         with self._lock:
             current = [(entry, self._watch(entry)) for entry in self._sources]
         for entry, watch in current:
             if watch.monitor is None:
                 continue
             try:
-                await asyncio.wait_for(self._replay(entry, watch, 0), self.timeout_s)
-            except Exception as exc:
-                self._failed("replay", _reason(exc))
-                return
-        self._seen()
+                await self._refresh_one(entry, watch)
+            except FeedbackRefused:
+                return  # counted, and blind
 
-    async def _replay(self, entry: str, watch: _Watch, at_least: int) -> None:
-        """Feed ``watch``'s monitor what its logs hold beyond what it read (at least
-        ``at_least`` labels in all, when the log has them)."""
-        for _ in range(3):
-            start_l, start_v = watch.labels_read, watch.verdicts_read
-            logs = await self.store.read(watch.version, start_l, start_v)
-            with self._lock:
-                if logs.generation != watch.generation and (
-                    watch.generation is not None or watch.labels_read or watch.verdicts_read
-                ):
-                    self._restart(entry, watch, logs.generation)
-                    continue  # read again from the start
-                watch.generation = logs.generation
-                labels = logs.labels[watch.labels_read - start_l :]
-                verdicts = logs.verdicts[watch.verdicts_read - start_v :]
-                for byte in verdicts:
-                    self._feed_verdict(entry, watch, byte == ord("1"))
-                for byte in labels:
-                    self._feed_label(entry, watch, byte == ord("1"))
-                watch.labels_read += len(labels)
-                watch.verdicts_read += len(verdicts)
-                if watch.labels_read >= at_least:
-                    return
+    async def _refresh_one(self, entry: str, watch: _Watch) -> None:
+        held: FleetRecord | None = watch.record
+        found = await self._call("read", self.store.read(watch.version, held))
+        if found is None:
+            return
+        cause = loss_of(held, found)
+        if cause is None:
+            if self._follow(entry, watch, found):
+                async with self._changing.setdefault(watch.version, asyncio.Lock()):
+                    await self._call("read", self._latch(entry, watch))
+            return
+        async with self._changing.setdefault(watch.version, asyncio.Lock()):
+            if watch.record is held:  # (else a change of this replica's met it first)
+                await self._restart(entry, watch, cause, found, "read")
 
-    def _restart(self, entry: str, watch: _Watch, generation: str | None) -> None:
-        certificate, _ = self._sources[entry].current()
-        logger.warning(
-            "model %s, certificate %s: the fleet's logs were lost (Redis restarted without "
-            "them?): the risk monitor starts afresh (it had %d labels)",
-            entry,
-            watch.label,
-            watch.labels_read,
-        )
-        watch.monitor = certificate.risk_monitor(self.risk_alpha)
-        watch.labels_read = watch.verdicts_read = 0
-        watch.generation = None
+    async def clear_alarm(self, entry: str) -> bool:
+        """An operator's: turn off, fleet-wide, an alarm kept on from a test lost since
+        (``latched``) for ``entry``'s version in force; True if one was on. The alarm of
+        the test in force is that test's own, sticky as a single process's."""
+        with self._lock:
+            watch = self._watch(entry)
+        await self._refresh_one(entry, watch)
+        if not watch.latched:
+            return False
+        await self._change(entry, watch, None, op="clear", latched=False)
+        return True
 
     # -- reports ---------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
         out = super().health()
-        for state in out.values():
-            state["blind"] = self.blind
+        with self._lock:
+            for entry, state in out.items():
+                state["blind"] = self.blind
+                record: FleetRecord | None = self._watches[entry].record
+                if record is not None:
+                    state["restarts"] = record.restarts
+                    state["losses"] = record.losses
+                    state["last_loss"] = record.cause or None
         return out
+
+
+def _fired(record: FleetRecord) -> bool:
+    try:
+        return RiskMonitor.from_bytes(record.state).alarm
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)
 class FleetSettings:
     """Where a fleet keeps its state: the Redis (or Valkey) ``url``, the fleet's
-    ``namespace``, the longest wait on any call (``timeout_s``) and how long an answer can
-    be labelled (``feedback_ttl_s``)."""
+    ``namespace``, the longest wait on a command (``timeout_s``) and on a new connection
+    (``connect_timeout_s``), and how long an answer can be labelled (``feedback_ttl_s``)."""
 
     url: str
     namespace: str = "default"
     timeout_s: float = 0.5
     feedback_ttl_s: int = 7 * 24 * 3600
+    connect_timeout_s: float = 5.0
 
 
 def make_risk_watch(
@@ -338,27 +553,35 @@ def make_risk_watch(
     count: Callable[[str], object],
     fleet: FleetSettings | None = None,
     count_error: Callable[[str], object] | None = None,
+    count_timeout: Callable[[str], object] | None = None,
+    count_loss: Callable[[str], object] | None = None,
 ) -> RiskWatch:
     """The risk watch of a server (the proxy, the LiteLLM guardrail): its own, or with
     ``fleet`` the one the fleet shares (``feedback_ids`` then does not apply)."""
     if fleet is None:
         return RiskWatch(sources, risk_alpha=risk_alpha, feedback_ids=feedback_ids, count=count)
-    store = FleetStore(
-        fleet_client(fleet.url, timeout_s=fleet.timeout_s),
-        namespace=fleet.namespace,
-        answer_ttl_s=fleet.feedback_ttl_s,
+    client = fleet_client(
+        fleet.url, timeout_s=fleet.timeout_s, connect_timeout_s=fleet.connect_timeout_s
     )
+    store = FleetStore(client, namespace=fleet.namespace, answer_ttl_s=fleet.feedback_ttl_s)
     return FleetRiskWatch(
         sources, store, risk_alpha=risk_alpha, count=count, count_error=count_error,
-        timeout_s=fleet.timeout_s,
+        count_timeout=count_timeout, count_loss=count_loss, timeout_s=fleet.timeout_s,
+        connect_timeout_s=fleet.connect_timeout_s,
     )  # fmt: skip
 
 
-def _op(item: FleetAnswer | tuple[str, bool, str]) -> str:
+def _op(item: FleetAnswer | tuple[str, str, bool]) -> str:
     return "keep" if isinstance(item, FleetAnswer) else "verdict"
 
 
 def _reason(exc: BaseException) -> str:
-    if isinstance(exc, asyncio.TimeoutError | concurrent.futures.TimeoutError):
+    if isinstance(exc, asyncio.TimeoutError | concurrent.futures.TimeoutError | TimeoutError):
+        return "timed out"
+    if type(exc).__name__ == "TimeoutError":  # redis.exceptions.TimeoutError
         return "timed out"
     return f"{type(exc).__name__}: {exc}"[:200]
+
+
+def _ignore(what: str) -> None:
+    return None

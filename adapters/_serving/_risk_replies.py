@@ -61,7 +61,7 @@ def label_reply(
         "labels": monitor.n,
         "errors": monitor.errors,
         "bounds": [monitor.lower_bound, monitor.bounds[1]],
-        "alarm": monitor.alarm,
+        "alarm": watch.alarm,
     }
 
 

@@ -2,7 +2,10 @@
 
 Each calibrated model entry (the proxy's; ``"*"``: its default certificate; a LiteLLM
 guardrail is one entry, its name) has a :class:`~guardrail.RiskMonitor` made from the
-certificate in force (:meth:`~guardrail.Certificate.risk_monitor` at ``risk_alpha``). When
+certificate in force (:meth:`~guardrail.Certificate.risk_monitor` at the first level of
+``RiskMonitor.restart_level(risk_alpha, k)``, so that a fleet that must restart a test
+after losing its state stays within ``risk_alpha`` in all, and one process alarms at the
+same label as a fleet). When
 a store alias moves to another version, the entry's promise changed: its monitor is
 replaced by that version's own (logged), a fresh one the first time. A version that comes
 back (a rollback, a re-promotion) gets its monitor back, labels and alarm included: the
@@ -56,21 +59,27 @@ logger = logging.getLogger(__name__)
 KEPT_VERSIONS = 16
 """Monitors of versions out of force kept per model entry, for when one comes back."""
 
+
 @dataclass
 class _Watch:
     """The monitor of one model entry, for the certificate version ``label``; in a fleet
-    (:mod:`._fleet_watch`) also the key of its shared logs and how far it replayed them."""
+    (:mod:`._fleet_watch`) also the key of its shared record and the record last read
+    (``record``); ``latched``: an alarm that fired in a test lost since (a fleet's)."""
 
     label: str
     monitor: RiskMonitor | None  # None: the certificate is not calibrated
     version: str = ""
-    labels_read: int = 0
-    verdicts_read: int = 0
-    generation: str | None = None
+    record: Any = None
+    latched: bool = False
 
     @property
     def n_labels(self) -> int:
         return self.monitor.n if self.monitor else 0
+
+    @property
+    def alarm(self) -> bool:
+        """The alarm as reported: the test's own, or one latched from a lost test."""
+        return self.latched or (self.monitor is not None and self.monitor.alarm)
 
 
 @dataclass(frozen=True)
@@ -156,7 +165,7 @@ class RiskWatch:
         what = f"its risk monitor back ({new.n_labels} labels)" if new else "a new risk monitor"
         if new is None:
             try:
-                monitor: RiskMonitor | None = certificate.risk_monitor(self.risk_alpha)
+                monitor: RiskMonitor | None = self.new_monitor(certificate, 0)
             except ConfigError:  # uncalibrated: it promises no risk
                 monitor = None
             new = _Watch(label, monitor, self._version(entry, label, certificate))
@@ -179,6 +188,13 @@ class RiskWatch:
             )
         self._watches[entry] = new
         return new
+
+    def new_monitor(self, certificate: Certificate, restarts: int) -> RiskMonitor:
+        """A fresh monitor of ``certificate``'s promise for its test number ``restarts``
+        (0: the first; a fleet counts the tests it had to restart after a loss), at
+        ``RiskMonitor.restart_level(risk_alpha, restarts)``: over every test of a
+        version, false alarms stay within ``risk_alpha``."""
+        return certificate.risk_monitor(RiskMonitor.restart_level(self.risk_alpha, restarts))
 
     def _version(self, entry: str, label: str, certificate: Certificate) -> str:
         """The key of a version's shared logs (none in one process)."""
@@ -212,42 +228,56 @@ class RiskWatch:
             _Answer(answer.completion_id, entry, answer.label, status, answer.cause, monitor),
         )
 
-    @staticmethod
-    def _feed_verdict(entry: str, watch: _Watch, shown: bool) -> None:
+    @classmethod
+    def _feed_verdict(cls, entry: str, watch: _Watch, shown: bool) -> None:
         monitor = watch.monitor
         assert monitor is not None
         warned = monitor.coverage_warning
         if monitor.update_shown(shown) and not warned:
-            logger.warning(
-                "coverage warning: model %s, certificate %s: after %d answers fewer are "
-                "shown (%d) than the calibration promised (%g); the risk guarantee is not "
-                "at stake, but the traffic may have drifted",
-                entry,
-                watch.label,
-                monitor.answers,
-                monitor.shown,
-                monitor.coverage,
-            )
+            cls._log_coverage(entry, watch)
 
-    @staticmethod
-    def _feed_label(entry: str, watch: _Watch, correct: bool) -> None:
+    @classmethod
+    def _feed_label(cls, entry: str, watch: _Watch, correct: bool) -> None:
         monitor = watch.monitor
         assert monitor is not None
         fired = monitor.alarm
         monitor.update(correct=correct)
         if monitor.alarm and not fired:
-            logger.warning(
-                "risk alarm: model %s, certificate %s: after %d labelled answers (%d wrong) "
-                "the error rate of shown answers exceeds the promised %g (it has exceeded "
-                "%g; level %g): recalibrate on recent labelled traffic or roll back",
-                entry,
-                watch.label,
-                monitor.n,
-                monitor.errors,
-                monitor.target,
-                monitor.lower_bound,
-                monitor.alpha,
-            )
+            cls._log_alarm(entry, watch)
+
+    @staticmethod
+    def _log_coverage(entry: str, watch: _Watch) -> None:
+        """The line logged once when a monitor's coverage warning fires."""
+        monitor = watch.monitor
+        assert monitor is not None
+        logger.warning(
+            "coverage warning: model %s, certificate %s: after %d answers fewer are "
+            "shown (%d) than the calibration promised (%g); the risk guarantee is not "
+            "at stake, but the traffic may have drifted",
+            entry,
+            watch.label,
+            monitor.answers,
+            monitor.shown,
+            monitor.coverage,
+        )
+
+    @staticmethod
+    def _log_alarm(entry: str, watch: _Watch) -> None:
+        """The line logged once when a monitor's alarm fires."""
+        monitor = watch.monitor
+        assert monitor is not None
+        logger.warning(
+            "risk alarm: model %s, certificate %s: after %d labelled answers (%d wrong) "
+            "the error rate of shown answers exceeds the promised %g (it has exceeded "
+            "%g; level %g): recalibrate on recent labelled traffic or roll back",
+            entry,
+            watch.label,
+            monitor.n,
+            monitor.errors,
+            monitor.target,
+            monitor.lower_bound,
+            monitor.alpha,
+        )
 
     def _keep(self, request_id: str, answer: _Answer) -> None:
         self._answers[request_id] = answer
@@ -336,7 +366,7 @@ class RiskWatch:
                 out[entry] = {
                     "certificate": watch.label,
                     "monitored": m is not None,
-                    "alarm": m.alarm if m else None,
+                    "alarm": watch.alarm if m else None,
                     "coverage_warning": m.coverage_warning if m else None,
                 }
         return out
@@ -357,7 +387,7 @@ def _state(entry: str, watch: _Watch) -> RiskState:
         m.lower_bound,
         m.bounds[1],
         m.log_e_value,
-        m.alarm,
+        watch.alarm,
         m.answers,
         m.shown,
         m.coverage_warning,

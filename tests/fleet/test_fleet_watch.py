@@ -24,13 +24,15 @@ RISK, ALPHA = 0.1, 0.05
 CERT = calibrated_certificate(RISK)
 
 
-def replica(url: str, namespace: str, errors: list[str] | None = None) -> FleetRiskWatch:
-    client = fleet_client(url, timeout_s=2.0)
+def replica(
+    url: str, namespace: str, errors: list[str] | None = None, *, timeout_s: float = 2.0
+) -> FleetRiskWatch:
+    client = fleet_client(url, timeout_s=timeout_s)
     return FleetRiskWatch(
         {"*": StaticCertificate(CERT, "cal-cert")},
         FleetStore(client, namespace=namespace),
         risk_alpha=ALPHA,
-        timeout_s=2.0,
+        timeout_s=timeout_s,
         count_error=(errors.append if errors is not None else None),
     )
 
@@ -116,7 +118,7 @@ async def test_every_replica_holds_the_monitor_of_one_process_fed_every_label(
     valkey: ValkeyProcess, namespace: str
 ) -> None:
     replicas = [replica(valkey.url, namespace) for _ in range(3)]
-    single = CERT.risk_monitor(ALPHA)
+    single = CERT.risk_monitor(RiskMonitor.restart_level(ALPHA, 0))  # one process's
     rng = random.Random(7)
     try:
         for i in range(600):
@@ -172,8 +174,7 @@ async def test_a_hung_redis_costs_a_label_its_timeout_and_never_blocks_an_answer
     valkey: ValkeyProcess, namespace: str
 ) -> None:
     errors: list[str] = []
-    a = replica(valkey.url, namespace, errors)
-    a.timeout_s = 0.2
+    a = replica(valkey.url, namespace, errors, timeout_s=0.2)
     try:
         a.take("*", finished("x"))
         await a.drain()

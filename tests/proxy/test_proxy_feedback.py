@@ -29,7 +29,7 @@ from proxy_harness import (
 from sse_server import Reply
 
 from adapters.proxy import ProxyConfig, StaticCertificate
-from guardrail import Certificate, ConfigError
+from guardrail import Certificate, ConfigError, RiskMonitor
 
 CLEAN = [ROLE, *tokens([GOOD] * 5), STOP]
 BLOCKED = [ROLE, *tokens([GOOD, GOOD, GOOD, BAD, GOOD, GOOD, GOOD]), STOP]
@@ -180,8 +180,9 @@ async def test_refused_labels_are_explained_and_change_nothing(upstream: Upstrea
 
 
 def wrong_labels_to_alarm(cert: Certificate) -> int:
-    """How many wrong labels in a row make the certificate's own monitor alarm."""
-    monitor = cert.risk_monitor(ALPHA)
+    """How many wrong labels in a row make the certificate's own monitor alarm (the first
+    test of its version: at the first level of the restarts' alpha spending)."""
+    monitor = cert.risk_monitor(RiskMonitor.restart_level(ALPHA, 0))
     while not monitor.update(correct=False):
         assert monitor.n < 1000
     return monitor.n
