@@ -109,8 +109,11 @@ class ProxyConfig:
     ``redis_url``: share the answers, the labels and the risk monitors with every
     replica that names the same Redis or Valkey server and ``fleet_namespace`` (see
     the docs' "Several replicas"): a label is taken once whichever replica receives
-    it, and one anytime-valid test per certificate version covers the whole fleet.
-    Every call to Redis waits at most ``fleet_timeout_s``; answers are kept for labels
+    it, and one anytime-valid test per certificate content covers the whole fleet.
+    The namespace is by default derived from ``fleet_deployment`` (by default the
+    upstream URL): two deployments never share an alarm unless given one namespace
+    or deployment name. A command to Redis waits at most ``fleet_timeout_s``, a new
+    connection at most ``fleet_connect_timeout_s``; answers are kept for labels
     ``feedback_ttl_s`` seconds (``feedback_ids`` then does not apply). Redis down or
     slow never fails or slows a guarded answer: labels get HTTP 503 and the monitors
     report themselves blind until it answers again.
@@ -156,9 +159,11 @@ class ProxyConfig:
     risk_alpha: float = 0.05
     feedback_ids: int = 50_000
     redis_url: str | None = None
-    fleet_namespace: str = "default"
+    fleet_namespace: str | None = None
     fleet_timeout_s: float = 0.5
     feedback_ttl_s: int = 7 * 24 * 3600
+    fleet_deployment: str | None = None
+    fleet_connect_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.upstream) if isinstance(self.upstream, str) else None
@@ -229,8 +234,9 @@ class ProxyConfig:
             raise ConfigError("record_storage_options must be a mapping of fsspec options")
         check_risk_settings(self.risk_alpha, self.feedback_ids)
         check_fleet_settings(
-            self.redis_url, self.fleet_namespace, self.fleet_timeout_s, self.feedback_ttl_s
-        )
+            self.redis_url, self.fleet_namespace, self.fleet_timeout_s, self.feedback_ttl_s,
+            deployment=self.fleet_deployment, connect_timeout_s=self.fleet_connect_timeout_s,
+        )  # fmt: skip
 
     def entry_for(self, model: object) -> str | None:
         """The model entry serving a requested model name: the name itself if it has a

@@ -12,8 +12,10 @@ from starlette.responses import Response
 
 from .._serving._certs import CertificateSource
 from .._serving._feedback import feedback_response
+from .._serving._fleet import deployment_namespace
 from .._serving._fleet_watch import FleetRiskWatch, FleetSettings, make_risk_watch
 from .._serving._risk_watch import FinishedAnswer, RiskWatch
+from .._serving._wire import redact_url
 from ._guarded import AnswerGuard
 
 if TYPE_CHECKING:
@@ -34,10 +36,14 @@ class ProxyRiskWatch:
 
         fleet = None
         if config.redis_url is not None:
+            deployment = config.fleet_deployment or redact_url(config.upstream)
             fleet = FleetSettings(
-                config.redis_url, config.fleet_namespace, config.fleet_timeout_s,
+                config.redis_url,
+                config.fleet_namespace or deployment_namespace(deployment),
+                config.fleet_timeout_s,
                 config.feedback_ttl_s,
-            )  # fmt: skip
+                config.fleet_connect_timeout_s,
+            )
             metrics.watch_fleet(lambda: self.blind)
         self.watch: RiskWatch = make_risk_watch(
             sources,
@@ -46,6 +52,8 @@ class ProxyRiskWatch:
             count=count,
             fleet=fleet,
             count_error=lambda op: metrics.fleet_errors.labels(op=op).inc(),
+            count_timeout=lambda op: metrics.fleet_timeouts.labels(op=op).inc(),
+            count_loss=lambda kind: metrics.fleet_losses.labels(kind=kind).inc(),
         )
         self._config = config
         metrics.watch_risk(self.watch.states)

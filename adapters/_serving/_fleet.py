@@ -44,6 +44,7 @@ __all__ = [
     "FleetRecord",
     "FleetStore",
     "Moved",
+    "deployment_namespace",
     "fleet_client",
     "loss_of",
     "new_test",
@@ -190,6 +191,18 @@ def version_key(entry: str, digest: str, alpha: float) -> str:
     """
     raw = "\0".join((entry, digest, repr(float(alpha))))
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()[:24]
+
+
+def deployment_namespace(deployment: str) -> str:
+    """The default namespace of a deployment named ``deployment`` (the proxy's: its
+    upstream URL, without credentials): replicas of one deployment share it, two
+    deployments do not, whatever certificates they serve. Records inside it are keyed
+    by the certificate's content (:func:`version_key`), not by its file name.
+
+    >>> deployment_namespace("http://llm:8000/v1")
+    'd-02186a9bf1785456'
+    """
+    return "d-" + hashlib.sha256(deployment.encode("utf-8")).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

@@ -152,13 +152,28 @@ class ProxyMetrics:
         )
 
     def watch_fleet(self, blind: Callable[[], str | None]) -> None:
-        """Export ``liftguard_fleet_blind`` (1 while the fleet store cannot be reached)
-        and ``liftguard_fleet_errors_total{op}`` (calls to it that failed or were dropped:
-        ``keep``, ``verdict``, ``label``, ``replay``)."""
+        """Export ``liftguard_fleet_blind`` (1 while the fleet store cannot be reached),
+        ``liftguard_fleet_errors_total{op}`` (calls to it that failed or were dropped:
+        ``keep``, ``verdict``, ``label``, ``read``), ``liftguard_fleet_timeouts_total{op}``
+        (those that timed out) and ``liftguard_fleet_losses_total{kind}`` (losses of the
+        fleet's state this replica detected: ``missing``, ``regressed``, ``diverged``,
+        ``replaced``, ``foreign``)."""
         self.fleet_errors = Counter(
             "liftguard_fleet_errors",
             "Calls to the fleet store (Redis) that failed or were dropped",
             ["op"],
+            registry=self.registry,
+        )
+        self.fleet_timeouts = Counter(
+            "liftguard_fleet_timeouts",
+            "Calls to the fleet store (Redis) that timed out",
+            ["op"],
+            registry=self.registry,
+        )
+        self.fleet_losses = Counter(
+            "liftguard_fleet_losses",
+            "Losses of the fleet's shared risk state this replica detected",
+            ["kind"],
             registry=self.registry,
         )
         gauge = Gauge(

@@ -44,19 +44,29 @@ def check_risk_settings(risk_alpha: float, feedback_ids: int) -> None:
 
 
 def check_fleet_settings(
-    redis_url: object, namespace: object, timeout_s: float, feedback_ttl_s: int
+    redis_url: object,
+    namespace: object,
+    timeout_s: float,
+    feedback_ttl_s: int,
+    *,
+    deployment: object = None,
+    connect_timeout_s: float = 5.0,
 ) -> None:
     """The fleet store's settings (the proxy's, the LiteLLM guardrail's), else ConfigError
-    naming the field."""
+    naming the field (a namespace or a deployment ``None``: derived)."""
     if redis_url is not None:
         schemes = ("redis://", "rediss://", "unix://", "valkey://", "valkeys://")
         if not isinstance(redis_url, str) or not redis_url.startswith(schemes):
             raise ConfigError(
                 f"redis_url must be a redis://, rediss:// or unix:// URL, got {redis_url!r:.80}"
             )
-    if not isinstance(namespace, str) or not namespace or not namespace.isprintable():
-        raise ConfigError(f"fleet_namespace must be a non-empty name, got {namespace!r:.80}")
-    if "{" in namespace or "}" in namespace:
-        raise ConfigError("fleet_namespace must not contain braces (it is a Redis hash tag)")
+    for name, value in (("fleet_namespace", namespace), ("fleet_deployment", deployment)):
+        if value is None:  # the namespace: derived from the deployment
+            continue
+        if not isinstance(value, str) or not value or not value.isprintable():
+            raise ConfigError(f"{name} must be a non-empty name, got {value!r:.80}")
+        if "{" in value or "}" in value:
+            raise ConfigError(f"{name} must not contain braces (it is a Redis hash tag)")
     check_positive("fleet_timeout_s", timeout_s)
+    check_positive("fleet_connect_timeout_s", connect_timeout_s)
     integer_at_least("feedback_ttl_s", feedback_ttl_s, 1)

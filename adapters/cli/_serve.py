@@ -88,6 +88,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             fleet_namespace=args.fleet_namespace,
             fleet_timeout_s=args.fleet_timeout,
             feedback_ttl_s=args.feedback_ttl,
+            fleet_deployment=args.fleet_deployment,
+            fleet_connect_timeout_s=args.fleet_connect_timeout,
         )
     except ConfigError as exc:  # every setting here is an argument's value: a usage error
         raise CommandError(str(exc), status=2) from exc
@@ -311,17 +313,29 @@ def add_serve_parser(sub: Any) -> None:
     )
     fleet.add_argument(
         "--fleet-namespace",
-        default="default",
         metavar="NAME",
         help="the fleet's name in Redis: replicas with the same one share everything "
-        "(default: default)",
+        "(default: derived from --fleet-deployment)",
+    )
+    fleet.add_argument(
+        "--fleet-deployment",
+        metavar="NAME",
+        help="the deployment's name, from which the namespace is derived (default: the "
+        "upstream URL): two deployments never share an alarm unless given one name",
     )
     fleet.add_argument(
         "--fleet-timeout",
         type=positive,
         default=0.5,
         metavar="SECONDS",
-        help="the longest any call to Redis waits (default 0.5)",
+        help="the longest a command to Redis waits (default 0.5)",
+    )
+    fleet.add_argument(
+        "--fleet-connect-timeout",
+        type=positive,
+        default=5.0,
+        metavar="SECONDS",
+        help="the longest a new connection to Redis waits (default 5)",
     )
     fleet.add_argument(
         "--feedback-ttl",

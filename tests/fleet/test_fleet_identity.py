@@ -1,0 +1,96 @@
+"""Which replicas are one fleet: the namespace derives from the deployment (by default the
+proxy's upstream URL), so two deployments with the same certificate on one Redis never
+share an alarm unless told to; the record is keyed by the certificate's content, so the
+same certificate under two file names is one test."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from test_fleet_watch import ALPHA, CERT
+from valkey_process import ValkeyProcess
+
+from adapters._proxy._config import ProxyConfig
+from adapters._proxy._feedback import ProxyRiskWatch
+from adapters._serving._certs import StaticCertificate
+from adapters._serving._fleet import FleetStore, fleet_client
+from adapters._serving._fleet_watch import FleetRiskWatch
+from adapters._serving._metrics import ProxyMetrics
+from adapters._serving._risk_watch import FinishedAnswer
+
+
+def finished(rid: str, label: str = "cert.json") -> FinishedAnswer:
+    """A certified answer of the certificate the replica knows as ``label``."""
+    return FinishedAnswer(rid, f"chatcmpl-{rid}", label, True, True, True, False, "certified")
+
+
+def proxy_watch(url: str, upstream: str, **options: object) -> FleetRiskWatch:
+    source = StaticCertificate(CERT, "cert.json")
+    config = ProxyConfig(
+        upstream=upstream, certificate=source, redis_url=url, risk_alpha=ALPHA, **options
+    )
+    watch = ProxyRiskWatch(config, {"*": source}, ProxyMetrics()).watch
+    assert isinstance(watch, FleetRiskWatch)
+    return watch
+
+
+async def test_two_deployments_with_one_certificate_never_share_an_alarm_by_default(
+    valkey: ValkeyProcess,
+) -> None:
+    a = proxy_watch(valkey.url, "http://llm-a:8000/v1")
+    a2 = proxy_watch(valkey.url, "http://llm-a:8000/v1")  # a replica of the same deployment
+    b = proxy_watch(valkey.url, "http://llm-b:8000/v1")
+    named = [
+        proxy_watch(valkey.url, f"http://llm-{x}:8000/v1", fleet_deployment="chat") for x in "ab"
+    ]
+    try:
+        assert a.store.prefix == a2.store.prefix != b.store.prefix
+        assert named[0].store.prefix == named[1].store.prefix  # told to: one fleet
+        a.take("*", finished("r1"))
+        await a.drain()
+        assert (await a2.alabel("r1", False))["labels"] == 1
+        await b.refresh()
+        assert b.states()[0].labels == 0  # b's own test, untouched
+    finally:
+        for w in (a, a2, b, *named):
+            await w.aclose()
+
+
+async def test_one_certificate_under_two_file_names_is_one_fleet(valkey: ValkeyProcess) -> None:
+    namespace = uuid.uuid4().hex
+
+    def replica(name: str) -> FleetRiskWatch:
+        return FleetRiskWatch(
+            {"*": StaticCertificate(CERT, name)},
+            FleetStore(fleet_client(valkey.url), namespace=namespace),
+            risk_alpha=ALPHA,
+        )
+
+    a, b = replica("/etc/a/cert.json"), replica("/srv/b/certificate.json")
+    try:
+        a.take("*", finished("r1", "/etc/a/cert.json"))
+        await a.drain()
+        out = await b.alabel("r1", True)  # not certificate_changed
+        assert out["labels"] == 1
+        await a.refresh()
+        assert a.states()[0].labels == 1
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("fleet_namespace", ""), ("fleet_deployment", "a{b}"), ("fleet_connect_timeout_s", 0)],
+)
+def test_bad_fleet_settings_name_the_field(field: str, value: object) -> None:
+    from guardrail import ConfigError
+
+    with pytest.raises(ConfigError, match=field):
+        ProxyConfig(
+            upstream="http://llm:8000/v1",
+            certificate=StaticCertificate(CERT, "cert.json"),
+            redis_url="redis://127.0.0.1:6379/0",
+            **{field: value},  # type: ignore[arg-type]
+        )
