@@ -36,7 +36,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from _tables import Progress, halves, header, load, pct, plain_traces, save, write_page  # noqa: E402
 from scope_sums import default_inputs  # noqa: E402
 
-from adapters.cli._fit_args import DEFAULT_EARLY_BLOCK, DEFAULT_EARLY_BLOCK_SHARE  # noqa: E402
+from guardrail.fitting import FitOptions  # noqa: E402
+
+DEFAULT_EARLY_BLOCK = FitOptions().early_block
+DEFAULT_EARLY_BLOCK_SHARE = FitOptions().early_block_share
 
 COMMAND = "python benchmarks/early_block_share.py"
 SAVED = ROOT / "benchmarks" / "results" / "early_block_share.json"

@@ -16,8 +16,8 @@ L2 10, early-block margins at the 0.99 quantile widened to the default share) is
 :func:`guardrail.fitting.cv_coverage`, replayed as the monitor streams it: out-of-fold
 scores from 5 folds, then 50 random halves of them, one calibrating at the risk (delta
 0.05, as ``eval``), the other measuring coverage; the whole done twice over. The
-scopes added are those :func:`adapters.cli._fit_select.used_scopes` finds on half A,
-as ``fit`` would; a file where it finds none gets the preset only, and no run.
+scopes added are those :func:`guardrail.fitting.fit_certificate` adds fitting on half A,
+as ``fit`` would; a file where it adds none gets the preset only, and no run.
 """
 
 from __future__ import annotations
@@ -42,8 +42,10 @@ from _tables import (  # noqa: E402
     write_page,
 )
 
-from adapters.cli._fit_args import DEFAULT_EARLY_BLOCK, DEFAULT_EARLY_BLOCK_SHARE  # noqa: E402
-from adapters.cli._fit_select import scope_sum_features, used_scopes  # noqa: E402
+from guardrail.fitting import FitOptions  # noqa: E402
+
+DEFAULT_EARLY_BLOCK = FitOptions().early_block
+DEFAULT_EARLY_BLOCK_SHARE = FitOptions().early_block_share
 
 COMMAND = "python benchmarks/scope_sums.py"
 SAVED = ROOT / "benchmarks" / "results" / "scope_sums.json"
@@ -65,11 +67,18 @@ def default_inputs(
     """What ``fit``'s defaults read on ``traces``: the ``lift`` preset, the scopes
     ``--scopes auto`` adds, the features with them, the per-token ranges (the 0.01
     quantiles) and the answers' features ``x`` (a column per feature with the scopes)."""
-    from guardrail.fitting import answer_features, preset_features, token_ranges
+    from guardrail.fitting import (
+        Feature,
+        answer_features,
+        fit_certificate,
+        preset_features,
+        token_ranges,
+    )
 
     preset = preset_features("lift")
-    scopes = used_scopes(traces)
-    added = (*preset, *scope_sum_features(scopes))
+    _, report = fit_certificate(traces, FitOptions(fit_fraction=1.0, early_block=None))
+    scopes = list(report.scopes)
+    added = (*preset, *(Feature.parse(f"{s}:logprob.sum") for s in scopes))
     kw: dict[str, Any] = {"skeleton": "prompt-free", "alternatives": 5}
     bases = sorted({f.base for f in preset if f.base != "length"})
     ranges = token_ranges(traces, bases, quantile=0.01, **kw)

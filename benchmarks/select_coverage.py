@@ -26,7 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from _tables import halves  # noqa: E402
 
-from adapters.cli._fit_args import DEFAULT_EARLY_BLOCK  # noqa: E402
+from guardrail.fitting import FitOptions  # noqa: E402
+
+DEFAULT_EARLY_BLOCK = FitOptions().early_block
 
 RESULTS = ROOT / "benchmarks" / "results" / "select_coverage.json"
 PAGE = ROOT / "docs" / "results" / "select_coverage.md"

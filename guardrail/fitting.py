@@ -1,12 +1,14 @@
-"""Fitted certificates: per-token features a stream carries, their running aggregates
-(one small object per aggregate, :func:`aggregate_of`, each beside its batch twin),
-the fitted statistic and its exact streaming replay; the scopes a feature can read
-(the final answer, the code block, the numbers), each told token by token (:func:`scope_tracker`,
+"""Fitted certificates: :func:`fit_certificate`, the whole recipe from labelled traces to
+a calibrated :class:`~guardrail.Certificate` (:class:`FitOptions` in, a :class:`FitReport`
+beside it); and its parts: per-token features a stream carries, their running aggregates
+(one small object per aggregate, :func:`aggregate_of`, each beside its batch twin), the
+fitted statistic and its exact streaming replay; the scopes a feature can read (the final
+answer, the code block, the numbers), each told token by token (:func:`scope_tracker`,
 beside its batch twin :func:`scope_mask`).
 
-``liftguard fit`` is the command-line front end; a fitted statistic is stored in a
-:class:`~guardrail.Certificate` and deployed through ``certificate.monitor()`` like any
-other rule.
+``liftguard fit`` is :func:`fit_certificate` behind a command line; a fitted statistic is
+stored in a :class:`~guardrail.Certificate` and deployed through ``certificate.monitor()``
+like any other rule.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from ._aggregates import Feature, aggregate_path, reach_path, scoped_path
 from ._features import SOURCES as FEATURE_SOURCES
 from ._features import TokenFeaturizer
 from ._features_batch import base_features_batch
+from ._fit_recipe import FitOptions, FitReport, fit_certificate
 from ._fitted import (
     DEFAULT_ALTERNATIVES,
     DEFAULT_L2,
@@ -56,6 +59,8 @@ __all__ = [
     "EventReader",
     "Feature",
     "FinalAnswerScope",
+    "FitOptions",
+    "FitReport",
     "FittedPath",
     "FittedState",
     "FittedStatistic",
@@ -71,6 +76,7 @@ __all__ = [
     "calibrate_fitted",
     "critical_score",
     "cv_coverage",
+    "fit_certificate",
     "fit_statistic",
     "margin_cost",
     "margin_scale",

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from adapters.cli import main
-from adapters.cli._fit_args import DEFAULT_EARLY_BLOCK_SHARE
 from adapters.cli._progress import Progress
 from guardrail import Certificate, FittedRule, State, TokenEvent
 from guardrail._fitted_state import RecordedSkeleton
+from guardrail.fitting import FitOptions
 from guardrail.traces import BASELINES
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -123,7 +123,7 @@ def test_fit_early_block_sets_margins_from_the_correct_fitting_answers(
                for a, b in zip(pointwise.block_margins, stat.block_margins, strict=True) if a}
     assert len(factors) == 1  # one common factor, recorded where it widened the margins
     assert factors == {round(early.get("scale", 1.0), 9)}
-    share = DEFAULT_EARLY_BLOCK_SHARE
+    share = FitOptions().early_block_share
     assert early.get("share", share) == share and ("scale" in early) == (factors != {1.0})
     assert (f"widened until {share:g}" in printed) == ("scale" in early)
     assert main([*args, "--json"]) == 0  # by default, the 0.99 quantile: larger margins
@@ -420,7 +420,7 @@ def test_fit_selects_the_statistic_by_cross_validated_coverage(
     quantile = None if block == blocks[0] else float(block.rsplit(" ", 1)[1])
     assert (summary["early_block"] or {}).get("quantile") == quantile
     # the summary names the next best candidate and how far behind it is
-    from adapters.cli._fit_select import selection_line
+    from adapters.cli._fit import selection_line
 
     line = selection_line(table, 0.8)
     behind = [r for r in table if r["cv_coverage"] < chosen["cv_coverage"]]
@@ -482,7 +482,7 @@ def test_long_answers_add_length_robust_and_scoped_candidates() -> None:
     """Selection's extra candidates for long answers: length-robust aggregates where the
     median answer is long, and a scope's features where the answers use it (real code
     answers: the code block and its numbers; short factoid answers: neither)."""
-    from adapters.cli._fit_select import long_answer_sets
+    from guardrail._fit_choice import long_answer_sets
     from guardrail.fitting import moves_one_way, preset_features
     from guardrail.traces import read_traces
 

@@ -7,22 +7,9 @@ from typing import Any
 
 from ._certify import add_skeleton_spec_option
 from ._common import fraction, integer, output_file, positive, probability
-from ._fit import DEFAULT_FIT_RISK, cmd_fit
-from ._fit_select import SCOPE_SHARE
+from ._fit import cmd_fit
 
-__all__ = ["DEFAULT_EARLY_BLOCK", "DEFAULT_EARLY_BLOCK_SHARE", "TRAFFIC_EARLY_BLOCK",
-           "add_fit_parser"]  # fmt: skip
-
-DEFAULT_EARLY_BLOCK = 0.99
-"""``--early-block``'s default quantile."""
-
-DEFAULT_EARLY_BLOCK_SHARE = 0.9
-"""``--early-block-share``'s default: of 0.9, 0.95 and 0.99 (and none, per position only),
-the one that, cross-validated on the fitting halves of the MBPP and GSM8K traces with
-``fit``'s default features, covered the most at risks 0.3 and 0.4 while a blocked answer
-stayed read for at most half its tokens at the target risks 0.2 and 0.3
-(``benchmarks/scope_sums.py``); on TriviaQA's short answers it changes nothing
-measurable."""
+__all__ = ["TRAFFIC_EARLY_BLOCK", "add_fit_parser"]
 
 TRAFFIC_EARLY_BLOCK = 0.95
 """``calibrate --certificate ... --margins-from``'s default quantile: of 0.99, 0.95, 0.9
@@ -47,9 +34,11 @@ class _Given(argparse.Action):
 
 
 def add_fit_parser(sub: Any) -> None:
-    """The ``fit`` subcommand."""
-    from guardrail.fitting import DEFAULT_ALTERNATIVES, DEFAULT_L2
+    """The ``fit`` subcommand (its defaults: :class:`guardrail.fitting.FitOptions`')."""
+    from guardrail.fitting import DEFAULT_ALTERNATIVES, FitOptions
     from guardrail.traces import TRACE_SKELETONS
+
+    default = FitOptions()
 
     p = sub.add_parser(
         "fit",
@@ -69,13 +58,13 @@ def add_fit_parser(sub: Any) -> None:
     p.add_argument(
         "--risk",
         type=probability,
-        default=DEFAULT_FIT_RISK,
-        help=f"target selective risk (default {DEFAULT_FIT_RISK})",
+        default=default.risk,
+        help=f"target selective risk (default {default.risk})",
     )
-    p.add_argument("--delta", type=probability, default=0.05)
+    p.add_argument("--delta", type=probability, default=default.delta)
     p.add_argument(
         "--group",
-        default="lift",
+        default=default.group,
         choices=("api", "local", "lift"),
         help="features by what the stream supplies: api (logprobs + alternatives), local "
         "(+ exact entropies), lift (+ the skeleton's log-probability; default)",
@@ -95,20 +84,20 @@ def add_fit_parser(sub: Any) -> None:
         default=None,
         metavar="auto|none|SCOPE,...",
         help="with --group: also read the log-likelihood (scope:logprob.sum) of these scopes; "
-        f"auto (default): each that at least {SCOPE_SHARE:.0%} of the fitting answers have "
-        "tokens in (a worked solution's numbers and final answer, a program's code); none: "
-        "the preset alone",
+        "auto (default): each that at least a tenth of the fitting answers have tokens in "
+        "(a worked solution's numbers and final answer, a program's code); none: the preset "
+        "alone",
     )
     p.add_argument(
         "--form",
-        default="answer",
+        default=default.form,
         choices=("answer", "monotone"),
         help="answer: any features, exact early verdicts from bounds (default); monotone: "
         "only features that move one way, blocks as soon as the score falls below tau",
     )
     p.add_argument(
         "--skeleton",
-        default="prompt-free",
+        default=default.skeleton,
         choices=TRACE_SKELETONS,
         help="skeleton of the lift features (default prompt-free)",
     )
@@ -116,17 +105,19 @@ def add_fit_parser(sub: Any) -> None:
     p.add_argument(
         "--fit-fraction",
         type=fraction,
-        default=0.5,
+        default=default.fit_fraction,
         help="share of the traces the statistic is fitted on; tau is calibrated on the rest "
         "(default 0.5). 1: fit on all of them and calibrate tau on other answers with "
         "'liftguard calibrate --certificate' (until then the certificate certifies nothing)",
     )
-    p.add_argument("--seed", type=integer(0), default=0, help="seed of the fit/calibration split")
-    p.add_argument("--l2", type=positive, default=DEFAULT_L2, help="L2 penalty of the fit")
+    p.add_argument(
+        "--seed", type=integer(0), default=default.seed, help="seed of the fit/calibration split"
+    )
+    p.add_argument("--l2", type=positive, default=default.l2, help="L2 penalty of the fit")
     p.add_argument(
         "--select",
         choices=("none", "coverage"),
-        default="none",
+        default=default.select,
         help="coverage: choose among the features at three penalties, the features with "
         "length-robust or scoped aggregates added where the answers are long or have a "
         "final answer or code block, and the single scores "
@@ -139,21 +130,21 @@ def add_fit_parser(sub: Any) -> None:
         "--early-block",
         type=_early_block,
         action=_Given,
-        default=DEFAULT_EARLY_BLOCK,
+        default=default.early_block,
         metavar="Q",
         help="also block as soon as the score so far plus a margin is below tau: per "
         "position, the Q quantile of how far a correct fitting answer's score still rose "
-        f"from there (calibration replays it; default {DEFAULT_EARLY_BLOCK}; 'none': only "
+        f"from there (calibration replays it; default {default.early_block}; 'none': only "
         "the exact early blocks)",
     )
     p.add_argument(
         "--early-block-share",
         type=_early_block,
-        default=DEFAULT_EARLY_BLOCK_SHARE,
+        default=default.early_block_share,
         metavar="S",
         help="widen the early-block margins by one factor until this share of the correct "
         "fitting answers never rises past them at any position (per position, a long "
-        f"answer's many positions block many more; default {DEFAULT_EARLY_BLOCK_SHARE}; "
+        f"answer's many positions block many more; default {default.early_block_share}; "
         "'none': the per-position quantile alone)",
     )
     p.add_argument(
@@ -166,10 +157,10 @@ def add_fit_parser(sub: Any) -> None:
     p.add_argument(
         "--range-quantile",
         type=float,
-        default=0.01,
+        default=default.range_quantile,
         help="clamp each per-token feature to these quantiles of the fitting tokens",
     )
-    p.add_argument("--on-length", default="answer", choices=("answer", "block"))
+    p.add_argument("--on-length", default=default.on_length, choices=("answer", "block"))
     p.add_argument("--context", metavar="FILE", default=None, help="generation context JSON")
     p.add_argument(
         "--max-tokens",

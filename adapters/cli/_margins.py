@@ -1,13 +1,12 @@
-"""The early-block margins of a fitted statistic as ``fit`` sets them and ``fit`` and
-``calibrate --certificate`` report them: each answer replayed with and without them, and
-what they cost."""
+"""The early-block margins of a fitted statistic as ``fit`` and ``calibrate --certificate``
+report them: each answer replayed with and without them, and what they cost."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
 
-__all__ = ["early_line", "early_margins", "margins_blocked", "margins_line", "replays"]
+__all__ = ["early_line", "margins_blocked", "margins_line", "replays"]
 
 
 def replays(
@@ -43,26 +42,6 @@ def margins_line(cost: dict[str, int] | None) -> str:
         f"  margins blocked  {cost['blocked']} of the {cost['shown_without_margins']} correct "
         "calibration answers the rule shows without them\n"
     )
-
-
-def early_margins(
-    stat: Any, fit_tr: list[Any], quantile: float, share: float | None, skel: Any, limit: int
-) -> tuple[tuple[float, ...], dict[str, float]]:
-    """The early-block margins of ``--early-block`` and ``--early-block-share``, from one
-    replay of the correct fitting answers, and ``{"share": S, "scale": c}`` where the share
-    widens the per-position margins by ``c > 1`` (``{}`` otherwise: the certificate then
-    reads as one fitted per position)."""
-    from guardrail.fitting import margin_scale, margins_from_scores, replay_fitted
-
-    right = [replay_fitted(stat, t, skeleton=skel, max_tokens=limit).scores
-             for t in fit_tr if t.correct and t.n_tokens]  # fmt: skip
-    margins = margins_from_scores(right, quantile)
-    if share is None or not margins:
-        return margins, {}
-    scale = margin_scale(right, margins, share)
-    if scale <= 1.0:
-        return margins, {}
-    return tuple(m * scale for m in margins), {"share": share, "scale": scale}
 
 
 def early_line(early: Any) -> str:

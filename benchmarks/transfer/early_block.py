@@ -43,7 +43,9 @@ from models import (  # noqa: E402
 )
 from run import EVAL, _liftguard  # noqa: E402
 
-from adapters.cli._fit_args import DEFAULT_EARLY_BLOCK  # noqa: E402
+from guardrail.fitting import FitOptions  # noqa: E402
+
+DEFAULT_EARLY_BLOCK = FitOptions().early_block
 
 QUANTILES = ("none", "0.95", "0.9")
 LABELS = {"none": "without margins", "0.95": "early block 0.95", "0.9": "early block 0.9"}

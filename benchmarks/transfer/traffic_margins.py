@@ -53,7 +53,10 @@ from models import (  # noqa: E402
 )
 from run import EVAL, _liftguard  # noqa: E402
 
-from adapters.cli._fit_args import DEFAULT_EARLY_BLOCK, TRAFFIC_EARLY_BLOCK  # noqa: E402
+from adapters.cli._fit_args import TRAFFIC_EARLY_BLOCK  # noqa: E402
+from guardrail.fitting import FitOptions  # noqa: E402
+
+DEFAULT_EARLY_BLOCK = FitOptions().early_block
 
 QUANTILES = ("0.99", "0.95", "0.9", "0.8")
 """The quantiles of margins from every answer compared within TriviaQA."""
