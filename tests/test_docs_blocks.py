@@ -26,6 +26,7 @@ C, P, D, PY, L, LL, R = (
     "tests/test_docs_local.py",  # loads the bundled SmolLM2 (llama.cpp); slow
     "tests/test_docs_recipe.py::test_the_production_recipe",  # the same
 )
+FP = "tests/test_docs_fitting_python.py::test_the_page_fits_calibrates_and_evaluates"
 RUN: dict[tuple[str, str], str] = {
     ("README.md", "import asyncio"): f"{PY}::test_readme_langchain_quick_start",
     ("README.md", "from adapters import guard_tool"): f"{PY}::test_readme_guard_tool",
@@ -49,6 +50,8 @@ RUN: dict[tuple[str, str], str] = {
         f"{C}::test_fitting_calibrate_summary",
     ("docs/fitting.md", "$ liftguard calibrate --certificate fit.json --traces labelled.jsonl \\"):
         f"{C}::test_fitting_margins_from",
+    ("docs/fitting-from-python.md", "import json"): FP,
+    ("docs/fitting-from-python.md", "fitted on 200 answers, tau calibrated on 200 others"): FP,
     ("docs/fleet.md", "guardrails:"): f"{D}::test_fleet_guardrail_settings",
     ("docs/fleet.md", "liftguard serve --upstream http://llm:8000/v1 --certificate "
      '"s3://certs#chat@production" \\'): f"{P}::test_fleet_serve_command",
