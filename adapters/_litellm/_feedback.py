@@ -23,8 +23,10 @@ registry, which LiteLLM's ``/metrics`` serves when its ``prometheus`` callback i
 (``litellm_settings: callbacks: ["prometheus"]``). With ``PROMETHEUS_MULTIPROC_DIR`` set
 LiteLLM serves a registry of its own instead. With several workers, each process has its own
 monitors unless the guardrails share a fleet store (``redis: true`` or ``redis_url``): then a
-label may reach any worker, every worker's monitor replays the fleet's labels, and
-``liftguard_fleet_blind`` and ``liftguard_fleet_errors_total{op}`` are exported too.
+label may reach any worker, every worker's monitor is the fleet's, and
+``liftguard_fleet_blind``, ``liftguard_fleet_errors_total{op}``,
+``liftguard_fleet_timeouts_total{op}`` and ``liftguard_fleet_losses_total{kind}`` are
+exported too.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from .._serving._feedback import FEEDBACK_PATH, feedback_response
+from .._serving._fleet_watch import FleetRiskWatch
 from .._serving._metrics import RiskState, risk_collector
 from .._serving._risk_watch import RiskWatch
 
@@ -55,6 +58,8 @@ _watches: dict[str, RiskWatch] = {}
 _refreshers: dict[str, Callable[[], Awaitable[bool]]] = {}
 _feedback_counter: Any = None
 _fleet_errors: Any = None
+_fleet_timeouts: Any = None
+_fleet_losses: Any = None
 _routes_added: set[int] = set()
 
 
@@ -65,6 +70,9 @@ def register(name: str, watch: RiskWatch, refresh: Callable[[], Awaitable[bool]]
         _watches[name] = watch
         _refreshers[name] = refresh
         _export_metrics()
+        if isinstance(watch, FleetRiskWatch):
+            watch.count_timeout = lambda op: _fleet_timeouts.labels(op=op).inc()
+            watch.count_loss = lambda kind: _fleet_losses.labels(kind=kind).inc()
         app = _litellm_app()
         if app is not None and id(app) not in _routes_added:
             _add_routes(app)
@@ -96,7 +104,7 @@ def _states() -> list[RiskState]:
 
 
 def _export_metrics() -> None:
-    global _feedback_counter, _fleet_errors
+    global _feedback_counter, _fleet_errors, _fleet_timeouts, _fleet_losses
     if _feedback_counter is not None:
         return
     from prometheus_client import REGISTRY, Counter, Gauge
@@ -108,6 +116,12 @@ def _export_metrics() -> None:
         "liftguard_fleet_errors", "Calls to the fleet store (Redis) that failed or were dropped",
         ["op"],
     )  # fmt: skip
+    _fleet_timeouts = Counter(
+        "liftguard_fleet_timeouts", "Calls to the fleet store (Redis) that timed out", ["op"]
+    )
+    _fleet_losses = Counter(
+        "liftguard_fleet_losses", "Losses of the fleet's shared risk state detected", ["kind"]
+    )
     Gauge(
         "liftguard_fleet_blind", "1 while a guardrail's fleet store (Redis) cannot be reached"
     ).set_function(_blind)

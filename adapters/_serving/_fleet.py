@@ -37,6 +37,8 @@ import secrets
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from guardrail import RiskMonitor
+
 __all__ = [
     "DEFAULT_PREFIX",
     "RECENT",
@@ -304,6 +306,7 @@ class FleetRecord:
             head = json.loads(raw)
             if head["format"] != 1 or head["version"] != version:
                 raise ValueError("another version's or format's record")
+            RiskMonitor.from_bytes(state)  # a state it can hold, else ValueError
             return cls(
                 version, str(head["test"]), int(head["seq"]), str(head["chain"]),
                 tuple(str(c) for c in head["recent"]), int(head["restarts"]),

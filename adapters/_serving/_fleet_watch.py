@@ -143,7 +143,10 @@ class FleetRiskWatch(RiskWatch):
 
     async def _refresh_loop(self) -> None:
         while True:
-            await self.refresh()
+            try:
+                await self.refresh()
+            except Exception as exc:  # never ends the loop: the next round tries again
+                self._failed("read", _reason(exc))
             await asyncio.sleep(self.refresh_s)
 
     # -- answers ---------------------------------------------------------------------------

@@ -47,9 +47,11 @@ starts a new monitor, and the old series disappear):
   recovery it can lie below the lower bound: that one is about the worst time
   since the monitor started, this one about now.
 - ``liftguard_risk_log_evalue``: the log of the monitor's e-value (0 before any
-  label: no evidence); the alarm fires when it reaches ``log(1/alpha)``.
+  label: no evidence); the alarm fires when it reaches ``log(1/level)``, the level
+  of the monitor's test (``RiskMonitor.restart_level(alpha, k)``).
 - ``liftguard_risk_alarm``: 1 once the realised risk is shown to exceed the
-  target (sticky), else 0.
+  target (sticky; in a fleet also an alarm kept on from a test lost since, until
+  an operator clears it), else 0.
 - ``liftguard_risk_answers``: answers whose verdict the monitor took (shown or
   not); ``liftguard_risk_shown_ratio``: the share shown (NaN before any).
 - ``liftguard_risk_coverage_warning``: 1 once the share shown is shown to fall
