@@ -210,7 +210,11 @@ def fit_certificate(
         limit_note = f"token limit {limit}: the longest answer in the traces (pass --max-tokens)"
     ctx = replace(ctx, max_tokens=limit)
     fit_tr, cal_tr, split = _split(traces, opts)
-    spec = _default_spec(opts.skeleton, vocab) if skeleton_spec is None else skeleton_spec
+    spec = (
+        SkeletonSpec.of_trace_skeleton(opts.skeleton, vocab)
+        if skeleton_spec is None
+        else skeleton_spec
+    )
     skel: Any = "prompt-free" if opts.skeleton == "prompt-free" else spec.build()
     bases = [f.base for f in feats if f.base != "length"]
     info: dict[str, Any] = {"traces": PurePath(source).name} if source else {}
@@ -393,20 +397,6 @@ def _split(
 
 def _ids_sha256(ids: list[str]) -> str:
     return hashlib.sha256("\n".join(sorted(ids)).encode("utf-8")).hexdigest()
-
-
-def _default_spec(name: str, vocab_size: int) -> SkeletonSpec:
-    """The streaming skeleton the trace skeleton ``name`` stands for, recording the traces'
-    vocabulary size (``prompt-free`` without a model: the bundled SmolLM2)."""
-    if name == "uniform":
-        return SkeletonSpec("uniform", {"vocab_size": vocab_size})
-    if name.startswith("temperature"):
-        temperature = float(name.partition("-")[2] or 1.5)
-        params = {"vocab_size": vocab_size, "temperature": temperature, "rule": "anchored"}
-        return SkeletonSpec("temperature", params)
-    if name == "prompt-free":
-        return SkeletonSpec("prompt_free", {"vocab_size": vocab_size})
-    raise ConfigError(f"no streaming skeleton for the trace skeleton {name!r}")
 
 
 def _skeleton_note(

@@ -203,6 +203,22 @@ class SkeletonSpec:
         return {"kind": self.kind, "params": dict(self.params)}
 
     @classmethod
+    def of_trace_skeleton(cls, name: str, vocab_size: int) -> SkeletonSpec:
+        """The streaming skeleton the trace skeleton ``name`` (one of
+        :data:`~guardrail.traces.TRACE_SKELETONS`) stands for, recording the traces'
+        vocabulary size; ``prompt-free`` names no model (the bundled SmolLM2 with its
+        default prefix)."""
+        if name == "uniform":
+            return cls("uniform", {"vocab_size": vocab_size})
+        if name.startswith("temperature"):
+            temperature = float(name.partition("-")[2] or 1.5)
+            params = {"vocab_size": vocab_size, "temperature": temperature, "rule": "anchored"}
+            return cls("temperature", params)
+        if name == "prompt-free":
+            return cls("prompt_free", {"vocab_size": vocab_size})
+        raise ConfigError(f"no streaming skeleton for the trace skeleton {name!r}")
+
+    @classmethod
     def of(cls, skeleton: object) -> SkeletonSpec:
         """The spec of a skeleton object: its ``to_spec()``, or for an object without one
         (or whose ``to_spec()`` fails) a spec naming its class, which only that object

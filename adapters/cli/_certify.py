@@ -31,8 +31,6 @@ SKELETON_SPEC_HELP = (
     '"params": {"model": "qwen", "prefix": "..."}} (default: the bundled SmolLM2)'
 )
 
-_KINDS = {"uniform": "uniform", "prompt-free": "prompt_free"}
-
 
 def add_skeleton_spec_option(parser: argparse.ArgumentParser) -> None:
     """``--skeleton-spec FILE`` (``calibrate`` and ``fit``)."""
@@ -45,20 +43,16 @@ def skeleton_spec(name: str, vocab_size: int, spec_file: str | None = None) -> S
     the default spec of ``name``, recording the traces' vocabulary size (a ``prompt_free``
     spec without a model is the bundled SmolLM2 with its default prefix; one loaded
     against another model's vocabulary is refused)."""
+    try:
+        default = SkeletonSpec.of_trace_skeleton(name, vocab_size)
+    except ConfigError:
+        raise CommandError(f"no streaming skeleton for --skeleton {name}", status=2) from None
     if spec_file is not None:
-        return _spec_from_file(spec_file, name, vocab_size)
-    if name == "uniform":
-        return SkeletonSpec("uniform", {"vocab_size": vocab_size})
-    if name.startswith("temperature"):
-        temperature = float(name.partition("-")[2] or 1.5)
-        params = {"vocab_size": vocab_size, "temperature": temperature, "rule": "anchored"}
-        return SkeletonSpec("temperature", params)
-    if name == "prompt-free":
-        return SkeletonSpec("prompt_free", {"vocab_size": vocab_size})
-    raise CommandError(f"no streaming skeleton for --skeleton {name}", status=2)
+        return _spec_from_file(spec_file, name, default.kind, vocab_size)
+    return default
 
 
-def _spec_from_file(path: str, name: str, vocab_size: int) -> SkeletonSpec:
+def _spec_from_file(path: str, name: str, kind: str, vocab_size: int) -> SkeletonSpec:
     try:
         spec = SkeletonSpec.from_dict(json.loads(Path(path).read_text(encoding="utf-8-sig")))
     except OSError as exc:
@@ -67,7 +61,6 @@ def _spec_from_file(path: str, name: str, vocab_size: int) -> SkeletonSpec:
         raise CommandError(f"--skeleton-spec: {path}: not valid JSON ({exc})") from exc
     except ConfigError as exc:
         raise CommandError(f"--skeleton-spec: {path}: {exc}") from exc
-    kind = _KINDS.get(name, "temperature" if name.startswith("temperature") else name)
     if spec.kind != kind:
         raise CommandError(
             f"--skeleton-spec: {path} is a {spec.kind!r} spec; --skeleton {name} needs {kind!r}"
