@@ -7,6 +7,7 @@ import argparse
 import io
 import json
 import math
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +15,11 @@ import pytest
 
 from adapters.cli import main
 from adapters.cli._progress import Progress
+from adapters.tracefiles import trace_identity
 from guardrail import Certificate, FittedRule, State, TokenEvent
 from guardrail._fitted_state import RecordedSkeleton
-from guardrail.fitting import FitOptions
-from guardrail.traces import BASELINES
+from guardrail.fitting import FitOptions, fit_certificate
+from guardrail.traces import BASELINES, read_traces
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GEMMA = str(FIXTURES / "traces_gemma3_sample.jsonl")
@@ -496,3 +498,16 @@ def test_long_answers_add_length_robust_and_scoped_candidates() -> None:
     monotone = dict(long_answer_sets(preset_features("lift", "monotone"), code, "monotone"))
     assert all(moves_one_way(f) for fs in monotone.values() for f in fs)
     assert long_answer_sets(feats, list(read_traces(GEMMA)), "answer") == []
+
+
+def test_the_command_writes_what_the_function_returns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cert.json"
+    args = ["fit", "--traces", GEMMA, "--out", str(out), "--risk", "0.95", "--delta", "0.2"]
+    assert main(args) == 0
+    capsys.readouterr()
+    provenance = {**trace_identity(GEMMA), "command": shlex.join(["liftguard", *args])}
+    options = FitOptions(risk=0.95, delta=0.2)
+    cert, _ = fit_certificate(read_traces(GEMMA), options, source=GEMMA, provenance=provenance)
+    assert cert.to_json() == out.read_text(encoding="utf-8")
