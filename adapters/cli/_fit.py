@@ -1,5 +1,7 @@
 """``liftguard fit``: fit a streaming statistic on part of a model's labelled traces,
-calibrate ``tau`` on the disjoint rest, and write the certificate.
+calibrate ``tau`` on the disjoint rest, and write the certificate. The recipe is
+:func:`guardrail.fitting.fit_certificate`; here are its arguments, the files it reads and
+writes, and the summary it prints.
 
 Traces recorded from an API stream (see :mod:`adapters.cli._recorded`) fit the
 ``api`` group, and the ``lift`` group with a skeleton that reads the top-k
