@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import hashlib
 import logging
 from collections import deque
@@ -108,6 +109,7 @@ class FleetRiskWatch(RiskWatch):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self._changing: dict[str, asyncio.Lock] = {}  # one change per version at a time
+        self._unsent: dict[str, FleetAnswer] = {}  # by request and completion id
         super().__init__(sources, risk_alpha=risk_alpha, feedback_ids=1, count=count)
 
     def _version(self, entry: str, label: str, certificate: Certificate) -> str:
@@ -186,6 +188,8 @@ class FleetRiskWatch(RiskWatch):
             self._failed(_op(item), f"{self.max_pending} writes to Redis pending: one dropped")
             return
         self._queue.append(item)
+        if isinstance(item, FleetAnswer):
+            self._unsent[item.request_id] = self._unsent[item.completion_id] = item
         self._idle.clear()
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write_queue())
@@ -203,6 +207,10 @@ class FleetRiskWatch(RiskWatch):
                     except FeedbackRefused:
                         for _ in answers[1:]:
                             self.count_error("keep")
+                    for answer in answers:
+                        for name in (answer.request_id, answer.completion_id):
+                            if self._unsent.get(name) is answer:
+                                del self._unsent[name]
                 verdicts: dict[tuple[str, str], list[bool]] = {}
                 for item in batch:
                     if not isinstance(item, FleetAnswer):
@@ -251,6 +259,10 @@ class FleetRiskWatch(RiskWatch):
 
     async def alabel(self, answer_id: str, correct: bool) -> dict[str, Any]:
         found = await self._call("label", self.store.find(answer_id))
+        if found == "unknown" and answer_id in self._unsent:  # on its way from this replica
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.drain(), self.timeout_s)
+            found = await self._call("label", self.store.find(answer_id))
         if found == "unknown":
             raise FeedbackRefused(
                 404,

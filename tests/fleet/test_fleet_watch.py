@@ -187,3 +187,17 @@ async def test_a_hung_redis_costs_a_label_its_timeout_and_never_blocks_an_answer
     finally:
         valkey.resume()
         await a.aclose()
+
+
+async def test_a_label_right_after_its_answer_waits_for_the_answer_to_reach_redis(
+    valkey: ValkeyProcess, namespace: str
+) -> None:
+    a, b = replica(valkey.url, namespace), replica(valkey.url, namespace)
+    try:
+        a.take("*", finished("soon"))  # its record is still queued: no drain here
+        assert not a._idle.is_set()
+        assert (await a.alabel("soon", True))["labels"] == 1
+        assert await refused(b.alabel("soon", True)) == (409, "duplicate_feedback")
+    finally:
+        await a.aclose()
+        await b.aclose()
