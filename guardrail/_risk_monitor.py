@@ -73,6 +73,7 @@ alarm is :attr:`RiskMonitor.coverage_warning`, a warning (logged once), never a 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -120,6 +121,14 @@ def _nonnegative(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")
     return value
+
+
+@functools.lru_cache(maxsize=64)
+def _grid(target: float) -> tuple[float, ...]:
+    """The levels of the lower bound besides ``target``: the multiples of
+    ``LOWER_BOUND_STEP`` in (0, 1)."""
+    steps = range(1, round(1.0 / LOWER_BOUND_STEP))
+    return tuple(g for g in (i * LOWER_BOUND_STEP for i in steps) if g != target)
 
 
 def _log_weight(k: int) -> float:
@@ -303,8 +312,7 @@ class RiskMonitor:
         rates = _rates(half_lives)
         self.half_lives = tuple(float(h) for h in half_lives)
         self._threshold = math.log(1.0 / self.alpha)
-        steps = range(1, round(1.0 / LOWER_BOUND_STEP))
-        grid = [g for g in (i * LOWER_BOUND_STEP for i in steps) if g != self.target]
+        grid = _grid(self.target)
         self._risk = _Detector(self.target, self.spacing, rates, grid)
         self._levels = np.asarray((self.target, *grid))  # the rows of the detector's log_e
         self._crossed = np.zeros(self._levels.size, dtype=np.bool_)  # at some time so far

@@ -247,6 +247,7 @@ class FleetRecord:
     cause: str
     state: bytes
     read_sum: str = field(default="", compare=False, repr=False)  # as read from Redis
+    parsed: RiskMonitor | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def first(
@@ -281,7 +282,16 @@ class FleetRecord:
             latched=self.latched if latched is None else latched,
             state=state,
             read_sum="",
+            parsed=None,
         )
+
+    def monitor(self) -> RiskMonitor:
+        """The monitor ``state`` holds, parsed once (``ValueError`` if it holds none): the
+        one a replica reports from, never to change (a change starts from a copy)."""
+        if self.parsed is None:
+            object.__setattr__(self, "parsed", RiskMonitor.from_bytes(self.state))
+        assert self.parsed is not None
+        return self.parsed
 
     def body(self) -> bytes:
         head = {
@@ -306,7 +316,6 @@ class FleetRecord:
             head = json.loads(raw)
             if head["format"] != 1 or head["version"] != version:
                 raise ValueError("another version's or format's record")
-            RiskMonitor.from_bytes(state)  # a state it can hold, else ValueError
             return cls(
                 version, str(head["test"]), int(head["seq"]), str(head["chain"]),
                 tuple(str(c) for c in head["recent"]), int(head["restarts"]),
@@ -427,40 +436,34 @@ class FleetStore:
     async def find(self, answer_id: str) -> FleetAnswer | str:
         """The answer ``answer_id`` names (a request id, or a completion id only one kept
         answer carries), else ``"unknown"`` or ``"ambiguous:<n>"``."""
-        out = await self._find(
-            keys=[self.key("a", answer_id), self.key("c", answer_id)],
-            args=[self.key("a", "")],
-        )
-        head = _text(out[0])
-        if head == "unknown":
-            return head
-        if head == "ambiguous":
-            return f"ambiguous:{_text(out[1])}"
-        request_id = _text(out[1]) or answer_id
-        fields = {_text(k): _text(v) for k, v in zip(out[2::2], out[3::2], strict=True)}
-        return FleetAnswer(
-            request_id,
-            fields.get("completion", ""),
-            fields.get("entry", ""),
-            fields.get("label", ""),
-            fields.get("version", ""),
-            fields.get("status", ""),
-            fields.get("cause", ""),
-            "labelled" in fields,
-        )
+        return _answer(answer_id, await self._find(**self._find_args(answer_id)))
+
+    async def find_and_read(
+        self, answer_id: str, held: list[tuple[str, FleetRecord | None]]
+    ) -> tuple[FleetAnswer | str, list[Moved | None]]:
+        """:meth:`find`, and :meth:`read` of each ``(version, held record)``, in one round
+        trip."""
+        pipe = self.client.pipeline(transaction=False)
+        await self._find(**self._find_args(answer_id), client=pipe)
+        for version, record in held:
+            await self._read(**self._read_args(version, record), client=pipe)
+        out = await pipe.execute()
+        reads = [_read(version, o) for (version, _), o in zip(held, out[1:], strict=True)]
+        return _answer(answer_id, out[0]), reads
+
+    def _find_args(self, answer_id: str) -> dict[str, list[Any]]:
+        return {
+            "keys": [self.key("a", answer_id), self.key("c", answer_id)],
+            "args": [self.key("a", "")],
+        }
+
+    def _read_args(self, version: str, held: FleetRecord | None) -> dict[str, list[Any]]:
+        return {"keys": [self.key("m", version)], "args": [held.checksum() if held else ""]}
 
     async def read(self, version: str, held: FleetRecord | None) -> Moved | None:
         """The record of ``version`` unless it is still ``held`` (``None``); one round trip,
         which carries the record only when it changed."""
-        out = await self._read(
-            keys=[self.key("m", version)], args=[held.checksum() if held else ""]
-        )
-        head = _text(out[0])
-        if head == "same":
-            return None
-        if head == "missing":
-            return Moved(None, pending=_text(out[1]))
-        return _moved(version, out)
+        return _read(version, await self._read(**self._read_args(version, held)))
 
     async def commit(
         self,
@@ -498,11 +501,42 @@ class FleetStore:
         await self.client.aclose()
 
 
+def _answer(answer_id: str, out: list[Any]) -> FleetAnswer | str:
+    head = _text(out[0])
+    if head == "unknown":
+        return head
+    if head == "ambiguous":
+        return f"ambiguous:{_text(out[1])}"
+    request_id = _text(out[1]) or answer_id
+    fields = {_text(k): _text(v) for k, v in zip(out[2::2], out[3::2], strict=True)}
+    return FleetAnswer(
+        request_id,
+        fields.get("completion", ""),
+        fields.get("entry", ""),
+        fields.get("label", ""),
+        fields.get("version", ""),
+        fields.get("status", ""),
+        fields.get("cause", ""),
+        "labelled" in fields,
+    )
+
+
+def _read(version: str, out: list[Any]) -> Moved | None:
+    head = _text(out[0])
+    if head == "same":
+        return None
+    if head == "missing":
+        return Moved(None, pending=_text(out[1]))
+    return _moved(version, out)
+
+
 def _moved(version: str, out: list[Any]) -> Moved:
     try:
-        return Moved(FleetRecord.decode(version, _text(out[0]), bytes(out[1])))
+        record = FleetRecord.decode(version, _text(out[0]), bytes(out[1]))
+        record.monitor()  # a state a monitor can hold, else ValueError
     except ValueError as exc:
         return Moved(None, str(exc))
+    return Moved(record)
 
 
 def _text(value: Any) -> str:

@@ -258,7 +258,16 @@ class FleetRiskWatch(RiskWatch):
         raise TypeError("a fleet watch takes labels through alabel (it waits on Redis)")
 
     async def alabel(self, answer_id: str, correct: bool) -> dict[str, Any]:
-        found = await self._call("label", self.store.find(answer_id))
+        with self._lock:  # the records are read with the answer: the change then fits them
+            watches = [(entry, self._watch(entry)) for entry in self._sources]
+        watches = [(entry, watch) for entry, watch in watches if watch.monitor is not None]
+        held = [(watch.version, watch.record) for _, watch in watches]
+        found, reads = await self._call("label", self.store.find_and_read(answer_id, held))
+        for (entry, watch), (_, record), read in zip(watches, held, reads, strict=True):
+            cause = await self._apply_read(entry, watch, record, read)
+            mine = isinstance(found, FleetAnswer) and found.version == watch.version
+            if cause is not None and mine:
+                raise _lost(cause)
         if found == "unknown" and answer_id in self._unsent:  # on its way from this replica
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.drain(), self.timeout_s)
@@ -285,9 +294,10 @@ class FleetRiskWatch(RiskWatch):
                 409, "duplicate_feedback", f"answer {answer_id!r} was labelled already"
             )
         with self._lock:
-            watch = self._watch(found.entry) if found.entry in self._sources else None
-        if watch is None or watch.monitor is None or watch.version != found.version:
+            its = self._watch(found.entry) if found.entry in self._sources else None
+        if its is None or its.monitor is None or its.version != found.version:
             raise refusal("certificate_changed", answer_id, found)
+        watch = its
 
         def change(monitor: RiskMonitor) -> None:
             monitor.update(correct=correct)
@@ -297,12 +307,7 @@ class FleetRiskWatch(RiskWatch):
                 found.entry, watch, change, op="label", label=(found.request_id, correct)
             )
         except StateLost as exc:
-            raise FeedbackRefused(
-                503,
-                "fleet_state_lost",
-                f"the fleet's risk state was lost ({exc}): the next test started, at a lower "
-                "level; this answer was kept under the lost test, so its label cannot count",
-            ) from None
+            raise _lost(str(exc)) from None
         if taken == "duplicate":
             raise FeedbackRefused(
                 409, "duplicate_feedback", f"answer {answer_id!r} was labelled already"
@@ -415,7 +420,7 @@ class FleetRiskWatch(RiskWatch):
         held: FleetRecord | None = watch.record
         knew = watch.alarm
         with self._lock:
-            self._adopt(entry, watch, record, RiskMonitor.from_bytes(record.state))
+            self._adopt(entry, watch, record, record.monitor())
         return held is not None and record.test != held.test and knew and not watch.alarm
 
     async def _restart(self, entry: str, watch: _Watch, cause: str, found: Moved, op: str) -> None:
@@ -501,17 +506,25 @@ class FleetRiskWatch(RiskWatch):
     async def _refresh_one(self, entry: str, watch: _Watch) -> None:
         held: FleetRecord | None = watch.record
         found = await self._call("read", self.store.read(watch.version, held))
-        if found is None:
-            return
+        await self._apply_read(entry, watch, held, found)
+
+    async def _apply_read(
+        self, entry: str, watch: _Watch, held: FleetRecord | None, found: Moved | None
+    ) -> str | None:
+        """Follow ``found``, what a read of the record ``held`` returned (``None``: it had
+        not changed); the loss's cause when it shows one (the next test then started)."""
+        if found is None or watch.record is not held:  # (a change of this replica's since)
+            return None
         cause = loss_of(held, found)
         if cause is None:
             if self._follow(entry, watch, found):
                 async with self._changing.setdefault(watch.version, asyncio.Lock()):
                     await self._call("read", self._latch(entry, watch))
-            return
+            return None
         async with self._changing.setdefault(watch.version, asyncio.Lock()):
             if watch.record is held:  # (else a change of this replica's met it first)
                 await self._restart(entry, watch, cause, found, "read")
+        return cause
 
     async def clear_alarm(self, entry: str) -> bool:
         """An operator's: turn off, fleet-wide, an alarm kept on from a test lost since
@@ -540,9 +553,18 @@ class FleetRiskWatch(RiskWatch):
         return out
 
 
+def _lost(cause: str) -> FeedbackRefused:
+    return FeedbackRefused(
+        503,
+        "fleet_state_lost",
+        f"the fleet's risk state was lost ({cause}): the next test started, at a lower "
+        "level; this answer was kept under the lost test, so its label cannot count",
+    )
+
+
 def _fired(record: FleetRecord) -> bool:
     try:
-        return RiskMonitor.from_bytes(record.state).alarm
+        return record.monitor().alarm
     except ValueError:
         return False
 
