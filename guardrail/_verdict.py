@@ -82,6 +82,12 @@ class Cause(str, Enum):
     OVER_TOKEN_LIMIT = "over_token_limit"
     """The answer ran past the token limit a fitted monitor's early verdicts assume (the
     certificate's ``context.max_tokens``, or the ``max_tokens`` it was given)."""
+    CONTENT_MISMATCH = "content_mismatch"
+    """The text the provider shows (``delta.content``, a whole answer's ``content``) differs
+    from the tokens whose logprobs were read: text the guard did not read."""
+    AFTER_FINISH = "after_finish"
+    """The provider sent more after the answer's finish (text, another finish, a malformed
+    event): nothing after the finish was judged with the answer."""
 
 
 CLEAN_FINISH = "stop"

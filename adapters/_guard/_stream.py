@@ -38,18 +38,12 @@ from guardrail import (
 
 from .._errors import ProviderFormatError
 from ._openai_events import ChunkParts
+from ._shown import ReadText
 
 __all__ = [
-    "DEFAULT_MAX_TOKEN_CHARS",
-    "GuardStep",
-    "Mode",
-    "OnBlock",
-    "Parser",
-    "aclose_upstream",
-    "aguard",
-    "close_upstream",
-    "guard",
-]
+    "DEFAULT_MAX_TOKEN_CHARS", "GuardStep", "Mode", "OnBlock", "Parser", "aclose_upstream",
+    "aguard", "close_upstream", "guard",
+]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -87,12 +81,14 @@ class GuardStep(Generic[U]):
     logprob backs it, whatever finish reason follows) or a token whose text cannot
     be reconstructed (empty text and no bytes, as llama.cpp streams partial UTF-8
     characters: cause ``unreadable_text``); a token longer than ``max_token_chars``
-    characters is a :class:`ProviderFormatError`.
+    characters is a :class:`ProviderFormatError`. The text shown is the text read
+    (:mod:`._shown`): shown text that is not the tokens' blocks (``content_mismatch``),
+    and so does anything of an answer after its finish (``after_finish``).
     """
 
     __slots__ = (
         "_held", "_hold_finish", "_items", "_max_chars", "_max_tokens", "_monitor", "_parse",
-        "_tokens", "_unit", "blocked", "finish_reason", "on_block",
+        "_read", "_tokens", "_unit", "blocked", "finish_reason", "on_block",
     )  # fmt: skip
 
     @overload
@@ -149,6 +145,7 @@ class GuardStep(Generic[U]):
         self.finish_reason: str | None = None
         self._items = 0
         self._max_tokens, self._tokens = max_tokens, 0
+        self._read = ReadText()
 
     @property
     def monitor(self) -> Monitor:
@@ -158,7 +155,13 @@ class GuardStep(Generic[U]):
         """One provider item: update the monitor with each of its tokens; the units to
         show now."""
         self._items += 1
-        return self._feed_parts(item, self._parse(item))
+        parts = self._parse(item)
+        problem = self._read.check(parts) if self.blocked is None else None
+        if problem is not None:  # the text shown is not the text read (see ._shown)
+            verdict = self._monitor.abort(*problem)
+            self._block(verdict)
+            return self._held.push(self._unit(item, parts), verdict)
+        return self._feed_parts(item, parts)
 
     def _feed_parts(self, item: Any, parts: ChunkParts) -> list[U]:
         stray = None
@@ -200,6 +203,8 @@ class GuardStep(Generic[U]):
         monitor = self._monitor
         if self._items == 0:
             monitor.abort(Cause.EMPTY_STREAM, EMPTY_STREAM_REASON)
+        elif (problem := self._read.end()) is not None:
+            monitor.abort(*problem)
         verdict = monitor.finish(self.finish_reason)
         out = self._held.close(verdict)
         if verdict.state is State.BLOCKED:
@@ -273,6 +278,7 @@ TOOL_CALL_REASON = (
     "guard the tool's own answer instead (adapters.guard_tool), or send tool-calling turns "
     "without the guard"
 )
+
 
 def over_limit_reason(limit: int) -> str:
     """The reason of a block for an answer past its token limit."""
