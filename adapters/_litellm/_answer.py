@@ -13,7 +13,8 @@ success hook.
 (:class:`~adapters._serving._answer.GuardedAnswer`, as the proxy's) over LiteLLM's chunk
 objects: the chunk with ``finish_reason`` is released only with a certified final verdict,
 and what the client did not ask for (logprobs, alternatives past its ``top_logprobs``) is
-stripped from every chunk it gets.
+stripped from every chunk it gets, as is every field the serving core does not relay
+(:func:`only_relayed`: reasoning, vendor and unknown fields).
 """
 
 from __future__ import annotations
@@ -33,6 +34,14 @@ from .._serving._prepare import (
     GuardedRequest,
     prepare_upstream,
 )
+from .._serving._relay import (
+    RELAYED_CHOICE,
+    RELAYED_CHUNK,
+    RELAYED_DELTA,
+    RELAYED_LOGPROBS,
+    RELAYED_WHOLE_CHOICE,
+    unrelayed,
+)
 from .._serving._wire import merge_released
 
 __all__ = [
@@ -40,6 +49,7 @@ __all__ = [
     "GuardedRequest",
     "completion_chunk",
     "joined_chunks",
+    "only_relayed",
     "prepare_request",
     "strip_choice",
     "upstream_finish_reasons",
@@ -96,6 +106,7 @@ class Answer(GuardedAnswer[Any]):
         self._join = join
 
     def strip(self, chunk: Any) -> Any:
+        only_relayed(chunk)
         for choice in _field(chunk, "choices") or ():
             strip_choice(choice, self.request.want_logprobs, self.request.top_k)
         return chunk
@@ -114,6 +125,35 @@ def _set(obj: Any, name: str, value: Any) -> None:
         obj[name] = value
     else:
         setattr(obj, name, value)
+
+
+def only_relayed(response: Any, *, whole: bool = False) -> None:
+    """``response`` (a LiteLLM chunk, or a whole completion with ``whole``) without the
+    fields the serving core does not relay (:mod:`adapters._serving._relay`), in place:
+    each is removed, or set to None where the object declares it (LiteLLM sends no field
+    that is None)."""
+    _drop(response, RELAYED_CHUNK)
+    choice_keys, part = (RELAYED_WHOLE_CHOICE, "message") if whole else (RELAYED_CHOICE, "delta")
+    for choice in _field(response, "choices") or ():
+        _drop(choice, choice_keys)
+        _drop(_field(choice, part), RELAYED_DELTA)
+        _drop(_field(choice, "logprobs"), RELAYED_LOGPROBS)
+
+
+def _drop(record: Any, keys: frozenset[str]) -> None:
+    if record is None:
+        return
+    if isinstance(record, dict):
+        for name in unrelayed(record, keys):
+            del record[name]
+        return
+    extra = getattr(record, "__pydantic_extra__", None)
+    if isinstance(extra, dict):
+        for name in unrelayed(extra, keys):
+            del extra[name]
+    for name in unrelayed(getattr(type(record), "model_fields", ()), keys):
+        if getattr(record, name, None) is not None:
+            setattr(record, name, None)
 
 
 def strip_choice(choice: Any, want_logprobs: bool, top_k: int) -> None:

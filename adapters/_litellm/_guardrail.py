@@ -48,6 +48,7 @@ from ._answer import (
     Answer,
     GuardedRequest,
     completion_chunk,
+    only_relayed,
     prepare_request,
     strip_choice,
     upstream_finish_reasons,
@@ -389,6 +390,7 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
             self._finished(answer, getattr(response, "id", None), decided=False)
             raise
         self._finished(answer, getattr(response, "id", None), decided=True)
+        only_relayed(response, whole=True)
         for choice in response.choices:
             strip_choice(choice, request.want_logprobs, request.top_k)
         if answer.blocked:

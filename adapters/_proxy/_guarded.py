@@ -14,6 +14,7 @@ from guardrail import Monitor
 from .._guard._openai_events import ChunkParts
 from .._serving._answer import GuardedAnswer
 from .._serving._prepare import GuardedRequest
+from .._serving._relay import relayed_chunk
 from .._serving._wire import MAX_ID_CHARS, strip_chunk
 
 __all__ = ["AnswerGuard", "RequestInfo", "chunk_frame"]
@@ -67,7 +68,7 @@ class AnswerGuard(GuardedAnswer[dict[str, Any]]):
 
     def strip(self, chunk: dict[str, Any]) -> dict[str, Any]:
         info = self.info
-        return strip_chunk(chunk, info.want_logprobs, info.top_k)
+        return strip_chunk(relayed_chunk(chunk), info.want_logprobs, info.top_k)
 
     def keep(self, chunk: dict[str, Any], parts: ChunkParts) -> None:
         count = len(parts.events)

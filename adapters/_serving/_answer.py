@@ -4,7 +4,9 @@ chunks the client may see out.
 :class:`GuardedAnswer` drives the adapters' :class:`~adapters._guard._stream.GuardStep`
 (every stream-ending rule lives there) with the chunks themselves as the units it holds and
 releases, so that the client gets the upstream's own chunks (ids, roles, finish reasons)
-minus what it did not ask for. Both server front ends use it: the proxy with decoded JSON
+minus what it did not ask for, and minus every field the guard does not read (the rule, and
+the allowlist of relayed fields, in :mod:`._relay`: the text shown is the text read). Both
+server front ends use it: the proxy with decoded JSON
 chunks (:class:`~adapters._proxy._guarded.AnswerGuard`), the LiteLLM guardrail with
 LiteLLM's chunk objects (:class:`~adapters._litellm._answer.Answer`). Per the request's
 ``mode``:

@@ -67,10 +67,11 @@ def front_ends(
                     guardrails={
                         "buffered": {"guard_mode": "buffered", "on_block": "error"},
                         "passthrough": {"guard_mode": "passthrough", "on_block": "error"},
+                        "refusal": {"guard_mode": "buffered", "on_block": "refusal"},
                     },
                 )
             )
-            for mode in ("buffered", "passthrough"):
+            for mode in ("buffered", "passthrough", "refusal"):  # (refusal: not in FRONT_ENDS)
                 for stream in (True, False):
                     name = f"litellm-{mode}-{'stream' if stream else 'whole'}"
                     out[name] = HTTPFrontEnd(name, litellm.base_url, litellm.key, mode, stream)

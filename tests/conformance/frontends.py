@@ -50,6 +50,10 @@ class Outcome:
     error: str | None = None
     """An error the front end raised or sent that names no verdict (a timeout, a broken
     stream): the answer ended uncertified."""
+    seen: str = ""
+    """Everything the client received, serialised: the text an SDK or LangChain caller
+    gets (LangChain's whole chunks), every field of every chunk, completion and error body
+    of an HTTP front end. Text the guard did not read must not be in it."""
 
 
 class FrontEnd:
@@ -83,6 +87,7 @@ class SDK(FrontEnd):
                     )  # fmt: skip
                     async for part in parts:
                         out.text += part
+                        out.seen += part
                     out.certified = True
                 except GuardrailBlocked as blocked:
                     out.cause = blocked.verdict.cause.value
@@ -147,6 +152,7 @@ class LangChain(FrontEnd):
                     llm = guard_runnable(llm, certificate=self.certificate, mode=self.runnable)  # type: ignore[arg-type]
                 async for chunk in llm.astream(pairs):
                     out.text += str(getattr(chunk, "content", chunk))
+                    out.seen += repr(chunk)
                 out.certified = True
             except GuardrailBlocked as blocked:
                 out.cause = blocked.verdict.cause.value
@@ -202,9 +208,11 @@ class HTTPFrontEnd(FrontEnd):
                     self._take_completion(out, client.chat.completions.create(**kwargs))
             except openai.APIStatusError as exc:
                 out.status, out.param = exc.status_code, exc.param
+                out.seen += repr(exc.body)
                 self._take_error(out, exc.body)
             except openai.APIError as exc:  # an in-stream error event, a timeout
                 out.error = repr(exc)
+                out.seen += repr(exc.body)
                 self._take_error(out, exc.body)
             except httpx.HTTPError as exc:  # the stream broke off
                 out.error = repr(exc)
@@ -220,6 +228,7 @@ class HTTPFrontEnd(FrontEnd):
         out.mismatches = list(verdict.get("context_mismatches") or [])
 
     def _take_chunk(self, out: Outcome, chunk: Any) -> None:
+        out.seen += chunk.model_dump_json()
         for choice in chunk.choices:
             out.choices.add(choice.index)
             delta = choice.delta
@@ -238,6 +247,7 @@ class HTTPFrontEnd(FrontEnd):
             out.top = max(out.top, len(entry.top_logprobs or ()))
 
     def _take_completion(self, out: Outcome, completion: Any) -> None:
+        out.seen += completion.model_dump_json()
         for choice in completion.choices:
             out.choices.add(choice.index)
             if choice.finish_reason == "content_filter":

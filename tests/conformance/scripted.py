@@ -68,7 +68,9 @@ class Upstream(ScriptedUpstream):
 
 def completion(events: list[dict[str, Any]]) -> dict[str, Any]:
     """The events as one completion: choice 0 assembled, every other choice (another index,
-    a duplicate, one without an index) kept as a choice of its own."""
+    a duplicate, one without an index) kept as a choice of its own. Fields besides the
+    standard ones are kept too: a delta's text fields joined into the message (reasoning),
+    a choice's and a chunk's as they came."""
     content: list[str] = []
     refusal: list[str] = []
     calls: list[Any] = []
@@ -76,7 +78,11 @@ def completion(events: list[dict[str, Any]]) -> dict[str, Any]:
     refusal_entries: list[Any] = []
     finish = None
     others: list[dict[str, Any]] = []
+    extra: dict[str, Any] = {}  # the message's fields besides the standard ones
+    choice_extra: dict[str, Any] = {}
+    top_extra: dict[str, Any] = {}
     for event in events:
+        top_extra.update({k: v for k, v in event.items() if k not in _CHUNK})
         choices = event["choices"]
         for pos, choice in enumerate(choices):
             if pos > 0 or "index" not in choice or choice["index"] != 0:
@@ -87,25 +93,35 @@ def completion(events: list[dict[str, Any]]) -> dict[str, Any]:
                 others.append(other)
                 continue
             delta = choice["delta"]
+            choice_extra.update({k: v for k, v in choice.items() if k not in _CHOICE})
+            for key, value in delta.items():
+                if key not in _DELTA and isinstance(value, str):
+                    extra[key] = extra.get(key, "") + value
             content.append(delta.get("content") or "")
             refusal.append(delta.get("refusal") or "")
             calls += delta.get("tool_calls") or []
             entries += (choice.get("logprobs") or {}).get("content") or []
             refusal_entries += (choice.get("logprobs") or {}).get("refusal") or []
             finish = choice.get("finish_reason") or finish
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(content), **extra}
     if "".join(refusal):
         message["refusal"] = "".join(refusal)
     if calls:
         message["tool_calls"] = [{k: v for k, v in c.items() if k != "index"} for c in calls]
     first = {
+        **choice_extra,
         "index": 0,
         "message": message,
         "logprobs": {"content": entries, "refusal": refusal_entries or None},
         "finish_reason": finish,
     }
-    return {"id": "chatcmpl-whole", "object": "chat.completion", "created": 1700000000,
-            "model": "gpt-test", "choices": [first, *others]}  # fmt: skip
+    return {**top_extra, "id": "chatcmpl-whole", "object": "chat.completion",
+            "created": 1700000000, "model": "gpt-test", "choices": [first, *others]}  # fmt: skip
+
+
+_CHUNK = frozenset(("id", "object", "created", "model", "system_fingerprint", "choices"))
+_CHOICE = frozenset(("index", "delta", "logprobs", "finish_reason"))
+_DELTA = frozenset(("role", "content", "refusal", "tool_calls"))
 
 
 def whole(reply: Reply) -> Reply:
