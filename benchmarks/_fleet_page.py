@@ -61,8 +61,8 @@ def page(saved: dict[str, Any], source: Path = SAVED) -> str:
             "to replica *i* + 1 mod 3 (`alabel`, the feedback endpoint's path), the alarm read "
             "from every replica after `refresh()`. One process: one `RiskMonitor` fed the same "
             "labels in the same order. Independent replicas (what the fleet replaces): three "
-            "monitors at level "
-            f"{alarm['alpha']} each, each fed the labels one replica receives (a third), the "
+            "monitors at one process's level "
+            "each, each fed the labels one replica receives (a third), the "
             "first alarm of the three: each holds its level, the three together only three "
             "times it. Delays are labels after the drift (missed: none within "
             f"{HORIZON - GOOD:,}).",
