@@ -20,24 +20,32 @@ result. What counts as a change:
 - an assistant prefill (the last message is the assistant's own start);
 - any setting that moves the answer distribution and that no certificate records, set to
   anything but its neutral value (:data:`DISTRIBUTION_SETTINGS`: penalties, logit bias,
-  top-k, min-p, grammars and guided decoding, response formats, ...).
+  top-k, min-p, grammars and guided decoding, response formats, tools, ...);
+- any field that is not on the allowlist (:data:`REQUEST_FIELDS`; a message's own fields:
+  :data:`MESSAGE_FIELDS`), whatever its value: a chat template, ``echo``, beam search, a
+  server's sampler chain or LoRA, a reasoning effort. An allowlist fails closed where a list of
+  known-bad names fails open on the next name a server invents; a front end extends it with
+  its own names (``allowed``: those it consumes itself, and those its operator allows).
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, NamedTuple
 
 from guardrail import Certificate, ContextMismatchWarning
 
 __all__ = [
     "DISTRIBUTION_SETTINGS",
+    "MESSAGE_FIELDS",
+    "REQUEST_FIELDS",
     "Mismatch",
     "apply_context",
     "context_mismatches",
     "filled_limit",
     "flatten_request",
+    "mismatch_param",
     "pack_extra_body",
     "request_limit",
     "warn_mismatch",
@@ -78,6 +86,9 @@ DISTRIBUTION_SETTINGS: dict[str, tuple[Any, ...]] = {
     "top_n_sigma": (None, -1, -1.0),
     # text-generation-webui, koboldcpp
     "top_a": (None, 0, 0.0),
+    # tools are written into the prompt (and a tool call is never certified)
+    "tools": (None, []),
+    "functions": (None, []),
 }
 """Settings that move the answer distribution and that no certificate records, with the values
 that leave it as it is: any other value is a change."""
@@ -88,6 +99,39 @@ REPEAT_PENALTY_NAMES = ("repeat_penalty", "repetition_penalty")
 LIMIT_NAMES = ("max_completion_tokens", "max_tokens", "n_predict")
 """The names of a request's token limit, first found first used."""
 _SYSTEM_ROLES = ("system", "developer")
+GUARD_FIELDS = ("model", "messages", "stream", "stream_options", "logprobs", "top_logprobs", "n")
+"""The fields the guard reads itself, asks the upstream for, or refuses (``n`` other than 1)."""
+NEUTRAL_FIELDS = ("seed", "user", "tool_choice", "parallel_tool_calls", "function_call")
+"""Fields forwarded as they are: they pick one sample, name the caller, or say how to use
+tools (which :data:`DISTRIBUTION_SETTINGS` checks), and leave the answer distribution as it
+is."""
+REQUEST_FIELDS: frozenset[str] = frozenset(
+    {
+        *GUARD_FIELDS,
+        "temperature",
+        "top_p",
+        "stop",
+        *LIMIT_NAMES,
+        *REPEAT_PENALTY_NAMES,
+        *DISTRIBUTION_SETTINGS,
+        *NEUTRAL_FIELDS,
+    }
+)
+"""The request fields a front end forwards upstream: those the guard reads, those the
+certificate records, those checked against their neutral value, and the neutral ones. Any
+other field (``null`` aside) is a change (the answer is not covered, or the request is
+refused)."""
+MESSAGE_FIELDS: dict[str, frozenset[str]] = {
+    "system": frozenset({"role", "content"}),
+    "developer": frozenset({"role", "content"}),
+    "user": frozenset({"role", "content", "name"}),
+    "assistant": frozenset({"role", "content", "name", "tool_calls", "function_call", "refusal"}),
+    "tool": frozenset({"role", "content", "tool_call_id", "name"}),
+    "function": frozenset({"role", "content", "name"}),
+}
+"""The fields a message of each role may carry (a ``name`` on a system message is a change of
+the system prompt the certificate records)."""
+_MESSAGE_CHANGES = ("system prompt", "assistant_prefill")
 
 
 class Mismatch(NamedTuple):
@@ -101,13 +145,20 @@ class Mismatch(NamedTuple):
 def flatten_request(request: Mapping[str, Any]) -> dict[str, Any]:
     """``request`` as its upstream reads it: a literal ``extra_body`` merged in, its keys
     winning (the OpenAI SDK sends ``extra_body``'s keys as body keys, after the others). A
-    ``extra_body`` that is not an object is a ``ValueError``."""
+    ``extra_body`` that is not an object, or that holds another ``extra_body`` (which a
+    client library would send on as a literal body field, unchecked), is a ``ValueError``.
+
+    >>> flatten_request({"n": 1, "extra_body": {"n": 3}})
+    {'n': 3}
+    """
     out = dict(request)
     extra = out.pop("extra_body", None)
     if extra is None:
         return out
     if not isinstance(extra, Mapping):
         raise ValueError(f"extra_body must be an object, got {type(extra).__name__}")
+    if extra.get("extra_body") is not None:
+        raise ValueError("extra_body must not hold another extra_body")
     out.update(extra)
     return out
 
@@ -190,6 +241,7 @@ def context_mismatches(
     *,
     routed_model: bool = False,
     as_sent: bool = False,
+    allowed: Collection[str] = (),
 ) -> list[Mismatch]:
     """Each way ``request`` (Chat Completions settings and ``messages``; a literal
     ``extra_body`` is merged in first) generates answers otherwise than the certificate's
@@ -198,7 +250,16 @@ def context_mismatches(
     ``routed_model``: the request's ``model`` is a routing name (LiteLLM's), not checked.
     ``as_sent``: the request goes out as it is, nothing filled in (the LangChain handler
     watches a request it does not make): a setting the certificate records and the request
-    leaves unset is a change too (the provider's default applies)."""
+    leaves unset is a change too (the provider's default applies). ``allowed``: fields
+    besides :data:`REQUEST_FIELDS` that are not a change (a front end's own, which it does
+    not forward, and those its operator allows).
+
+    >>> from guardrail import Certificate, ModelIdentity, SkeletonSpec, StreamPolicy
+    >>> spec = SkeletonSpec("uniform", {"vocab_size": 9})
+    >>> cert = Certificate(StreamPolicy(), 2.0, spec, ModelIdentity("m"))
+    >>> context_mismatches(cert, {"echo": True, "messages": [{"role": "user", "content": "hi"}]})
+    [Mismatch(setting='echo', requested=True, calibrated=None)]
+    """
     req = flatten_request(request)
     ctx = certificate.context
     found: list[Mismatch] = []
@@ -226,8 +287,23 @@ def context_mismatches(
         value = req.get(name)
         if value is not None and not _is_neutral(value, neutral):
             found.append(Mismatch(name, value, neutral[-1]))
+    found += [
+        Mismatch(name, value, None)
+        for name, value in req.items()
+        if value is not None and name not in REQUEST_FIELDS and name not in allowed
+    ]
     found += _message_changes(ctx.system_prompt, req.get("messages"), as_sent)
     return found
+
+
+def mismatch_param(setting: str) -> str:
+    """The request parameter a change (a :class:`Mismatch`'s ``setting``) is written in, as
+    an HTTP front end's refusal names it (``error.param``).
+
+    >>> mismatch_param("chat_template"), mismatch_param("system prompt")
+    ('chat_template', 'messages')
+    """
+    return "messages" if setting in _MESSAGE_CHANGES or setting.startswith("messages.") else setting
 
 
 def _is_neutral(value: Any, neutral: tuple[Any, ...]) -> bool:
@@ -238,11 +314,20 @@ def _is_neutral(value: Any, neutral: tuple[Any, ...]) -> bool:
 def _message_changes(system: str | None, messages: Any, as_sent: bool) -> list[Mismatch]:
     """The system prompt changed (a first system message with other content, a system
     message that is not first, or a further system or developer message; with ``as_sent``,
-    none at all), and an assistant prefill."""
+    none at all), an assistant prefill, and each message field not in
+    :data:`MESSAGE_FIELDS` (``messages.<field>``)."""
     if not isinstance(messages, list | tuple) or not messages:
         return []
     roles = [m.get("role") if isinstance(m, Mapping) else None for m in messages]
     found: list[Mismatch] = []
+    for message, role in zip(messages, roles, strict=True):
+        known = MESSAGE_FIELDS.get(role, frozenset()) if isinstance(role, str) else frozenset()
+        if isinstance(message, Mapping):
+            found += [
+                Mismatch(f"messages.{key}", value, None)
+                for key, value in message.items()
+                if value is not None and key not in known
+            ]
     if system is not None:
         contents = [
             m.get("content") for m, r in zip(messages, roles, strict=True) if r in _SYSTEM_ROLES
@@ -261,13 +346,17 @@ def _message_changes(system: str | None, messages: Any, as_sent: bool) -> list[M
 
 
 def apply_context(
-    certificate: Certificate, request: Mapping[str, Any], *, routed_model: bool = False
+    certificate: Certificate,
+    request: Mapping[str, Any],
+    *,
+    routed_model: bool = False,
+    allowed: Collection[str] = (),
 ) -> tuple[dict[str, Any], list[Mismatch]]:
     """``request`` (a literal ``extra_body`` merged in: :func:`flatten_request`) with the
     certificate's generation context filled in where it leaves a setting unset (the model
     too, unless ``routed_model``; the system prompt as a first message), and each change
-    :func:`context_mismatches` finds in the result: the caller warns
-    (:func:`warn_mismatch`), reports or refuses."""
+    :func:`context_mismatches` finds in the result (``allowed`` as it takes it): the caller
+    warns (:func:`warn_mismatch`), reports or refuses."""
     out = flatten_request(request)
     ctx = certificate.context
     api_model = certificate.model.api_model
@@ -285,7 +374,7 @@ def apply_context(
         and not any(isinstance(m, Mapping) and m.get("role") in _SYSTEM_ROLES for m in messages)
     ):
         out["messages"] = [{"role": "system", "content": ctx.system_prompt}, *messages]
-    return out, context_mismatches(certificate, out, routed_model=routed_model)
+    return out, context_mismatches(certificate, out, routed_model=routed_model, allowed=allowed)
 
 
 def warn_mismatch(field: str, requested: object, calibrated: object, stacklevel: int = 4) -> None:

@@ -20,7 +20,7 @@ stripped from every chunk it gets, as is every field the serving core does not r
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from guardrail import Certificate
@@ -65,6 +65,7 @@ def prepare_request(
     mode: Mode,
     top_logprobs: int | None,
     max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS,
+    allowed: Collection[str] = (),
 ) -> GuardedRequest:
     """Fill ``data`` (LiteLLM's request, changed in place) with the certificate's generation
     context and the logprobs it reads (the serving core's
@@ -74,10 +75,13 @@ def prepare_request(
     The settings a client library does not take as arguments (llama.cpp's
     ``repeat_penalty``, and what the client sent in ``extra_body``) go to the upstream in
     ``extra_body``. ``max_answer_tokens``: the guardrail's cap on the tokens read of one
-    answer. Raises what :func:`prepare_upstream` raises."""
+    answer; ``allowed``: the fields of ``data`` besides the allowlist that are no change
+    (LiteLLM's own, and those its operator allows). Raises what :func:`prepare_upstream`
+    raises."""
     ask = prepare_upstream(
-        certificate, data, top_logprobs=top_logprobs, routed_model=True, fix=LITELLM_FIX
-    )
+        certificate, data, top_logprobs=top_logprobs, routed_model=True, fix=LITELLM_FIX,
+        allowed=allowed,
+    )  # fmt: skip
     body = pack_extra_body(ask.body, set(ask.extra_keys))
     body.pop("model", None)
     for key in ("extra_body", *ask.extra_keys):

@@ -28,6 +28,7 @@ from .._serving._fleet_watch import FleetSettings
 from .._serving._options import check_fleet_settings
 
 __all__ = [
+    "LITELLM_REQUEST_FIELDS",
     "GuardrailStartupError",
     "check_known_settings",
     "check_settings",
@@ -134,3 +135,23 @@ def fleet_settings(
     if url is None:
         return None
     return FleetSettings(cast(str, url), namespace, timeout_s, feedback_ttl_s)
+
+
+LITELLM_REQUEST_FIELDS = frozenset(
+    {
+        "metadata",
+        "litellm_metadata",
+        "tags",
+        "litellm_call_id",
+        "litellm_trace_id",
+        "litellm_logging_obj",
+        "proxy_server_request",
+        "secret_fields",
+        "_litellm_strip_stream_usage",
+        "_litellm_stream_usage_injected",
+    }
+)
+"""The fields LiteLLM's proxy adds to a request for its own use (its metadata, call id,
+logging object): read by LiteLLM, never sent upstream, and no change of the generation
+context. An allowlist too: LiteLLM's other request parameters include some that change the
+prompt (``litellm_system_prompt``, ``assistant_continue_message``, ...)."""

@@ -27,7 +27,7 @@ import inspect
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, cast
 
@@ -39,8 +39,19 @@ from guardrail import ConfigError, GuardrailError, State
 from .._guard._stream import DEFAULT_MAX_TOKEN_CHARS, aclose_upstream, check_max_token_chars
 from .._serving._certs import CertificateSource, certificate_source, log_swap
 from .._serving._fleet_watch import FleetRiskWatch, make_risk_watch
-from .._serving._options import DEFAULT_REFUSAL, check_positive, check_risk_settings
-from .._serving._prepare import DEFAULT_MAX_ANSWER_TOKENS, LITELLM_FIX, RequestError, check_upstream
+from .._serving._options import (
+    DEFAULT_REFUSAL,
+    check_context_settings,
+    check_positive,
+    check_risk_settings,
+)
+from .._serving._prepare import (
+    DEFAULT_MAX_ANSWER_TOKENS,
+    LITELLM_FIX,
+    RequestError,
+    check_upstream,
+    context_refusal,
+)
 from .._serving._risk_watch import FinishedAnswer
 from .._serving._wire import UPSTREAM_TYPE, VERDICT_FIELD, error_body
 from . import _feedback as _litellm_feedback
@@ -54,6 +65,7 @@ from ._answer import (
     upstream_finish_reasons,
 )
 from ._config import (
+    LITELLM_REQUEST_FIELDS,
     GuardrailStartupError,
     check_known_settings,
     check_settings,
@@ -64,8 +76,11 @@ from ._wire import (
     BLOCKED_STATUS,
     GuardrailHTTPError,
     blocked_body,
+    is_http_error,
     refusal_chunk,
     refuse_completion,
+    upstream_chunks,
+    upstream_failure,
 )
 
 __all__ = ["BLOCKED_STATUS", "LiftGuardGuardrail"]
@@ -93,6 +108,7 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
               certificate: cert.json         # or STORE_URL#NAME@ALIAS
               guard_mode: buffered           # or passthrough
               on_block: error                # or refusal
+              on_context_mismatch: log       # or reject
 
     ``certificate``: a certificate file (``liftguard calibrate --out``; a relative path is
     read beside ``config.yaml`` when it is there) or a store alias ``STORE_URL#NAME[@ALIAS]``
@@ -107,6 +123,11 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
     blocked there (cause ``over_token_limit``). ``refresh_s``: a store alias is re-read at
     most this often, on the next request, in a worker thread (0: never); a new version
     applies to the requests that start after it, with a fresh risk monitor.
+    ``on_context_mismatch``: a request that changes the certificate's generation context (a
+    field that is not on the allowlist of request fields among them) is forwarded and
+    reported (``log``: ``covered: false``) or refused with HTTP 400 naming the setting
+    (``reject``); ``allow_request_fields``: names added to that allowlist (LiteLLM's own
+    request fields, such as ``metadata``, are on it).
 
     Any configuration error (a setting's name or value, a certificate it cannot read or this
     upstream cannot feed) raises :class:`GuardrailStartupError`: LiteLLM does not start.
@@ -162,6 +183,8 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         top_logprobs: int | None = None,
         max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
         max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS,
+        on_context_mismatch: str = "log",
+        allow_request_fields: Sequence[str] = (),
         storage_options: Mapping[str, Any] | None = None,
         risk_alpha: float = 0.05,
         feedback_ids: int = 50_000,
@@ -181,6 +204,7 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
             top_logprobs=top_logprobs,
             max_answer_tokens=max_answer_tokens,
         )
+        allowed = check_context_settings(on_context_mismatch, allow_request_fields)
         check_risk_settings(risk_alpha, feedback_ids)
         fleet = fleet_settings(redis, redis_url, fleet_namespace, fleet_timeout_s, feedback_ttl_s)
         check_positive("refresh_s", refresh_s, allow_zero=True)
@@ -203,6 +227,8 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         self.top_logprobs = top_logprobs
         self.max_token_chars = check_max_token_chars(max_token_chars)
         self.max_answer_tokens = max_answer_tokens
+        self.on_context_mismatch = on_context_mismatch
+        self.allowed_fields = frozenset(allowed) | LITELLM_REQUEST_FIELDS
         # refused now, not per request
         check_upstream(self.source.current()[0], top_logprobs, LITELLM_FIX)
         self._pending: OrderedDict[str, GuardedRequest] = OrderedDict()
@@ -241,6 +267,7 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
                 mode="buffered" if self.guard_mode == "buffered" else "passthrough",
                 top_logprobs=self.top_logprobs,
                 max_answer_tokens=self.max_answer_tokens,
+                allowed=self.allowed_fields,
             )
         except ConfigError as exc:
             body = error_body(str(exc), "liftguard_config_error", "certificate_unsupported")
@@ -250,6 +277,12 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
             raise GuardrailHTTPError(400, body) from exc
         if request.mismatches:
             logger.info("request %s changes %s: not covered", request_id, request.mismatches)
+            if self.on_context_mismatch == "reject":
+                refused = context_refusal(request.mismatches)
+                body = error_body(
+                    str(refused), "invalid_request_error", "context_mismatch", param=refused.param
+                )
+                raise GuardrailHTTPError(400, body)
         self._pending[request_id] = request
         while len(self._pending) > _MAX_PENDING:
             self._pending.popitem(last=False)
@@ -313,8 +346,14 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         original_exception: Exception,
         user_api_key_dict: Any,
         traceback_str: str | None = None,
-    ) -> None:
-        self._request(request_data)  # the answer failed before a post-call hook took it
+    ) -> GuardrailHTTPError | None:
+        """A guarded request that failed before a post-call hook took its answer: an upstream
+        failure reaches the client as :func:`upstream_failure` (LiteLLM's error text may echo
+        the upstream's key), an error of the guardrail's own as it is."""
+        request = self._request(request_data)
+        if request is None or is_http_error(original_exception):
+            return None
+        return upstream_failure(original_exception)
 
     # -- streamed answers --------------------------------------------------------------------
 
@@ -331,8 +370,9 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         last: Any = None
         first_id: Any = None
         ended = False
+        chunks = upstream_chunks(response, answer)
         try:
-            async for chunk in response:
+            async for chunk in chunks:
                 last = chunk
                 first_id = first_id or getattr(chunk, "id", None)
                 for out in self._step(answer, partial(answer.feed, chunk)):
@@ -346,6 +386,7 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
                 ended = True  # (only once every held chunk was taken: a client gone while
                 # they were sent closes this generator at a yield, and the answer was not shown)
         finally:  # a block, an error, the client gone: no more tokens generated or paid for
+            await chunks.aclose()
             await aclose_upstream(response)
             self._finished(answer, first_id, decided=ended or answer.blocked)
         if answer.blocked:

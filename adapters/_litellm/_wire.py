@@ -8,20 +8,24 @@ client gets, an extra attribute (``liftguard``) as a field of it.
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from fastapi import HTTPException
 from litellm.types.utils import Delta, ModelResponseStream, StreamingChoices
 
-from .._serving._wire import BLOCKED_TYPE, VERDICT_FIELD, error_body
+from .._serving._wire import BLOCKED_TYPE, UPSTREAM_TYPE, VERDICT_FIELD, error_body
 from ._answer import Answer
 
 __all__ = [
     "BLOCKED_STATUS",
     "GuardrailHTTPError",
     "blocked_body",
+    "is_http_error",
     "refusal_chunk",
     "refuse_completion",
+    "upstream_chunks",
+    "upstream_failure",
 ]
 
 BLOCKED_STATUS = 422
@@ -79,3 +83,35 @@ def refuse_completion(response: Any, message: str) -> None:
     choice.finish_reason = "content_filter"
     choice.logprobs = None
     response.choices = [choice]
+
+
+async def upstream_chunks(response: Any, answer: Answer) -> AsyncGenerator[Any, None]:
+    """``response``'s chunks; an upstream that fails mid-answer (an error event, a broken
+    stream: LiteLLM raises, with the upstream's text, which may echo its key) ends the answer
+    with the proxy's upstream error (HTTP 502), naming the exception's class only."""
+    try:
+        async for chunk in response:
+            yield chunk
+    except Exception as exc:
+        reason = f"the upstream failed mid-answer ({type(exc).__name__})"
+        answer.fail("upstream_error", reason)
+        body = error_body(reason, UPSTREAM_TYPE, "upstream_error", verdict=answer.verdict_field())
+        # (not chained: the upstream's text, its key in it, would reach LiteLLM's logs)
+        raise GuardrailHTTPError(502, body) from None
+
+
+def is_http_error(exc: BaseException) -> bool:
+    """``exc`` is an HTTP error LiteLLM's proxy or a hook raised (its own text), not an
+    upstream's failure."""
+    return isinstance(exc, HTTPException)
+
+
+def upstream_failure(exc: BaseException) -> GuardrailHTTPError:
+    """The error a client gets for an upstream that failed before its answer came: the
+    upstream's status when it is a client error (a 401, a 429), else 502, and a message that
+    names the exception's class only (LiteLLM's text of it may echo the upstream's key)."""
+    status = getattr(exc, "status_code", None)
+    if not isinstance(status, int) or not 400 <= status < 500:
+        status = 502
+    reason = f"the upstream failed (HTTP {status}, {type(exc).__name__})"
+    return GuardrailHTTPError(status, error_body(reason, UPSTREAM_TYPE, "upstream_error"))

@@ -218,6 +218,9 @@ def refusal_of(record: Any) -> bool:
 
 
 _ROLES = {"system": "system", "human": "user", "ai": "assistant", "tool": "tool"}
+LANGCHAIN_PARAMS = ("_type", "model_name")
+"""What a run's invocation parameters hold besides the request's fields (LangChain's names
+of the model class and the model): no change of the generation context."""
 
 
 def context_checks(
@@ -227,7 +230,8 @@ def context_checks(
     (:func:`~adapters._guard._settings.context_mismatches`) on the request as sent: the run's
     invocation parameters (``model_name`` as ``model``, ``model_kwargs`` and ``extra_body``
     merged in) and its first prompt's messages. Nothing is filled in here, so a setting the
-    certificate records and the run leaves unset is a change."""
+    certificate records and the run leaves unset is a change; a field that is not on the
+    allowlist of request fields (LangChain's own names aside) is one too."""
     request = dict(params)
     if "model" not in request and "model_name" in request:
         request["model"] = request["model_name"]
@@ -238,7 +242,7 @@ def context_checks(
         request["messages"] = [
             {"role": _ROLES.get(m.type, m.type), "content": m.content} for m in messages[0]
         ]
-    return context_mismatches(certificate, request, as_sent=True)
+    return context_mismatches(certificate, request, as_sent=True, allowed=LANGCHAIN_PARAMS)
 
 
 def has_tool_calls(generation: Any) -> bool:

@@ -58,6 +58,9 @@ __all__ = ["guard_chat_stream", "guard_chat_stream_sync", "guarded_chat_completi
 
 INSTALL_HINT = 'the OpenAI adapter needs the openai SDK: pip install "liftguard[openai]"'
 DEFAULT_TOP_LOGPROBS = 20
+SDK_OPTIONS = ("extra_headers", "extra_query", "timeout")
+"""What ``chat.completions.create`` takes besides the request's fields (the SDK's own
+options): no change of the generation context."""
 
 
 def _import_openai() -> ModuleType:
@@ -277,7 +280,7 @@ def _with_context(certificate: Certificate, kwargs: dict[str, Any]) -> dict[str,
     there again (the SDK's ``create`` takes no other unknown argument)."""
     extra = kwargs.get("extra_body")
     keys = set(extra) if isinstance(extra, Mapping) else set()
-    out, mismatches = apply_context(certificate, kwargs)
+    out, mismatches = apply_context(certificate, kwargs, allowed=SDK_OPTIONS)
     for m in mismatches:
         warn_mismatch(m.setting, m.requested, m.calibrated, stacklevel=4)
     return pack_extra_body(out, keys | {k for k in REPEAT_PENALTY_NAMES if k in out})

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
@@ -29,8 +28,8 @@ from starlette.routing import Route
 from .._serving._certs import CertificateSource, CertificateTable
 from .._serving._feedback import FEEDBACK_PATH
 from .._serving._metrics import ProxyMetrics
-from .._serving._prepare import check_upstream
-from .._serving._redact import redact_secrets, relayed_headers
+from .._serving._prepare import check_upstream, context_refusal
+from .._serving._redact import credential_forms, redact_secrets, relayed_headers
 from .._serving._request import BadRequest, parse_json, read_body, validate_chat
 from .._serving._wire import (
     HEADER_CERTIFICATE,
@@ -53,6 +52,7 @@ from ._upstream import (
     UPSTREAM_ERRORS,
     Upstream,
     UpstreamAnswer,
+    describe_failure,
     is_timeout,
     read_capped,
 )
@@ -171,13 +171,19 @@ class Proxy:
         return await self.risk.endpoint(request)
 
     def _secrets(self, request: Request) -> list[str]:
-        """What an upstream's error body must not echo to the client: the keys and the
-        upstream URL's password."""
-        password = urlsplit(self.config.upstream).password
-        keys = [self.config.upstream_key, self.config.client_key, password]
+        """What an upstream's error body must not echo to the client, in every form
+        (:func:`credential_forms`): the keys, the client's ``Authorization`` and the
+        upstream URL's credentials."""
         auth = request.headers.get("authorization", "")
+        keys = [self.config.upstream_key, self.config.client_key]
         keys.append(auth.split(" ", 1)[1] if " " in auth else auth)
-        return [k for k in keys if k]
+        return credential_forms(keys, self.config.upstream)
+
+    async def _side_body(self, resp: Any, request: Request) -> bytes:
+        """An upstream body that is not an answer (an error, a model list), read to
+        :data:`MAX_SIDE_BODY_BYTES` and redacted (the end of one cut there too)."""
+        raw = await read_capped(resp, MAX_SIDE_BODY_BYTES, self.upstream.timeout_s)
+        return redact_secrets(raw, self._secrets(request), cut=len(raw) >= MAX_SIDE_BODY_BYTES)
 
     async def models(self, request: Request) -> Response:
         headers = {**self.auth.upstream_headers(request.headers), "accept": "application/json"}
@@ -185,11 +191,9 @@ class Proxy:
             resp = await self.upstream.get("/models", headers)
         except UPSTREAM_ERRORS as exc:
             self.metrics.upstream_errors.labels(kind="unreachable").inc()
-            message = f"the upstream failed: {exc!r}"
-            return error_response(502, message, UPSTREAM_TYPE, "unreachable")
+            return error_response(502, describe_failure(exc), UPSTREAM_TYPE, "unreachable")
         media = resp.headers.get("content-type", "application/json")
-        raw = await read_capped(resp, MAX_SIDE_BODY_BYTES, self.upstream.timeout_s)
-        raw = redact_secrets(raw, self._secrets(request))
+        raw = await self._side_body(resp, request)
         return Response(raw, status_code=resp.status, media_type=media)
 
     # -- chat completions ------------------------------------------------------------------
@@ -209,6 +213,7 @@ class Proxy:
             mode=config.mode,
             top_logprobs=config.top_logprobs,
             max_answer_tokens=config.max_answer_tokens,
+            allowed=config.allow_request_fields,
         )
         if isinstance(prepared, Response):
             return prepared
@@ -216,12 +221,8 @@ class Proxy:
         for field in info.mismatches:
             self.metrics.context_mismatches.labels(field=field).inc()
         if info.mismatches and config.on_context_mismatch == "reject":
-            return error_response(
-                400,
-                "the request changes settings the certificate was calibrated with "
-                f"({', '.join(info.mismatches)}): its guarantee would not cover the answer",
-                code="context_mismatch",
-            )
+            refused = context_refusal(info.mismatches)
+            return error_response(400, str(refused), code="context_mismatch", param=refused.param)
         headers = self.auth.upstream_headers(request.headers)
         try:
             resp = await self.upstream.open_stream("/chat/completions", prepared.body, headers)
@@ -230,9 +231,9 @@ class Proxy:
             self.metrics.upstream_errors.labels(kind=kind).inc()
             self._log({"event": "upstream_failed", "request_id": info.request_id, "error": kind})
             status = 504 if kind == "upstream_timeout" else 502
-            return error_response(status, f"the upstream failed: {exc!r}", UPSTREAM_TYPE, kind)
+            return error_response(status, describe_failure(exc), UPSTREAM_TYPE, kind)
         if resp.status != 200:
-            raw = await read_capped(resp, MAX_SIDE_BODY_BYTES, self.upstream.timeout_s)
+            raw = await self._side_body(resp, request)
             self.metrics.upstream_errors.labels(kind="status").inc()
             self._log(
                 {
@@ -242,9 +243,8 @@ class Proxy:
                 }
             )
             media = resp.headers.get("content-type", "application/json")
-            raw = redact_secrets(raw, self._secrets(request))
             response = upstream_status_response(resp.status, raw, media, info.model)
-            response.headers.update(relayed_headers(resp.headers))
+            response.headers.update(relayed_headers(resp.headers, self._secrets(request)))
             return response
         answer = UpstreamAnswer(
             resp,

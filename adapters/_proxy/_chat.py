@@ -81,10 +81,12 @@ def prepare(
     mode: str,
     top_logprobs: int | None,
     max_answer_tokens: int,
+    allowed: tuple[str, ...] = (),
 ) -> Prepared | JSONResponse:
     """The guarded request for a client body (already checked by
     :func:`~._request.validate_chat`), or the client's error (400/404), or the proxy's
-    (500: a certificate this upstream cannot feed)."""
+    (500: a certificate this upstream cannot feed). ``allowed``: the operator's additions to
+    the allowlist of request fields."""
     model = body.get("model")
     source = source_for(model)
     if source is None:
@@ -94,7 +96,7 @@ def prepare(
         )  # fmt: skip
     certificate, label = source.current()
     try:
-        ask = prepare_upstream(certificate, body, top_logprobs=top_logprobs)
+        ask = prepare_upstream(certificate, body, top_logprobs=top_logprobs, allowed=allowed)
         monitor = certificate.monitor(max_tokens=ask.limit)
     except RequestError as exc:
         return error_response(400, str(exc), code="invalid_request", param=exc.param)

@@ -13,6 +13,7 @@ from .._guard._stream import DEFAULT_MAX_TOKEN_CHARS
 from .._serving._certs import CertificateSource
 from .._serving._options import (
     DEFAULT_REFUSAL,
+    check_context_settings,
     check_fleet_settings,
     check_positive,
     check_risk_settings,
@@ -58,7 +59,10 @@ class ProxyConfig:
     the answer's text, with ``finish_reason`` ``"content_filter"``).
     ``on_context_mismatch``: a request that changes a setting the certificate
     was calibrated with is forwarded and counted (``log``) or refused with
-    HTTP 400 (``reject``).
+    HTTP 400 naming the setting (``reject``); a field that is not on the
+    allowlist of request fields is such a change.
+    ``allow_request_fields``: field names added to that allowlist (forwarded as
+    they are and trusted not to move the answer distribution).
 
     ``upstream_timeout_s``: the longest wait for the upstream to connect or send
     the next bytes; a stalled upstream ends the answer (never certified).
@@ -136,6 +140,7 @@ class ProxyConfig:
     on_block: OnBlock = "error"
     refusal_message: str = DEFAULT_REFUSAL
     on_context_mismatch: OnMismatch = "log"
+    allow_request_fields: tuple[str, ...] = ()
     upstream_timeout_s: float = 60.0
     upstream_key: str | None = None
     client_key: str | None = None
@@ -186,7 +191,6 @@ class ProxyConfig:
         for name, value, allowed in (
             ("mode", self.mode, ("buffered", "passthrough", "observe")),
             ("on_block", self.on_block, ("error", "refusal")),
-            ("on_context_mismatch", self.on_context_mismatch, ("log", "reject")),
         ):
             if value not in allowed:
                 raise ConfigError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
@@ -208,6 +212,8 @@ class ProxyConfig:
         check_positive("body_timeout_s", self.body_timeout_s)
         integer_at_least("max_answer_tokens", self.max_answer_tokens, 1)
         integer_at_least("max_answer_bytes", self.max_answer_bytes, 1024)
+        fields = check_context_settings(self.on_context_mismatch, self.allow_request_fields)
+        object.__setattr__(self, "allow_request_fields", fields)
         hosts = self.allowed_hosts
         if isinstance(hosts, str) or not all(isinstance(h, str) and h for h in hosts) or not hosts:
             raise ConfigError(f"allowed_hosts must be a non-empty list of names, got {hosts!r}")

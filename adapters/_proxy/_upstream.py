@@ -34,6 +34,7 @@ __all__ = [
     "UpstreamFailure",
     "body_parts",
     "decode_chunk",
+    "describe_failure",
     "events",
     "is_timeout",
     "read_capped",
@@ -65,6 +66,27 @@ DEFAULT_MAX_ANSWER_BYTES = 8 * 1024 * 1024
 def is_timeout(exc: BaseException) -> bool:
     """``exc`` (one of :data:`UPSTREAM_ERRORS`) is a timeout, not a broken connection."""
     return isinstance(exc, (TimeoutError, asyncio.TimeoutError))
+
+
+def describe_failure(exc: BaseException) -> str:
+    """What a client or a log line may read of an upstream request that failed: how, and the
+    exception's class, never its text (aiohttp's text of a response it could not parse holds
+    the request it answered, headers and key included).
+
+    >>> describe_failure(aiohttp.ServerDisconnectedError())
+    'the upstream closed the connection (ServerDisconnectedError)'
+    """
+    if is_timeout(exc):
+        how = "timed out"
+    elif isinstance(exc, aiohttp.ClientConnectorError):
+        how = "could not be reached"
+    elif isinstance(exc, aiohttp.ServerDisconnectedError):
+        how = "closed the connection"
+    elif isinstance(exc, aiohttp.ClientResponseError | aiohttp.ClientPayloadError):
+        how = "sent a response that could not be read"
+    else:
+        how = "failed"
+    return f"the upstream {how} ({type(exc).__name__})"
 
 
 class UpstreamFailure(Exception):
@@ -136,7 +158,7 @@ class Upstream:
         try:
             return await self.session.post(url, data=raw, headers=sent, allow_redirects=False)
         except _STALE as exc:
-            logger.info("upstream connection failed before a response (%r); retrying once", exc)
+            logger.info("%s before a response; retrying once", describe_failure(exc))
             return await self.session.post(url, data=raw, headers=sent, allow_redirects=False)
 
     async def get(self, path: str, headers: Mapping[str, str]) -> aiohttp.ClientResponse:
@@ -298,9 +320,7 @@ async def events(
             "upstream_timeout", f"the upstream sent nothing for {after} s (stalled)"
         ) from exc
     except aiohttp.ClientError as exc:
-        raise UpstreamFailure(
-            "upstream_transport", f"the upstream connection failed mid-answer ({exc!r})"
-        ) from exc
+        raise UpstreamFailure("upstream_transport", f"{describe_failure(exc)} mid-answer") from exc
 
 
 def decode_chunk(event: str | None, data: bytes | str) -> dict[str, Any] | None:

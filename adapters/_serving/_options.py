@@ -1,14 +1,18 @@
 """Settings every server front end checks the same way: the refusal text, positive numbers,
-the live risk monitor's settings (a :class:`~guardrail.ConfigError` naming the field)."""
+what a request that changes the context gets, the live risk monitor's settings (a
+:class:`~guardrail.ConfigError` naming the field)."""
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from guardrail import ConfigError
 
 __all__ = [
     "DEFAULT_REFUSAL",
+    "ON_CONTEXT_MISMATCH",
+    "check_context_settings",
     "check_fleet_settings",
     "check_positive",
     "check_risk_settings",
@@ -27,6 +31,27 @@ def check_positive(name: str, value: float, *, allow_zero: bool = False) -> None
     if not ok or value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ConfigError(f"{name} must be a finite number {bound}, got {value!r}")
+
+
+ON_CONTEXT_MISMATCH = ("log", "reject")
+"""What a request that changes the certificate's context gets: forwarded and reported
+(``covered: false``), or refused with HTTP 400 naming the setting."""
+
+
+def check_context_settings(on_context_mismatch: Any, allow_request_fields: Any) -> tuple[str, ...]:
+    """``on_context_mismatch`` (one of :data:`ON_CONTEXT_MISMATCH`) and
+    ``allow_request_fields`` (field names added to the allowlist of request fields), else
+    ConfigError naming the setting; the field names as a tuple."""
+    if on_context_mismatch not in ON_CONTEXT_MISMATCH:
+        raise ConfigError(
+            f"on_context_mismatch must be one of log, reject; got {on_context_mismatch!r}"
+        )
+    fields = allow_request_fields
+    if isinstance(fields, str | bytes) or not isinstance(fields, list | tuple | frozenset | set):
+        raise ConfigError(f"allow_request_fields must be a list of names, got {fields!r}")
+    if not all(isinstance(f, str) and f for f in fields):
+        raise ConfigError(f"allow_request_fields must be a list of names, got {fields!r}")
+    return tuple(fields)
 
 
 def integer_at_least(name: str, value: int, low: int) -> None:

@@ -12,7 +12,7 @@ request.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -25,6 +25,7 @@ from .._guard._settings import (
     apply_context,
     filled_limit,
     flatten_request,
+    mismatch_param,
     top_logprobs_problem,
 )
 
@@ -37,6 +38,7 @@ __all__ = [
     "RequestError",
     "UpstreamRequest",
     "check_upstream",
+    "context_refusal",
     "prepare_upstream",
 ]
 
@@ -151,6 +153,21 @@ class GuardedRequest:
         return self.certificate.monitor(max_tokens=self.limit)
 
 
+def context_refusal(mismatches: list[str]) -> RequestError:
+    """The refusal of a request that changes the settings ``mismatches`` (a server front end
+    that rejects such requests answers it with HTTP 400), naming the first one's parameter.
+
+    >>> refused = context_refusal(["chat_template"])
+    >>> refused.param
+    'chat_template'
+    """
+    return RequestError(
+        "the request changes settings the certificate was calibrated with "
+        f"({', '.join(mismatches)}): its guarantee would not cover the answer",
+        mismatch_param(mismatches[0]),
+    )
+
+
 def check_upstream(
     certificate: Certificate, top_logprobs: int | None, fix: str = PROXY_FIX
 ) -> Reads:
@@ -173,16 +190,19 @@ def prepare_upstream(
     top_logprobs: int | None,
     routed_model: bool = False,
     fix: str = PROXY_FIX,
+    allowed: Collection[str] = (),
 ) -> UpstreamRequest:
     """The upstream request for ``request`` (a client's Chat Completions request).
 
     ``top_logprobs``: the server's setting (alternatives asked of the upstream; ``None``: 20,
     or more if the rule reads more). ``routed_model``: the request's ``model`` is a routing
     name (LiteLLM's), neither filled in nor checked; ``fix``: as :func:`check_upstream`
-    takes it. Raises :class:`RequestError` for a
-    request the guard cannot serve (several answers, ``top_logprobs`` without logprobs, an
-    ``extra_body`` that is not an object) and :class:`~guardrail.ConfigError` for a
-    certificate the upstream cannot feed."""
+    takes it; ``allowed``: request fields besides the allowlist
+    (:data:`~adapters._guard._settings.REQUEST_FIELDS`) that are no change, as
+    :func:`~adapters._guard._settings.context_mismatches` takes them. Raises
+    :class:`RequestError` for a request the guard cannot serve (several answers,
+    ``top_logprobs`` without logprobs, an ``extra_body`` that is not an object or holds
+    another) and :class:`~guardrail.ConfigError` for a certificate the upstream cannot feed."""
     try:
         flat = flatten_request(request)
     except ValueError as exc:
@@ -199,7 +219,9 @@ def prepare_upstream(
     # at least one alternative: llama.cpp's server sends no logprobs at all for 0
     upstream_top = max(top_logprobs if top_logprobs is not None else default, top_k, 1)
     settings = {k: v for k, v in flat.items() if k not in _ASKED_BY_THE_GUARD}
-    body, mismatches = apply_context(certificate, settings, routed_model=routed_model)
+    body, mismatches = apply_context(
+        certificate, settings, routed_model=routed_model, allowed=allowed
+    )
     body.update(logprobs=True, top_logprobs=upstream_top)
     extra = request.get("extra_body")
     extra_keys = set(extra) if isinstance(extra, Mapping) else set()

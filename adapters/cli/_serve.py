@@ -64,6 +64,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             on_block=args.on_block,
             refusal_message=args.refusal_message or DEFAULT_REFUSAL,
             on_context_mismatch=args.on_context_mismatch,
+            allow_request_fields=tuple(args.allow_request_field or ()),
             upstream_timeout_s=args.upstream_timeout,
             upstream_key=os.environ.get(UPSTREAM_KEY_ENV) or None,
             client_key=os.environ.get(CLIENT_KEY_ENV) or None,
@@ -190,8 +191,15 @@ def add_serve_parser(sub: Any) -> None:
         "--on-context-mismatch",
         default="log",
         choices=("log", "reject"),
-        help="a request that changes a calibrated setting: forward it and count "
-        "it (log), or refuse it with HTTP 400 (reject)",
+        help="a request that changes a calibrated setting (or sends a field that is not "
+        "on the allowlist): forward it and count it (log), or refuse it with HTTP 400 (reject)",
+    )
+    p.add_argument(
+        "--allow-request-field",
+        action="append",
+        metavar="NAME",
+        help="add a request field to the allowlist of those forwarded without counting as a "
+        "change (repeatable; only for fields that leave the answer distribution as it is)",
     )
     p.add_argument(
         "--upstream-timeout",

@@ -28,6 +28,9 @@ shows). What the guard certifies is all the client gets: the refusal reaches nei
 LITELLM_CAUSES = {
     "huge_token": "truncated",  # no byte cap of ours: the per-token character cap meets it
     "empty_stream": "empty_answer",  # LiteLLM ends an empty upstream stream with a finish
+    # LiteLLM holds back a streamed chunk whose text is empty: the stall behind it ends the
+    # answer (the guardrail's upstream error), before the guard reads the empty token
+    "empty_text_token": "truncated",
 }
 """Where the LiteLLM front end's cause differs from the proxy's, and why: the answer is
 blocked all the same."""
