@@ -30,7 +30,7 @@ from .._serving._feedback import FEEDBACK_PATH
 from .._serving._metrics import ProxyMetrics
 from .._serving._prepare import check_upstream, context_refusal
 from .._serving._redact import credential_forms, redact_secrets, relayed_headers
-from .._serving._request import BadRequest, parse_json, read_body, validate_chat
+from .._serving._request import BadRequest, parse_chat, read_body
 from .._serving._wire import (
     HEADER_CERTIFICATE,
     HEADER_MODE,
@@ -204,7 +204,7 @@ class Proxy:
             raw = await read_body(
                 request, max_bytes=config.max_body_bytes, timeout_s=config.body_timeout_s
             )
-            body = validate_chat(parse_json(raw))
+            body = await parse_chat(raw)
         except BadRequest as exc:
             return error_response(exc.status, str(exc), code=exc.code, param=exc.param)
         prepared = prepare(

@@ -4,14 +4,20 @@
 ``body_timeout_s`` (HTTP 408 for a client that trickles its body), and only as
 JSON (HTTP 415 for another content type: a web page's cross-origin "simple"
 POST is ``text/plain``, and a JSON POST needs a CORS preflight the proxy never
-grants). :func:`parse_json` refuses what Python's decoder accepts but the wire
-must not carry: ``NaN``/``Infinity`` and numbers that overflow to them, nesting
-deeper than :data:`MAX_DEPTH`, and lone surrogates (they cannot be encoded as
-UTF-8 to the upstream). :class:`ChatRequest` then checks the Chat Completions
-fields the proxy or the upstream reads, with strict types (no ``"abc"`` for an
-integer, no ``1.5`` for a token count) and OpenAI's documented ranges; fields it
-does not know pass through unchanged. Every refusal is an OpenAI-shaped HTTP
-400 naming the parameter (``param``).
+grants). :func:`parse_json` refuses, before it decodes, a body of more values than
+:data:`MAX_VALUES` or more objects and lists than :data:`MAX_CONTAINERS` (counted
+from its separators and brackets: a body of tiny values would cost seconds and
+hundreds of megabytes as Python objects), and then what Python's decoder accepts
+but the wire must not carry: ``NaN``/``Infinity`` and numbers that overflow to them,
+nesting deeper than :data:`MAX_DEPTH`, and lone surrogates (they cannot be encoded
+as UTF-8 to the upstream). :func:`parse_chat` does both steps of a chat request, in
+a worker thread for a large body, so that the event loop goes on serving.
+:class:`ChatRequest` then checks the Chat Completions fields the proxy or the upstream
+reads, with strict types (no ``"abc"`` for an integer, no ``1.5`` for a token count),
+OpenAI's documented ranges, at most :data:`MAX_MESSAGES` messages and
+:data:`MAX_CONTENT_PARTS` parts of one message's content; what fields a request may
+carry at all is the settings check's allowlist. Every refusal is an OpenAI-shaped
+HTTP 400 naming the parameter (``param``).
 """
 
 from __future__ import annotations
@@ -21,14 +27,20 @@ import json
 import math
 from typing import Annotated, Any, Literal
 
+import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import ClientDisconnect, Request
 
 __all__ = [
+    "MAX_CONTAINERS",
+    "MAX_CONTENT_PARTS",
     "MAX_DEPTH",
+    "MAX_MESSAGES",
+    "MAX_VALUES",
     "BadRequest",
     "ChatRequest",
     "Message",
+    "parse_chat",
     "parse_json",
     "read_body",
     "validate_chat",
@@ -36,6 +48,19 @@ __all__ = [
 
 MAX_DEPTH = 64
 """Deepest nesting of objects and lists a request may have (OpenAI's own are < 10 deep)."""
+MAX_VALUES = 500_000
+"""Most values a request may hold, counted before it is decoded as its separators (``,``
+and ``:``, those inside strings too, so a long text full of commas counts more than it
+holds): a 4 MiB body of tiny values holds two million."""
+MAX_CONTAINERS = 100_000
+"""Most objects and lists a request may hold, counted before it is decoded as its opening
+brackets (those inside strings too)."""
+MAX_MESSAGES = 4096
+"""Most messages one request may carry."""
+MAX_CONTENT_PARTS = 1024
+"""Most content parts one message may carry."""
+OFF_LOOP_BYTES = 256 * 1024
+"""A body at least this large is decoded and checked in a worker thread."""
 
 
 class BadRequest(Exception):
@@ -106,7 +131,20 @@ def _finite_float(text: str) -> float:
 
 
 def parse_json(raw: bytes) -> Any:
-    """The body as JSON, refusing non-finite numbers, deep nesting and lone surrogates."""
+    """The body as JSON, refusing too many values or containers (before it is decoded),
+    non-finite numbers, deep nesting and lone surrogates.
+
+    >>> parse_json(b'{"a": [1, 2]}')
+    {'a': [1, 2]}
+    """
+    values = raw.count(b",") + raw.count(b":") + 1
+    containers = raw.count(b"{") + raw.count(b"[")
+    if values > MAX_VALUES or containers > MAX_CONTAINERS:
+        raise BadRequest(
+            f"the request holds more than {MAX_VALUES} values or {MAX_CONTAINERS} objects "
+            "and lists",
+            status=413, code="request_too_large",
+        )  # fmt: skip
     try:
         value = json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
     except RecursionError:
@@ -160,15 +198,18 @@ class Message(BaseModel):
 
     model_config = _Strict
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: str | list[dict[str, Any]] | None = None
+    content: str | Annotated[list[dict[str, Any]], Field(max_length=MAX_CONTENT_PARTS)] | None = (
+        None
+    )
 
 
 class ChatRequest(BaseModel):
-    """The Chat Completions fields the proxy or the upstream reads (others pass through)."""
+    """The Chat Completions fields the proxy or the upstream reads, typed (which other fields
+    a request may carry is the settings check's allowlist)."""
 
     model_config = _Strict
     model: Annotated[str, Field(min_length=1, max_length=256)]
-    messages: Annotated[list[Message], Field(min_length=1)]
+    messages: Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES)]
     stream: bool | None = None
     stream_options: dict[str, Any] | None = None
     logprobs: bool | None = None
@@ -190,6 +231,14 @@ class ChatRequest(BaseModel):
     top_k: Annotated[int, Field(ge=0)] | None = None
     min_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
     repeat_penalty: Annotated[float, Field(gt=0.0)] | None = None
+
+
+async def parse_chat(raw: bytes) -> dict[str, Any]:
+    """A chat request's body decoded (:func:`parse_json`) and checked
+    (:func:`validate_chat`), in a worker thread when it is :data:`OFF_LOOP_BYTES` or more."""
+    if len(raw) < OFF_LOOP_BYTES:
+        return validate_chat(parse_json(raw))
+    return await anyio.to_thread.run_sync(lambda: validate_chat(parse_json(raw)))
 
 
 def validate_chat(body: Any) -> dict[str, Any]:
