@@ -80,10 +80,12 @@ from ._bounds import (
 from ._calibration_record import Calibration, guarantee_text
 from ._errors import ConfigError, InsufficientDataError
 from ._policy import StreamPolicy, critical_thresholds, shown_at
+from ._simultaneous import labels_needed, simultaneous_boundary
 from ._subgamma import checked_subgamma
 
 __all__ = [
     "FALLBACK_STARTS",
+    "PROCEDURES",
     "Calibration",
     "LTTOutcome",
     "calibrate",
@@ -94,6 +96,9 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 Method = Literal["ltt", "paper"]
+Procedure = Literal["fixed-sequence", "simultaneous"]
+PROCEDURES: tuple[Procedure, ...] = ("fixed-sequence", "simultaneous")
+"""The label-based procedures of ``method="ltt"``."""
 
 
 @dataclass(frozen=True)
@@ -166,13 +171,17 @@ def ltt_threshold(
     *,
     start: int | None = None,
     grid: npt.ArrayLike | None = None,
+    procedure: Procedure = "fixed-sequence",
 ) -> LTTOutcome:
-    """Largest-coverage threshold certified by fixed-sequence binomial testing.
+    """Largest-coverage threshold certified by binomial testing.
 
     ``scores``: one score per calibration example (answer iff ``score >= tau``;
     ``-inf`` = never answered). ``errors``: True where the answer is wrong.
-    Raises :class:`InsufficientDataError` when not even the first test passes.
-    See the module docstring for the guarantee.
+    ``procedure``: ``"fixed-sequence"`` (the default; see the module docstring) or
+    ``"simultaneous"`` (every candidate tested at once against one boundary, no start
+    and no stopping at a failure: :mod:`guardrail._simultaneous`; not with ``start``
+    or ``grid``). Raises :class:`InsufficientDataError` when no threshold passes; its
+    message estimates the labels that would.
     """
     _check_target(risk, delta)
     s = np.asarray(scores, dtype=np.float64)
@@ -183,6 +192,10 @@ def ltt_threshold(
         raise InsufficientDataError("no calibration examples", needed=None)
     if np.isnan(s).any():
         raise ConfigError("scores contain NaN")
+    if procedure not in PROCEDURES:
+        raise ConfigError(f"procedure must be one of {', '.join(PROCEDURES)}; got {procedure!r}")
+    if procedure == "simultaneous" and (start is not None or grid is not None):
+        raise ConfigError("the simultaneous procedure takes neither start nor grid")
     if grid is not None:
         cand = np.asarray(grid, dtype=np.float64)
         if cand.ndim != 1 or cand.size == 0 or (np.diff(cand) >= 0).any():
@@ -222,6 +235,8 @@ def ltt_threshold(
 
     pvals = stats.binom.cdf(n_err, n_ans, risk)
     pvals = np.where(n_ans > 0, pvals, 1.0)
+    if procedure == "simultaneous":
+        return _simultaneous_threshold(cand, n_ans, n_err, pvals, s.size, risk, delta)
     first = int(np.flatnonzero(share)[0])
     last, level, n_tested = -1, 0.0, 0
     for j in range(first, len(cand)):
@@ -256,6 +271,59 @@ def ltt_threshold(
     )
 
 
+def needed_text(
+    scores: FloatArray, errors: npt.NDArray[np.bool_], risk: float, delta: float
+) -> str:
+    """What a refusal adds: about how many calibration labels would pass, at the error
+    rates the ranking shows (:func:`guardrail._simultaneous.labels_needed`), or that more
+    labels of this ranking would not."""
+    finite = np.isfinite(scores)
+    order = np.argsort(-scores[finite], kind="stable")
+    ss, ee = scores[finite][order], errors[finite][order]
+    ends = np.r_[ss[1:] != ss[:-1], True] if ss.size else np.zeros(0, dtype=bool)
+    n_ans, n_err = np.flatnonzero(ends) + 1, np.cumsum(ee)[ends]
+    more = labels_needed(n_ans, n_err, int(scores.size), risk, delta)
+    if more is None:
+        return (
+            f" No candidate's error rate is below {risk} here: more labels of this ranking "
+            f"would not pass; a better score or a higher risk would."
+        )
+    return (
+        f" At the error rates seen here, about {more} calibration labels would pass "
+        f"(an estimate, with procedure='simultaneous')."
+    )
+
+
+def _simultaneous_threshold(
+    cand: FloatArray,
+    n_ans: npt.NDArray[np.int64],
+    n_err: npt.NDArray[np.int64],
+    pvals: FloatArray,
+    n: int,
+    risk: float,
+    delta: float,
+) -> LTTOutcome:
+    level, bound = simultaneous_boundary(n, risk, delta)
+    passed = np.flatnonzero(n_err <= bound[n_ans - 1])
+    if passed.size == 0:
+        n_min = min_answered_for_risk(risk, level)
+        raise InsufficientDataError(
+            f"no threshold passed the simultaneous risk test (each candidate at level "
+            f"{level:.3g}, of delta = {delta}): risk {risk} needs at least {n_min} answered "
+            f"calibration examples even with zero errors.",
+            needed=n_min,
+        )
+    last = int(passed[-1])
+    return LTTOutcome(
+        tau=float(cand[last]),
+        n_answered=int(n_ans[last]),
+        n_errors=int(n_err[last]),
+        pvalue=float(pvals[last]),
+        start=0,
+        n_tested=int(cand.size),
+    )
+
+
 def calibrate(
     scores: npt.ArrayLike,
     correct: npt.ArrayLike,
@@ -271,6 +339,7 @@ def calibrate(
     n_boot: int = 200,
     policy: StreamPolicy | None = None,
     answered_at: Any = None,
+    procedure: Procedure = "fixed-sequence",
 ) -> Calibration:
     """Calibrate a threshold on per-example scores and correctness labels.
 
@@ -311,10 +380,19 @@ def calibrate(
             "pac_bayes_bound": pac_bayes_bound(mean_b, n, params.v, params.c, delta),
         }
     if method == "ltt":
-        out = ltt_threshold(s, errors, risk, delta, start=start, grid=grid)
+        try:
+            out = ltt_threshold(s, errors, risk, delta, start=start, grid=grid,
+                                procedure=procedure)  # fmt: skip
+        except InsufficientDataError as exc:
+            raise InsufficientDataError(
+                f"{exc}{needed_text(s, errors, risk, delta)}", needed=exc.needed
+            ) from None
         tau = out.tau
         answered = s >= tau
         info.update(start=out.start, n_tested=out.n_tested)
+        if procedure == "simultaneous":
+            level, _ = simultaneous_boundary(n, risk, delta)
+            info["extra"] = {"procedure": procedure, "level": level}
     elif method == "paper":
         if budgets is None or "v" not in info:
             raise ConfigError("method='paper' needs per-answer budgets")
@@ -359,6 +437,7 @@ def calibrate_policy(
     delta: float,
     method: Method = "ltt",
     start: int | None = None,
+    procedure: Procedure = "fixed-sequence",
     seed: int = 0,
     n_boot: int = 200,
     critical: npt.ArrayLike | None = None,
@@ -391,6 +470,7 @@ def calibrate_policy(
         method=method,
         score_name="lift",
         start=start,
+        procedure=procedure,
         seed=seed,
         n_boot=n_boot,
         policy=policy,

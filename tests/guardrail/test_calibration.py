@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import re
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -14,6 +17,7 @@ from guardrail import (
     calibrate,
     calibrate_policy,
 )
+from guardrail._calibration import PROCEDURES
 from guardrail._policy import shown_at
 from guardrail.evaluate import critical_thresholds, first_test_level, ltt_threshold
 
@@ -265,3 +269,105 @@ def test_a_clean_ranking_is_tested_at_the_full_level_past_the_second_start() -> 
     fallback = ltt_threshold(s, err, 0.3, 0.05)
     assert plain.n_answered > 4 * 45
     assert fallback.tau == plain.tau
+
+
+@pytest.mark.parametrize("risk", [0.3, 0.7])
+def test_the_simultaneous_procedure_keeps_the_guarantee_near_the_boundary(risk: float) -> None:
+    """The least favourable case of the fallback's test above, for the simultaneous
+    procedure: its violations (``tau < t*``) stay within the binomial interval for
+    delta. Every candidate is tested, so every barely-bad one is a chance to pass."""
+    rng = np.random.default_rng(4243)
+    reps, n, delta = 600, 600, 0.1
+    c = (risk + 0.05) / 0.9
+    t_star = (0.9 * c - risk) / (c - risk)
+    violations = 0
+    for _ in range(reps):
+        s = rng.random(n)
+        err = rng.random(n) < np.where(s > 0.9, 0.0, c)
+        out = ltt_threshold(s, err, risk, delta, procedure="simultaneous")
+        violations += out.tau < t_star
+    assert stats.binom.sf(violations - 1, reps, delta) > 1e-3, violations
+    assert violations > 0  # barely-bad candidates do pass at times: the test can fail
+
+
+def test_the_boundary_crossing_probability_matches_simulated_walks() -> None:
+    """The exact recursion against 20,000 simulated Bernoulli walks: the share that
+    crosses the boundary lies in the binomial interval of the computed probability,
+    which is within delta."""
+    from guardrail._simultaneous import crossing_probability, simultaneous_boundary
+
+    n, risk, delta = 200, 0.3, 0.1
+    _level, bound = simultaneous_boundary(n, risk, delta)
+    p = crossing_probability(bound, risk)
+    assert 0.5 * delta < p <= delta
+    rng = np.random.default_rng(5)
+    walks = np.cumsum(rng.random((20_000, n)) < risk, axis=1)
+    crossed = int((walks <= bound[None, :]).any(axis=1).sum())
+    lo, hi = stats.binom.interval(0.999, 20_000, p)
+    assert lo <= crossed <= hi, (crossed, p)
+
+
+def test_the_simultaneous_procedure_does_not_stop_at_a_failed_candidate() -> None:
+    """The cluster of errors at the top of the fallback's test: the simultaneous
+    procedure has no start to fail at and certifies most of the ranking."""
+    rng = np.random.default_rng(7)
+    n = 1000
+    scores = np.arange(n, 0, -1, dtype=np.float64)
+    errors = np.r_[np.isin(np.arange(40) % 10, (0, 3, 6)), rng.random(n - 40) < 0.03]
+    out = ltt_threshold(scores, errors, 0.2, 0.05, procedure="simultaneous")
+    assert out.n_answered > 800 and out.n_errors / out.n_answered <= 0.2
+    with pytest.raises(ConfigError, match="neither start nor grid"):
+        ltt_threshold(scores, errors, 0.2, 0.05, procedure="simultaneous", start=10)
+    with pytest.raises(ConfigError, match="procedure must be one of"):
+        ltt_threshold(scores, errors, 0.2, 0.05, procedure="bonferroni")  # type: ignore[arg-type]
+
+
+def test_coverage_grows_with_the_labels() -> None:
+    """Seeded simulation: a ranking whose error rate rises from 5% to 60% down the scores;
+    the mean coverage certified at risk 0.2 over 40 draws grows with the calibration size
+    for both procedures."""
+    rng = np.random.default_rng(9)
+    for procedure in PROCEDURES:
+        means = []
+        for n in (100, 200, 400, 800):
+            cov = []
+            for _ in range(40):
+                s = rng.random(n)
+                err = rng.random(n) < 0.05 + 0.55 * (1 - s)
+                try:
+                    cov.append(
+                        float(
+                            (s >= ltt_threshold(s, err, 0.2, 0.05, procedure=procedure).tau).mean()
+                        )
+                    )
+                except InsufficientDataError:
+                    cov.append(0.0)
+            means.append(float(np.mean(cov)))
+        assert all(b > a for a, b in itertools.pairwise(means)), (procedure, means)
+
+
+def test_a_refusal_names_the_labels_that_would_pass() -> None:
+    """``calibrate`` refusing at 80 labels states about how many would pass, and most
+    calibrations of that size drawn from the same ranking do pass."""
+    rng = np.random.default_rng(12)
+
+    def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
+        s = rng.random(n)
+        return s, rng.random(n) >= 0.02 + 0.5 * (1 - s)
+
+    s, ok = draw(80)
+    with pytest.raises(InsufficientDataError, match=r"about (\d+) calibration labels") as info:
+        calibrate(s, ok, risk=0.15, delta=0.05)
+    found = re.search(r"about (\d+) calibration labels", str(info.value))
+    assert found is not None
+    more = int(found.group(1))
+    assert more > 80
+    passed = 0
+    for _ in range(10):
+        s, ok = draw(more)
+        try:
+            cal = calibrate(s, ok, risk=0.15, delta=0.05, procedure="simultaneous")
+            passed += cal.n_answered > 0
+        except InsufficientDataError:
+            pass
+    assert passed >= 5
