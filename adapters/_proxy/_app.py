@@ -23,7 +23,8 @@ from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Route, request_response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._serving._certs import CertificateSource, CertificateTable
 from .._serving._feedback import FEEDBACK_PATH
@@ -277,13 +278,43 @@ class Proxy:
         self.answers.log(record)
 
 
+class ConcurrencyCap:
+    """An ASGI app that serves at most ``limit`` requests of ``app`` at once, each from its
+    first byte to its response's last (a streamed answer included); one more gets HTTP 503
+    ``overloaded`` with ``Retry-After``, before its body is read."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+        self.active = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.active >= self.limit:
+            message = f"the proxy serves {self.limit} requests at once: retry shortly"
+            response = error_response(
+                503, message, "liftguard_overloaded", "overloaded", headers={"retry-after": "1"}
+            )
+            await response(scope, receive, send)
+            return
+        self.active += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.active -= 1
+
+
 def create_app(config: ProxyConfig, *, registry: CollectorRegistry | None = None) -> Starlette:
     """The ASGI application of a guard proxy (serve it with uvicorn; ``app.state.proxy``
     is its :class:`Proxy`). ``registry``: where its metrics live (a new one by default)."""
     proxy = Proxy(config, registry=registry)
     keyed = proxy.auth.required
     routes = [
-        Route("/v1/chat/completions", keyed(proxy.chat_completions), methods=["POST"]),
+        Route(
+            "/v1/chat/completions",
+            ConcurrencyCap(
+                request_response(keyed(proxy.chat_completions)), config.max_concurrent_requests
+            ),
+            methods=["POST"],
+        ),
         Route("/v1/models", keyed(proxy.models), methods=["GET"]),
         Route(FEEDBACK_PATH, keyed(proxy.feedback), methods=["POST"]),
         Route("/healthz", proxy.healthz, methods=["GET"]),

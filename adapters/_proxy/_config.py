@@ -79,7 +79,9 @@ class ProxyConfig:
 
     Limits (a request or an answer past one is refused or blocked, never held
     whole): ``max_body_bytes`` of a request body (HTTP 413), read within
-    ``body_timeout_s`` (HTTP 408); ``max_answer_tokens`` and ``max_answer_bytes`` of
+    ``body_timeout_s`` (HTTP 408); ``max_concurrent_requests`` chat requests at once,
+    from the body's first byte to the answer's last (HTTP 503 ``overloaded`` with
+    ``Retry-After`` past it); ``max_answer_tokens`` and ``max_answer_bytes`` of
     one upstream answer (also at most the request's own token limit once the
     certificate's context fills it in; past either, the answer is blocked with
     cause ``over_token_limit`` and the upstream is closed). ``allowed_hosts``: the
@@ -147,6 +149,7 @@ class ProxyConfig:
     top_logprobs: int | None = None
     max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS
     max_upstream_connections: int = 1024
+    max_concurrent_requests: int = 1024
     max_body_bytes: int = 4 * 1024 * 1024
     body_timeout_s: float = 30.0
     max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS
@@ -208,6 +211,7 @@ class ProxyConfig:
                 raise ConfigError(f"top_logprobs must be <= 20, got {self.top_logprobs}")
         integer_at_least("max_token_chars", self.max_token_chars, 1)
         integer_at_least("max_upstream_connections", self.max_upstream_connections, 1)
+        integer_at_least("max_concurrent_requests", self.max_concurrent_requests, 1)
         integer_at_least("max_body_bytes", self.max_body_bytes, 1024)
         check_positive("body_timeout_s", self.body_timeout_s)
         integer_at_least("max_answer_tokens", self.max_answer_tokens, 1)

@@ -70,6 +70,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             client_key=os.environ.get(CLIENT_KEY_ENV) or None,
             top_logprobs=args.top_logprobs,
             max_token_chars=args.max_token_chars,
+            max_concurrent_requests=args.max_concurrent_requests,
             max_body_bytes=int(args.max_body_mb * 1024 * 1024),
             max_answer_tokens=args.max_answer_tokens,
             max_answer_bytes=int(args.max_answer_mb * 1024 * 1024),
@@ -216,6 +217,13 @@ def add_serve_parser(sub: Any) -> None:
         "reads them, else 1; never less than 1)",
     )
     p.add_argument("--max-token-chars", type=integer(1), default=4096)
+    p.add_argument(
+        "--max-concurrent-requests",
+        type=integer(1),
+        default=1024,
+        metavar="N",
+        help="chat requests served at once, body to last byte; more get HTTP 503 overloaded",
+    )
     p.add_argument(
         "--max-body-mb", type=positive, default=4.0, help="largest request body (HTTP 413 beyond)"
     )

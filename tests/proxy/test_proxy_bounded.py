@@ -7,8 +7,10 @@ no server error.
 - more messages than :data:`MAX_MESSAGES`, or more content parts in a message than
   :data:`MAX_CONTENT_PARTS`, are an HTTP 400 naming ``messages``;
 - a large body that is within the limits is answered (it is decoded off the event loop);
+- a chat request past ``max_concurrent_requests`` (counted to the last byte of a streamed
+  answer) gets HTTP 503 ``overloaded`` with ``Retry-After``, before its body is read;
 - a non-streamed answer whose upstream body ends with ``data: [DONE]`` and no line end is
-  answered, not an HTTP 500.
+  answered, not an HTTP 500 (a guard: it was answered before these limits too).
 """
 
 from __future__ import annotations
@@ -127,3 +129,21 @@ async def test_done_without_a_line_end_is_answered(stream: bool) -> None:
     assert "Traceback" not in resp.text
     if not stream:
         assert resp.json()["liftguard"]["state"] == "certified", resp.text
+
+
+async def test_a_request_past_the_concurrency_cap_is_a_503(upstream: Upstream) -> None:
+    upstream.replies.put(Reply([ROLE, *tokens([GOOD] * 6), STOP], hold_after=3, delay=0.0))
+    with running_proxy(upstream.base_url, mode="passthrough", max_concurrent_requests=1) as proxy:
+        async with httpx.AsyncClient(timeout=60) as client:
+            body = json.loads(_request(stream=True))
+            url = f"{proxy.base_url}/chat/completions"
+            async with client.stream("POST", url, json=body) as first:
+                async for part in first.aiter_bytes():
+                    if b"data:" in part:
+                        break  # the first answer is flowing, held open by the upstream
+                second = await client.post(url, content=_request())
+    assert first.status_code == 200
+    assert second.status_code == 503, second.text
+    assert second.json()["error"]["code"] == "overloaded"
+    assert second.headers["retry-after"] == "1"
+    assert len(upstream.records) == 1  # the second never reached the upstream
