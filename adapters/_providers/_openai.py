@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from guardrail import Certificate, ConfigError, MissingDependencyError, Monitor
 
+from .._errors import ProviderFormatError
 from .._guard._context import Supplies, check_supplies, monitor_for
 from .._guard._openai_events import ChunkParts, chat_chunk_parts
 from .._guard._settings import (
@@ -349,6 +350,39 @@ async def guarded_chat_completion(
         if not refuses_logprobs(exc):
             raise
         raise logprobs_refused(exc, kwargs.get("model", "?")) from exc
+    _watch_body_end(stream)
     async with contextlib.aclosing(aguard(stream, step)) as texts:
         async for text in texts:
             yield text
+
+
+_EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
+
+
+def _watch_body_end(stream: Any) -> None:
+    """Make ``stream`` (an ``AsyncStream`` not yet read) raise
+    :class:`~adapters.ProviderFormatError` when its body ends inside an event: the openai SDK
+    drops such a half event unread, so a stream that ends with one would end as if nothing
+    followed its finish (the proxy reads it, and blocks it). A stream without an HTTP
+    response is left as it is."""
+    response: Any = getattr(stream, "response", None)
+    read = getattr(response, "aiter_bytes", None)
+    if read is None:
+        return
+
+    async def watched(*args: Any, **kwargs: Any) -> AsyncGenerator[bytes, None]:
+        last, open_ = b"", b""  # the bytes after the last event's end (the first 16)
+        async for part in read(*args, **kwargs):
+            data = last + part
+            cut = max((i + len(e) for e in _EVENT_ENDS if (i := data.rfind(e)) >= 0), default=-1)
+            open_ = (data[cut:] if cut >= 0 else open_ + part)[:16]
+            last = data[-3:]
+            yield part
+        if open_.strip() not in (b"", b"data: [DONE]"):
+            raise ProviderFormatError(
+                "the stream ended inside an event (half an event after the last one, which "
+                "the openai SDK drops unread): what followed was never read",
+                field="chunk",
+            )
+
+    response.aiter_bytes = watched

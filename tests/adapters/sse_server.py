@@ -53,6 +53,8 @@ class Reply:
     stall: bool = False  # with ``hold_after`` or ``body``: never go on (a stalled upstream)
     headers: dict[str, str] = field(default_factory=dict)  # sent with a non-200 reply
     raw: bytes | None = None  # a non-200 reply's body as it is (instead of ``body``)
+    tail: bytes = b""  # raw bytes after the events (half an event); abort_after=len(events):
+    # the connection then drops
 
 
 @dataclass
@@ -162,6 +164,12 @@ class _Handler(BaseHTTPRequestHandler):
         if held and wait_closed(self.connection, reply):
             rec.client_closed = True
             self.close_connection = True
+            return
+        if reply.tail:
+            self._chunk(reply.tail)
+        if reply.abort_after == len(reply.events):
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
             return
         if reply.done:
             self._chunk(b"data: [DONE]\n\n")

@@ -51,6 +51,9 @@ class Upstream(ScriptedUpstream):
         self.events: dict[str, list[dict[str, Any]]] = {}
         self.cut: set[str] = set()
         """Questions whose stream ends without ``[DONE]`` (cut off)."""
+        self.tails: dict[str, dict[str, Any]] = {}
+        """Questions whose stream ends otherwise: more of their ``Reply`` (``tail``, raw
+        bytes after the events; ``abort_after``)."""
         self.shapes: dict[str, Shape] = {}
         self.responder = self._reply
 
@@ -62,7 +65,8 @@ class Upstream(ScriptedUpstream):
             return reply if body.get("stream") or reply.status != 200 else whole(reply)
         events = self.events[question]
         if body.get("stream"):
-            return Reply(events, delay=0.0, done=question not in self.cut)
+            tail = self.tails.get(question, {})
+            return Reply(events, delay=0.0, done=question not in self.cut, **tail)
         return Reply(body=completion(events))
 
 

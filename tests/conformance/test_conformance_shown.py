@@ -19,9 +19,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from frontends import FrontEnd, HTTPFrontEnd
+from frontends import FrontEnd, HTTPFrontEnd, LangChain
 from proxy_harness import BAD, GOOD, ROLE, STOP, tokens
-from scripted import HAS_LITELLM, WORDS, Upstream, ask
+from scripted import HAS_LITELLM, WORDS, Upstream, ask, question_for
 from sse_server import chat_chunk, token_entry
 from stream_shapes import TRUNCATED_JSON
 
@@ -137,15 +137,39 @@ AFTER: dict[str, list[Any]] = {
     "text": [ROLE, *HEAD, STOP, _said(EVIL, EVIL)],
     "length-then-stop": [ROLE, *HEAD, chat_chunk({}, None, "length"), STOP],
     "a-malformed-event": [ROLE, *HEAD, STOP, TRUNCATED_JSON],
+    "half-an-event": [ROLE, *HEAD, STOP],
+    "half-an-event-then-a-broken-connection": [ROLE, *HEAD, STOP],
 }
+_HALF = f"data: {TRUNCATED_JSON}".encode()
+TAILS: dict[str, dict[str, Any]] = {
+    "half-an-event": {"tail": _HALF},  # (unterminated, then the body ends cleanly)
+    "half-an-event-then-a-broken-connection": {"tail": _HALF, "abort_after": 5},
+}
+"""How a case's stream ends, past its events (no ``[DONE]``): raw bytes, a dropped
+connection."""
+
+
+UNSEEN_HALF_EVENT = (
+    "the openai SDK drops half an event at the end of a body unread, and this front end "
+    "reads only what the SDK parsed (LangChain's own client, LiteLLM's)"
+)
+"""Why half an event after the finish is a known gap of LangChain and LiteLLM (strict: a
+fixed SDK shows). The SDK adapter watches the body's bytes itself; the half event reaches
+no client either way."""
 
 
 @pytest.mark.parametrize("case", list(AFTER))
 def test_no_front_end_certifies_an_answer_that_goes_on_after_its_finish(
-    upstream: Upstream, front_end: FrontEnd, case: str
+    upstream: Upstream, front_end: FrontEnd, case: str, request: pytest.FixtureRequest
 ) -> None:
     if _litellm(front_end) and not front_end.stream:
         pytest.skip("a whole answer (not streamed upstream) has one finish: nothing follows it")
+    if case == "half-an-event" and (isinstance(front_end, LangChain) or _litellm(front_end)):
+        request.applymarker(pytest.mark.xfail(strict=True, reason=UNSEEN_HALF_EVENT))
+    if case in TAILS:
+        question = question_for(front_end, f"after {case}")
+        upstream.tails[question] = TAILS[case]
+        upstream.cut.add(question)
     out = ask(upstream, front_end, f"after {case}", AFTER[case])
     assert not out.certified, out
     _not_read(out, EVIL)
