@@ -51,29 +51,29 @@ RELAYED_LOGPROBS = frozenset(("content", "refusal"))
 """The fields of a choice's ``logprobs`` relayed (when the client asked for them)."""
 
 
-def _only(record: dict[str, Any], keys: frozenset[str]) -> None:
-    if not keys.issuperset(record):
-        for key in [key for key in record if key not in keys]:
-            del record[key]
+def _drop(record: dict[str, Any], keys: frozenset[str]) -> None:
+    for key in [key for key in record if key not in keys]:
+        del record[key]
 
 
 def relayed_chunk(chunk: dict[str, Any]) -> dict[str, Any]:
     """``chunk`` (decoded JSON) with only the relayed fields, changed in place (the common
     chunk has nothing else: a few set checks, no copy; this runs per chunk)."""
-    _only(chunk, RELAYED_CHUNK)
+    if not RELAYED_CHUNK.issuperset(chunk):
+        _drop(chunk, RELAYED_CHUNK)
     choices = chunk.get("choices")
     if type(choices) is not list:
         return chunk
     for choice in choices:
         if type(choice) is not dict:
             continue
-        _only(choice, RELAYED_CHOICE)
-        delta = choice.get("delta")
-        if type(delta) is dict:
-            _only(delta, RELAYED_DELTA)
-        logprobs = choice.get("logprobs")
-        if type(logprobs) is dict:
-            _only(logprobs, RELAYED_LOGPROBS)
+        if not RELAYED_CHOICE.issuperset(choice):
+            _drop(choice, RELAYED_CHOICE)
+        delta, logprobs = choice.get("delta"), choice.get("logprobs")
+        if type(delta) is dict and not RELAYED_DELTA.issuperset(delta):
+            _drop(delta, RELAYED_DELTA)
+        if type(logprobs) is dict and not RELAYED_LOGPROBS.issuperset(logprobs):
+            _drop(logprobs, RELAYED_LOGPROBS)
     return chunk
 
 
