@@ -45,6 +45,7 @@ __all__ = [
     "context_mismatches",
     "filled_limit",
     "flatten_request",
+    "mismatch_kind",
     "mismatch_param",
     "pack_extra_body",
     "request_limit",
@@ -294,6 +295,17 @@ def context_mismatches(
     ]
     found += _message_changes(ctx.system_prompt, req.get("messages"), as_sent)
     return found
+
+
+def mismatch_kind(setting: str) -> str:
+    """The name a count of changes keeps ``setting`` (a :class:`Mismatch`'s) under: the
+    setting itself, or ``unlisted`` for a field off the allowlist, whose name the client
+    chose (a metric labelled by it would grow with every name a client invents).
+
+    >>> mismatch_kind("temperature"), mismatch_kind("x-1"), mismatch_kind("messages.name")
+    ('temperature', 'unlisted', 'unlisted')
+    """
+    return setting if setting in REQUEST_FIELDS or setting in _MESSAGE_CHANGES else "unlisted"
 
 
 def mismatch_param(setting: str) -> str:

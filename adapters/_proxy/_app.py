@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route, request_response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .._guard._settings import mismatch_kind
 from .._serving._certs import CertificateSource, CertificateTable
 from .._serving._feedback import FEEDBACK_PATH
 from .._serving._metrics import ProxyMetrics
@@ -220,7 +221,7 @@ class Proxy:
             return prepared
         info = prepared.info
         for field in info.mismatches:
-            self.metrics.context_mismatches.labels(field=field).inc()
+            self.metrics.context_mismatches.labels(field=mismatch_kind(field)).inc()
         if info.mismatches and config.on_context_mismatch == "reject":
             refused = context_refusal(info.mismatches)
             return error_response(400, str(refused), code="context_mismatch", param=refused.param)

@@ -10,7 +10,7 @@
   ``malformed_chunk``, ``unreachable``).
 - ``liftguard_active_streams`` (gauge): answers in progress.
 - ``liftguard_context_mismatches_total{field}``: requests that changed a setting
-  the certificate was calibrated with.
+  the certificate was calibrated with (``unlisted``: a field off the allowlist).
 - ``liftguard_client_disconnects_total``: clients that closed before the end.
 - ``liftguard_records_written_total``, ``liftguard_records_dropped_total{reason}``
   (``queue_full``, ``disk``): trace lines of ``--record``.

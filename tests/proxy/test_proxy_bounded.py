@@ -7,6 +7,9 @@ no server error.
 - more messages than :data:`MAX_MESSAGES`, or more content parts in a message than
   :data:`MAX_CONTENT_PARTS`, are an HTTP 400 naming ``messages``;
 - a large body that is within the limits is answered (it is decoded off the event loop);
+- the count of requests that change the context keeps a field off the allowlist under
+  ``unlisted``, never under a name the client invented (one label per name would grow
+  without bound);
 - a chat request past ``max_concurrent_requests`` (counted to the last byte of a streamed
   answer) gets HTTP 503 ``overloaded`` with ``Retry-After``, before its body is read;
 - a non-streamed answer whose upstream body ends with ``data: [DONE]`` and no line end is
@@ -22,7 +25,7 @@ from contextlib import asynccontextmanager
 
 import httpx
 import pytest
-from proxy_harness import GOOD, ROLE, STOP, Upstream, running_proxy, tokens
+from proxy_harness import GOOD, ROLE, STOP, Upstream, metric, running_proxy, tokens
 from raw_http import read_request
 from sse_server import Reply
 
@@ -147,3 +150,17 @@ async def test_a_request_past_the_concurrency_cap_is_a_503(upstream: Upstream) -
     assert second.json()["error"]["code"] == "overloaded"
     assert second.headers["retry-after"] == "1"
     assert len(upstream.records) == 1  # the second never reached the upstream
+
+
+async def test_fields_a_client_invents_share_one_metric_label(upstream: Upstream) -> None:
+    for _ in range(3):
+        upstream.replies.put(Reply([ROLE, *tokens([GOOD] * 2), STOP], delay=0.0))
+    with running_proxy(upstream.base_url) as proxy:
+        for n in range(3):
+            resp = await _post(proxy.base_url, _request(**{f"invented_{n}": 1}))
+            assert resp.json()["liftguard"]["context_mismatches"] == [f"invented_{n}"]
+        async with httpx.AsyncClient(timeout=30) as client:
+            page = (await client.get(f"{proxy.url}/metrics")).text
+    name = "liftguard_context_mismatches_total"
+    assert metric(page, name, field="unlisted") == 3
+    assert "invented_" not in page
