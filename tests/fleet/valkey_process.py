@@ -1,5 +1,5 @@
 """The real Valkey (or Redis) server the fleet tests start, kill, restart, snapshot and
-restore themselves: the benchmarks' helper (``benchmarks/_valkey.py``), a test skipped
+restore themselves: the benchmarks' server class (``benchmarks/_valkey.py``), a test skipped
 where no server binary is installed."""
 
 from __future__ import annotations
