@@ -37,7 +37,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from ._calibration import Calibration, calibrate
+from ._calibration import Calibration, Procedure, calibrate
 from ._errors import ConfigError
 from ._fitted import FittedStatistic
 from ._fitted_state import EventReader, FittedState, RecordedSkeleton, trace_events
@@ -168,14 +168,15 @@ def calibrate_fitted(
     max_tokens: int | None = None,
     seed: int = 0,
     paths: Sequence[FittedPath] | None = None,
+    procedure: Procedure = "fixed-sequence",
 ) -> tuple[Calibration, FloatArray]:
     """Calibrate ``tau`` for a fitted statistic on labelled answers it was **not** fitted
     on; returns the calibration record and each answer's critical score. ``paths``: the
     answers' replays, when the caller has them already (one per trace, in order).
 
     Every answer is replayed through the deployed monitor (:func:`replay_fitted`,
-    early verdicts included), and ``tau`` is chosen by the fixed-sequence
-    Learn-then-Test procedure of :func:`guardrail.calibrate` on the critical scores.
+    early verdicts included), and ``tau`` is chosen by :func:`guardrail.calibrate` on the
+    critical scores (``procedure``: fixed-sequence Learn-then-Test, or simultaneous).
 
     Why the guarantee holds: the statistic (features, weights, normalisation, clamp
     ranges, block margins) is a function of the fitting answers only. Conditional on them it is a
@@ -198,9 +199,8 @@ def calibrate_fitted(
     crit = np.array([critical_score(p, policy) for p in paths])
     correct = np.array([bool(t.correct) for t in traces])
     name = f"fitted[{statistic.group}, {statistic.form}]"
-    cal = calibrate(
-        crit, correct, risk=risk, delta=delta, score_name=name, seed=seed, policy=policy
-    )
+    cal = calibrate(crit, correct, risk=risk, delta=delta, score_name=name, seed=seed,
+                    policy=policy, procedure=procedure)  # fmt: skip
     return cal, crit
 
 

@@ -55,12 +55,29 @@ def test_calibrate_on_fixture_writes_json(
     assert record["extra"]["test"]["n"] == 10
 
 
+def test_calibrate_with_the_simultaneous_procedure_records_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cal.json"
+    path = str(FIXTURES / "traces_gemma3_sample.jsonl")
+    args = ["calibrate", "--traces", path, "--risk", "0.9", "--delta", "0.1"]
+    code = main([*args, "--score", "min_logprob", "--procedure", "simultaneous", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    record = json.loads(out.read_text())
+    assert record["extra"]["procedure"] == "simultaneous"
+    assert 0 < record["extra"]["level"] < 0.1 and record["start"] == 0
+    with pytest.raises(SystemExit):
+        main([*args, "--procedure", "bonferroni"])
+    assert "invalid choice: 'bonferroni'" in capsys.readouterr().err
+
+
 def test_calibrate_lift_policy_and_refusal(capsys: pytest.CaptureFixture[str]) -> None:
     path = str(FIXTURES / "traces_gemma3_sample.jsonl")
     code = main(["calibrate", "--traces", path, "--risk", "0.05", "--skeleton", "temperature"])
     err = capsys.readouterr().err
     assert code == 1
     assert "needs at least 59 answered" in err
+    assert "calibration labels would pass" in err or "would not pass" in err
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="shared traces not available")

@@ -105,7 +105,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             _print_repeats(args, score_name, summary)
         return 0
     result, test_report = reports[0]
-    result = type(result).from_dict({**result.to_dict(), "extra": {"test": test_report}})
+    result = type(result).from_dict(
+        {**result.to_dict(), "extra": {**result.extra, "test": test_report}}
+    )
     if not args.json:
         _print_summary(args, score_name, result, test_report)
     wrote = ""
@@ -187,6 +189,7 @@ class _Run:
                 risk=args.risk,
                 delta=args.delta,
                 method=args.method,
+                procedure=args.procedure,
                 seed=seed,
                 critical=scores[cal],
             )
@@ -199,6 +202,7 @@ class _Run:
                 delta=args.delta,
                 score_name=args.score,
                 seed=seed,
+                procedure=args.procedure,
             )
         report: dict[str, Any] = {}
         if test.size:

@@ -133,6 +133,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_skeleton_spec_option(p)
     p.add_argument("--method", default="ltt", choices=("ltt", "paper"))
     p.add_argument(
+        "--procedure",
+        default="fixed-sequence",
+        choices=("fixed-sequence", "simultaneous"),
+        help="the label-based test of --method ltt: fixed-sequence (from a start count "
+        "down, stopping at a failure) or simultaneous (every candidate against one "
+        "boundary; never stops at a failure)",
+    )
+    p.add_argument(
         "--score",
         default="lift",
         choices=("lift", *BASELINES),

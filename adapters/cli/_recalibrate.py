@@ -121,6 +121,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
             max_tokens=cert.context.max_tokens,
             seed=args.seed,
             paths=paths,
+            procedure=args.procedure,
         )
     except InsufficientDataError as exc:
         raise CommandError(f"calibration on {len(traces)} traces refused: {exc}") from exc
