@@ -1,0 +1,30 @@
+"""The calibration-power study: its page is what its saved run gives, and its ceiling is
+the in-sample ceiling the page says."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from studies import calibration_power as study
+
+
+def test_the_page_is_the_saved_run() -> None:
+    saved = json.loads(study.SAVED.read_text(encoding="utf-8"))
+    assert saved["generated_by"] == study.COMMAND
+    written = study.OUT.read_text(encoding="utf-8")
+    assert study.COMMAND in written.splitlines()[0]
+    assert written == study.render(saved), f"stale: run `{study.COMMAND} --docs-only`"
+    cells = {(r["data"], r["score"], r["risk"], r["n"], r["procedure"]) for r in saved["rows"]}
+    per_data = len(study.SCORES) * len(study.RISKS) * len(study.PROCEDURES)
+    sizes = len(study.REAL_SIZES) + len(study.SIM_SIZES)
+    assert len(cells) == len(saved["rows"]) == len(study.TRACES) * per_data * sizes
+
+
+def test_the_ceiling_is_the_largest_top_share_within_the_risk() -> None:
+    scores = np.array([5.0, 4.0, 3.0, 2.0, 1.0])
+    errors = np.array([0.0, 1.0, 0.0, 0.0, 1.0])
+    assert study.ceiling(scores, errors, 0.25) == 0.8  # top 4: one error in four
+    assert study.ceiling(scores, errors, 0.2) == 0.2  # only the top answer alone
+    assert study.ceiling(scores, np.ones(5), 0.5) == 0.0
