@@ -1,0 +1,69 @@
+"""``python -m studies.self_consistency sample`` against an OpenAI-compatible server
+(a stdlib HTTP server in a thread: the double sits at the process boundary)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from studies import self_consistency as study
+
+ROOT = Path(__file__).parents[2]
+PART = ROOT / "benchmarks" / "traces" / "gsm8k_qwen25coder" / "part-000.jsonl.xz"
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    asked: list[dict[str, Any]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            asked.append(body)
+            text = f"Step one.\nAnswer: {body['seed'] % 2 + 17}"  # 17 or 18 by seed
+            reply = {"choices": [{"text": text, "finish_reason": "stop"}],
+                     "usage": {"completion_tokens": 9}}  # fmt: skip
+            data = json.dumps(reply).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", asked
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_sample_writes_k_samples_per_question_and_resumes(
+    server: tuple[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    url, asked = server
+    out = tmp_path / "samples.jsonl"
+    args = ["sample", "--traces", str(PART), "--base-url", url, "--samples", "3", "--out", str(out)]
+    study.main([*args, "--limit", "2"])
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["gsm8k-0", "gsm8k-1"]
+    first = rows[0]
+    assert first["references"] == ["18"] and len(first["samples"]) == 3
+    assert [s["final"] for s in first["samples"]] == [17.0, 18.0, 17.0]  # seeds 0, 1, 2
+    assert all(s["tokens"] == 9 for s in first["samples"]) and first["greedy_tokens"] > 0
+    assert len(asked) == 6 and {a["temperature"] for a in asked} == {study.SAMPLE_TEMPERATURE}
+    assert asked[0]["prompt"].startswith("<|im_start|>system")  # the greedy trace's own prompt
+    study.main([*args, "--limit", "3"])  # resumes: one more question, nothing asked twice
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()][-1] == "gsm8k-2"
+    assert len(asked) == 9
