@@ -159,7 +159,7 @@ def fitted_method(
         if progress is not None and (i + 1) % 100 == 0:
             progress(i + 1, len(traces))
     crit = np.array([critical_score(p, policy) for p in paths])
-    final = np.array([float(p.scores[-1]) if p.scores.size else -np.inf for p in paths])
+    final = np.array([p.final for p in paths])
     return MethodScores(name, crit, final, policy=policy, paths=paths)
 
 

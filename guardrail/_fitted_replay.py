@@ -83,6 +83,12 @@ class FittedPath:
     """The token limit the replay's bounds assumed (``None``: none)."""
 
     @property
+    def final(self) -> float:
+        """The score after the last token (``-inf`` for an empty answer): what the AUROC
+        of a fitted statistic ranks by, in ``eval`` and ``calibrate`` alike."""
+        return float(self.scores[-1]) if self.scores.size else -np.inf
+
+    @property
     def over_limit(self) -> bool:
         """The answer is longer than the limit: with early verdicts the monitor blocks it
         at the first token past the limit (cause ``over_token_limit``)."""

@@ -249,3 +249,31 @@ def test_margins_from_calibration_answers_are_refused(
     err = capsys.readouterr().err
     assert "its 5 answers are too few to set a margin" in err and len(err.splitlines()) == 1
     assert not out.exists()
+
+
+def test_calibrate_and_eval_report_one_auroc_for_one_statistic_on_one_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both rank answers by the statistic's final score (not calibration's critical score,
+    which early verdicts also move: on these long answers the two rank differently), so
+    they print the same AUROC. Fitted on 60 of the committed MBPP answers, calibrated and
+    evaluated on the next 60."""
+    import lzma
+
+    committed = Path(__file__).parents[1] / "benchmarks/traces/mbpp_qwen25coder.jsonl.xz"
+    with lzma.open(committed, "rt", encoding="utf-8") as f:
+        lines = [next(f) for _ in range(120)]
+    fit_on, other = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    fit_on.write_text("".join(lines[:60]), encoding="utf-8")
+    other.write_text("".join(lines[60:]), encoding="utf-8")
+    cert = tmp_path / "fitted.json"
+    args = ["--risk", "0.9", "--delta", "0.3"]
+    fit = ["fit", "--traces", str(fit_on), "--group", "api", "--fit-fraction", "1"]
+    assert main([*fit, "--out", str(cert), *args]) == 0
+    capsys.readouterr()
+    args += ["--traces", str(other), "--certificate", str(cert)]
+    assert main(["calibrate", *args, "--out", str(tmp_path / "c.json"), "--json"]) == 0
+    calibrated = json.loads(capsys.readouterr().out)["calibration_auroc"]
+    assert main(["eval", *args, "--splits", "2", "--json"]) == 0
+    evaluated = json.loads(capsys.readouterr().out)["methods"]["certificate"]["auroc"]
+    assert calibrated == evaluated

@@ -111,7 +111,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         cert = replace(cert, statistic=stat)
     plain, paths = replays(stat, traces, skeleton, cert.context.max_tokens)
     try:
-        cal, crit = calibrate_fitted(
+        cal, _crit = calibrate_fitted(
             stat,
             traces,
             policy=cert.policy,
@@ -135,7 +135,8 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         "fitted_on_digest": cert.provenance.get("traces_digest"),
         "n_calibration": len(traces),
     }
-    extra = {"split": split, "calibration_auroc": auroc(crit, correct), "margins_blocked": cost}
+    final = np.array([p.final for p in paths])  # eval's AUROC: the final score, not crit
+    extra = {"split": split, "calibration_auroc": auroc(final, correct), "margins_blocked": cost}
     cal = replace(cal, extra=extra)
     provenance = {
         **{k: v for k, v in cert.provenance.items() if k in ("fit", "note")},
