@@ -31,7 +31,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -52,7 +52,8 @@ SCORES = ("nll", "mean_logprob")
 RISKS = (0.2, 0.3)
 REAL_SIZES = (100, 150, 300)
 SIM_SIZES = (300, 1000, 10000)
-PROCEDURES = ("fixed-sequence", "simultaneous")
+Procedure = Literal["fixed-sequence", "simultaneous"]
+PROCEDURES: tuple[Procedure, ...] = ("fixed-sequence", "simultaneous")
 DELTA, DRAWS, POOL = 0.05, 100, 200_000
 
 FloatArray = npt.NDArray[np.float64]
@@ -78,9 +79,9 @@ def ceiling(scores: FloatArray, errors: FloatArray, risk: float) -> float:
     return float((good[-1] + 1) / scores.size) if good.size else 0.0
 
 
-def threshold(s: FloatArray, err: BoolArray, risk: float, procedure: str) -> float:
+def threshold(s: FloatArray, err: BoolArray, risk: float, procedure: Procedure) -> float:
     try:
-        return ltt_threshold(s, err, risk, DELTA, procedure=procedure).tau  # type: ignore[arg-type]
+        return ltt_threshold(s, err, risk, DELTA, procedure=procedure).tau
     except InsufficientDataError:
         return float("inf")
 
