@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from proxy_harness import GOOD, ROLE, STOP, Upstream, calibrated_certificate, tokens
+from proxy_harness import GOOD, ROLE, STOP, Upstream, tokens
 from sse_server import Reply
 from test_proxy_cli import ServeProcess
 from valkey_process import ValkeyProcess
@@ -38,13 +38,6 @@ class Replica(ServeProcess):
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.lines.append(line)
-
-
-@pytest.fixture
-def cert_file(tmp_path: Path) -> Path:
-    path = tmp_path / "cert.json"
-    calibrated_certificate(0.1).save(path)
-    return path
 
 
 @pytest.fixture
@@ -84,15 +77,20 @@ async def label(
     client: httpx.AsyncClient, proc: ServeProcess, rid: str, correct: bool = True
 ) -> httpx.Response:
     """One label; sent again while the fleet has not got the answer's record yet (it is
-    written off the request path: 404 ``unknown_answer`` for a moment)."""
+    written off the request path: 404 ``unknown_answer`` or 503 ``answer_in_flight`` for a
+    moment)."""
     for _ in range(200):
         resp = await client.post(
             f"{root(proc)}/v1/liftguard/feedback", json={"id": rid, "correct": correct}
         )
-        if resp.status_code != 404:
+        if resp.status_code != 404 and not in_flight(resp):
             return resp
         await asyncio.sleep(0.01)
     return resp
+
+
+def in_flight(resp: httpx.Response) -> bool:
+    return resp.status_code == 503 and resp.json()["error"]["code"] == "answer_in_flight"
 
 
 async def served(
