@@ -63,4 +63,4 @@ def test_litellm_config_settings() -> None:
 def test_fleet_guardrail_settings() -> None:
     config = yaml.safe_load(block("docs/fleet.md", "guardrails:").text)
     settings = _guardrails(config)["liftguard"]
-    assert settings["redis"] is True and settings["fleet_namespace"] == "chat"
+    assert settings["redis"] is True and settings["fleet_deployment"] == "chat"

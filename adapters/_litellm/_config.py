@@ -114,13 +114,23 @@ def config_relative(certificate: str | CertificateSource) -> str | CertificateSo
 
 
 def fleet_settings(
-    redis: object, redis_url: object, namespace: str, timeout_s: float, feedback_ttl_s: int
+    redis: object,
+    redis_url: object,
+    namespace: str | None,
+    timeout_s: float,
+    feedback_ttl_s: int,
+    *,
+    deployment: str | None = None,
+    connect_timeout_s: float = 5.0,
 ) -> FleetSettings | None:
     """Where the guardrail's fleet keeps its state: ``redis_url``, or with ``redis: true``
     LiteLLM's own Redis settings (``REDIS_URL``, or ``REDIS_HOST`` and ``REDIS_PORT`` with
     ``REDIS_PASSWORD``, ``REDIS_USERNAME``, ``REDIS_SSL``: what its cache and router read);
-    ``None``: each worker keeps its own. A :class:`~guardrail.ConfigError` names what is
-    wrong."""
+    ``None``: each worker keeps its own. The namespace derives from ``deployment`` as the
+    proxy's does (:meth:`FleetSettings.of`); LiteLLM has no one upstream to name a
+    deployment by default, so a fleet needs ``fleet_deployment`` (or ``fleet_namespace``):
+    two LiteLLM deployments on one Redis never share an alarm unless named alike. A
+    :class:`~guardrail.ConfigError` names what is wrong."""
     if not isinstance(redis, bool):
         raise ConfigError(f"redis must be true or false, got {redis!r}")
     url = redis_url
@@ -131,10 +141,22 @@ def fleet_settings(
             url = get_redis_url_from_environment()
         except ValueError as exc:
             raise ConfigError(f"redis: true takes LiteLLM's Redis settings, and {exc}") from None
-    check_fleet_settings(url, namespace, timeout_s, feedback_ttl_s)
+    check_fleet_settings(
+        url, namespace, timeout_s, feedback_ttl_s,
+        deployment=deployment, connect_timeout_s=connect_timeout_s,
+    )  # fmt: skip
     if url is None:
         return None
-    return FleetSettings(cast(str, url), namespace, timeout_s, feedback_ttl_s)
+    if namespace is None and deployment is None:
+        raise ConfigError(
+            "a fleet (redis or redis_url) needs fleet_deployment: the name of this LiteLLM "
+            "deployment, the same in each of its workers and pods and another in any other "
+            "deployment on this Redis (or fleet_namespace, the namespace itself)"
+        )
+    return FleetSettings.of(
+        cast(str, url), namespace=namespace, deployment=deployment or "",
+        timeout_s=timeout_s, connect_timeout_s=connect_timeout_s, feedback_ttl_s=feedback_ttl_s,
+    )  # fmt: skip
 
 
 LITELLM_REQUEST_FIELDS = frozenset(

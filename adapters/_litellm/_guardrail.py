@@ -136,9 +136,11 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
     decided answer feeds it; ``POST /v1/liftguard/feedback`` takes the label of one of the
     latest ``feedback_ids`` certified answers; ``GET /v1/liftguard/risk`` and ``/metrics``
     (LiteLLM's ``prometheus`` callback) show the bounds and the alarm. ``redis: true``
-    (LiteLLM's ``REDIS_URL`` or ``REDIS_HOST``/``REDIS_PORT``) or ``redis_url`` (with
-    ``fleet_namespace``, ``fleet_timeout_s``, ``feedback_ttl_s``, as the proxy's) makes several
-    workers or pods one fleet: a label reaches any worker, one monitor per certificate version.
+    (LiteLLM's ``REDIS_URL`` or ``REDIS_HOST``/``REDIS_PORT``) or ``redis_url`` with
+    ``fleet_deployment`` (the deployment's name, from which the namespace derives as the
+    proxy's; or ``fleet_namespace``), ``fleet_timeout_s``, ``fleet_connect_timeout_s`` and
+    ``feedback_ttl_s``, as the proxy's, makes several workers or pods one fleet: a label
+    reaches any worker, one monitor per certificate version.
 
     The pre-call hook asks the upstream for logprobs and fills in the certificate's
     generation context where the client left it unset (a setting the client changed is
@@ -191,8 +193,10 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         refresh_s: float = 10.0,
         redis: bool = False,
         redis_url: str | None = None,
-        fleet_namespace: str = "default",
+        fleet_namespace: str | None = None,
+        fleet_deployment: str | None = None,
         fleet_timeout_s: float = 0.5,
+        fleet_connect_timeout_s: float = 5.0,
         feedback_ttl_s: int = 7 * 24 * 3600,
         **kwargs: Any,
     ) -> None:
@@ -206,7 +210,10 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         )
         allowed = check_context_settings(on_context_mismatch, allow_request_fields)
         check_risk_settings(risk_alpha, feedback_ids)
-        fleet = fleet_settings(redis, redis_url, fleet_namespace, fleet_timeout_s, feedback_ttl_s)
+        fleet = fleet_settings(
+            redis, redis_url, fleet_namespace, fleet_timeout_s, feedback_ttl_s,
+            deployment=fleet_deployment, connect_timeout_s=fleet_connect_timeout_s,
+        )  # fmt: skip
         check_positive("refresh_s", refresh_s, allow_zero=True)
         check_known_settings(kwargs, inspect.signature(self._configure).parameters)
         hooks = kwargs.get("event_hook")

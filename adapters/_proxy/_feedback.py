@@ -12,7 +12,6 @@ from starlette.responses import Response
 
 from .._serving._certs import CertificateSource
 from .._serving._feedback import feedback_response
-from .._serving._fleet import deployment_namespace
 from .._serving._fleet_watch import FleetRiskWatch, FleetSettings, make_risk_watch
 from .._serving._risk_watch import FinishedAnswer, RiskWatch
 from .._serving._wire import redact_url
@@ -36,13 +35,13 @@ class ProxyRiskWatch:
 
         fleet = None
         if config.redis_url is not None:
-            deployment = config.fleet_deployment or redact_url(config.upstream)
-            fleet = FleetSettings(
+            fleet = FleetSettings.of(
                 config.redis_url,
-                config.fleet_namespace or deployment_namespace(deployment),
-                config.fleet_timeout_s,
-                config.feedback_ttl_s,
-                config.fleet_connect_timeout_s,
+                namespace=config.fleet_namespace,
+                deployment=config.fleet_deployment or redact_url(config.upstream),
+                timeout_s=config.fleet_timeout_s,
+                connect_timeout_s=config.fleet_connect_timeout_s,
+                feedback_ttl_s=config.feedback_ttl_s,
             )
             metrics.watch_fleet(lambda: self.blind)
         self.watch: RiskWatch = make_risk_watch(

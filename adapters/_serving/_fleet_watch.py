@@ -51,7 +51,16 @@ from typing import Any
 from guardrail import Certificate, RiskMonitor
 
 from ._certs import CertificateSource
-from ._fleet import FleetAnswer, FleetRecord, FleetStore, Moved, fleet_client, loss_of, version_key
+from ._fleet import (
+    FleetAnswer,
+    FleetRecord,
+    FleetStore,
+    Moved,
+    deployment_namespace,
+    fleet_client,
+    loss_of,
+    version_key,
+)
 from ._risk_replies import FeedbackRefused, label_reply, refusal, refuse_unless_shown
 from ._risk_watch import FinishedAnswer, RiskWatch, _Watch
 
@@ -580,6 +589,24 @@ class FleetSettings:
     timeout_s: float = 0.5
     feedback_ttl_s: int = 7 * 24 * 3600
     connect_timeout_s: float = 5.0
+
+    @classmethod
+    def of(
+        cls,
+        url: str,
+        *,
+        namespace: str | None,
+        deployment: str,
+        timeout_s: float,
+        connect_timeout_s: float,
+        feedback_ttl_s: int,
+    ) -> FleetSettings:
+        """The settings of a front end (the proxy, the LiteLLM guardrail): the
+        ``namespace`` given, else the one of ``deployment``
+        (:func:`~._fleet.deployment_namespace`): replicas of one deployment share it, two
+        deployments with the same certificate on one Redis never do."""
+        name = namespace if namespace is not None else deployment_namespace(deployment)
+        return cls(url, name, timeout_s, feedback_ttl_s, connect_timeout_s)
 
 
 def make_risk_watch(

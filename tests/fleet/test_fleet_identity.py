@@ -6,15 +6,17 @@ same certificate under two file names is one test."""
 from __future__ import annotations
 
 import uuid
+from importlib.util import find_spec
 
 import pytest
+from proxy_harness import calibrated_certificate
 from test_fleet_watch import ALPHA, CERT
 from valkey_process import ValkeyProcess
 
 from adapters._proxy._config import ProxyConfig
 from adapters._proxy._feedback import ProxyRiskWatch
 from adapters._serving._certs import StaticCertificate
-from adapters._serving._fleet import FleetStore, fleet_client
+from adapters._serving._fleet import FleetStore, deployment_namespace, fleet_client
 from adapters._serving._fleet_watch import FleetRiskWatch
 from adapters._serving._metrics import ProxyMetrics
 from adapters._serving._risk_watch import FinishedAnswer
@@ -94,3 +96,48 @@ def test_bad_fleet_settings_name_the_field(field: str, value: object) -> None:
             redis_url="redis://127.0.0.1:6379/0",
             **{field: value},  # type: ignore[arg-type]
         )
+
+
+async def test_a_litellm_fleet_is_named_by_its_deployment_as_the_proxy_is(
+    valkey: ValkeyProcess,
+) -> None:
+    """The LiteLLM guardrail derives its namespace from ``fleet_deployment`` with the
+    proxy's own definition, takes ``fleet_connect_timeout_s``, and refuses a fleet it
+    could only name ``default``: two LiteLLM deployments never share an alarm unless
+    named alike."""
+    if find_spec("litellm") is None:
+        pytest.skip('needs pip install "liftguard[litellm]"')
+    from litellm_harness import CONTEXT
+
+    from adapters.litellm import GuardrailStartupError, LiftGuardGuardrail
+
+    source = StaticCertificate(calibrated_certificate(0.1, CONTEXT), "cert.json")
+
+    def guardrail(**fleet: object) -> FleetRiskWatch:
+        guard = LiftGuardGuardrail(
+            certificate=source, redis_url=valkey.url, guardrail_name="fleet-id", **fleet
+        )
+        assert isinstance(guard.risk, FleetRiskWatch)
+        return guard.risk
+
+    with pytest.raises(GuardrailStartupError) as info:
+        guardrail()
+    assert "fleet_deployment" in str(info.value.__cause__)
+    a = guardrail(fleet_deployment="chat", fleet_connect_timeout_s=1.5)
+    a2 = guardrail(fleet_deployment="chat")  # another worker or pod of it
+    b = guardrail(fleet_deployment="code")
+    named = guardrail(fleet_namespace="shared")
+    proxy = proxy_watch(valkey.url, "http://llm-a:8000/v1", fleet_deployment="chat")
+    try:
+        assert a.store.prefix == a2.store.prefix == proxy.store.prefix != b.store.prefix
+        assert a.store.prefix == f"liftguard:{{{deployment_namespace('chat')}}}"
+        assert named.store.prefix == "liftguard:{shared}"
+        assert (a.connect_timeout_s, b.connect_timeout_s) == (1.5, 5.0)
+        a.take("fleet-id", finished("g1"))
+        await a.drain()
+        assert (await a2.alabel("g1", False))["labels"] == 1
+        await b.refresh()
+        assert b.states()[0].labels == 0  # the other deployment's test, untouched
+    finally:
+        for w in (a, a2, b, named, proxy):
+            await w.aclose()
