@@ -114,14 +114,15 @@ async def timed_round(
 
 
 async def label(client: httpx.AsyncClient, proc: ServeProcess, rid: str) -> tuple[str, float]:
-    """Send one label (again while the fleet has not got the answer's record: 404 for a
-    moment); ``accepted`` or the refusal's code, and how long the last try took."""
+    """Send one label (again while the fleet has not got the answer's record: 404, or 503
+    ``answer_in_flight``, for a moment); ``accepted`` or the refusal's code, and how long
+    the last try took."""
     for _ in range(100):
         t0 = time.perf_counter()
         resp = await client.post(f"{proc.root}/v1/liftguard/feedback",
                                  json={"id": rid, "correct": True})  # fmt: skip
         took = time.perf_counter() - t0
-        if resp.status_code != 404:
+        if not coming(resp):
             break
         await asyncio.sleep(0.02)
     if resp.status_code == 200:
@@ -168,6 +169,13 @@ async def state_check(
     out["blind"], out["healthz_s"] = await health(http, proc)
     out["metrics"] = await fleet_metrics(http, proc)
     return out, [str(rid) for rid in ids]
+
+
+def coming(resp: httpx.Response) -> bool:
+    """The label's answer has not reached the fleet store yet: send it again."""
+    if resp.status_code == 404:
+        return True
+    return resp.status_code == 503 and resp.json()["error"]["code"] == "answer_in_flight"
 
 
 def _codes(got: list[tuple[str, float]]) -> dict[str, int]:

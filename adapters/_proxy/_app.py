@@ -261,6 +261,7 @@ class Proxy:
             record=self.recorder is not None,
         )
         self.metrics.active_streams.inc()
+        self.risk.answer_started(guard)
         if info.stream:
             return StreamingResponse(
                 self.answers.sse(guard, answer),

@@ -81,6 +81,13 @@ class ProxyRiskWatch:
     async def refresh(self) -> None:
         await self.watch.refresh()
 
+    def answer_started(self, guard: AnswerGuard) -> None:
+        """Once per proxied answer, before its id reaches the client (see
+        :meth:`RiskWatch.begin`)."""
+        entry = self._config.entry_for(guard.info.model)
+        if entry is not None:
+            self.watch.begin(entry, guard.info.request_id)
+
     def answer_finished(self, guard: AnswerGuard) -> None:
         """Once per proxied answer, after its verdict (see :meth:`RiskWatch.take`)."""
         info = guard.info

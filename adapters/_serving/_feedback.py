@@ -3,7 +3,8 @@
 
 The body is ``{"id": ..., "correct": true|false}`` (at most :data:`MAX_FEEDBACK_BYTES`); a
 malformed body is HTTP 400 naming the field, a label the watch refuses a 4xx naming why
-(:class:`~._risk_watch.FeedbackRefused`), and nothing changes. Every label sent is counted
+(:class:`~._risk_watch.FeedbackRefused`; with ``Retry-After`` where sending it again
+later may succeed), and nothing changes. Every label sent is counted
 with ``accepted`` or the refusal's code.
 """
 
@@ -58,7 +59,11 @@ async def feedback_response(
             count("accepted")
             return JSONResponse(out)
     count(refusal.code)
-    return error_response(refusal.status, str(refusal), code=refusal.code, param="id")
+    retry = refusal.retry_after
+    return error_response(
+        refusal.status, str(refusal), code=refusal.code, param="id",
+        headers=None if retry is None else {"retry-after": str(retry)},
+    )  # fmt: skip
 
 
 async def read_feedback(

@@ -11,6 +11,9 @@ them together; ``P`` is ``<prefix>:{<namespace>}``):
   ``labelled``. It expires after ``answer_ttl_s``. An answer kept while its version has
   no record names a new test id in the record's place (``test`` alone), which the next
   record of the version takes.
+  While the answer is still being served, the hash holds ``status`` ``in_flight`` alone
+  (:data:`IN_FLIGHT`, for ``in_flight_ttl_s``), written when it starts: a label sent to
+  another replica meanwhile is told to come back, not that the answer is unknown.
 - ``P:c:<completion id>``: a hash ``rid`` (the latest request id that carried it), ``n``
   (how many did): a completion id that several answers carry is ambiguous.
 - ``P:m:<version>``: the version's :class:`FleetRecord`, a hash ``sum`` (its checksum),
@@ -41,6 +44,7 @@ from guardrail import RiskMonitor
 
 __all__ = [
     "DEFAULT_PREFIX",
+    "IN_FLIGHT",
     "RECENT",
     "FleetAnswer",
     "FleetRecord",
@@ -54,6 +58,8 @@ __all__ = [
 ]
 
 DEFAULT_PREFIX = "liftguard"
+IN_FLIGHT = "in_flight"
+"""The status of an answer a replica is still serving (its record not written yet)."""
 RECENT = 64
 """Chain values a record keeps of its last changes: a replica that read it at most this
 many changes ago checks that the record it reads now descends from the one it read."""
@@ -79,6 +85,14 @@ redis.call('EXPIRE', KEYS[1], ttl)
 redis.call('HSET', KEYS[2], 'rid', rid)
 redis.call('HINCRBY', KEYS[2], 'n', 1)
 redis.call('EXPIRE', KEYS[2], ttl)
+return 1
+"""
+
+# KEYS: answer hash. ARGV: ttl. The mark of an answer being served, unless it is kept.
+_BEGIN = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'in_flight')
+redis.call('EXPIRE', KEYS[1], ARGV[1])
 return 1
 """
 
@@ -395,10 +409,13 @@ class FleetStore:
         answer_ttl_s: int = 7 * 24 * 3600,
         record_ttl_s: int = 90 * 24 * 3600,
         audit_len: int = 100_000,
+        in_flight_ttl_s: int = 900,
     ) -> None:
         self.client = client
         self.prefix = f"{prefix}:{{{namespace}}}"
         self.answer_ttl_s, self.record_ttl_s = int(answer_ttl_s), int(record_ttl_s)
+        self.in_flight_ttl_s = int(in_flight_ttl_s)
+        self._begin = client.register_script(_BEGIN)
         self.audit_len = int(audit_len)
         self._keep = client.register_script(_KEEP)
         self._read = client.register_script(_READ)
@@ -410,10 +427,16 @@ class FleetStore:
         (audit stream) named ``name``."""
         return f"{self.prefix}:{kind}:{name}"
 
-    async def keep(self, answers: list[FleetAnswer]) -> None:
-        """Keep answers for their labels (for ``answer_ttl_s``), in one round trip."""
+    async def keep(self, answers: list[FleetAnswer | str]) -> None:
+        """Keep answers for their labels (for ``answer_ttl_s``), and mark those still
+        being served (a request id: :data:`IN_FLIGHT` for ``in_flight_ttl_s``, unless
+        kept already), in order, in one round trip."""
         pipe = self.client.pipeline(transaction=False)
         for answer in answers:
+            if isinstance(answer, str):
+                key = self.key("a", answer)
+                await self._begin(keys=[key], args=[self.in_flight_ttl_s], client=pipe)
+                continue
             fields = {
                 "entry": answer.entry,
                 "label": answer.label,

@@ -5,7 +5,9 @@ share a Redis (or Valkey) server (:mod:`._fleet`). Each replica
 
 - keeps every finished answer there (so a label may reach any replica), in the background:
   a guarded request never waits on Redis, and a write that fails or finds too many writes
-  pending is dropped and counted;
+  pending is dropped and counted; an answer that starts is marked in flight there the same
+  way, so that a label sent to any replica before its record is kept gets HTTP 503
+  ``answer_in_flight`` with ``Retry-After``, not 404;
 - takes a label, or a batch of its answers' verdicts, by replacing the version's record
   (the monitor's whole state, constant in size) in one atomic script that checks the
   record is still the one it read, and sets the label's once-only mark in the same step:
@@ -52,6 +54,7 @@ from guardrail import Certificate, RiskMonitor
 
 from ._certs import CertificateSource
 from ._fleet import (
+    IN_FLIGHT,
     FleetAnswer,
     FleetRecord,
     FleetStore,
@@ -61,7 +64,7 @@ from ._fleet import (
     loss_of,
     version_key,
 )
-from ._risk_replies import FeedbackRefused, label_reply, refusal, refuse_unless_shown
+from ._risk_replies import FeedbackRefused, in_flight, label_reply, refusal, refuse_unless_shown
 from ._risk_watch import FinishedAnswer, RiskWatch, _Watch
 
 __all__ = ["BATCH", "FleetRiskWatch", "FleetSettings", "make_risk_watch"]
@@ -74,6 +77,9 @@ TRIES = 20
 """Reads of a record that moved under a change before the change gives up (503)."""
 
 _Change = Callable[[RiskMonitor], None]
+_Item = FleetAnswer | str | tuple[str, str, bool]
+"""What the writer sends: an answer to keep, the in-flight mark of an answer begun (its
+request id), or a verdict ``(entry, version, shown)``."""
 
 
 class StateLost(Exception):
@@ -111,7 +117,7 @@ class FleetRiskWatch(RiskWatch):
         self.count_loss: Callable[[str], object] = count_loss or _ignore
         self.blind: str | None = None
         """Why the watch cannot see the fleet's state now (``None``: it can)."""
-        self._queue: deque[FleetAnswer | tuple[str, str, bool]] = deque()
+        self._queue: deque[_Item] = deque()
         self._idle = asyncio.Event()
         self._idle.set()
         self._writer: asyncio.Task[None] | None = None
@@ -162,6 +168,14 @@ class FleetRiskWatch(RiskWatch):
 
     # -- answers ---------------------------------------------------------------------------
 
+    def begin(self, entry: str, request_id: str) -> None:
+        """:meth:`RiskWatch.begin`, and the answer's in-flight mark written to Redis in the
+        background, so that a label another replica receives meanwhile is refused as in
+        flight too."""
+        super().begin(entry, request_id)
+        if entry in self._sources:
+            self._write(request_id)
+
     def _take_verdict(self, entry: str, watch: _Watch, shown: bool) -> None:
         self._write((entry, watch.version, shown))
 
@@ -180,7 +194,7 @@ class FleetRiskWatch(RiskWatch):
             )
         )
 
-    def _write(self, item: FleetAnswer | tuple[str, str, bool]) -> None:
+    def _write(self, item: _Item) -> None:
         """Queue ``item`` for the writer (never waits, never raises)."""
         try:
             asyncio.get_running_loop()
@@ -192,7 +206,7 @@ class FleetRiskWatch(RiskWatch):
             return
         self._enqueue(item)
 
-    def _enqueue(self, item: FleetAnswer | tuple[str, str, bool]) -> None:
+    def _enqueue(self, item: _Item) -> None:
         if len(self._queue) >= self.max_pending:
             self._failed(_op(item), f"{self.max_pending} writes to Redis pending: one dropped")
             return
@@ -204,12 +218,13 @@ class FleetRiskWatch(RiskWatch):
             self._writer = asyncio.get_running_loop().create_task(self._write_queue())
 
     async def _write_queue(self) -> None:
-        """Send what is queued, in batches of at most :data:`BATCH`: the answers in one
-        round trip, then each entry's verdicts in one change of its record."""
+        """Send what is queued, in batches of at most :data:`BATCH`: the answers (and the
+        in-flight marks) in one round trip, then each entry's verdicts in one change of its
+        record."""
         try:
             while self._queue:
                 batch = [self._queue.popleft() for _ in range(min(BATCH, len(self._queue)))]
-                answers = [item for item in batch if isinstance(item, FleetAnswer)]
+                answers = [item for item in batch if isinstance(item, FleetAnswer | str)]
                 if answers:
                     try:
                         await self._call("keep", self.store.keep(answers))
@@ -217,12 +232,14 @@ class FleetRiskWatch(RiskWatch):
                         for _ in answers[1:]:
                             self.count_error("keep")
                     for answer in answers:
+                        if isinstance(answer, str):
+                            continue
                         for name in (answer.request_id, answer.completion_id):
                             if self._unsent.get(name) is answer:
                                 del self._unsent[name]
                 verdicts: dict[tuple[str, str], list[bool]] = {}
                 for item in batch:
-                    if not isinstance(item, FleetAnswer):
+                    if isinstance(item, tuple):
                         verdicts.setdefault(item[:2], []).append(item[2])
                 for (entry, version), shown in verdicts.items():
                     await self._write_verdicts(entry, version, shown)
@@ -277,10 +294,12 @@ class FleetRiskWatch(RiskWatch):
             mine = isinstance(found, FleetAnswer) and found.version == watch.version
             if cause is not None and mine:
                 raise _lost(cause)
-        if found == "unknown" and answer_id in self._unsent:  # on its way from this replica
+        if _coming(found) and answer_id in self._unsent:  # on its way from this replica
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.drain(), self.timeout_s)
             found = await self._call("label", self.store.find(answer_id))
+        if _coming(found) and (found != "unknown" or answer_id in self._serving):
+            raise in_flight(answer_id)  # marked in flight, or still being served here
         if found == "unknown":
             raise FeedbackRefused(
                 404,
@@ -562,6 +581,12 @@ class FleetRiskWatch(RiskWatch):
         return out
 
 
+def _coming(found: FleetAnswer | str) -> bool:
+    """What the fleet store holds of a label's answer says its record is still to come
+    (nothing, or the answer's in-flight mark)."""
+    return found == "unknown" or (isinstance(found, FleetAnswer) and found.status == IN_FLIGHT)
+
+
 def _lost(cause: str) -> FeedbackRefused:
     return FeedbackRefused(
         503,
@@ -635,8 +660,8 @@ def make_risk_watch(
     )  # fmt: skip
 
 
-def _op(item: FleetAnswer | tuple[str, str, bool]) -> str:
-    return "keep" if isinstance(item, FleetAnswer) else "verdict"
+def _op(item: _Item) -> str:
+    return "verdict" if isinstance(item, tuple) else "keep"
 
 
 def _reason(exc: BaseException) -> str:

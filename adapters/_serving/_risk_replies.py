@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SHOWN",
     "FeedbackRefused",
+    "in_flight",
     "label_reply",
     "refusal",
     "refuse_unless_shown",
@@ -24,11 +25,26 @@ SHOWN = "shown"
 
 
 class FeedbackRefused(Exception):
-    """A label the proxy does not take: HTTP ``status`` with ``code`` and a message."""
+    """A label the proxy does not take: HTTP ``status`` with ``code`` and a message;
+    ``retry_after``: seconds after which the same label may be taken (``Retry-After``)."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, *, retry_after: int | None = None
+    ) -> None:
         super().__init__(message)
-        self.status, self.code = status, code
+        self.status, self.code, self.retry_after = status, code, retry_after
+
+
+def in_flight(answer_id: str) -> FeedbackRefused:
+    """The refusal of a label for an answer still being served (by this replica or, in a
+    fleet, another): its record is not kept yet, so send the label again in a moment."""
+    return FeedbackRefused(
+        503,
+        "answer_in_flight",
+        f"answer {answer_id!r} is still being served (or its record is on its way to the "
+        "fleet store): send the label again in a moment",
+        retry_after=1,
+    )
 
 
 def status_of(certified: bool, mismatched: bool, current: bool, monitor: RiskMonitor | None) -> str:

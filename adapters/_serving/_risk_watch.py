@@ -46,18 +46,21 @@ from ._certs import CertificateSource
 from ._metrics import RiskState
 from ._risk_replies import (
     FeedbackRefused,
+    in_flight,
     label_reply,
     refusal,
     refuse_unless_shown,
     status_of,
 )
 
-__all__ = ["KEPT_VERSIONS", "FeedbackRefused", "FinishedAnswer", "RiskWatch"]
+__all__ = ["KEPT_VERSIONS", "SERVING", "FeedbackRefused", "FinishedAnswer", "RiskWatch"]
 
 logger = logging.getLogger(__name__)
 
 KEPT_VERSIONS = 16
 """Monitors of versions out of force kept per model entry, for when one comes back."""
+SERVING = 65_536
+"""Answers begun and not finished that the watch remembers at most (the oldest dropped)."""
 
 
 @dataclass
@@ -144,6 +147,7 @@ class RiskWatch:
         self._past: OrderedDict[tuple[str, str], _Watch] = OrderedDict()  # (entry, label)
         self._answers: OrderedDict[str, _Answer] = OrderedDict()  # by request id, oldest first
         self._by_completion: dict[str, tuple[str, int]] = {}  # id -> (latest request id, count)
+        self._serving: dict[str, None] = {}  # request ids begun and not finished, oldest first
         self.sync()
 
     # -- monitors --------------------------------------------------------------------------
@@ -200,12 +204,24 @@ class RiskWatch:
         """The key of a version's shared logs (none in one process)."""
         return ""
 
+    def begin(self, entry: str, request_id: str) -> None:
+        """When an answer of model entry ``entry`` starts (its id is sent to the client
+        before it ends): a label for it before :meth:`take` is refused as in flight
+        (HTTP 503 ``answer_in_flight`` with ``Retry-After``), not as unknown."""
+        if entry not in self._sources:
+            return
+        with self._lock:
+            self._serving[request_id] = None
+            if len(self._serving) > SERVING:  # (answers that never finished)
+                del self._serving[next(iter(self._serving))]
+
     def take(self, entry: str, answer: FinishedAnswer) -> None:
         """Once per answer of model entry ``entry``, after its verdict: feed its coverage
         event to the entry's monitor and keep its ids for feedback."""
         if entry not in self._sources:
             return
         with self._lock:
+            self._serving.pop(answer.request_id, None)
             watch = self._watch(entry)
             current = watch.label == answer.label
             monitor = watch.monitor if current else None
@@ -339,6 +355,8 @@ class RiskWatch:
                 "ids): send the proxy's request id instead (x-liftguard-request-id, or "
                 "liftguard.request_id of the verdict)",
             )
+        if count == 0 and answer_id in self._serving:
+            raise in_flight(answer_id)
         if count == 0:
             raise FeedbackRefused(
                 404,
