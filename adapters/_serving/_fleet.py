@@ -20,6 +20,10 @@ them together; ``P`` is ``<prefix>:{<namespace>}``):
   ``test`` (the id of the test it carries) and ``body``: the whole state the alarm needs
   (some 15 kB, the same after ten labels or ten million), replaced in one script with each
   label, each batch of verdicts and each restart.
+- ``P:h:<version>``: the record's history: a sorted set of ``<change>:<chain value>`` by
+  change count, trimmed to the last ``history_len`` changes of the test in force; read
+  only by a replica more than :data:`RECENT` changes behind, to check that the record it
+  reads descends from the one it saw.
 - ``P:x:<version>``: the audit stream of labels taken (request id, label, the record's
   checksum after it), trimmed to about ``audit_len`` entries; nothing on the request path
   reads it.
@@ -37,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -52,6 +57,7 @@ __all__ = [
     "Moved",
     "deployment_namespace",
     "fleet_client",
+    "history_needed",
     "loss_of",
     "new_test",
     "version_key",
@@ -62,7 +68,8 @@ IN_FLIGHT = "in_flight"
 """The status of an answer a replica is still serving (its record not written yet)."""
 RECENT = 64
 """Chain values a record keeps of its last changes: a replica that read it at most this
-many changes ago checks that the record it reads now descends from the one it read."""
+many changes ago checks that the record it reads now descends from the one it read; one
+further behind checks it in the record's history (``P:h:<version>``)."""
 
 # KEYS: answer hash, completion hash, record.
 # ARGV: fields..., a new test id ('': the answer is of no version in force), ttl, request id.
@@ -122,9 +129,10 @@ if #a == 0 then return {'unknown'} end
 return {'ok', c[1], unpack(a)}
 """
 
-# KEYS: record, answer hash, audit stream.
+# KEYS: record, answer hash, audit stream, history.
 # ARGV: expected sum ('' = no record), new sum, new test, new body, ttl,
-#       label ('' = none, '1' correct, '0' wrong), version, audit length, request id.
+#       label ('' = none, '1' correct, '0' wrong), version, audit length, request id,
+#       new change count, new chain value, history length.
 # -> {'ok'} | {'moved', '', test} (no record; answers kept under that test meanwhile)
 #    | {'moved', sum, body} | {'unknown'} | {'changed'} | {'duplicate'}
 #    | {'before'} (the answer was kept under another test)
@@ -147,6 +155,10 @@ if ARGV[6] ~= '' then
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*',
              'id', ARGV[9], 'correct', ARGV[6], 'sum', ARGV[2])
 end
+if not cur[1] then redis.call('DEL', KEYS[4]) end
+redis.call('ZADD', KEYS[4], ARGV[10], ARGV[10] .. ':' .. ARGV[11])
+redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -(tonumber(ARGV[12]) + 1))
+redis.call('EXPIRE', KEYS[4], ARGV[5])
 redis.call('HSET', KEYS[1], 'sum', ARGV[2], 'test', ARGV[3], 'body', ARGV[4])
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 return {'ok'}
@@ -360,9 +372,12 @@ class Moved:
     pending: str = ""
 
 
-def loss_of(seen: FleetRecord | None, found: Moved) -> str | None:
+def loss_of(seen: FleetRecord | None, found: Moved, history: Collection[str] = ()) -> str | None:
     """Why ``found`` shows that the fleet's state was lost since this replica saw ``seen``
-    (``None``: it follows from ``seen``, or this replica saw nothing yet)."""
+    (``None``: it follows from ``seen``, or this replica saw nothing yet). A record more
+    than :data:`RECENT` changes ahead is checked against ``history``, the chain values its
+    history holds at ``seen``'s change (:func:`history_needed`); none (a history trimmed
+    past it, or evicted) leaves it unchecked, which the caller reports."""
     if found.foreign is not None:
         return f"foreign: the record is not one a replica wrote ({found.foreign})"
     if seen is None:
@@ -387,12 +402,29 @@ def loss_of(seen: FleetRecord | None, found: Moved) -> str | None:
             "restored, or Redis failed over to a replica that lagged"
         )
     back = now.seq - seen.seq
-    if back < len(now.recent) and now.recent[-1 - back] != seen.chain:
+    if back < len(now.recent):
+        descends = now.recent[-1 - back] == seen.chain
+    else:  # further back than the record's own chain values: its history tells
+        descends = not history or seen.chain in history
+    if not descends:
         return (
             f"diverged: change {seen.seq} is not the one this replica saw: the record went "
             "back and was changed again since (a stale snapshot or a failover)"
         )
     return None
+
+
+def history_needed(seen: FleetRecord | None, found: Moved) -> bool:
+    """Whether :func:`loss_of` needs the chain values the record's history holds at
+    ``seen``'s change (:meth:`FleetStore.history`): the record found is of the same test,
+    more than its :data:`RECENT` chain values ahead."""
+    now = found.record
+    return (
+        seen is not None
+        and now is not None
+        and now.test == seen.test
+        and now.seq - seen.seq >= len(now.recent)
+    )
 
 
 class FleetStore:
@@ -409,6 +441,7 @@ class FleetStore:
         answer_ttl_s: int = 7 * 24 * 3600,
         record_ttl_s: int = 90 * 24 * 3600,
         audit_len: int = 100_000,
+        history_len: int = 16_384,
         in_flight_ttl_s: int = 900,
     ) -> None:
         self.client = client
@@ -416,15 +449,15 @@ class FleetStore:
         self.answer_ttl_s, self.record_ttl_s = int(answer_ttl_s), int(record_ttl_s)
         self.in_flight_ttl_s = int(in_flight_ttl_s)
         self._begin = client.register_script(_BEGIN)
-        self.audit_len = int(audit_len)
+        self.audit_len, self.history_len = int(audit_len), int(history_len)
         self._keep = client.register_script(_KEEP)
         self._read = client.register_script(_READ)
         self._find = client.register_script(_FIND)
         self._commit = client.register_script(_COMMIT)
 
     def key(self, kind: str, name: str) -> str:
-        """The key of kind ``a`` (answer), ``c`` (completion id), ``m`` (record) or ``x``
-        (audit stream) named ``name``."""
+        """The key of kind ``a`` (answer), ``c`` (completion id), ``m`` (record), ``h``
+        (its history) or ``x`` (audit stream) named ``name``."""
         return f"{self.prefix}:{kind}:{name}"
 
     async def keep(self, answers: list[FleetAnswer | str]) -> None:
@@ -501,12 +534,15 @@ class FleetStore:
         version), ``"duplicate"`` or ``"before"`` (kept under a test lost since)."""
         rid, correct = label if label is not None else ("", None)
         out = await self._commit(
-            keys=[self.key("m", new.version), self.key("a", rid), self.key("x", new.version)],
+            keys=[
+                self.key("m", new.version), self.key("a", rid), self.key("x", new.version),
+                self.key("h", new.version),
+            ],
             args=[
                 held.checksum() if held else "", new.checksum(), new.test, new.body(),
                 self.record_ttl_s,
                 "" if correct is None else "1" if correct else "0", new.version,
-                self.audit_len, rid,
+                self.audit_len, rid, new.seq, new.chain, self.history_len,
             ],
         )  # fmt: skip
         head = _text(out[0])
@@ -515,6 +551,12 @@ class FleetStore:
         if not _text(out[1]):
             return Moved(None, pending=_text(out[2]))
         return _moved(new.version, out[1:])
+
+    async def history(self, version: str, seq: int) -> list[str]:
+        """The chain values the history of ``version``'s record holds at change ``seq``
+        (none: trimmed past it, or evicted; several: only after a loss)."""
+        out = await self.client.zrangebyscore(self.key("h", version), seq, seq)
+        return [_text(member).split(":", 1)[1] for member in out]
 
     async def ping(self) -> None:
         """Raise unless Redis answers."""

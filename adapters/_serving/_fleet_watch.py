@@ -61,6 +61,7 @@ from ._fleet import (
     Moved,
     deployment_namespace,
     fleet_client,
+    history_needed,
     loss_of,
     version_key,
 )
@@ -413,7 +414,7 @@ class FleetRiskWatch(RiskWatch):
                 if mine and out.record.checksum() == new.checksum():  # ours, sent twice
                     out = "ok"
                 if isinstance(out, Moved):
-                    cause = loss_of(held, out)
+                    cause = await self._loss(op, held, out)
                     if cause is not None:
                         await self._restart(entry, watch, cause, out, op)
                         raise StateLost(cause)
@@ -429,6 +430,26 @@ class FleetRiskWatch(RiskWatch):
         raise FeedbackRefused(
             503, "fleet_unavailable", "the fleet's record kept changing: send the label again"
         )
+
+    async def _loss(self, op: str, held: FleetRecord | None, found: Moved) -> str | None:
+        """:func:`~._fleet.loss_of`, with the record's history read when this replica is
+        more than ``RECENT`` changes behind. A history that no longer reaches back that far
+        (trimmed, or evicted) proves nothing: the record is then followed as a starting
+        replica would, logged and counted (``unverified``), and no test restarts."""
+        history: list[str] = []
+        if history_needed(held, found):
+            assert held is not None and found.record is not None
+            history = await self._call(op, self.store.history(held.version, held.seq))
+            if not history:
+                self.count_loss("unverified")
+                logger.warning(
+                    "certificate version %s: this replica last saw change %d, %d changes "
+                    "ago, further back than the record's history keeps (%d): it cannot "
+                    "check that the record descends from it, and follows it unchecked",
+                    held.version, held.seq, found.record.seq - held.seq,
+                    self.store.history_len,
+                )  # fmt: skip
+        return loss_of(held, found, history)
 
     def _held_monitor(self, entry: str, watch: _Watch) -> RiskMonitor:
         """A copy of the monitor the held record carries (none yet: a fresh first test)."""
@@ -488,7 +509,7 @@ class FleetRiskWatch(RiskWatch):
                 return
             assert isinstance(out, Moved)
             found = out
-            if loss_of(held, found) is None:  # another replica started the next test
+            if await self._loss(op, held, found) is None:  # another replica's next test
                 if self._follow(entry, watch, found):
                     await self._call(op, self._latch(entry, watch))
                 return
@@ -543,7 +564,9 @@ class FleetRiskWatch(RiskWatch):
         not changed); the loss's cause when it shows one (the next test then started)."""
         if found is None or watch.record is not held:  # (a change of this replica's since)
             return None
-        cause = loss_of(held, found)
+        cause = await self._loss("read", held, found)
+        if watch.record is not held:  # (a change of this replica's while it read the history)
+            return None
         if cause is None:
             if self._follow(entry, watch, found):
                 async with self._changing.setdefault(watch.version, asyncio.Lock()):

@@ -17,7 +17,7 @@ from test_fleet_watch import ALPHA, CERT, finished, refused
 from valkey_process import ValkeyProcess
 
 from adapters._serving._certs import StaticCertificate
-from adapters._serving._fleet import FleetStore, fleet_client
+from adapters._serving._fleet import RECENT, FleetStore, fleet_client
 from adapters._serving._fleet_watch import FleetRiskWatch
 from guardrail import RiskMonitor
 
@@ -295,3 +295,44 @@ async def test_a_far_away_redis_takes_labels_and_a_slow_one_times_out_clearly(
     finally:
         await a.aclose()
         relay.close()
+
+
+async def test_a_replica_far_behind_checks_the_record_against_its_history(
+    valkey: ValkeyProcess, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """More than ``RECENT`` changes behind, the record's own chain values no longer reach
+    the change a replica saw: the record's history does. A record that descends from it
+    is followed; one that went back and was changed again since is a loss; a history that
+    no longer reaches back (evicted) is followed unchecked, logged and counted."""
+    far = RECENT + 6
+    a, b, c = (Replica(valkey.url, namespace) for _ in range(3))
+    ids = [f"h{i}" for i in range(3 * far + 10)]
+    try:
+        await served(a, *ids)
+        assert await labelled(a, *ids[:2]) == 2
+        await b.refresh()
+        await c.refresh()
+        assert await labelled(a, *ids[2 : 2 + far]) == 2 + far  # b and c far behind now
+        await b.refresh()
+        assert b.losses == [] and b.state() == a.state()
+        valkey.command("DEL", a.store.key("h", a._watches["*"].version))
+        assert await labelled(a, ids[2 + far]) == 3 + far
+        await c.refresh()  # nothing to check against: followed, not restarted
+        assert c.losses == ["unverified"] and c.state() == a.state()
+        assert "further back than the record's history keeps" in caplog.text
+        old = valkey.snapshot()
+        assert await labelled(a, *ids[3 + far : 6 + far]) == 6 + far  # a saw these
+        valkey.restart_from(old)  # back 3 changes, then far more on another branch
+        late = Replica(valkey.url, namespace)
+        try:
+            await late.refresh()
+            assert await labelled(late, *ids[6 + far : 6 + 2 * far]) == 3 + 2 * far
+            await a.refresh()
+            assert a.losses == ["diverged"]
+            await late.refresh()
+            assert a.state() == late.state() and a.state()[2] == 1
+        finally:
+            await late.aclose()
+    finally:
+        for replica in (a, b, c):
+            await replica.aclose()
