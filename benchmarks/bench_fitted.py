@@ -1,4 +1,4 @@
-"""Microseconds per token of the fitted-statistic monitor (``python benchmarks/bench_fitted.py``).
+"""Microseconds per token of the fitted-statistic monitor (``python -m benchmarks.bench_fitted``).
 
 Fits the default statistic (feature group ``lift``, or ``--group``) on one half of a
 trace file, then streams the token events of the other half's answers, repeated
@@ -30,9 +30,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-
-if not __package__:  # run as a script: measure the checkout this file belongs to
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from guardrail import Monitor, StreamPolicy, TokenEvent
 from guardrail.fitting import (

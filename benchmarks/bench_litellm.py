@@ -1,11 +1,12 @@
 """What the LiteLLM guardrail costs: the same answers read directly, through LiteLLM, and
 through LiteLLM with the liftguard guardrail, in one run.
 
-``python benchmarks/bench_litellm.py [--quick]`` (needs ``pip install -e ".[litellm]"``;
-writes ``benchmarks/results/bench_litellm.json`` and ``docs/results/litellm_overhead.md``;
+``PYTHONPATH=tests/adapters python -m benchmarks.bench_litellm [--quick]`` (needs
+``pip install -e ".[litellm]"``, and the tests' LiteLLM harness on the path; writes
+``benchmarks/results/bench_litellm.json`` and ``docs/results/litellm_overhead.md``;
 ``--docs-only`` rewrites the page from the saved JSON).
 
-Three processes: the loopback upstream (``benchmarks/_loopback.py``: one token per chunk),
+Three processes: the loopback upstream (``benchmarks/loopback.py``: one token per chunk),
 one ``litellm --config`` process (started as the tests start it,
 ``tests/adapters/litellm_harness.py``) serving the model ``plain`` (no guardrail) and the
 models ``buffered`` and ``passthrough`` (the guardrail in that ``guard_mode``, with a
@@ -46,14 +47,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if not __package__:  # run as a script: measure the checkout this file belongs to
-    sys.path.insert(0, str(ROOT))
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    sys.path.insert(0, str(ROOT / "tests" / "adapters"))
 
 RESULTS = ROOT / "benchmarks" / "results" / "bench_litellm.json"
 PAGE = ROOT / "docs" / "results" / "litellm_overhead.md"
-COMMAND = "python benchmarks/bench_litellm.py"
+COMMAND = "python -m benchmarks.bench_litellm"
 PATHS = ("direct", "litellm", "buffered", "passthrough")
 MODELS = {"litellm": "plain", "buffered": "buffered", "passthrough": "passthrough"}
 GUARDED = ("buffered", "passthrough")
@@ -71,7 +68,7 @@ def _process_cpu(pid: int) -> float:
 
 
 async def _read(client: Any, spec: Any, path: str) -> None:
-    from _loopback import answer_text
+    from benchmarks.loopback import answer_text
 
     stream = await client.chat.completions.create(
         model=MODELS.get(path, "bench"),
@@ -143,8 +140,7 @@ async def scenario(
 
 
 def _certificate() -> Any:
-    from _loopback import VOCAB
-
+    from benchmarks.loopback import VOCAB
     from guardrail import Certificate, ModelIdentity, SkeletonSpec, StreamPolicy
 
     return Certificate(
@@ -154,8 +150,12 @@ def _certificate() -> Any:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    from _loopback import LoopbackServer, Spec
-    from litellm_harness import running_litellm
+    try:  # the tests' way of starting LiteLLM (tests/adapters, not a package)
+        from litellm_harness import running_litellm
+    except ImportError as exc:
+        raise SystemExit(f"{exc}: run it as PYTHONPATH=tests/adapters {COMMAND}") from exc
+
+    from benchmarks.loopback import LoopbackServer, Spec
 
     repeat = 2 if args.quick else 3
     scenarios = {
@@ -163,7 +163,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "burst": (Spec(args.tokens, args.top, 0.0), 16 if args.quick else 40, 4),
     }
     out: dict[str, Any] = {
-        "command": " ".join(["python", "benchmarks/bench_litellm.py", *sys.argv[1:]]),
+        "command": " ".join(["python", "-m", "benchmarks.bench_litellm", *sys.argv[1:]]),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "platform": platform.platform()},
         "litellm": _litellm_version(),

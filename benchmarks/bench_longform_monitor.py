@@ -1,8 +1,8 @@
 """Microseconds per token of the streaming monitor on long answers (code, worked maths),
 for the lift rule and the fitted rules.
 
-    python benchmarks/bench_longform_monitor.py [--traces FILE ...] [--repeat 5]
-    python benchmarks/bench_longform_monitor.py --docs-only
+    python -m benchmarks.bench_longform_monitor [--traces FILE ...] [--repeat 5]
+    python -m benchmarks.bench_longform_monitor --docs-only
 
 ``--traces`` (repeatable; default: the committed MBPP traces,
 ``benchmarks/traces/mbpp_qwen25coder.jsonl.xz``) names labelled long-answer trace files, or
@@ -81,10 +81,9 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
-from _longform_monitor_page import BANDS, BUCKETS, COMMAND, MODES, RULES, render  # noqa: E402
-from _longform_monitor_timing import (  # noqa: E402
+from adapters.tracefiles import open_trace_objects
+from benchmarks.longform_monitor_page import BANDS, BUCKETS, COMMAND, MODES, RULES, render
+from benchmarks.longform_monitor_timing import (
     Stream,
     chained,
     median_tau,
@@ -97,12 +96,12 @@ from _longform_monitor_timing import (  # noqa: E402
     time_monitor,
     with_early,
 )
-from _tables import load, save, trace_parts, write_page  # noqa: E402
+from guardrail import Certificate, Monitor
+from guardrail.fitting import trace_events
+from guardrail.traces import parse_trace
+from studies.tables import load, save, trace_parts, write_page
 
-from adapters.tracefiles import open_trace_objects  # noqa: E402
-from guardrail import Certificate, Monitor  # noqa: E402
-from guardrail.fitting import trace_events  # noqa: E402
-from guardrail.traces import parse_trace  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SAVED = ROOT / "benchmarks" / "results" / "bench_longform_monitor.json"
 PAGE = ROOT / "docs" / "results" / "longform_monitor.md"

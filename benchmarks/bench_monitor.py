@@ -1,4 +1,4 @@
-"""Microseconds per token of the streaming monitor (``python benchmarks/bench_monitor.py``).
+"""Microseconds per token of the streaming monitor (``python -m benchmarks.bench_monitor``).
 
 Feeds 400 answers of 500 tokens (200k tokens) of i.i.d. clipped lifts with mean
 ~2 nats to fresh monitors at ``tau = 2.0`` with ``delta = 1e-9``, so that no
@@ -17,16 +17,11 @@ from __future__ import annotations
 import argparse
 import math
 import platform
-import sys
 import time
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 
 import numpy as np
-
-if not __package__:  # run as a script: measure the checkout this file belongs to
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from guardrail import (
     Cause,

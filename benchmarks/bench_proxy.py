@@ -1,10 +1,10 @@
 """What the guard proxy costs: the same answers read directly and through the proxy, in one run.
 
-``python benchmarks/bench_proxy.py [--quick]`` (writes ``benchmarks/results/bench_proxy.json``
+``python -m benchmarks.bench_proxy [--quick]`` (writes ``benchmarks/results/bench_proxy.json``
 and, with that default ``--out``, ``docs/results/proxy_overhead.md``; ``--docs-only``
 rewrites the page from the JSON, running nothing).
 
-Three processes: the loopback upstream (``benchmarks/_loopback.py``: one token
+Three processes: the loopback upstream (``benchmarks/loopback.py``: one token
 per chunk, ``--top`` alternatives per token, tokens ``--delay-ms`` apart or all
 at once), the proxy (``adapters.proxy.serve`` with a uniform-skeleton
 certificate whose lifts never decide before the end, so every token takes the
@@ -46,12 +46,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-if not __package__:  # run as a script: measure the checkout this file belongs to
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import openai
-from _loopback import VOCAB, LoopbackServer, Spec, answer_text
+
+from benchmarks.loopback import VOCAB, LoopbackServer, Spec, answer_text
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_proxy.json"
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "results" / "proxy_overhead.md"
@@ -221,7 +218,7 @@ def main() -> None:
         "burst": (Spec(args.tokens, args.top, 0.0), 40 if args.quick else 120, 4),
     }
     out: dict[str, Any] = {
-        "command": " ".join(["python", "benchmarks/bench_proxy.py", *sys.argv[1:]]),
+        "command": " ".join(["python", "-m", "benchmarks.bench_proxy", *sys.argv[1:]]),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "platform": platform.platform()},
         "mode": args.mode,

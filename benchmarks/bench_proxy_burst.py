@@ -1,10 +1,10 @@
 """What a second burst of streams costs through ``liftguard serve``, and sent directly.
 
-``python benchmarks/bench_proxy_burst.py [--streams N] [--runs R] [--certs single,uniform,fitted]
+``python -m benchmarks.bench_proxy_burst [--streams N] [--runs R] [--certs single,uniform,fitted]
 [--record off,on] [--max-keepalive K] [--probe]`` writes
 ``benchmarks/results/proxy_burst.json`` (``--out`` elsewhere).
 
-Three processes: the loopback upstream (``benchmarks/_loopback.py``: the OpenAI
+Three processes: the loopback upstream (``benchmarks/loopback.py``: the OpenAI
 streaming wire format, one token per chunk, ``--top`` alternatives per token),
 ``liftguard serve`` in front of it (the real command, started as a subprocess on
 a free port, its verdict lines going to a file; with the shipped single-score
@@ -57,15 +57,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-if not __package__:  # run as a script: measure the checkout this file belongs to
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import httpx
 import openai
-from _loopback import VOCAB, LoopbackServer, Spec
-from _tables import liftguard_executable
-from bench_proxy import ProxyProcess
+
+from benchmarks.bench_proxy import ProxyProcess
+from benchmarks.loopback import VOCAB, LoopbackServer, Spec
+from studies.tables import liftguard_executable
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "proxy_burst.json"
@@ -435,7 +432,7 @@ def main() -> None:
     certs = [c for c in args.certs.split(",") if c]
     records = [r == "on" for r in args.record.split(",") if r]
     out: dict[str, Any] = {
-        "command": " ".join(["python", "benchmarks/bench_proxy_burst.py", *sys.argv[1:]]),
+        "command": " ".join(["python", "-m", "benchmarks.bench_proxy_burst", *sys.argv[1:]]),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "platform": platform.platform()},
         "spec": {"tokens": spec.tokens, "top": spec.top, "delay_s": spec.delay},

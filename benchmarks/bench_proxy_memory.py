@@ -1,10 +1,10 @@
 """What the guard proxy holds for an upstream that never stops, against an answer it must hold.
 
-``python benchmarks/bench_proxy_memory.py [--concurrent N]`` writes
+``python -m benchmarks.bench_proxy_memory [--concurrent N]`` writes
 ``benchmarks/results/bench_proxy_memory.json`` and ``docs/results/proxy_memory.md``
 (``--docs-only`` rewrites the page from the JSON).
 
-Three processes: the loopback upstream (``benchmarks/_loopback.py``), the proxy
+Three processes: the loopback upstream (``benchmarks/loopback.py``), the proxy
 (``adapters.proxy.serve``, buffered mode, default limits, a certificate whose
 lifts never decide before the end, so every answer is held whole until it ends),
 and this client. Two scenarios, ``--concurrent`` answers at once, each measured
@@ -26,17 +26,13 @@ import argparse
 import asyncio
 import json
 import platform
-import sys
 from pathlib import Path
 from typing import Any
 
-if not __package__:  # run as a script: measure the checkout this file belongs to
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import openai
-from _loopback import LoopbackServer, Spec
-from bench_proxy import ProxyProcess
+
+from benchmarks.bench_proxy import ProxyProcess
+from benchmarks.loopback import LoopbackServer, Spec
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "bench_proxy_memory.json"

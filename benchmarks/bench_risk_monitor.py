@@ -1,7 +1,7 @@
 """``guardrail.RiskMonitor`` against MAPIE's ``RiskMonitoring`` on the same seeded streams.
 
     pip install mapie   # 1.6.0 has mapie.exchangeability_testing.RiskMonitoring
-    python benchmarks/bench_risk_monitor.py [--runs N] [--write-docs | --docs-only]
+    python -m benchmarks.bench_risk_monitor [--runs N] [--write-docs | --docs-only]
 
 Streams of labelled shown answers (True = wrong), seeded, at target risk 0.3 and level
 0.05: no drift at error rates 0.3 and 0.2 (false-alarm rate: runs with any alarm within
@@ -43,12 +43,12 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from _tables import DOCS, RESULTS, ROOT, Progress, header, load, save, write_page
 
 from guardrail import RiskMonitor
 from guardrail.stats import clopper_pearson_interval
+from studies.tables import DOCS, RESULTS, ROOT, Progress, header, load, save, write_page
 
-COMMAND = "python benchmarks/bench_risk_monitor.py"
+COMMAND = "python -m benchmarks.bench_risk_monitor"
 SAVED = RESULTS / "risk_monitor.json"
 OUT = DOCS / "risk_monitor.md"
 SCRATCH = ROOT / "out" / "bench_risk_monitor"

@@ -1,4 +1,4 @@
-"""Load latency of a stored skeleton (``python benchmarks/bench_store_load.py``).
+"""Load latency of a stored skeleton (``python -m benchmarks.bench_store_load``).
 
 Writes one version per (vocabulary size, dtype) -- a ``probs`` vector of 50k
 or 262,144 entries, float32 or float64, plus a small calibration in the
@@ -17,7 +17,6 @@ import argparse
 import hashlib
 import math
 import platform
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -25,10 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-if not __package__:  # run as a script: measure the checkout this file belongs to
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from safetensors.numpy import load as st_load
 
 from skeleton_store import SkeletonStore

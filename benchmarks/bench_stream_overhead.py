@@ -1,9 +1,9 @@
 """Overhead of guarding an OpenAI stream, end to end.
 
-``python benchmarks/bench_stream_overhead.py [--quick]``.
+``python -m benchmarks.bench_stream_overhead [--quick]``.
 
 The real ``openai.AsyncOpenAI`` client reads the same loopback streams
-(``benchmarks/_loopback.py``, a server in its own process; one token per chunk,
+(``benchmarks/loopback.py``, a server in its own process; one token per chunk,
 20 ``top_logprobs`` entries per token as ``guarded_chat_completion`` asks by
 default) in five ways:
 
@@ -36,22 +36,16 @@ import gc
 import math
 import os
 import platform
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-if not __package__:  # run as a script: measure the checkout this file belongs to
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import openai
-from _loopback import VOCAB, LoopbackServer, Spec, answer_events, answer_text
 from openai.types.chat import ChatCompletionChunk
 
 from adapters import chat_chunk_parts, guard_chat_stream
+from benchmarks.loopback import VOCAB, LoopbackServer, Spec, answer_events, answer_text
 from guardrail import Monitor, State, StreamPolicy, UniformSkeleton
 
 POLICIES = {"default": (StreamPolicy(), 3.9), "min": (StreamPolicy(aggregate="min"), 2.5)}

@@ -1,4 +1,4 @@
-"""VSD cost and cold vs warm convergence (``python benchmarks/bench_vsd.py [TRACES]``).
+"""VSD cost and cold vs warm convergence (``python -m benchmarks.bench_vsd [TRACES]``).
 
 1. Cost per iteration. ``N`` synthetic next-token distributions (default
    256; rows = a Zipf base over the vocabulary times log-normal noise) at
@@ -34,16 +34,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-if not __package__:  # run as a script: measure the checkout this file belongs to
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import torch
 
 from guardrail.traces import Trace, iter_traces

@@ -1,29 +1,16 @@
-"""Load a script of ``benchmarks/`` as a module, for the tests that check its pages."""
+"""What the tests of the scripts that write the results pages (``studies/``, and the
+timing scripts of ``benchmarks/``) share; they import the scripts as the modules they are
+(``studies.<name>``, ``benchmarks.<name>``), run from the repository root."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACES = ROOT.parent / "shared" / "data" / "traces"
-
-
-def load_bench(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """``benchmarks/<name>.py`` as a module, ``benchmarks/`` on ``sys.path`` for its own
-    imports (``_tables``, its sibling scripts) while the test runs."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    path = ROOT / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def assert_page_current(script: ModuleType, included_by: str) -> dict[str, Any]:

@@ -3,25 +3,18 @@ device (CUDA's context and kernels) is a warm-up, never the baseline of a timed 
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import time
-from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).parents[1]
 START_UP, PER_ITERATION = 0.3, 0.03
 
 
 def _bench_vsd() -> ModuleType:
-    path = ROOT / "benchmarks" / "bench_vsd.py"
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module("benchmarks.bench_vsd")
 
 
 def test_per_iteration_time_is_never_negative_when_the_first_call_starts_the_device(

@@ -4,19 +4,12 @@ the shared traces and runs ``fit`` on ten times their size: not in the suite).""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
-from pathlib import Path
-
-ROOT = Path(__file__).parents[1]
 
 
 def test_the_columnar_table_is_what_its_benchmark_writes() -> None:
-    path = ROOT / "benchmarks" / "bench_columnar.py"
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = importlib.import_module("benchmarks.bench_columnar")
     result = json.loads(module.RESULT.read_text(encoding="utf-8"))
     page = module.PAGE.read_text(encoding="utf-8")
     assert f"{module.BEGIN}\n{module.table(result)}\n{module.END}" in page

@@ -4,24 +4,25 @@ them for a minute or more: not in the suite; ``--docs-only`` rewrites the page).
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from bench_scripts import ROOT, load_bench
+from bench_scripts import ROOT
 
 
 def _script(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    return load_bench("bench_longform_monitor", monkeypatch)
+    return importlib.import_module("benchmarks.bench_longform_monitor")
 
 
 def test_the_longform_monitor_page_is_what_its_json_renders(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     mod = _script(monkeypatch)
-    page = load_bench("_longform_monitor_page", monkeypatch)
+    page = importlib.import_module("benchmarks.longform_monitor_page")
     saved = json.loads(mod.SAVED.read_text(encoding="utf-8"))
     assert saved["generated_by"] == mod.COMMAND
     written = mod.PAGE.read_text(encoding="utf-8")

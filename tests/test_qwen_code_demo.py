@@ -1,5 +1,5 @@
 """The code demo (``liftguard demo --task code``): the certificate it runs, made by
-``benchmarks/qwen_code_certificate.py`` from the committed MBPP traces, the held-out tasks
+``studies/qwen_code_certificate.py`` from the committed MBPP traces, the held-out tasks
 it shows, and the run with the real model (skipped where Qwen is not installed); and
 ``--skeleton-spec``, which names the prompt-free skeleton of a certificate fitted on
 another model's traces."""
@@ -7,6 +7,7 @@ another model's traces."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import json
 import re
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bench_scripts import assert_page_current, load_bench
+from bench_scripts import assert_page_current
 from test_cli import _same_json
 
 from adapters.cli import main
@@ -44,8 +45,8 @@ def test_the_code_certificate_scores_lifts_against_qwen_itself() -> None:
     assert cert.calibration.coverage > 0
 
 
-def test_the_page_and_the_demo_tasks_are_the_scripts(monkeypatch: pytest.MonkeyPatch) -> None:
-    script = load_bench("qwen_code_certificate", monkeypatch)
+def test_the_page_and_the_demo_tasks_are_the_scripts() -> None:
+    script = importlib.import_module("studies.qwen_code_certificate")
     saved = assert_page_current(script, "guarding-code-and-reasoning.md")
     held = {r["id"]: r for r in saved["held"]}
     assert [t["id"] for t in load_demo_code_tasks()] == saved["demo"]
@@ -61,7 +62,7 @@ def test_the_page_and_the_demo_tasks_are_the_scripts(monkeypatch: pytest.MonkeyP
 def test_the_script_makes_the_shipped_certificate(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script = load_bench("qwen_code_certificate", monkeypatch)
+    script = importlib.import_module("studies.qwen_code_certificate")
     monkeypatch.setattr(script, "CERTIFICATE", tmp_path / "cert.json")
     monkeypatch.setattr(script, "TASKS", tmp_path / "tasks.jsonl")
     saved = script.run("")

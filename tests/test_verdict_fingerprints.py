@@ -1,5 +1,5 @@
 """The shipped certificates give, token by token, the verdicts they gave when the
-fingerprints were recorded (``benchmarks/verdict_fingerprints.py``), through the monitor and
+fingerprints were recorded (``tests/fixtures/verdict_fingerprints.py``), through the monitor and
 through the stream step every front end drives: a change that means to change no behaviour
 changes none. Skipped without the shared traces."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "verdict_fingerprints.py"
+SCRIPT = ROOT / "tests" / "fixtures" / "verdict_fingerprints.py"
 LIMIT = 300
 
 
