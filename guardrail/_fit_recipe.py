@@ -100,7 +100,7 @@ class FitOptions:
     0.9, 0.95 and 0.99 (and none), the one that, cross-validated on the fitting halves of
     the MBPP and GSM8K traces with the default features, covered the most at risks 0.3
     and 0.4 while a blocked answer stayed read for at most half its tokens at risks 0.2
-    and 0.3 (``benchmarks/scope_sums.py``); on TriviaQA's short answers it changes
+    and 0.3 (``studies/scope_sums.py``); on TriviaQA's short answers it changes
     nothing measurable."""
     alternatives: int | None = None
     """Alternatives per token the features read (default 5, or all the traces carry when

@@ -40,7 +40,7 @@ almost all of the answers that 0.5 adds to the contains rule's correct ones
 are of that kind and wrong. Any threshold in ``(0.5, 2/3]`` rejects that band
 and keeps a one-word answer that is one of a two-word reference's words
 ("fusion", "pressure": 2/3); 0.6 is the round number in it.
-``benchmarks/label_agreement.py`` measures how often the rules disagree.
+``studies/label_agreement.py`` measures how often the rules disagree.
 """
 
 from __future__ import annotations

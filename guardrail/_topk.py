@@ -232,7 +232,7 @@ def fit_tail(
     ``rule="anchored"`` ignores the fit: the power law through ``(k, p_k)``,
     ``p_r = p_k (r/k)^b``, with the slope that makes it sum to ``M`` (uniform
     capped at ``p_k`` if none does). It is several times more accurate on real
-    traces (``benchmarks/topk_accuracy.py``). ``k = 0``: uniform over ``V``.
+    traces (``studies/topk_accuracy.py``). ``k = 0``: uniform over ``V``.
 
     Raises :class:`~guardrail._errors.ConfigError` for NaN/inf or the
     ``-9999.0`` sentinel, log-probabilities > 0, an unsorted top-k, top-k
@@ -377,7 +377,7 @@ def topk_compensated_lift(lift: float, missing_mass: float, s_typical: float) ->
     out-of-top-k tokens". So ``s_typical`` is explicit; the value we use (and
     recommend) is the skeleton probability of the emitted token. A heuristic
     with no derivation: judge it only by how close budgets and decisions come
-    to the full-vocabulary ones (``benchmarks/topk_accuracy.py``).
+    to the full-vocabulary ones (``studies/topk_accuracy.py``).
     """
     if not (math.isfinite(missing_mass) and missing_mass >= 0):
         raise ConfigError(f"missing_mass must be finite and >= 0, got {missing_mass!r}")

@@ -50,7 +50,7 @@ QUESTIONS_FILE = "demo_questions.jsonl"
 CODE_CERTIFICATE = "qwen_code_certificate.json"
 CODE_TASKS = "demo_code_tasks.jsonl"
 """``--task code``: the certificate fitted and calibrated on Qwen's MBPP answers, and the
-held-out MBPP tasks it is shown on (``benchmarks/qwen_code_certificate.py`` makes both)."""
+held-out MBPP tasks it is shown on (``studies/qwen_code_certificate.py`` makes both)."""
 DEMO_MODELS = {
     "smollm2": ("SmolLM2-135M-Instruct", CERTIFICATE_FILE),
     "qwen": ("Qwen2.5-Coder-1.5B-Instruct", "qwen_fitted_certificate.json"),

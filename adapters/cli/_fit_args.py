@@ -13,7 +13,7 @@ __all__ = ["TRAFFIC_EARLY_BLOCK", "add_fit_parser"]
 
 TRAFFIC_EARLY_BLOCK = 0.95
 """``calibrate --certificate ... --margins-from``'s default quantile: of 0.99, 0.95, 0.9
-and 0.8, the one ``benchmarks/transfer/traffic_margins.py``'s in-domain comparison
+and 0.8, the one ``studies/transfer/traffic_margins.py``'s in-domain comparison
 chooses by the rule written down before it ran (``margin_quantile.chosen``)."""
 
 
