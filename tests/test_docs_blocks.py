@@ -55,6 +55,9 @@ RUN: dict[tuple[str, str], str] = {
     ("docs/fleet.md", "guardrails:"): f"{D}::test_fleet_guardrail_settings",
     ("docs/fleet.md", "liftguard serve --upstream http://llm:8000/v1 --certificate "
      '"s3://certs#chat@production" \\'): f"{P}::test_fleet_serve_command",
+    ("docs/fleet.md", "liftguard clear-alarm --upstream http://llm:8000/v1 --certificate "
+     '"s3://certs#chat@production" \\'):
+        "tests/fleet/test_fleet_clear.py::test_an_operator_clears_a_latched_alarm_fleet_wide",
     ("docs/guarding-code-and-reasoning.md", "$ liftguard fit --traces "
      "benchmarks/traces/mbpp_qwen25coder.jsonl.xz \\"):
         "tests/test_docs_guarding.py::test_the_clone_fit_command",

@@ -4,7 +4,7 @@ with ``redis_url`` the fleet's :class:`~adapters._serving._fleet_watch.FleetRisk
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -20,7 +20,7 @@ from ._guarded import AnswerGuard
 if TYPE_CHECKING:
     from ._config import ProxyConfig
 
-__all__ = ["ProxyRiskWatch"]
+__all__ = ["ProxyRiskWatch", "clear_latched_alarms"]
 
 
 class ProxyRiskWatch:
@@ -114,3 +114,35 @@ class ProxyRiskWatch:
         return await feedback_response(
             [self.watch], request, max_bytes=config.max_body_bytes, timeout_s=config.body_timeout_s
         )
+
+
+async def clear_latched_alarms(
+    config: ProxyConfig, models: Sequence[str] | None = None
+) -> dict[str, tuple[str, bool]]:
+    """An operator's (``liftguard clear-alarm``): with the replicas' own ``config``, turn off
+    in the fleet's record the alarm kept on from a lost test
+    (:meth:`~adapters._serving._fleet_watch.FleetRiskWatch.clear_alarm`) of each model
+    entry named in ``models`` (default: every entry); ``{entry: (certificate, whether one
+    was on)}``. ``KeyError`` for a model no entry serves; FeedbackRefused (503) when
+    Redis does not answer."""
+    from .._serving._metrics import ProxyMetrics
+
+    names = list(models or config.model_certificates)
+    if not models and config.certificate is not None:
+        names.append("*")
+    sources: dict[str, CertificateSource] = {}
+    for name in names:
+        entry, source = config.entry_for(name), config.source_for(name)
+        if entry is None or source is None:
+            raise KeyError(name)
+        sources[entry] = source
+    risk = ProxyRiskWatch(config, sources, ProxyMetrics())
+    watch = risk.watch
+    assert isinstance(watch, FleetRiskWatch)
+    try:
+        return {
+            entry: (source.current()[1], await watch.clear_alarm(entry))
+            for entry, source in sources.items()
+        }
+    finally:
+        await watch.aclose()

@@ -583,6 +583,8 @@ class FleetRiskWatch(RiskWatch):
         the test in force is that test's own, sticky as a single process's."""
         with self._lock:
             watch = self._watch(entry)
+        if watch.monitor is None:  # uncalibrated: no alarm
+            return False
         await self._refresh_one(entry, watch)
         if not watch.latched:
             return False

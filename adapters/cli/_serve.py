@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["add_serve_parser", "cmd_serve"]
+__all__ = ["add_serve_parser", "cmd_clear_alarm", "cmd_serve"]
 
 UPSTREAM_KEY_ENV = "LIFTGUARD_UPSTREAM_KEY"
 CLIENT_KEY_ENV = "LIFTGUARD_CLIENT_KEY"
@@ -33,14 +33,10 @@ def _verdict_lines_to_stderr() -> None:
     logger.propagate = False
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    from adapters.proxy import (
-        DEFAULT_REFUSAL,
-        ProxyConfig,
-        certificate_source,
-        redact_url,
-        serve,
-    )
+def _proxy_config(args: argparse.Namespace) -> Any:
+    """The :class:`~adapters.proxy.ProxyConfig` that ``serve``'s arguments describe (a
+    usage error, exit status 2, for a wrong value)."""
+    from adapters.proxy import DEFAULT_REFUSAL, ProxyConfig, certificate_source
     from guardrail import ConfigError
 
     from ._common import CommandError
@@ -56,7 +52,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if default is None and not routes:
         raise CommandError("give --certificate and/or --model-certificate NAME SPEC", status=2)
     try:
-        config = ProxyConfig(
+        return ProxyConfig(
             upstream=args.upstream,
             certificate=default,
             model_certificates=routes,
@@ -95,6 +91,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     except ConfigError as exc:  # every setting here is an argument's value: a usage error
         raise CommandError(str(exc), status=2) from exc
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from adapters.proxy import redact_url, serve
+
+    config = _proxy_config(args)
+    default, routes = config.certificate, config.model_certificates
     if not args.no_verdict_log:
         _verdict_lines_to_stderr()
     shown = {n: s.current()[1] for n, s in {**routes, "*": default}.items() if s is not None}
@@ -114,6 +117,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_clear_alarm(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from adapters._proxy._feedback import clear_latched_alarms
+    from adapters._serving._risk_replies import FeedbackRefused
+
+    from ._common import CommandError
+
+    config = _proxy_config(args)
+    if config.redis_url is None:
+        raise CommandError("clear-alarm clears a fleet's alarm: give --redis URL", status=2)
+    try:
+        cleared = asyncio.run(clear_latched_alarms(config, args.model))
+    except FeedbackRefused as exc:
+        raise CommandError(str(exc)) from None
+    except KeyError as exc:
+        raise CommandError(f"no model entry {exc.args[0]!r} (see --model-certificate)") from None
+    for entry, (label, was_on) in cleared.items():
+        what = "cleared" if was_on else "none"
+        print(f"liftguard clear-alarm: model {entry}, certificate {label}: alarm kept from a lost "
+              f"test: {what}")  # fmt: skip
+    return 0
+
+
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
@@ -124,23 +151,51 @@ def _default_hosts(bind: str) -> list[str]:
 
 
 def add_serve_parser(sub: Any) -> None:
-    """Register ``liftguard serve`` on the top-level subparsers ``sub``."""
+    """Register ``liftguard serve`` and ``liftguard clear-alarm`` (which takes the same
+    arguments, so that it names the replicas' fleet exactly as they do) on the top-level
+    subparsers ``sub``."""
+    _serve_arguments(
+        sub.add_parser(
+            "serve",
+            help="run the guard proxy: an OpenAI-compatible server that certifies answers",
+            description="An OpenAI-compatible /v1/chat/completions (streamed and not) and "
+            "/v1/models in front of UPSTREAM. Every answer is guarded by the certificate: "
+            "the upstream is asked for logprobs, the certificate's generation context fills "
+            "unset settings, and an answer that is not certified ends with an in-stream error "
+            "event (or a refusal). Also /metrics (Prometheus), /healthz and one JSON line per "
+            "verdict on stderr. POST /v1/liftguard/feedback takes labels of certified answers "
+            "for each calibrated certificate's live risk monitor (alarm in /metrics, /healthz). "
+            f"Keys: ${UPSTREAM_KEY_ENV} (sent upstream; without it the "
+            f"client's Authorization is passed through), ${CLIENT_KEY_ENV} (required of clients).",
+        ),
+        cmd_serve,
+    )
+    clear = sub.add_parser(
+        "clear-alarm",
+        help="turn off, fleet-wide, a risk alarm kept on after the fleet lost its state",
+        description="With the replicas' own 'serve' arguments (--redis, --upstream or "
+        "--fleet-deployment or --fleet-namespace, the certificates, --risk-alpha; the "
+        "others are accepted and ignored): turn off, in the fleet's shared record, each "
+        "alarm that fired in a test lost since (kept on until an operator clears it), for "
+        "every model entry or those named by --model; every replica then reports it off. "
+        "The alarm of the test in force is its own and stays on: recalibrate or roll back. "
+        "Exit status 0 whether or not an alarm was on, 1 if Redis cannot be reached.",
+    )
+    clear.add_argument(
+        "--model",
+        action="append",
+        metavar="MODEL",
+        help="the model entry (a --model-certificate MODEL, or * for --certificate; "
+        "repeatable; default: every entry)",
+    )
+    _serve_arguments(clear, cmd_clear_alarm)
+
+
+def _serve_arguments(p: Any, func: Any) -> None:
+    """``serve``'s arguments on the parser ``p``, running ``func``."""
     from ._common import integer, non_negative, positive, probability
     from ._skeleton import _StorageOptionAction
 
-    p = sub.add_parser(
-        "serve",
-        help="run the guard proxy: an OpenAI-compatible server that certifies answers",
-        description="An OpenAI-compatible /v1/chat/completions (streamed and not) and "
-        "/v1/models in front of UPSTREAM. Every answer is guarded by the certificate: "
-        "the upstream is asked for logprobs, the certificate's generation context fills "
-        "unset settings, and an answer that is not certified ends with an in-stream error "
-        "event (or a refusal). Also /metrics (Prometheus), /healthz and one JSON line per "
-        "verdict on stderr. POST /v1/liftguard/feedback takes labels of certified answers "
-        "for each calibrated certificate's live risk monitor (alarm in /metrics, /healthz). "
-        f"Keys: ${UPSTREAM_KEY_ENV} (sent upstream; without it the "
-        f"client's Authorization is passed through), ${CLIENT_KEY_ENV} (required of clients).",
-    )
     p.add_argument(
         "--upstream",
         required=True,
@@ -379,4 +434,4 @@ def add_serve_parser(sub: Any) -> None:
         action="store_true",
         help="do not print the JSON verdict lines on stderr",
     )
-    p.set_defaults(func=cmd_serve)
+    p.set_defaults(func=func)
