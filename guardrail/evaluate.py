@@ -5,6 +5,7 @@ AUROC, the repeated-split evaluation behind ``liftguard eval`` and its bootstrap
 from __future__ import annotations
 
 from ._calibration import LTTOutcome, first_test_level, ltt_threshold
+from ._conformal_selection import ConformalSelection, conformal_select
 from ._evaluate import (
     MethodScores,
     auroc,
@@ -24,12 +25,14 @@ from ._policy import (
 )
 
 __all__ = [
+    "ConformalSelection",
     "LTTOutcome",
     "MethodScores",
     "ReplayResult",
     "auroc",
     "baseline_method",
     "bootstrap_intervals",
+    "conformal_select",
     "critical_thresholds",
     "evaluate_methods",
     "first_test_level",
