@@ -1,11 +1,21 @@
 """The start-up part of ``benchmarks/bench_fleet.py``: what a replica that starts, and a fleet
-that lost its state, cost with few labels and with many.
+that lost its state, cost with few labels and with many (up to ten million).
 
 For each label count ``n``, in a fresh namespace of the script's own Valkey server, the
-state of a fleet that took ``n`` labels: the version's record (a monitor fed ``n`` seeded
-labels and verdicts, written as the replicas write it), the ``n`` answers kept for their
-labels (a hash each) and the audit stream of their labels (``n`` entries, trimmed to the
-store's ``audit_len``). Then, ``REPEATS`` times:
+state of a fleet that took ``n`` labels, written as the replicas write it:
+
+- the version's record: a monitor fed ``min(n, FED)`` seeded labels and verdicts; for a
+  larger ``n`` its counts (labels, errors, answers, shown, the window's starts) are then
+  advanced to ``n`` in its serialised state, so the record holds what one fed ``n`` labels
+  holds, in the same bytes (the state is constant in size: feeding ten million labels one
+  by one would take hours and change nothing a start reads); its change count is ``n``,
+  with its last 64 chain values;
+- the record's history (the last ``history_len`` changes), the audit stream of labels
+  (trimmed to ``audit_len``) and the answers kept for their labels (the latest
+  ``min(n, KEPT)``: older ones' hashes expire after ``--feedback-ttl``), each as full as
+  ``n`` labels leave it.
+
+Then, ``REPEATS`` times:
 
 - **start**: a new replica (``FleetRiskWatch``) reads the record (``refresh()``), keeps a
   new answer and takes its label: the time from its construction to that label's reply;
@@ -16,30 +26,55 @@ During both, a ticker on the replica's event loop wakes every millisecond: the l
 gap between two ticks (less the millisecond) is the longest any request on that loop
 would have waited. A first repeat warms up and is not counted; the medians of the others
 are kept, with the record's size (``MEMORY USAGE``) and the server's memory.
+
+And once per count, a real ``liftguard serve`` replica started on that state: the time
+from its launch to its listening line (its socket bound: the interpreter and the command
+line's imports), and from there to its first answer served (the proxy built meanwhile:
+its imports, the certificate, the monitors, the fleet's record read) and labelled (the
+label counted on top of the ``n`` the record holds); and how long importing
+``scipy.stats`` alone takes in a fresh interpreter.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import logging
+import secrets
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
+import openai
+from _fleet_latency import ServeProcess, label
 from _fleet_page import ALPHA, BEFORE, SEED
+from _loopback import LoopbackServer, Spec
 from _tables import Progress
+from bench_proxy import read_answer
 
 from adapters._serving._certs import StaticCertificate
-from adapters._serving._fleet import FleetRecord, FleetStore, fleet_client
+from adapters._serving._fleet import RECENT, FleetRecord, FleetStore, fleet_client
 from adapters._serving._fleet_watch import FleetRiskWatch
 from adapters._serving._risk_watch import FinishedAnswer
-from guardrail import Certificate
+from guardrail import Certificate, RiskMonitor
 
 REPEATS = 5
 CHUNK = 10_000
 """Keys written in one pipeline while filling a namespace."""
+FED = 20_000
+"""Labels fed to the record's monitor one by one at most (its counts advanced beyond)."""
+KEPT = 100_000
+"""Answers' hashes written at most (the latest: older ones have expired)."""
+SHOWN = 0.9
+"""The share of answers shown in the seeded verdicts."""
 
 
 def _replica(url: str, namespace: str, cert: Certificate) -> FleetRiskWatch:
@@ -51,6 +86,25 @@ def _replica(url: str, namespace: str, cert: Certificate) -> FleetRiskWatch:
     )
 
 
+def advanced(state: bytes, by: int, errors: int, answers: int, shown: int) -> bytes:
+    """The serialised monitor ``state`` with ``by`` more labels (``errors`` of them wrong)
+    and ``answers`` more verdicts (``shown`` shown) counted, as after that many updates in
+    the same state (``by`` and ``answers`` multiples of the monitor's spacing, so its
+    restarts fall where they would have)."""
+    raw, body = state.split(b"\n", 1)
+    head = json.loads(raw)
+    assert by % head["spacing"] == 0 and answers % head["spacing"] == 0
+    head["n"] += by
+    head["errors"] += errors
+    head["answers"] += answers
+    head["shown"] += shown
+    head["shown_n"] = None if head["shown_n"] is None else head["shown_n"] + answers
+    head["starts"] = [[s + by, e + errors] for s, e in head["starts"]]
+    out = json.dumps(head, separators=(",", ":")).encode("ascii") + b"\n" + body
+    RiskMonitor.from_bytes(out)  # a state a replica reads
+    return out
+
+
 async def _fill(url: str, namespace: str, cert: Certificate, n: int) -> str:
     """A fleet's state after ``n`` labels in ``namespace``; the record's key."""
     import redis.asyncio as aioredis
@@ -58,26 +112,43 @@ async def _fill(url: str, namespace: str, cert: Certificate, n: int) -> str:
     writer = _replica(url, namespace, cert)
     watch = writer._watches["*"]
     monitor = writer.new_monitor(cert, 0)
+    fed = min(n, FED)
     rng = np.random.default_rng([SEED, 3, n])
-    for wrong, shown in zip(rng.random(n) < BEFORE, rng.random(n) < 0.9, strict=True):
+    for wrong, shown in zip(rng.random(fed) < BEFORE, rng.random(fed) < SHOWN, strict=True):
         monitor.update_shown(bool(shown))
         monitor.update(correct=not bool(wrong))
+    state = monitor.to_bytes()
+    if n > fed:
+        by = (n - fed) // monitor.spacing * monitor.spacing
+        state = advanced(
+            state, by, round(by * BEFORE), by, round(by * SHOWN)
+        )  # fmt: skip
     store = writer.store
-    assert await store.commit(None, FleetRecord.first(watch.version, monitor.to_bytes())) == "ok"
+    chains = tuple(secrets.token_hex(8) for _ in range(min(n, RECENT)))
+    record = dataclasses.replace(
+        FleetRecord.first(watch.version, state), seq=n, chain=chains[-1], recent=chains
+    )
+    assert await store.commit(None, record) == "ok"
     client = aioredis.from_url(url)
     try:
-        for start in range(0, n, CHUNK):
+        history = store.key("h", watch.version)
+        for start in range(max(0, n - store.history_len), n - 1, CHUNK):
+            seqs = range(start + 1, min(n, start + 1 + CHUNK))
+            await client.zadd(history, {f"{i}:{secrets.token_hex(8)}": i for i in seqs})
+        for start in range(max(0, n - max(KEPT, store.audit_len)), n, CHUNK):
             pipe = client.pipeline(transaction=False)
             for i in range(start, min(n, start + CHUNK)):
                 rid = f"old{i}"
-                pipe.hset(store.key("a", rid), mapping={
-                    "entry": "*", "label": "bench", "version": watch.version, "status": "shown",
-                    "cause": "certified", "completion": f"chatcmpl-{rid}", "test": "old",
-                    "labelled": "1",
-                })  # fmt: skip
-                pipe.expire(store.key("a", rid), store.answer_ttl_s)
-                pipe.xadd(store.key("x", watch.version), {"id": rid, "correct": "1"},
-                          maxlen=store.audit_len, approximate=True)  # fmt: skip
+                if i >= n - KEPT:
+                    pipe.hset(store.key("a", rid), mapping={
+                        "entry": "*", "label": "bench", "version": watch.version,
+                        "status": "shown", "cause": "certified",
+                        "completion": f"chatcmpl-{rid}", "test": record.test, "labelled": "1",
+                    })  # fmt: skip
+                    pipe.expire(store.key("a", rid), store.answer_ttl_s)
+                if i >= n - store.audit_len:
+                    pipe.xadd(store.key("x", watch.version), {"id": rid, "correct": "1"},
+                              maxlen=store.audit_len, approximate=True)  # fmt: skip
             await pipe.execute()
     finally:
         await client.aclose()
@@ -144,33 +215,94 @@ async def _once(url: str, namespace: str, cert: Certificate, key: str, i: int) -
     }
 
 
+async def _served(
+    upstream: str, cert_file: Path, url: str, namespace: str, n: int
+) -> dict[str, float]:
+    """A real ``liftguard serve`` replica started on the state of ``n`` labels: the time to
+    its listening line, then to its first answer served and labelled."""
+    started = time.perf_counter()
+    proc = await asyncio.to_thread(ServeProcess, upstream, cert_file, url, namespace)
+    try:
+        listening = time.perf_counter()
+        client = openai.AsyncOpenAI(base_url=proc.base_url, api_key="b", max_retries=0)
+        async with httpx.AsyncClient(timeout=30) as http:
+            try:
+                rid = await read_answer(client, Spec(tokens=5, top=0, delay=0.0), True)
+            finally:
+                await client.close()
+            answered = time.perf_counter()
+            code, _ = await label(http, proc, str(rid))
+            labelled = time.perf_counter()
+            risk = (await http.get(f"{proc.root}/healthz")).json()["risk"]["*"]
+            metrics = (await http.get(f"{proc.root}/metrics")).text
+    finally:
+        await asyncio.to_thread(proc.close)
+    assert code == "accepted", code
+    assert risk["blind"] is None, risk
+    line = metrics.split("liftguard_risk_labels{", 1)[1].split("\n", 1)[0]
+    assert float(line.split()[-1]) == n + 1, line  # counted on the record's n labels
+    return {
+        "launch_to_listening_s": listening - started,
+        "listening_to_first_answer_s": answered - listening,
+        "listening_to_first_label_s": labelled - listening,
+    }
+
+
 async def run_startup(
     url: str, counts: list[int], cert: Certificate, progress: Progress
 ) -> dict[str, Any]:
     import redis.asyncio as aioredis
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     logging.getLogger("adapters").setLevel(logging.ERROR)  # each loss is logged: not wanted
     client = aioredis.from_url(url)
-    try:
-        for n in counts:
-            progress.show(f"start-up: filling {n:,} labels")
-            namespace = f"bench-{uuid.uuid4().hex}"
-            key = await _fill(url, namespace, cert, n)
-            await _once(url, namespace, cert, key, -1)  # a warm-up, not counted
-            runs = []
-            for i in range(REPEATS):
-                progress.show(f"start-up: {n:,} labels, repeat {i + 1} of {REPEATS}")
-                runs.append(await _once(url, namespace, cert, key, i))
-            usage = await client.memory_usage(key)
-            memory = (await client.info("memory"))["used_memory"]
-            rows.append({
-                "labels": n,
-                **{k: statistics.median(r[k] for r in runs) for k in runs[0]},
-                "record_bytes": usage, "server_memory_bytes": memory,
-            })  # fmt: skip
-            await client.flushdb()
-            progress.advance()
-    finally:
-        await client.aclose()
-    return {"repeats": REPEATS, "rows": rows}
+    with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp, LoopbackServer() as upstream:
+        cert_file = Path(tmp) / "cert.json"
+        cert.save(cert_file)
+        try:
+            await _rows(url, counts, cert, cert_file, upstream.base_url, client, rows, progress)
+        finally:
+            await client.aclose()
+    return {"repeats": REPEATS, "fed": FED, "kept": KEPT, "rows": rows,
+            "scipy_import_s": _scipy_import_s()}  # fmt: skip
+
+
+def _scipy_import_s() -> float:
+    """How long a fresh interpreter takes to import ``scipy.stats`` (a replica's monitor
+    needs it for the certificate's coverage bound): the median of three."""
+    code = (
+        "import time; t = time.perf_counter(); import scipy.stats; "
+        "print(time.perf_counter() - t)"
+    )
+    runs = [
+        float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True).stdout)
+        for _ in range(3)
+    ]  # fmt: skip
+    return statistics.median(runs)
+
+
+async def _rows(
+    url: str, counts: list[int], cert: Certificate, cert_file: Path, upstream: str,
+    client: Any, rows: list[dict[str, Any]], progress: Progress,
+) -> None:  # fmt: skip
+    for n in counts:
+        progress.show(f"start-up: filling {n:,} labels")
+        namespace = f"bench-{uuid.uuid4().hex}"
+        key = await _fill(url, namespace, cert, n)
+        progress.show(f"start-up: {n:,} labels, liftguard serve")
+        served = await _served(upstream, cert_file, url, namespace, n)
+        await _once(url, namespace, cert, key, -1)  # a warm-up, not counted
+        runs = []
+        for i in range(REPEATS):
+            progress.show(f"start-up: {n:,} labels, repeat {i + 1} of {REPEATS}")
+            runs.append(await _once(url, namespace, cert, key, i))
+        usage = await client.memory_usage(key)
+        memory = (await client.info("memory"))["used_memory"]
+        rows.append({
+            "labels": n,
+            **{k: statistics.median(r[k] for r in runs) for k in runs[0]},
+            **served, "record_bytes": usage, "server_memory_bytes": memory,
+        })  # fmt: skip
+        await client.flushdb()
+        progress.advance()
