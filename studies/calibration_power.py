@@ -1,25 +1,43 @@
-"""What a calibration buys with the labels a user has: the two label-based procedures
-against the in-sample ceiling, on the long-answer traces and in seeded simulation.
+"""What a calibration buys with the labels a user has: the label-based procedures against
+the in-sample ceiling, on the long-answer traces and in seeded simulation.
 
-    python -m studies.calibration_power            # every row (a few minutes)
+    python -m studies.calibration_power            # every row (several minutes)
     python -m studies.calibration_power --docs-only
 
-Writes ``benchmarks/results/calibration_power.json`` and
-``docs/results/calibration_power.md``.
+Needs MAPIE (``pip install -e ".[bench]"``), compared in the same run. Writes
+``benchmarks/results/calibration_power.json`` and ``docs/results/calibration_power.md``.
 
 The ceiling of a score at risk ``r`` is the largest top share of the answers whose error
 rate is at most ``r``, chosen with every label and no guarantee; a procedure that keeps
-its promise (error rate at most ``r`` with probability ``1 - delta``) stays below it.
+its promise stays below it (in expectation, give or take the noise of one test set).
+
+Procedures, two kinds of promise:
+
+- **high probability** (the error rate among shown answers is at most ``r`` with
+  probability ``1 - delta`` over the calibration draw; one threshold, usable on a
+  stream): liftguard's ``fixed-sequence`` (the default) and ``simultaneous``
+  (:func:`guardrail.evaluate.ltt_threshold`), and MAPIE's Learn-then-Test
+  (``BinaryClassificationController``, risk ``precision``, on its default grid of 100
+  thresholds over the calibration scores' empirical distribution, Hoeffding-Bentkus
+  p-values, with Bonferroni-Holm, its default, and with fixed-sequence testing, which
+  MAPIE starts at the grid's safest end, 0.99, i.e. the top 1% of the answers);
+- **in expectation** (the expected share of wrong answers among those shown in one
+  batch is at most ``r``; the cut-off depends on the whole batch, so it triages finished
+  answers, not a stream): ``conformal selection``
+  (:func:`guardrail.evaluate.conformal_select`), the test answers being the batch.
 
 - **Real answers** (``n`` = 100, 150, 300): the 600 GSM8K and 500 MBPP answers of
   Qwen2.5-Coder-1.5B-Instruct (``benchmarks/traces``), ``n`` drawn without replacement
-  for calibration, the rest for the test, 100 draws (seed 0); coverage and the share of
-  the ceiling on the test answers. A refusal counts as 0% shown.
+  for calibration, the rest for the test, 100 draws (seed 0); coverage, the share of the
+  ceiling and the share of wrong answers among those shown on the test answers (mean
+  over draws; a draw that shows nothing counts 0% shown and 0% wrong). A refusal counts
+  as 0% shown.
 - **Simulation** (``n`` up to 10,000): scores drawn from the answers' own scores, each
   wrong with the probability a logistic fit of the labels on the score gives it; the
   population risk of every threshold is then known exactly (on a pool of 200,000
   draws), so a violation (the population risk at the threshold above ``r``) is counted,
-  not estimated. 100 draws per cell (seed 1).
+  not estimated. Conformal selection triages batches of 1,000 drawn answers; its mean
+  share of wrong among shown is given with a 95% interval. 100 draws per cell (seed 1).
 
 Scores: ``nll`` (the answer's summed log-probability) and ``mean_logprob``, the two
 single scores whose ceilings lead on these traces. ``delta`` = 0.05 throughout.
@@ -31,13 +49,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from guardrail import InsufficientDataError
-from guardrail.evaluate import ltt_threshold
+from guardrail.evaluate import conformal_select, ltt_threshold
 from guardrail.traces import baseline_score
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,9 +70,11 @@ SCORES = ("nll", "mean_logprob")
 RISKS = (0.2, 0.3)
 REAL_SIZES = (100, 150, 300)
 SIM_SIZES = (300, 1000, 10000)
-Procedure = Literal["fixed-sequence", "simultaneous"]
-PROCEDURES: tuple[Procedure, ...] = ("fixed-sequence", "simultaneous")
-DELTA, DRAWS, POOL = 0.05, 100, 200_000
+HIGH_PROBABILITY = ("fixed-sequence", "simultaneous", "MAPIE Bonferroni-Holm",
+                    "MAPIE fixed sequence")  # fmt: skip
+IN_EXPECTATION = ("conformal selection",)
+PROCEDURES = HIGH_PROBABILITY + IN_EXPECTATION
+DELTA, DRAWS, POOL, BATCH = 0.05, 100, 200_000, 1000
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -79,11 +99,59 @@ def ceiling(scores: FloatArray, errors: FloatArray, risk: float) -> float:
     return float((good[-1] + 1) / scores.size) if good.size else 0.0
 
 
-def threshold(s: FloatArray, err: BoolArray, risk: float, procedure: Procedure) -> float:
+def mapie_threshold(s: FloatArray, err: BoolArray, risk: float, method: str) -> float:
+    """MAPIE's Learn-then-Test threshold on the score's scale (``inf`` when it refuses).
+
+    MAPIE thresholds a probability of the positive class (a right answer) on a grid in
+    [0, 0.99]; the score is handed over as its empirical distribution on the calibration
+    answers (no labels), so the grid is a grid of the scores' quantiles, and the chosen
+    grid value maps back to the smallest calibration score at or above it.
+    """
+    import warnings
+
+    from mapie.risk_control import BinaryClassificationController
+
+    ranked = np.sort(s)
+
+    def proba(x: npt.ArrayLike) -> FloatArray:
+        u = np.searchsorted(ranked, np.asarray(x, dtype=np.float64).ravel(), "right") / s.size
+        return np.column_stack([1.0 - u, u])
+
+    fwer = "bonferroni_holm" if method == "MAPIE Bonferroni-Holm" else "fixed_sequence"
+    controller = BinaryClassificationController(
+        proba, "precision", target_level=1.0 - risk, confidence_level=1.0 - DELTA,
+        best_predict_param_choice="recall", fwer_method=fwer,
+    )  # fmt: skip
+    with warnings.catch_warnings():  # "no threshold found" and the like: a refusal, counted
+        warnings.simplefilter("ignore", UserWarning)
+        controller.calibrate(s[:, None], (~err).astype(int))
+    best = controller.best_predict_param
+    if best is None or not np.isfinite(float(best)):
+        return float("inf")
+    shown = s[proba(s)[:, 1] >= float(best)]
+    return float(shown.min()) if shown.size else float("inf")
+
+
+def threshold(s: FloatArray, err: BoolArray, risk: float, procedure: str) -> float:
+    """The procedure's threshold on the score (``inf``: it refuses)."""
     try:
-        return ltt_threshold(s, err, risk, DELTA, procedure=procedure).tau
+        if procedure.startswith("MAPIE"):
+            return mapie_threshold(s, err, risk, procedure)
+        if procedure == "simultaneous":
+            return ltt_threshold(s, err, risk, DELTA, procedure="simultaneous").tau
+        return ltt_threshold(s, err, risk, DELTA).tau
     except InsufficientDataError:
         return float("inf")
+
+
+def shown_on(
+    s: FloatArray, err: BoolArray, risk: float, procedure: str, batch: FloatArray
+) -> tuple[BoolArray, bool]:
+    """Which batch answers the procedure calibrated on ``s, err`` shows, and whether it refused."""
+    if procedure in IN_EXPECTATION:
+        return conformal_select(s, err, batch, risk).selected, False
+    tau = threshold(s, err, risk, procedure)
+    return batch >= tau, not np.isfinite(tau)
 
 
 def real_rows(name: str, scores: dict[str, FloatArray], ok: BoolArray) -> list[dict[str, Any]]:
@@ -95,15 +163,17 @@ def real_rows(name: str, scores: dict[str, FloatArray], ok: BoolArray) -> list[d
                 rng = np.random.default_rng(0)
                 draws = [rng.permutation(s.size) for _ in range(DRAWS)]
                 for procedure in PROCEDURES:
-                    shown, refused = [], 0
+                    shown, wrong, refused = [], [], 0
                     for perm in draws:
                         cal, test = perm[:n], perm[n:]
-                        tau = threshold(s[cal], ~ok[cal], risk, procedure)
-                        refused += not np.isfinite(tau)
-                        shown.append(float((s[test] >= tau).mean()))
+                        sel, refusal = shown_on(s[cal], ~ok[cal], risk, procedure, s[test])
+                        refused += refusal
+                        shown.append(float(sel.mean()))
+                        wrong.append(float((~ok[test][sel]).mean()) if sel.any() else 0.0)
                     rows.append({"data": name, "score": score, "risk": risk, "n": n,
                                  "procedure": procedure, "ceiling": top,
                                  "coverage": float(np.mean(shown)), "refused": refused,
+                                 "wrong_shown": float(np.mean(wrong)),
                                  "draws": DRAWS})  # fmt: skip
     return rows
 
@@ -139,19 +209,32 @@ def sim_rows(name: str, scores: dict[str, FloatArray], ok: BoolArray) -> list[di
             for n in SIM_SIZES:
                 for procedure in PROCEDURES:
                     rng = np.random.default_rng(1)
-                    shown, refused, violated = [], 0, 0
+                    shown, wrong, refused, violated = [], [], 0, 0
                     for _ in range(DRAWS):
                         idx = rng.integers(0, s.size, n)
                         err = rng.random(n) < p_err[idx]
+                        if procedure in IN_EXPECTATION:
+                            b = rng.integers(0, s.size, BATCH)
+                            b_err = rng.random(BATCH) < p_err[b]
+                            sel = conformal_select(s[idx], err, s[b], risk).selected
+                            shown.append(float(sel.mean()))
+                            wrong.append(float(b_err[sel].mean()) if sel.any() else 0.0)
+                            continue
                         tau = threshold(s[idx], err, risk, procedure)
                         refused += not np.isfinite(tau)
                         cov, r = population(tau)
                         shown.append(cov)
+                        wrong.append(r)
                         violated += r > risk
-                    rows.append({"data": f"{name} (simulated)", "score": score, "risk": risk,
-                                 "n": n, "procedure": procedure, "ceiling": top,
-                                 "coverage": float(np.mean(shown)), "refused": refused,
-                                 "violations": violated, "draws": DRAWS})  # fmt: skip
+                    row = {"data": f"{name} (simulated)", "score": score, "risk": risk,
+                           "n": n, "procedure": procedure, "ceiling": top,
+                           "coverage": float(np.mean(shown)), "refused": refused,
+                           "wrong_shown": float(np.mean(wrong)), "draws": DRAWS}  # fmt: skip
+                    if procedure in IN_EXPECTATION:
+                        row["wrong_shown_se"] = float(np.std(wrong, ddof=1) / np.sqrt(DRAWS))
+                    else:
+                        row["violations"] = violated
+                    rows.append(row)
     return rows
 
 
@@ -177,20 +260,31 @@ def _violation_cell(row: dict[str, Any]) -> str:
     return f"{k} of {n} [{lo:.1%}, {hi:.1%}]"
 
 
+def _wrong_cell(row: dict[str, Any]) -> str:
+    if "wrong_shown" not in row:
+        return "-"
+    if "wrong_shown_se" in row:
+        mean, half = row["wrong_shown"], 1.96 * row["wrong_shown_se"]
+        return f"{mean:.1%} [{mean - half:.1%}, {mean + half:.1%}]"
+    return f"{row['wrong_shown']:.1%}"
+
+
 def render(saved: dict[str, Any]) -> str:
     lines = [
         f"<!-- generated by `{COMMAND}` (or `--docs-only` from its JSON); do not edit -->",
         "",
-        "| data | score | risk | labels | procedure | shown | ceiling | share of ceiling "
-        "| refused | violations (95% interval) |",
-        "|---|---|---:|---:|---|---:|---:|---:|---:|---|",
+        "| data | score | risk | labels | procedure | promise | shown | ceiling "
+        "| share of ceiling | wrong among shown | refused | violations (95% interval) |",
+        "|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in saved["rows"]:
         share = f"{r['coverage'] / r['ceiling']:.0%}" if r["ceiling"] else "n/a"
+        promise = "in expectation" if r["procedure"] in IN_EXPECTATION else "high probability"
+        refused = f"{r['refused']} of {r['draws']}" if r["procedure"] in HIGH_PROBABILITY else "-"
         lines.append(
             f"| {r['data']} | `{r['score']}` | {r['risk']:g} | {r['n']:,} | {r['procedure']} "
-            f"| {r['coverage']:.1%} | {r['ceiling']:.1%} | {share} "
-            f"| {r['refused']} of {r['draws']} | {_violation_cell(r)} |"
+            f"| {promise} | {r['coverage']:.1%} | {r['ceiling']:.1%} | {share} "
+            f"| {_wrong_cell(r)} | {refused} | {_violation_cell(r)} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -50,6 +50,8 @@ RUN: dict[tuple[str, str], str] = {
         f"{C}::test_fitting_calibrate_summary",
     ("docs/fitting.md", "$ liftguard calibrate --certificate fit.json --traces labelled.jsonl \\"):
         f"{C}::test_fitting_margins_from",
+    ("docs/fitting.md", "from guardrail.evaluate import conformal_select"):
+        "tests/guardrail/test_conformal_selection.py::test_the_fitting_page_example",
     ("docs/fitting-from-python.md", "import json"): FP,
     ("docs/fitting-from-python.md", "fitted on 200 answers, tau calibrated on 200 others"): FP,
     ("docs/fleet.md", "guardrails:"): f"{D}::test_fleet_guardrail_settings",

@@ -117,3 +117,22 @@ def test_bad_input_is_a_clear_error(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         conformal_select(scores, errors, batch, level)
+
+
+def test_the_fitting_page_example() -> None:
+    # the block of docs/fitting.md, run as written, prints what the selection shows
+    import contextlib
+    import io
+
+    from markdown_blocks import block
+
+    code = block("docs/fitting.md", "from guardrail.evaluate import conformal_select").text
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "docs/fitting.md", "exec"), {})
+    rng = np.random.default_rng(0)
+    calibration = rng.normal(size=300)
+    wrong = rng.random(300) < 1 / (1 + np.exp(3 * calibration))
+    chosen = conformal_select(calibration, wrong, rng.normal(size=200), level=0.2)
+    assert 0 < chosen.n_selected < 200
+    assert out.getvalue() == f"shows {chosen.n_selected} of 200\n"

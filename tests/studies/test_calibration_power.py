@@ -20,6 +20,16 @@ def test_the_page_is_the_saved_run() -> None:
     per_data = len(study.SCORES) * len(study.RISKS) * len(study.PROCEDURES)
     sizes = len(study.REAL_SIZES) + len(study.SIM_SIZES)
     assert len(cells) == len(saved["rows"]) == len(study.TRACES) * per_data * sizes
+    # every high-probability procedure keeps its promise in every simulated cell (a
+    # one-sided 99.9% binomial bound at delta), and the in-expectation one its mean
+    from scipy import stats
+
+    bound = int(stats.binom.ppf(0.999, study.DRAWS, study.DELTA))
+    for r in saved["rows"]:
+        if "violations" in r:
+            assert r["violations"] <= bound, r
+        if "wrong_shown_se" in r:
+            assert r["wrong_shown"] - 3.1 * r["wrong_shown_se"] <= r["risk"], r
 
 
 def test_the_ceiling_is_the_largest_top_share_within_the_risk() -> None:
