@@ -26,7 +26,6 @@ import asyncio
 import inspect
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, cast
@@ -72,6 +71,7 @@ from ._config import (
     config_relative,
     fleet_settings,
 )
+from ._pending import MAX_PENDING, PendingRequests
 from ._wire import (
     BLOCKED_STATUS,
     GuardrailHTTPError,
@@ -79,6 +79,8 @@ from ._wire import (
     is_http_error,
     refusal_chunk,
     refuse_completion,
+    route_refusal,
+    untracked_refusal,
     upstream_chunks,
     upstream_failure,
 )
@@ -89,9 +91,7 @@ logger = logging.getLogger(__name__)
 
 _HOOKS = ("pre_call", "post_call")
 _CHAT_CALLS = ("completion", "acompletion")
-_MAX_PENDING = 10_000
-"""Requests between the pre-call and post-call hooks kept at once (the oldest is dropped
-past it: a request whose post-call hook never ran, e.g. a client that left)."""
+"""LiteLLM's call types of a chat completion: the only ones a guarded model answers."""
 
 
 class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is not type-checked)
@@ -120,7 +120,12 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
     (``refusal_message``, ``finish_reason`` ``content_filter``). ``top_logprobs``: per-token
     alternatives asked of the upstream (``None``: 20, or more if the certificate reads more).
     ``max_answer_tokens`` (16,384, at most the request's own limit): an answer past it is
-    blocked there (cause ``over_token_limit``). ``refresh_s``: a store alias is re-read at
+    blocked there (cause ``over_token_limit``). ``max_pending_requests`` (10,000): the most
+    requests kept between the pre-call hook and their answer, each under a key the guardrail
+    mints (:mod:`adapters._litellm._pending`); an answer whose request is not kept (forgotten
+    past the bound, or never prepared) is refused (HTTP 503), never passed through. A guarded
+    model answers chat completions only: another route on it is refused (HTTP 400).
+    ``refresh_s``: a store alias is re-read at
     most this often, on the next request, in a worker thread (0: never); a new version
     applies to the requests that start after it, with a fresh risk monitor.
     ``on_context_mismatch``: a request that changes the certificate's generation context (a
@@ -185,6 +190,7 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         top_logprobs: int | None = None,
         max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
         max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS,
+        max_pending_requests: int = MAX_PENDING,
         on_context_mismatch: str = "log",
         allow_request_fields: Sequence[str] = (),
         storage_options: Mapping[str, Any] | None = None,
@@ -238,7 +244,7 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         self.allowed_fields = frozenset(allowed) | LITELLM_REQUEST_FIELDS
         # refused now, not per request
         check_upstream(self.source.current()[0], top_logprobs, LITELLM_FIX)
-        self._pending: OrderedDict[str, GuardedRequest] = OrderedDict()
+        self._pending = PendingRequests[GuardedRequest](max_pending_requests)
         self.name = str(getattr(self, "guardrail_name", None) or "liftguard")
         self.risk = make_risk_watch(
             {self.name: self.source},
@@ -259,9 +265,11 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
     async def async_pre_call_hook(
         self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: str
     ) -> dict[str, Any]:
-        """Ask the upstream for the logprobs the certificate reads, with its context."""
+        """Ask the upstream for the logprobs the certificate reads, with its context; any
+        other route than a chat completion (``/v1/messages``, ``/v1/completions``, ...) is
+        refused on a guarded model (HTTP 400): its answer would not be guarded."""
         if call_type not in _CHAT_CALLS:
-            return data
+            raise route_refusal(call_type)
         self._maybe_refresh()
         certificate, label = self.source.current()
         request_id = str(data.get("litellm_call_id") or id(data))
@@ -290,9 +298,11 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
                     str(refused), "invalid_request_error", "context_mismatch", param=refused.param
                 )
                 raise GuardrailHTTPError(400, body)
-        self._pending[request_id] = request
-        while len(self._pending) > _MAX_PENDING:
-            self._pending.popitem(last=False)
+        try:
+            self._pending.add(data, request)
+        except ValueError as exc:
+            body = error_body(str(exc), "invalid_request_error", "bad_metadata", param="metadata")
+            raise GuardrailHTTPError(400, body) from exc
         return data
 
     def _maybe_refresh(self) -> None:
@@ -344,8 +354,9 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
             ),
         )
 
-    def _request(self, data: Mapping[str, Any]) -> GuardedRequest | None:
-        return self._pending.pop(str(data.get("litellm_call_id")), None)
+    def _request(self, data: dict[str, Any]) -> GuardedRequest | None:
+        """The request the pre-call hook prepared for ``data`` (:mod:`._pending`), taken."""
+        return self._pending.take(data)
 
     async def async_post_call_failure_hook(
         self,
@@ -369,10 +380,9 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
     ) -> AsyncGenerator[Any, None]:
         """Guard the stream: hold or pass chunks, end a blocked answer, close the upstream."""
         request = self._request(request_data)
-        if request is None:  # not a request the pre-call hook prepared (another route)
-            async for chunk in response:
-                yield chunk
-            return
+        if request is None:  # not prepared by the pre-call hook, or forgotten: refused unread
+            await aclose_upstream(response)
+            raise untracked_refusal()
         answer = Answer(request, max_token_chars=self.max_token_chars, join=ModelResponseStream)
         last: Any = None
         first_id: Any = None
@@ -421,13 +431,22 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
 
     # -- whole answers -----------------------------------------------------------------------
 
+    async def async_post_call_success_deployment_hook(
+        self, request_data: dict[str, Any], response: Any, call_type: Any
+    ) -> None:
+        """Nothing: LiteLLM's ``CustomGuardrail`` runs the success hook here too, inside the
+        router, for a guardrail attached to the model, and then again on the proxy's response.
+        The answer is decided once, by the proxy's call (the one every guardrail gets), and a
+        success hook that finds no prepared request refuses the answer."""
+        return None
+
     async def async_post_call_success_hook(
         self, data: dict[str, Any], user_api_key_dict: Any, response: Any
     ) -> Any:
         """Decide on a whole (non-streamed) answer; the verdict travels with the response."""
         request = self._request(data)
-        if request is None or not hasattr(response, "choices"):
-            return response
+        if request is None or not hasattr(response, "choices"):  # refused, never passed on
+            raise untracked_refusal()
         answer = Answer(request, max_token_chars=self.max_token_chars)
         try:
             whole = completion_chunk(response, upstream_finish_reasons(data, response))

@@ -24,12 +24,16 @@ __all__ = [
     "is_http_error",
     "refusal_chunk",
     "refuse_completion",
+    "route_refusal",
+    "untracked_refusal",
     "upstream_chunks",
     "upstream_failure",
 ]
 
 BLOCKED_STATUS = 422
 """The HTTP status of a blocked answer (the proxy's, for a non-streamed request)."""
+UNTRACKED_STATUS = 503
+"""The HTTP status of an answer whose request the guardrail has no record of."""
 
 
 class GuardrailHTTPError(HTTPException):  # type: ignore[misc]  # (fastapi is not type-checked)
@@ -115,3 +119,26 @@ def upstream_failure(exc: BaseException) -> GuardrailHTTPError:
         status = 502
     reason = f"the upstream failed (HTTP {status}, {type(exc).__name__})"
     return GuardrailHTTPError(status, error_body(reason, UPSTREAM_TYPE, "upstream_error"))
+
+
+def route_refusal(call_type: str) -> GuardrailHTTPError:
+    """The error a request to a guarded model gets on a route the guardrail does not guard
+    (LiteLLM's ``call_type``: ``anthropic_messages``, ``atext_completion``, ...): HTTP 400."""
+    reason = (
+        f"this model is guarded by liftguard, which guards chat completions "
+        f"(/v1/chat/completions) only: a {call_type} request is refused"
+    )
+    return GuardrailHTTPError(400, error_body(reason, "invalid_request_error", "route_not_guarded"))
+
+
+def untracked_refusal() -> GuardrailHTTPError:
+    """The error an answer gets when the guardrail has no record of its request (the
+    pre-call hook did not prepare it, or it was forgotten past the bound on requests in
+    flight): refused unread, never passed through (HTTP 503)."""
+    reason = (
+        "liftguard has no record of this request (not prepared by its pre-call hook, or "
+        "forgotten among too many requests in flight): the answer is refused unread"
+    )
+    return GuardrailHTTPError(
+        UNTRACKED_STATUS, error_body(reason, "liftguard_unguarded", "request_not_tracked")
+    )

@@ -68,10 +68,12 @@ def front_ends(
                         "buffered": {"guard_mode": "buffered", "on_block": "error"},
                         "passthrough": {"guard_mode": "passthrough", "on_block": "error"},
                         "refusal": {"guard_mode": "buffered", "on_block": "refusal"},
+                        # (test_conformance_litellm.py: a request forgotten past the bound)
+                        "bounded": {"guard_mode": "buffered", "max_pending_requests": 1},
                     },
                 )
             )
-            for mode in ("buffered", "passthrough", "refusal"):  # (refusal: not in FRONT_ENDS)
+            for mode in ("buffered", "passthrough", "refusal", "bounded"):  # (not in FRONT_ENDS)
                 for stream in (True, False):
                     name = f"litellm-{mode}-{'stream' if stream else 'whole'}"
                     out[name] = HTTPFrontEnd(name, litellm.base_url, litellm.key, mode, stream)
