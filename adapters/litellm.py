@@ -12,6 +12,8 @@ LiteLLM's ``config.yaml``::
           certificate: cert.json         # or STORE_URL#NAME@ALIAS
           guard_mode: buffered           # or passthrough
           on_block: error                # or refusal
+    litellm_settings:
+      callbacks: [adapters.litellm.guardrail_check]   # nothing served unless it runs
 
 and ``litellm --config config.yaml``. The guardrail asks the upstream for the logprobs the
 certificate reads (and strips them from what the client gets unless it asked), fills in the
@@ -32,10 +34,23 @@ INSTALL_HINT = 'the LiteLLM guardrail needs LiteLLM and its proxy: pip install "
 try:
     from ._litellm._config import GuardrailStartupError
     from ._litellm._guardrail import LiftGuardGuardrail
+    from ._litellm._startup import GuardrailCheck as _GuardrailCheck
     from ._litellm._wire import BLOCKED_STATUS
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     if exc.name is not None and exc.name.split(".")[0] in ("litellm", "fastapi", "starlette"):
         raise ImportError(INSTALL_HINT) from exc
     raise
 
-__all__ = ["BLOCKED_STATUS", "INSTALL_HINT", "GuardrailStartupError", "LiftGuardGuardrail"]
+__all__ = [
+    "BLOCKED_STATUS",
+    "INSTALL_HINT",
+    "GuardrailStartupError",
+    "LiftGuardGuardrail",
+    "guardrail_check",
+]
+
+guardrail_check = _GuardrailCheck()
+"""LiteLLM's callback (``litellm_settings: callbacks: [adapters.litellm.guardrail_check]``):
+made when LiteLLM imports this module, it checks every liftguard guardrail entry of LiteLLM's
+``config.yaml`` as LiteLLM will (an entry LiteLLM would skip stops its start), and refuses
+every request while one of them is not running. Inside no LiteLLM proxy it checks nothing."""

@@ -72,6 +72,7 @@ from ._config import (
     fleet_settings,
 )
 from ._pending import MAX_PENDING, PendingRequests
+from ._startup import RUNNING
 from ._wire import (
     BLOCKED_STATUS,
     GuardrailHTTPError,
@@ -259,6 +260,7 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         self._refreshed = time.monotonic()
         self._refreshing: asyncio.Task[None] | None = None
         logger.info("liftguard guardrail: certificate %s, %s", self.source.describe(), guard_mode)
+        RUNNING.add(self.name)  # (guardrail_check refuses every request while one is not)
 
     # -- pre-call ----------------------------------------------------------------------------
 

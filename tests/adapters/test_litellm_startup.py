@@ -8,6 +8,7 @@ constructor's refusals are also checked in-process for every error the issue lis
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import types
@@ -118,3 +119,75 @@ def test_the_checks_name_the_setting_and_a_good_configuration_passes(tmp_path: P
         )  # fmt: skip
     make_certificate().save(tmp_path / "cert.json")
     assert _guardrail(certificate=str(tmp_path / "cert.json")).guard_mode == "buffered"
+
+
+# --- entries LiteLLM skips before the guardrail's constructor runs -----------------------------
+
+
+CHECK = "adapters.litellm.guardrail_check"
+
+
+def _edited(config: Path, old: str, new: str) -> Path:
+    text = config.read_text(encoding="utf-8")
+    assert old in text, text
+    config.write_text(text.replace(old, new, 1), encoding="utf-8")
+    return config
+
+
+SKIPPED = [
+    ("      mode: [pre_call, post_call]\n", ""),
+    ("      default_on: false\n", "      default_on: maybe\n"),
+]
+"""Edits of an entry that LiteLLM 1.110.2 skips before importing the guardrail (its
+``LitellmParams`` schema requires ``mode`` and a boolean ``default_on``)."""
+
+
+@pytest.mark.parametrize(("old", "new"), SKIPPED, ids=["no-mode", "default_on-maybe"])
+def test_litellm_does_not_start_with_an_entry_it_would_skip(
+    tmp_path: Path, old: str, new: str
+) -> None:
+    config = write_config(
+        tmp_path, "http://127.0.0.1:9/v1", make_certificate(context=CONTEXT),
+        {"guarded": {"guard_mode": "buffered"}}, callbacks=[CHECK],
+    )  # fmt: skip
+    code, log = start_outcome(_edited(config, old, new))
+    assert code is not None, f"LiteLLM served with a guardrail it skipped:\n{log[-3000:]}"
+    assert code != 0
+    assert "LiteLLM must not start" in log and "'lg-guarded'" in log, log[-3000:]
+    assert "WITHOUT this guardrail" not in log
+
+
+@pytest.mark.parametrize(("old", "new"), SKIPPED, ids=["no-mode", "default_on-maybe"])
+def test_an_entry_litellm_would_skip_is_found_through_another_entry(
+    tmp_path: Path, old: str, new: str
+) -> None:
+    # no callback: LiteLLM imports the guardrail for the valid entry, and the import checks all
+    config = write_config(
+        tmp_path, "http://127.0.0.1:9/v1", make_certificate(context=CONTEXT),
+        {"guarded": {"guard_mode": "buffered"}, "other": {"guard_mode": "passthrough"}},
+    )  # fmt: skip
+    text = config.read_text(encoding="utf-8")
+    head, sep, tail = text.partition("  - guardrail_name: lg-other\n")
+    assert old in tail
+    config.write_text(head + sep + tail.replace(old, new, 1), encoding="utf-8")
+    code, log = start_outcome(config)
+    assert code is not None and code != 0, f"LiteLLM served:\n{log[-3000:]}"
+    assert "LiteLLM must not start" in log and "'lg-other'" in log, log[-3000:]
+
+
+def test_the_check_refuses_every_request_while_a_guardrail_is_not_running() -> None:
+    from adapters._litellm._startup import RUNNING, GuardrailCheck
+    from adapters._litellm._wire import GuardrailHTTPError
+
+    entry = {"guardrail": "adapters.litellm.LiftGuardGuardrail", "mode": ["pre_call", "post_call"]}
+    config = {"guardrails": [{"guardrail_name": "lg-never-started", "litellm_params": entry}]}
+    check = GuardrailCheck(config)
+    data = {"model": "plain", "messages": []}
+    with pytest.raises(GuardrailHTTPError) as refused:
+        asyncio.run(check.async_pre_call_hook(None, None, data, "acompletion"))
+    assert refused.value.status_code == 503 and "lg-never-started" in str(refused.value.detail)
+    RUNNING.add("lg-never-started")
+    try:
+        assert asyncio.run(check.async_pre_call_hook(None, None, data, "embeddings")) is None
+    finally:
+        RUNNING.discard("lg-never-started")
