@@ -305,6 +305,7 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         except ValueError as exc:
             body = error_body(str(exc), "invalid_request_error", "bad_metadata", param="metadata")
             raise GuardrailHTTPError(400, body) from exc
+        self.risk.begin(self.name, request_id)  # a label before the verdict: come back later
         return data
 
     def _maybe_refresh(self) -> None:

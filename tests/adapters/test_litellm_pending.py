@@ -91,3 +91,31 @@ async def test_an_answer_whose_request_was_not_prepared_is_refused_unread(tmp_pa
         await guard.async_pre_call_hook(None, None, text, "atext_completion")
     assert route.value.status_code == 400
     assert route.value.detail["error"]["code"] == "route_not_guarded"
+
+
+async def test_a_label_for_an_answer_still_being_served_is_told_to_come_back(
+    tmp_path: Path,
+) -> None:
+    # the pre-call hook marks the request in flight, so a label that overtakes the
+    # answer gets 503 answer_in_flight (come back), never 404 (unknown: give up)
+    from adapters._serving._risk_replies import FeedbackRefused
+    from adapters.litellm import LiftGuardGuardrail
+
+    calibrated_certificate(0.3).save(tmp_path / "cert.json")
+    guard = LiftGuardGuardrail(
+        certificate=str(tmp_path / "cert.json"), event_hook=["pre_call", "post_call"]
+    )
+    data: dict[str, Any] = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "Capital of France?"}],
+        "stream": True,
+        "litellm_call_id": "call-1",
+        "litellm_logging_obj": _Logging(),
+    }
+    await guard.async_pre_call_hook(None, None, data, "acompletion")
+    with pytest.raises(FeedbackRefused) as early:
+        guard.risk.label("call-1", correct=True)
+    assert (early.value.status, early.value.code) == (503, "answer_in_flight")
+    with pytest.raises(FeedbackRefused) as unknown:
+        guard.risk.label("call-2", correct=True)
+    assert (unknown.value.status, unknown.value.code) == (404, "unknown_answer")
