@@ -1,0 +1,339 @@
+"""The default certificate under a shift: fitted on one set of answers, ranked and
+calibrated on another, against every single score on the same target.
+
+    python -m studies.shift               # every shift (a few minutes)
+    python -m studies.shift --docs-only   # the page from the saved JSON
+
+Writes ``benchmarks/results/shift.json`` and ``docs/results/shift.md``.
+
+Data: the committed answers of Qwen2.5-Coder-1.5B-Instruct only, 500 MBPP
+(``benchmarks/traces/mbpp_qwen25coder.jsonl.xz``) and 600 GSM8K
+(``benchmarks/traces/gsm8k_qwen25coder/``), generated with a 512-token limit.
+
+Shifts (source -> target):
+
+- *in-domain*, for reference: each task's answers split in halves by a permutation
+  seeded 0 (the held-out split of every benchmark here); fit on the first, test on the
+  second.
+- *answer length*: each task's answers ordered by their number of tokens (ties broken by
+  a permutation seeded 0) and cut in the middle; fit on the shorter half and test on the
+  longer, and the reverse (:func:`length_halves`).
+- *task family*: fit on all of one task's answers, test on all of the other's (MBPP ->
+  GSM8K, GSM8K -> MBPP).
+
+A second fitted row, ``certificate (length-free features)``, is the same fit with
+``FitOptions(features=...)`` restricted to per-token means, rates, minima and maxima
+(:data:`VARIANTS`): the candidate for a statistic that does not lean on features growing
+with the answer's length. It is a candidate measured here, not a default.
+
+Per shift, on the target answers: the default certificate fitted on the source
+(``fit_certificate(source, FitOptions(fit_fraction=1.0, max_tokens=512))``: every default
+of ``liftguard fit --fit-fraction 1``, the token limit the answers were generated with),
+replayed through its monitor (:func:`guardrail.evaluate.fitted_method`), and every single
+score of :data:`guardrail.traces.BASELINES` on the whole answer. AUROC of each: its final
+score against the labels, with a paired percentile bootstrap 95% interval (1,000
+resamples of the target answers, the same for every score) and, for the certificate,
+the interval of its difference from the best single score (the best by AUROC on the
+target, chosen with the target's labels). Coverage at the target risk (0.3, and also
+0.2 on a GSM8K target, where the error rate leaves room): tau calibrated anew on the
+target by :func:`guardrail.evaluate.evaluate_methods` (50 random splits seeded 7, half
+calibration and half test, the Learn-then-Test fixed sequence at delta 0.05; a refusal
+counts as 0% shown), the mean share of the test halves shown.
+
+The criterion (issue 50's "done when"), per fitted row: its AUROC at least the best single
+score's minus 0.01, and its coverage at each target risk at least the best single
+score's (the single score that covers the most there) minus 1 point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import math
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from guardrail.evaluate import MethodScores, auroc, evaluate_methods, fitted_method
+from guardrail.fitting import Feature, FitOptions, fit_certificate
+from guardrail.traces import BASELINES, Trace, baseline_score, parse_trace_lines
+
+ROOT = Path(__file__).resolve().parents[1]
+SAVED = ROOT / "benchmarks" / "results" / "shift.json"
+PAGE = ROOT / "docs" / "results" / "shift.md"
+COMMAND = "python -m studies.shift"
+TRACES = {
+    "MBPP": ROOT / "benchmarks" / "traces" / "mbpp_qwen25coder.jsonl.xz",
+    "GSM8K": ROOT / "benchmarks" / "traces" / "gsm8k_qwen25coder",
+}
+MAX_TOKENS = 512
+"""The token limit both sets of answers were generated with."""
+SEED, SPLIT_SEED, SPLITS, DELTA, BOOTSTRAP = 0, 7, 50, 0.05, 1000
+RISKS = {"MBPP": (0.3,), "GSM8K": (0.2, 0.3)}
+"""The target risks per target task."""
+AUROC_SLACK, COVERAGE_SLACK = 0.01, 0.01
+CERTIFICATE = "certificate"
+LENGTH_FREE = "certificate (length-free features)"
+_NINE = repr(math.log(0.9))
+VARIANTS: dict[str, tuple[str, ...] | None] = {
+    CERTIFICATE: None,
+    LENGTH_FREE: (
+        "logprob.min",
+        f"logprob.frac_below@{_NINE}",
+        "entropy.mean",
+        "lift.min",
+        "lift.max",
+        "lift.mean",
+        "code:logprob.mean",
+        "number:logprob.mean",
+    ),
+}
+"""The fitted rows: the default features (``None``: the ``lift`` preset and the scopes'
+log-likelihoods), and the candidate that reads no feature growing with the answer's
+length, the default's mapped one for one: each sum a mean (``entropy.sum`` is dropped
+beside the ``entropy.mean`` already there; each scope's ``logprob.sum`` is that scope's
+mean, for both scopes whatever the source), the count below log 0.9 the share below it,
+the length dropped; the minima and maxima kept."""
+
+BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.int64]
+
+
+def read(path: Path) -> list[Trace]:
+    """The labelled traces of an xz file, or of a folder of xz parts in name order."""
+    parts = sorted(path.glob("*.jsonl.xz")) if path.is_dir() else [path]
+    traces: list[Trace] = []
+    for part in parts:
+        with lzma.open(part, "rt", encoding="utf-8") as src:
+            traces.extend(parse_trace_lines(src, source=str(part)))
+    return traces
+
+
+def random_halves(n: int, seed: int = SEED) -> tuple[IntArray, IntArray]:
+    """Indices of two halves by a seeded permutation (the first ``n // 2`` of it, the
+    rest), each in order."""
+    perm = np.random.default_rng(seed).permutation(n)
+    return np.sort(perm[: n // 2]), np.sort(perm[n // 2 :])
+
+
+def length_halves(lengths: Sequence[int], seed: int = SEED) -> tuple[IntArray, IntArray]:
+    """Indices of the shorter and the longer half of answers of these lengths (ties
+    broken by a seeded permutation), each in order: every answer of the longer half is
+    at least as long as the shorter half's longest."""
+    n = len(lengths)
+    tie = np.random.default_rng(seed).permutation(n)
+    order = np.lexsort((tie, np.asarray(lengths)))
+    return np.sort(order[: n // 2]), np.sort(order[n // 2 :])
+
+
+def shifts(data: dict[str, list[Trace]]) -> list[tuple[str, str, str, list[Trace], list[Trace]]]:
+    """``(kind, name, target task, source, target)`` for every shift."""
+    out = []
+    for task, traces in data.items():
+        a, b = random_halves(len(traces))
+        out.append(("in-domain", f"{task}: half A -> half B", task,
+                    [traces[i] for i in a], [traces[i] for i in b]))  # fmt: skip
+    for task, traces in data.items():
+        short, long = length_halves([t.n_tokens for t in traces])
+        s, lg = [traces[i] for i in short], [traces[i] for i in long]
+        out.append(("answer length", f"{task}: shorter half -> longer half", task, s, lg))
+        out.append(("answer length", f"{task}: longer half -> shorter half", task, lg, s))
+    (t1, x1), (t2, x2) = data.items()
+    out.append(("task family", f"{t1} -> {t2}", t2, x1, x2))
+    out.append(("task family", f"{t2} -> {t1}", t1, x2, x1))
+    return out
+
+
+def single_scores(traces: Sequence[Trace]) -> list[MethodScores]:
+    """Every single score of :data:`BASELINES` on the whole answer, decided at the end."""
+    out = []
+    for name in BASELINES:
+        s = np.array([baseline_score(t, name) for t in traces])
+        out.append(MethodScores(name, s, s))
+    return out
+
+
+def bootstrap_auroc(
+    finals: dict[str, npt.NDArray[np.float64]], ok: BoolArray, reference: str, other: str
+) -> tuple[dict[str, list[float]], list[float]]:
+    """Paired percentile 95% intervals of each score's AUROC, and of ``reference`` minus
+    ``other``, over :data:`BOOTSTRAP` resamples of the answers (seeded)."""
+    rng = np.random.default_rng(SEED)
+    names = list(finals)
+    auc = np.full((len(names), BOOTSTRAP), np.nan)
+    for b in range(BOOTSTRAP):
+        idx = rng.integers(0, ok.size, size=ok.size)
+        for j, name in enumerate(names):
+            auc[j, b] = auroc(finals[name][idx], ok[idx])
+
+    def interval(values: npt.NDArray[np.float64]) -> list[float]:
+        finite = values[np.isfinite(values)]
+        return [float(v) for v in np.quantile(finite, [0.025, 0.975])]
+
+    per = {name: interval(auc[j]) for j, name in enumerate(names)}
+    diff = interval(auc[names.index(reference)] - auc[names.index(other)])
+    return per, diff
+
+
+def measure(
+    kind: str, name: str, task: str, source: list[Trace], target: list[Trace],
+    progress: Callable[[str], None],
+) -> dict[str, Any]:  # fmt: skip
+    ok = np.array([bool(t.correct) for t in target])
+    fitted: list[MethodScores] = []
+    for label, feats in VARIANTS.items():
+        progress(f"{name}: fit {label}")
+        features = None if feats is None else tuple(Feature.parse(f) for f in feats)
+        opts = FitOptions(fit_fraction=1.0, max_tokens=MAX_TOKENS, features=features)
+        cert, _ = fit_certificate(source, opts)
+        fitted.append(fitted_method(target, cert, label, max_tokens=MAX_TOKENS))
+    singles = single_scores(target)
+    progress(f"{name}: coverage")
+    risks = RISKS[task]
+    cov = {f"{r:g}": evaluate_methods([*fitted, *singles], ok, risk=r, delta=DELTA,
+                                      splits=SPLITS, seed=SPLIT_SEED)
+           for r in risks}  # fmt: skip
+    aurocs = {m.name: auroc(m.final, ok) for m in [*fitted, *singles]}
+    best = max(BASELINES, key=lambda s: aurocs[s])
+    progress(f"{name}: bootstrap")
+    finals = {m.name: m.final for m in [*fitted, *singles]}
+    methods: dict[str, Any] = {}
+    for m in [*fitted, *singles]:
+        methods[m.name] = {
+            "auroc": aurocs[m.name],
+            "coverage": {r: cov[r][m.name]["coverage_mean"] for r in cov},
+            "refused": {r: cov[r][m.name]["refused"] for r in cov},
+        }
+    for label in VARIANTS:
+        per, diff = bootstrap_auroc(finals, ok, label, best)
+        methods[label]["auroc_minus_best"] = diff
+        for m_name, interval in per.items():
+            methods[m_name]["auroc_interval"] = interval
+    best_cov = {r: max(BASELINES, key=lambda s: methods[s]["coverage"][r]) for r in cov}
+    for label in VARIANTS:
+        entry = methods[label]
+        auc_ok = entry["auroc"] >= aurocs[best] - AUROC_SLACK
+        cov_ok = all(entry["coverage"][r] >= methods[best_cov[r]]["coverage"][r] - COVERAGE_SLACK
+                     for r in cov)  # fmt: skip
+        entry["meets"] = {"auroc": bool(auc_ok), "coverage": bool(cov_ok)}
+    return {
+        "kind": kind, "name": name, "target_task": task,
+        "n_source": len(source), "n_target": len(target), "target_correct": float(ok.mean()),
+        "source_tokens_median": float(np.median([t.n_tokens for t in source])),
+        "target_tokens_median": float(np.median([t.n_tokens for t in target])),
+        "risks": [f"{r:g}" for r in risks],
+        "best_auroc": best, "best_coverage": best_cov, "methods": methods,
+    }  # fmt: skip
+
+
+def run() -> dict[str, Any]:
+    from tqdm import tqdm  # type: ignore[import-untyped]  # no stubs in the lock
+
+    quiet = not sys.stderr.isatty()
+    data = {task: read(path) for task, path in TRACES.items()}
+    todo = shifts(data)
+    rows = []
+    with tqdm(total=len(todo), unit="shift", disable=quiet) as bar:
+        for kind, name, task, source, target in todo:
+            rows.append(measure(kind, name, task, source, target, bar.set_description))
+            bar.update()
+    return {
+        "generated_by": COMMAND, "variants": {k: list(v) if v else None
+                                              for k, v in VARIANTS.items()},
+        "baselines": list(BASELINES), "splits": SPLITS, "split_seed": SPLIT_SEED,
+        "delta": DELTA, "bootstrap": BOOTSTRAP, "max_tokens": MAX_TOKENS,
+        "auroc_slack": AUROC_SLACK, "coverage_slack": COVERAGE_SLACK, "shifts": rows,
+    }  # fmt: skip
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _auc(entry: dict[str, Any]) -> str:
+    lo, hi = entry["auroc_interval"]
+    return f"{entry['auroc']:.3f} ({lo:.2f}-{hi:.2f})"
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "**no**"
+
+
+def render(saved: dict[str, Any]) -> str:
+    variants = list(saved["variants"])
+    lines = [
+        f"<!-- generated by `{COMMAND}` (or `--docs-only` from its JSON); do not edit -->",
+        "",
+        "| shift | fitted on -> tested on | answers (tested, correct) "
+        "| median tokens (fit -> test) | fitted | AUROC (95%) | best single score "
+        "| AUROC (95%) | difference (95%) | meets AUROC | meets coverage |",
+        "|---|---|---:|---:|---|---:|---|---:|---:|---|---|",
+    ]
+    for s in saved["shifts"]:
+        best = s["methods"][s["best_auroc"]]
+        for v in variants:
+            e = s["methods"][v]
+            lo, hi = e["auroc_minus_best"]
+            lines.append(
+                f"| {s['kind']} | {s['name']} | {s['n_target']} ({_pct(s['target_correct'])}) "
+                f"| {s['source_tokens_median']:g} -> {s['target_tokens_median']:g} | {v} "
+                f"| {_auc(e)} | `{s['best_auroc']}` | {_auc(best)} "
+                f"| {e['auroc'] - best['auroc']:+.3f} ({lo:+.2f} to {hi:+.2f}) "
+                f"| {_yes(e['meets']['auroc'])} | {_yes(e['meets']['coverage'])} |"
+            )
+    lines += [
+        "",
+        f"Coverage at the target risk, tau calibrated on the target ({saved['splits']} "
+        "splits, half calibration and half test; mean share of the test half shown, a "
+        "refusal counted as 0%; refused splits in brackets):",
+        "",
+        "| fitted on -> tested on | risk | " + " | ".join(variants)
+        + " | best single score | its coverage |",
+        "|---|---:|" + "---:|" * len(variants) + "---|---:|",
+    ]  # fmt: skip
+    for s in saved["shifts"]:
+        for r in s["risks"]:
+            cells = " | ".join(
+                f"{_pct(s['methods'][v]['coverage'][r])} ({s['methods'][v]['refused'][r]})"
+                for v in variants
+            )
+            b = s["best_coverage"][r]
+            be = s["methods"][b]
+            lines.append(f"| {s['name']} | {r} | {cells} | `{b}` "
+                         f"| {_pct(be['coverage'][r])} ({be['refused'][r]}) |")  # fmt: skip
+    lines += [
+        "",
+        "AUROC on the target of every score (95% bootstrap interval):",
+        "",
+        "| score | " + " | ".join(s["name"] for s in saved["shifts"]) + " |",
+        "|---|" + "---:|" * len(saved["shifts"]),
+    ]
+    for m in [*variants, *saved["baselines"]]:
+        cells = " | ".join(_auc(s["methods"][m]) for s in saved["shifts"])
+        lines.append(f"| `{m}` | {cells} |" if m in saved["baselines"] else f"| {m} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--docs-only", action="store_true",
+                        help="rewrite the page from the saved JSON")  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.docs_only:
+        saved = json.loads(SAVED.read_text(encoding="utf-8"))
+    else:
+        saved = run()
+        text = json.dumps(saved, indent=1, allow_nan=False)
+        SAVED.write_text(text + "\n", encoding="utf-8")
+    PAGE.write_text(render(saved), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

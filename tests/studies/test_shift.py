@@ -1,0 +1,68 @@
+"""The shift study: its page is what its saved run gives, with every cell, and its splits
+are what the page says they are."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from guardrail.traces import BASELINES
+from studies import shift as study
+
+
+def _saved() -> dict[str, Any]:
+    saved: dict[str, Any] = json.loads(study.SAVED.read_text(encoding="utf-8"))
+    return saved
+
+
+def test_the_page_is_the_saved_run() -> None:
+    saved = _saved()
+    assert saved["generated_by"] == study.COMMAND
+    written = study.PAGE.read_text(encoding="utf-8")
+    assert study.COMMAND in written.splitlines()[0] and "do not edit" in written.splitlines()[0]
+    assert written == study.render(saved), f"stale: run `{study.COMMAND} --docs-only`"
+    assert list(saved["variants"]) == list(study.VARIANTS)
+    assert saved["baselines"] == list(BASELINES)
+    kinds = {s["kind"] for s in saved["shifts"]}
+    assert kinds == {"in-domain", "answer length", "task family"}
+    assert len(saved["shifts"]) == 8
+    for s in saved["shifts"]:
+        assert s["risks"] == [f"{r:g}" for r in study.RISKS[s["target_task"]]]
+        assert set(s["methods"]) == set(study.VARIANTS) | set(BASELINES)
+        best = s["methods"][s["best_auroc"]]["auroc"]
+        assert best == max(s["methods"][b]["auroc"] for b in BASELINES)
+        for name, m in s["methods"].items():
+            assert set(m["coverage"]) == set(s["risks"]) == set(m["refused"])
+            lo, hi = m["auroc_interval"]
+            assert lo <= hi and f"{m['auroc']:.3f}" in written, (s["name"], name)
+        for v in study.VARIANTS:
+            entry = s["methods"][v]
+            assert entry["meets"]["auroc"] == (entry["auroc"] >= best - study.AUROC_SLACK)
+            covered = all(
+                entry["coverage"][r]
+                >= s["methods"][s["best_coverage"][r]]["coverage"][r] - study.COVERAGE_SLACK
+                for r in s["risks"]
+            )
+            assert entry["meets"]["coverage"] == covered
+            row = f"| {s['name']} | {s['n_target']} "
+            assert written.count(f"| {s['kind']} {row}") == len(study.VARIANTS)
+
+
+def test_the_length_split_puts_every_longer_answer_at_or_above_the_shorter_half() -> None:
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(5, 40, size=101).tolist()  # many ties, an odd count
+    short, long = study.length_halves(lengths)
+    assert len(short) == 50 and len(long) == 51
+    assert sorted([*short.tolist(), *long.tolist()]) == list(range(101))
+    assert min(lengths[i] for i in long) >= max(lengths[i] for i in short)
+    again = study.length_halves(lengths)
+    assert (again[0] == short).all() and (again[1] == long).all()
+    assert (np.diff(short) > 0).all() and (np.diff(long) > 0).all()
+
+
+def test_the_random_halves_are_disjoint_and_seeded() -> None:
+    a, b = study.random_halves(11)
+    assert len(a) == 5 and len(b) == 6 and not set(a.tolist()) & set(b.tolist())
+    assert (study.random_halves(11)[0] == a).all()
