@@ -18,17 +18,17 @@ OpenAI (Chat Completions; also vLLM, llama.cpp, Ollama), ``pip install "liftguar
 - :func:`guarded_chat_completion`: request + guard in one async generator.
 - :func:`guard_chat_stream` / :func:`guard_chat_stream_sync`: guard a stream you created
   (``top_logprobs=`` declares what it asked for; else its first token is checked).
-- :func:`events_from_chat_chunk`, :func:`events_from_responses_event`: parse chunks/events
-  into :class:`guardrail.TokenEvent` objects.
+- :func:`chat_chunk_parts`, :func:`events_from_responses_event`: parse a chunk (its token
+  events, text and finish reason) or a Responses event (its token events).
 - :class:`ProviderFormatError`: a chunk or event does not have the documented shape.
 
 Anthropic Messages (no token log-probabilities: the streamed text is scored by a local
 model), ``pip install "liftguard[anthropic,local]"``:
 
 - :func:`guarded_message`: request + guard in one async generator; needs ``scorer_model``.
-- :func:`guard_anthropic_stream` / :func:`guard_anthropic_stream_sync`: guard a stream you
-  created, with a :class:`LocalTextScorer` (incremental teacher-forced scoring of streamed
-  text; its probabilities are the scorer's own) and :func:`anthropic_scorer_prompt`.
+- :func:`guard_anthropic_stream`: guard an async stream you created, with a
+  :class:`LocalTextScorer` (incremental teacher-forced scoring of streamed text; its
+  probabilities are the scorer's own) and :func:`anthropic_scorer_prompt`.
 
 Local models, ``pip install "liftguard[local]"`` (llama-cpp-python is imported only when
 a model is loaded):
@@ -37,7 +37,7 @@ a model is loaded):
   stream carries everything a fitted statistic reads, exact entropies included.
 - :class:`PromptFreeSkeleton`: the prompt-free skeleton, a local model (by default the
   bundled SmolLM2-135M-Instruct) scoring the answer without the question, token by
-  token; :func:`smollm2_prompt_free_prefix` is its default question-free prefix.
+  token, by default after a question-free prefix of the bundled model's chat template.
 
 LangChain, ``pip install "liftguard[langchain]"`` (loaded on first access, so
 ``import adapters`` never imports LangChain):
@@ -59,7 +59,7 @@ Labelling by checking (``liftguard traces label --check``; see ``docs/checking.m
 - :func:`check_code`: runs an answer's Python (:func:`extract_python_code`) with its MBPP
   task's tests in :func:`run_sandboxed` (a child process in its own session, PID and
   network namespaces where allowed, under :class:`SandboxLimits`, as ``nobody`` when
-  called as root); :class:`SandboxResult` says whether the asserts really ran to the end.
+  called as root); its result says whether the asserts really ran to the end.
 - :func:`check_number`: compares an answer's :func:`final_number` with a GSM8K task's.
 - :class:`CheckSkipped`: a check that cannot label an answer, with the reason.
 """
@@ -69,9 +69,8 @@ from __future__ import annotations
 import typing as _typing
 
 from ._errors import ProviderFormatError
-from ._guard._openai_events import ChunkParts, chat_chunk_parts, events_from_chat_chunk
+from ._guard._openai_events import chat_chunk_parts
 from ._guard._responses_events import events_from_responses_event
-from ._guard._token_ids import GGUFIds, TiktokenIds, token_ids_for
 from ._labels._checks import (
     CheckSkipped,
     check_code,
@@ -80,14 +79,9 @@ from ._labels._checks import (
     final_number,
 )
 from ._labels._judge import Judge, JudgeFailure
-from ._labels._sandbox import SandboxLimits, SandboxResult, run_sandboxed
-from ._local._prompt_free import PromptFreeSkeleton, smollm2_prompt_free_prefix
-from ._providers._anthropic import (
-    anthropic_scorer_prompt,
-    guard_anthropic_stream,
-    guard_anthropic_stream_sync,
-    guarded_message,
-)
+from ._labels._sandbox import SandboxLimits, run_sandboxed
+from ._local._prompt_free import PromptFreeSkeleton
+from ._providers._anthropic import anthropic_scorer_prompt, guard_anthropic_stream, guarded_message
 from ._providers._openai import guard_chat_stream, guard_chat_stream_sync, guarded_chat_completion
 from ._providers._scorer import LocalTextScorer
 
@@ -99,8 +93,6 @@ if _typing.TYPE_CHECKING:
 __all__ = [
     "Abstention",
     "CheckSkipped",
-    "ChunkParts",
-    "GGUFIds",
     "Judge",
     "JudgeFailure",
     "LiftGuardCallbackHandler",
@@ -108,18 +100,14 @@ __all__ = [
     "PromptFreeSkeleton",
     "ProviderFormatError",
     "SandboxLimits",
-    "SandboxResult",
-    "TiktokenIds",
     "anthropic_scorer_prompt",
     "chat_chunk_parts",
     "check_code",
     "check_number",
-    "events_from_chat_chunk",
     "events_from_responses_event",
     "extract_python_code",
     "final_number",
     "guard_anthropic_stream",
-    "guard_anthropic_stream_sync",
     "guard_chat_stream",
     "guard_chat_stream_sync",
     "guard_runnable",
@@ -127,8 +115,6 @@ __all__ = [
     "guarded_chat_completion",
     "guarded_message",
     "run_sandboxed",
-    "smollm2_prompt_free_prefix",
-    "token_ids_for",
 ]
 
 # names whose modules import an optional SDK: loaded on first access (PEP 562)

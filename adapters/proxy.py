@@ -29,36 +29,23 @@ or by an LLM judge, :class:`adapters.Judge`, which needs only httpx).
 
 from __future__ import annotations
 
-from ._proxy._serve import INSTALL_HINT, serve
+from ._proxy._serve import INSTALL_HINT as _INSTALL_HINT
+from ._proxy._serve import serve
 
 try:
-    from ._proxy._app import Proxy, create_app
+    from ._proxy._app import create_app
     from ._proxy._config import DEFAULT_REFUSAL, ProxyConfig
-    from ._serving._certs import (
-        CertificateSource,
-        FileCertificate,
-        StaticCertificate,
-        StoreCertificate,
-        certificate_source,
-    )
-    from ._serving._wire import BLOCKED_TYPE, UPSTREAM_TYPE, VERDICT_FIELD, redact_url
+    from ._serving._certs import StaticCertificate, certificate_source
+    from ._serving._wire import redact_url
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     if exc.name in ("starlette", "uvicorn", "aiohttp", "prometheus_client", "anyio", "pydantic"):
-        raise ImportError(INSTALL_HINT) from exc
+        raise ImportError(_INSTALL_HINT) from exc
     raise
 
 __all__ = [
-    "BLOCKED_TYPE",
     "DEFAULT_REFUSAL",
-    "INSTALL_HINT",
-    "UPSTREAM_TYPE",
-    "VERDICT_FIELD",
-    "CertificateSource",
-    "FileCertificate",
-    "Proxy",
     "ProxyConfig",
     "StaticCertificate",
-    "StoreCertificate",
     "certificate_source",
     "create_app",
     "redact_url",

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from guardrail.traces import Trace, iter_traces
+from guardrail.traces import Trace, read_traces
 from guardrail.vsd import Geometry, VSDResult, distributions_from_traces, vsd
 
 SIZES = (50_000, 262_144)
@@ -126,7 +126,7 @@ def cold_vs_warm(args: argparse.Namespace) -> None:
     if not path.is_file():
         print(f"\n(skipping cold vs warm: no trace file at {path})")
         return
-    traces = list(iter_traces(str(path), limit=args.answers))
+    traces = read_traces(str(path), limit=args.answers)
     steps = sum(t.n_tokens for t in traces)
     old_p = distributions_from_traces(traces, max_contexts=args.contexts, dtype=np.float32)
     old = vsd(old_p, device=args.device)

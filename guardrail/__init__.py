@@ -6,18 +6,20 @@ integrations live in :mod:`adapters`, storage in :mod:`skeleton_store`.
 The runtime surface (``__all__``): the :class:`Certificate` and what it holds,
 the per-answer monitor and its verdicts, the :class:`RiskMonitor` that watches the
 labels of shown answers, skeletons, calibration and the errors.
-The math and the diagnostics live in public submodules:
+What a user calls beyond that lives in public submodules:
 
-- :mod:`guardrail.stats`: anytime boundaries, the streaming statistics and their
-  batch twins, Clopper-Pearson and binomial bounds, the sub-gamma fit;
+- :mod:`guardrail.fitting`: :func:`~guardrail.fitting.fit_certificate`, the whole
+  recipe from labelled traces to a certificate, and the fitted statistic's parts;
+- :mod:`guardrail.traces`: reading traces, labels, trace scores and baselines;
+- :mod:`guardrail.evaluate`: Learn-then-Test, conformal selection, AUROC and the
+  repeated-split evaluation;
+- :mod:`guardrail.stats`: a skeleton's budget and clip, Clopper-Pearson intervals;
 - :mod:`guardrail.topk`: top-k compensation (entropy, log Z_T, censored tokens);
-- :mod:`guardrail.traces`: the trace format, labels, trace scores and baselines;
-- :mod:`guardrail.evaluate`: replay, ``shown_at``, Learn-then-Test, AUROC and
-  the repeated-split evaluation;
-- :mod:`guardrail.fitting`: per-token features, aggregates and the fitted statistic;
 - :mod:`guardrail.vsd`: Variational Skeleton Design (PyTorch, imported lazily);
-- :mod:`guardrail.paper`: the source paper's own boundary and bounds, to reproduce
-  its numbers.
+- :mod:`guardrail.paper`: the source paper's top-k compensated lift.
+
+The rest (the boundaries, the streaming statistics, replay) is the library's own, in
+the private modules beside these.
 
 ``import guardrail`` imports neither scipy nor torch.
 """
@@ -37,28 +39,17 @@ from ._errors import (
     GuardrailBlocked,
     GuardrailError,
     InsufficientDataError,
-    MissingDependencyError,
     MissingLogprobsError,
     StreamTruncated,
-    TraceFormatError,
 )
-from ._fitted import FittedStatistic
 from ._guarded import Guarded, GuardedText
 from ._monitor import Monitor
 from ._policy import StreamPolicy
-from ._reads import Reads, Skeleton, skeleton_reads
 from ._risk_monitor import RiskMonitor
-from ._rules import EvidenceRule, FittedRule, LiftRule
-from ._skeleton_spec import SkeletonResolver
-from ._skeletons import (
-    NGramSkeleton,
-    TemperatureSkeleton,
-    TokenIds,
-    UniformSkeleton,
-    WithTokenIds,
-)
+from ._rules import FittedRule, LiftRule
+from ._skeletons import NGramSkeleton, TemperatureSkeleton, UniformSkeleton
 from ._vector import VectorSkeleton
-from ._verdict import Cause, State, TokenEvent, Verdict, end_cause
+from ._verdict import Cause, State, TokenEvent, Verdict
 
 __version__ = "0.1.0"
 
@@ -68,9 +59,7 @@ __all__ = [
     "Certificate",
     "ConfigError",
     "ContextMismatchWarning",
-    "EvidenceRule",
     "FittedRule",
-    "FittedStatistic",
     "GenerationContext",
     "Guarded",
     "GuardedText",
@@ -78,30 +67,21 @@ __all__ = [
     "GuardrailError",
     "InsufficientDataError",
     "LiftRule",
-    "MissingDependencyError",
     "MissingLogprobsError",
     "ModelIdentity",
     "Monitor",
     "NGramSkeleton",
-    "Reads",
     "RiskMonitor",
-    "Skeleton",
-    "SkeletonResolver",
     "SkeletonSpec",
     "State",
     "StreamPolicy",
     "StreamTruncated",
     "TemperatureSkeleton",
     "TokenEvent",
-    "TokenIds",
-    "TraceFormatError",
     "UniformSkeleton",
     "VectorSkeleton",
     "Verdict",
-    "WithTokenIds",
     "__version__",
     "calibrate",
     "calibrate_policy",
-    "end_cause",
-    "skeleton_reads",
 ]

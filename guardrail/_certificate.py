@@ -13,7 +13,7 @@ adapters that make the request apply :attr:`Certificate.context` and warn
 (:class:`ContextMismatchWarning`) when a caller changes a setting that moves the
 answer distribution. ``certificate.monitor()`` gives a fresh per-answer
 :class:`~guardrail.Monitor` of the lift rule (:class:`~guardrail.LiftRule`), or for a
-certificate with a fitted ``statistic`` (:class:`~guardrail.FittedStatistic`, stored
+certificate with a fitted ``statistic`` (:class:`~guardrail._fitted.FittedStatistic`, stored
 in the JSON as weights, feature names and normalisation) of the fitted rule
 (:class:`~guardrail.FittedRule`). A fitted certificate's ``tau`` is on the
 statistic's scale (log-odds of a correct answer), and its token limit
@@ -253,7 +253,7 @@ class Certificate:
     def resolve(self, resolver: Resolvers = None) -> Certificate:
         """The certificate with its skeleton built from the spec and bound, so that
         :meth:`monitor` needs nothing more: ``resolver`` (one or several, see
-        :class:`~guardrail.SkeletonResolver`) builds data and model kinds, e.g.
+        :class:`~guardrail._skeleton_spec.SkeletonResolver`) builds data and model kinds, e.g.
         ``skeleton_store.resolve_skeleton`` or ``adapters.PromptFreeSkeleton.resolve``.
         Unchanged when a skeleton is bound already or the kind is parametric (built for
         every answer). A ConfigError naming the field when the spec cannot be built

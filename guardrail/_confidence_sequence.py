@@ -19,7 +19,7 @@ class BettingConfidenceSequence:
     The grid is ``clip * (1..G) / (G + 1)``; a candidate whose ``K+`` (``K-``)
     reaches ``2/delta`` is excluded from below (above) for good, and only the
     candidates still inside are updated. :meth:`update` returns ``(lower,
-    upper)``: as :func:`guardrail.stats.betting_confidence_sequence` times ``clip``
+    upper)``: as :func:`guardrail._boundaries.betting_confidence_sequence` times ``clip``
     while that hull is not empty, else one grid cell wide. Conservative to the
     grid; a confidence sequence for a mean shared by all tokens.
 

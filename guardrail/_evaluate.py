@@ -98,7 +98,7 @@ class MethodScores:
 
     def shown(self, idx: npt.NDArray[np.int64], tau: float) -> npt.NDArray[np.bool_]:
         """Whether answers ``idx`` are shown at ``tau``: the deployed policy
-        (:func:`guardrail.evaluate.shown_at`) for a lift method, ``decision >= tau`` otherwise
+        (:func:`guardrail._policy.shown_at`) for a lift method, ``decision >= tau`` otherwise
         (for a fitted statistic the decision is the replayed monitor's critical score,
         exact by construction)."""
         if self.lifts is None or self.policy is None:

@@ -8,7 +8,7 @@ single scores a user could threshold by hand, as one-feature statistics: the seq
 log-likelihood (``logprob.sum``), the lowest token logprob (``logprob.min``) and, for
 ``form="answer"``, the mean logprob; each with every quantile of
 ``early_block_choices``. Each is scored on the fitting answers only by
-:func:`~guardrail.fitting.select_statistic` at the options' ``risk`` and ``delta``,
+:func:`~guardrail._selection.select_statistic` at the options' ``risk`` and ``delta``,
 replayed as the monitor will stream it (margins, token limit and ``on_length``
 included), the cross-validation repeated :data:`REPEATS` times over; the calibration
 answers are never read.
@@ -91,7 +91,7 @@ _HALF, _NINE = repr(math.log(0.5)), repr(math.log(0.9))
 
 
 def used_scopes(traces: Sequence[Trace]) -> list[str]:
-    """The scopes (in :data:`~guardrail.fitting.SCOPES` order) that at least
+    """The scopes (in :data:`~guardrail._scopes.SCOPES` order) that at least
     :data:`SCOPE_SHARE` of ``traces`` have a token in."""
     if not traces:
         return []
@@ -224,7 +224,7 @@ def margins_blocked(
     policy: StreamPolicy,
     tau: float,
 ) -> dict[str, int] | None:
-    """:func:`~guardrail.fitting.margin_cost` at ``tau`` as the record keeps it (``None``
+    """:func:`~guardrail._fitted_replay.margin_cost` at ``tau`` as the record keeps it (``None``
     for a statistic without margins)."""
     if not stat.block_margins:
         return None

@@ -4,7 +4,7 @@
 statistic over per-token features on one part (its clamp ranges, the scopes it reads,
 optionally the statistic chosen by cross-validated coverage, its early-block margins;
 :mod:`guardrail._fit_choice`), calibrates ``tau`` on the disjoint rest by the risk
-control of :func:`~guardrail.fitting.calibrate_fitted`, and returns the
+control of :func:`~guardrail._fitted_replay.calibrate_fitted`, and returns the
 :class:`~guardrail.Certificate` with a :class:`FitReport` of what it measured.
 ``liftguard fit`` is this function behind a command line.
 """
@@ -76,7 +76,7 @@ class FitOptions:
     that move one way only, blocks as soon as the score falls below tau."""
     skeleton: str = "prompt-free"
     """The trace skeleton of the lift features (one of
-    :data:`~guardrail.traces.TRACE_SKELETONS`)."""
+    :data:`~guardrail._scores.TRACE_SKELETONS`)."""
     fit_fraction: float = 0.5
     """Share of the traces the statistic is fitted on; tau is calibrated on the rest. 1:
     fit on all of them, leaving tau to a later calibration (the certificate certifies

@@ -16,7 +16,7 @@ can certify. Once decided, ``update`` returns that verdict without reading its i
 - the token limit the rule's early verdicts assume (``rule.token_limit``): a token
   past it blocks the answer (cause ``over_token_limit``), even after an early
   certification;
-- how the stream ended (:func:`~guardrail.end_cause`), ``abort`` for reasons outside
+- how the stream ended (:func:`~guardrail._verdict.end_cause`), ``abort`` for reasons outside
   the evidence, an empty answer, ``final_rule="block"``.
 
 ``verdict.mean``/``lower``/``upper`` and ``tau`` are in the rule's units

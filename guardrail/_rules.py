@@ -4,13 +4,13 @@
 A rule reads one token's evidence from a :class:`~guardrail.TokenEvent`, adds it to its
 statistic, and says whether an early verdict has come; the monitor owns everything else
 (the stream's lifecycle, missing logprobs, the token limit, how the stream ended, the
-verdict). Each rule declares what it reads (:class:`~guardrail.Reads`) and its units:
+verdict). Each rule declares what it reads (:class:`~guardrail._reads.Reads`) and its units:
 
 - :class:`LiftRule`: clipped lifts ``clip(log P - log S)`` against a skeleton,
   tested by the policy's anytime statistic (:mod:`guardrail._statistics`) exactly as
   :func:`guardrail.replay` replays it; ``tau`` and ``mean``/``lower``/``upper`` are
   **nats** of mean (or lowest-k) lift.
-- :class:`FittedRule`: a :class:`~guardrail.FittedStatistic` over per-token features;
+- :class:`FittedRule`: a :class:`~guardrail._fitted.FittedStatistic` over per-token features;
   ``tau`` and the numbers are **log-odds** (the score, and its bounds over every
   continuation within the token limit), replayed by :func:`guardrail.fitting.replay_fitted`.
 
@@ -103,7 +103,7 @@ class LiftRule:
     ``add(x)`` takes a clipped lift in ``[0, clip]`` (a finite value outside is a
     ConfigError; NaN or inf is a missing lift). Bounds: ``paper``: ``mean -/+ r_t``
     in ``[0, B]``; ``betting``: ``[0, B]`` narrowed to ``tau`` on the decided side, or
-    with ``track_bounds=True`` a :class:`~guardrail.stats.BettingConfidenceSequence`
+    with ``track_bounds=True`` a :class:`~guardrail._confidence_sequence.BettingConfidenceSequence`
     (49-point grid, several times the per-token cost), which bounds a mean shared by
     all tokens, not the running mean a drifting stream can leave.
 
@@ -287,7 +287,7 @@ class FittedRule:
 
     Examples
     --------
-        >>> from guardrail.fitting import Feature
+        >>> from guardrail.fitting import Feature, FittedStatistic
         >>> stat = FittedStatistic(features=(Feature("logprob", "mean"),), weights=(2.0,),
         ...                        intercept=0.5, center=(-1.0,), scale=(0.5,), vocab_size=1000)
         >>> monitor = Monitor(FittedRule(stat, StreamPolicy(), tau=0.0), StreamPolicy())

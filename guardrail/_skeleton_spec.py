@@ -205,7 +205,7 @@ class SkeletonSpec:
     @classmethod
     def of_trace_skeleton(cls, name: str, vocab_size: int) -> SkeletonSpec:
         """The streaming skeleton the trace skeleton ``name`` (one of
-        :data:`~guardrail.traces.TRACE_SKELETONS`) stands for, recording the traces'
+        :data:`~guardrail._scores.TRACE_SKELETONS`) stands for, recording the traces'
         vocabulary size; ``prompt-free`` names no model (the bundled SmolLM2 with its
         default prefix)."""
         if name == "uniform":

@@ -2,7 +2,7 @@
 
 Every skeleton exposes ``log_prob(event) -> float``: the natural-log
 probability of the emitted token under the baseline (see
-:class:`guardrail.Skeleton`), and ``to_spec()``: its
+:class:`guardrail._reads.Skeleton`), and ``to_spec()``: its
 :class:`~guardrail.SkeletonSpec` (the way back is ``spec.build(...)``; see
 :mod:`guardrail._skeleton_spec`).
 
@@ -22,15 +22,15 @@ saved (``skeleton_store.save_skeleton``, ``SkeletonStore.put_skeleton``), its
 ``source``.
 
 What a skeleton reads of a stream, as a ``reads`` attribute
-(:class:`~guardrail.Reads`) every skeleton may set: ``uses_alternatives`` (the
+(:class:`~guardrail._reads.Reads`) every skeleton may set: ``uses_alternatives`` (the
 event's alternatives; adapters skip parsing them otherwise) and ``token_ids`` (the
 emitted token's id in the model's vocabulary). API streams carry token text and
 bytes but no ids: an id-based skeleton (n-gram, a stored vector) runs on them
 through :class:`WithTokenIds`, which asks a :class:`TokenIds` resolver (tiktoken
 for OpenAI models, the GGUF vocabulary for local ones; see
-``adapters.token_ids_for``) for each token's id. :func:`~guardrail.skeleton_reads`
-reads the attribute, defaulting to what is safe (alternatives parsed, ids not
-required).
+``adapters._guard._token_ids.token_ids_for``) for each token's id.
+:func:`~guardrail._reads.skeleton_reads` reads the attribute, defaulting to what is safe
+(alternatives parsed, ids not required).
 """
 
 from __future__ import annotations
@@ -319,7 +319,7 @@ class NGramSkeleton:
 
 
 class _NGramStream:
-    """One answer's n-gram skeleton (a :class:`~guardrail.Skeleton`); :meth:`for_stream`
+    """One answer's n-gram skeleton (a :class:`~guardrail._reads.Skeleton`); :meth:`for_stream`
     gives the next answer's, :attr:`model` the shared counts."""
 
     reads = Reads(token_ids=True)

@@ -15,9 +15,9 @@ every step.
 - :class:`LowestK`: the mean of the ``k`` lowest lifts (``"min"`` is ``k = 1``,
   ``"lowest"`` is ``lowest_k``); twin :func:`lowest_k_path`.
 - :class:`BettingConfidenceSequence`: bounds from the wealth on a grid of means
-  (``track_bounds``); twin :func:`guardrail.stats.betting_confidence_sequence` times ``B``.
+  (``track_bounds``); twin :func:`guardrail._boundaries.betting_confidence_sequence` times ``B``.
 
-The arithmetic (and its order) is that of :func:`guardrail.evaluate.replay`, so the
+The arithmetic (and its order) is that of :func:`guardrail._policy.replay`, so the
 monitor that composes these objects gives replay's verdicts exactly.
 """
 
@@ -72,7 +72,7 @@ class BettingMean:
 
     ``log K+ = sum log(1 + min(l_i, cap/m) (x_i/B - m))`` (evidence mean > tau) and
     ``log K- = sum log(1 - min(l_i, cap/(1-m)) (x_i/B - m))`` (evidence mean < tau),
-    with the predictable plug-in bet ``l_i`` of :func:`guardrail.stats.betting_bets`.
+    with the predictable plug-in bet ``l_i`` of :func:`guardrail._boundaries.betting_bets`.
     :meth:`update` returns which wealth is at least ``2/delta`` now: a sum of
     :data:`ABOVE` and :data:`BELOW` (0 if neither).
 
@@ -182,7 +182,7 @@ class PaperMean:
     """Running mean with the paper's sub-gamma LIL radius (``delta`` split over two sides).
 
     ``r_t = sqrt(2 v level / t) + c level / t``, ``level = log(1 + log t) + log(2/delta)``
-    (:func:`guardrail.paper.paper_radius` at ``delta/2``). :meth:`update` returns
+    (:func:`guardrail._boundaries.paper_radius` at ``delta/2``). :meth:`update` returns
     ``(lower, upper) = (mean - r_t, mean + r_t)`` clamped to ``[0, clip]``; for
     ``0 < tau < clip`` the mean is shown above ``tau`` iff ``lower > tau`` and
     below iff ``upper < tau``, clamped or not.

@@ -121,16 +121,16 @@ class Trace:
     in the documented files. ``correct`` is ``None`` only for a trace read with
     ``require_label=False`` from a line that has no ``correct`` key.
 
-    Equality is identity (``eq=False``); compare :func:`trace_to_dict` results
+    Equality is identity (``eq=False``); compare :func:`dump_trace_line` results
     to compare contents.
 
     Examples
     --------
-        >>> tokens = [token_object("Paris", -0.1, [(1, -0.1), (2, -2.5)], id=1)]
-        >>> trace = parse_trace(trace_object(
-        ...     id="q1", dataset="demo", model="m", question="Capital?", references=["Paris"],
-        ...     prompt="Capital?", answer="Paris", correct=True, vocab_size=1000, top_k=2,
-        ...     tokens=tokens))
+        >>> tokens = [{"id": 1, "text": "Paris", "logprob": -0.1, "top": [[1, -0.1], [2, -2.5]]}]
+        >>> trace = parse_trace({
+        ...     "id": "q1", "dataset": "demo", "model": "m", "question": "Capital?",
+        ...     "references": ["Paris"], "prompt": "Capital?", "answer": "Paris", "correct": True,
+        ...     "vocab_size": 1000, "top_k": 2, "tokens": tokens})
         >>> trace.n_tokens, trace.logprobs.tolist(), trace.top_ids.shape
         (1, [-0.1], (1, 2))
     """

@@ -1,46 +1,35 @@
-"""Replaying a streaming rule on recorded answers, testing thresholds, and comparing rules:
-the exact replay calibration relies on, "shown at tau", the Learn-then-Test threshold,
-AUROC, the repeated-split evaluation behind ``liftguard eval`` and its bootstrap intervals."""
+"""Testing thresholds and comparing rules on recorded answers: the Learn-then-Test
+threshold (:func:`ltt_threshold`), conformal selection (:func:`conformal_select`), AUROC,
+and the repeated-split evaluation behind ``liftguard eval`` (:func:`evaluate_methods` over
+the rules :func:`lift_method` and :func:`fitted_method` build, each a
+:class:`MethodScores` of :func:`critical_thresholds`).
+
+The exact replay calibration relies on and "shown at tau" are the library's own, in
+:mod:`guardrail._policy`; the bootstrap intervals in :mod:`guardrail._evaluate`."""
 
 from __future__ import annotations
 
-from ._calibration import LTTOutcome, first_test_level, ltt_threshold
+from ._calibration import ltt_threshold
 from ._conformal_selection import ConformalSelection, conformal_select
 from ._evaluate import (
     MethodScores,
     auroc,
-    baseline_method,
-    bootstrap_intervals,
     evaluate_methods,
     fitted_method,
     lift_method,
 )
 from ._policy import (
-    ReplayResult,
     critical_thresholds,
-    replay,
-    running_statistic,
-    shown_at,
-    threshold_grid,
 )
 
 __all__ = [
     "ConformalSelection",
-    "LTTOutcome",
     "MethodScores",
-    "ReplayResult",
     "auroc",
-    "baseline_method",
-    "bootstrap_intervals",
     "conformal_select",
     "critical_thresholds",
     "evaluate_methods",
-    "first_test_level",
     "fitted_method",
     "lift_method",
     "ltt_threshold",
-    "replay",
-    "running_statistic",
-    "shown_at",
-    "threshold_grid",
 ]

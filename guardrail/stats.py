@@ -1,79 +1,22 @@
-"""The statistics behind a certificate: anytime boundaries, the streaming statistics and
-their batch twins, finite-sample bounds and the sub-gamma fit.
+"""The numbers a user checks a certificate with: the budget a skeleton leaves
+(:func:`budget`), the clip a skeleton supports (:func:`support_clip`) and the
+Clopper-Pearson interval of a labelled share (:func:`clopper_pearson_interval`).
 
-Everything a guarded stream needs at run time is in :mod:`guardrail` itself; this
-module is for auditing a certificate and building new rules. The source paper's own
-boundary and bounds, to reproduce its numbers, are in :mod:`guardrail.paper`.
+Everything a guarded stream needs at run time is in :mod:`guardrail` itself. The anytime
+boundaries, the streaming statistics and their batch twins and the sub-gamma fit are the
+library's own, in :mod:`guardrail._boundaries`, :mod:`guardrail._statistics`,
+:mod:`guardrail._lift`, :mod:`guardrail._bounds` and :mod:`guardrail._subgamma`.
 """
 
 from __future__ import annotations
 
-from ._boundaries import (
-    BettingTrajectory,
-    betting_bets,
-    betting_confidence_sequence,
-    betting_log_wealth,
-)
 from ._bounds import (
-    binomial_pvalue,
     clopper_pearson_interval,
-    clopper_pearson_upper,
-    min_answered_for_risk,
-    mutual_information,
-    tv_distance,
 )
-from ._confidence_sequence import BettingConfidenceSequence
-from ._lift import DEFAULT_CLIP, budget, clipped_lift, clipped_lifts, support_clip
-from ._statistics import (
-    BettingMean,
-    LowestK,
-    betting_mean_path,
-    lowest_k_path,
-)
-from ._subgamma import (
-    GammaFit,
-    ModelCheck,
-    SubGammaParams,
-    bernstein_params,
-    checked_subgamma,
-    fit_gamma,
-    inflate,
-    inflation_factor,
-    model_check,
-    subgamma_from_gamma,
-    subgamma_moments,
-)
+from ._lift import budget, support_clip
 
 __all__ = [
-    "DEFAULT_CLIP",
-    "BettingConfidenceSequence",
-    "BettingMean",
-    "BettingTrajectory",
-    "GammaFit",
-    "LowestK",
-    "ModelCheck",
-    "SubGammaParams",
-    "bernstein_params",
-    "betting_bets",
-    "betting_confidence_sequence",
-    "betting_log_wealth",
-    "betting_mean_path",
-    "binomial_pvalue",
     "budget",
-    "checked_subgamma",
-    "clipped_lift",
-    "clipped_lifts",
     "clopper_pearson_interval",
-    "clopper_pearson_upper",
-    "fit_gamma",
-    "inflate",
-    "inflation_factor",
-    "lowest_k_path",
-    "min_answered_for_risk",
-    "model_check",
-    "mutual_information",
-    "subgamma_from_gamma",
-    "subgamma_moments",
     "support_clip",
-    "tv_distance",
 ]

@@ -5,10 +5,7 @@ about the full-vocabulary distribution (entropy, log Z_T, a censored token's pro
 from __future__ import annotations
 
 from ._topk import (
-    DEFAULT_R2_MIN,
-    TailModel,
     TailRule,
-    censored_logprob,
     censored_logprob_batch,
     estimate_entropy,
     estimate_entropy_batch,
@@ -18,10 +15,7 @@ from ._topk import (
 )
 
 __all__ = [
-    "DEFAULT_R2_MIN",
-    "TailModel",
     "TailRule",
-    "censored_logprob",
     "censored_logprob_batch",
     "estimate_entropy",
     "estimate_entropy_batch",

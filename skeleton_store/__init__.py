@@ -24,50 +24,23 @@ resolver=resolve_skeleton)``).
 
 from __future__ import annotations
 
-from ._aliases import AliasEvent
-from ._backends import default_store_url
-from ._errors import (
-    ConcurrentWriteError,
-    IntegrityError,
-    InvalidName,
-    InvalidRequest,
-    StoreError,
-    StoreNotFound,
-    StoreUnavailable,
-    VersionNotFound,
-)
-from ._handle import SkeletonHandle, open_certificate, open_skeleton
-from ._names import check_alias, check_name, format_version, parse_version
-from ._resolve import SavableSkeleton, resolve_skeleton, save_skeleton
+from ._errors import IntegrityError, StoreError, StoreNotFound, StoreUnavailable
+from ._handle import open_skeleton
+from ._resolve import resolve_skeleton, save_skeleton
 from ._store import SkeletonStore
-from ._version import SkeletonVersion, VersionInfo
-from ._warmstart import DEFAULT_MAX_CONTEXTS, CalibrationTarget, build_vsd_version, warm_start
+from ._version import SkeletonVersion
+from ._warmstart import DEFAULT_MAX_CONTEXTS, build_vsd_version, warm_start
 
 __all__ = [
     "DEFAULT_MAX_CONTEXTS",
-    "AliasEvent",
-    "CalibrationTarget",
-    "ConcurrentWriteError",
     "IntegrityError",
-    "InvalidName",
-    "InvalidRequest",
-    "SavableSkeleton",
-    "SkeletonHandle",
     "SkeletonStore",
     "SkeletonVersion",
     "StoreError",
     "StoreNotFound",
     "StoreUnavailable",
-    "VersionInfo",
-    "VersionNotFound",
     "build_vsd_version",
-    "check_alias",
-    "check_name",
-    "default_store_url",
-    "format_version",
-    "open_certificate",
     "open_skeleton",
-    "parse_version",
     "resolve_skeleton",
     "save_skeleton",
     "warm_start",

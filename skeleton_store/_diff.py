@@ -2,7 +2,7 @@
 
 For skeletons that are distributions (an array ``probs`` or ``log_probs``),
 ``eta`` is the total-variation distance between the two vectors and the
-budget shift bound is :func:`guardrail.paper.eta_budget_shift_bound`
+budget shift bound is :func:`guardrail._bounds.eta_budget_shift_bound`
 ``= min(B, 2 eta / alpha)`` with ``alpha`` the smallest probability of either vector (the
 floor). A vector whose sum is off 1 by more than ``1e-6`` but less than
 ``1e-4`` (float32 rounding) is renormalised before the distance; beyond that
@@ -15,8 +15,8 @@ from typing import TypedDict
 
 import numpy as np
 
-from guardrail.paper import eta_budget_shift_bound
-from guardrail.stats import DEFAULT_CLIP, tv_distance
+from guardrail._bounds import eta_budget_shift_bound, tv_distance
+from guardrail._lift import DEFAULT_CLIP
 
 from ._version import FloatArray, SkeletonVersion
 

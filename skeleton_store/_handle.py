@@ -29,7 +29,7 @@ class SkeletonHandle:
     :attr:`current` are lock-free and always see a complete version; refreshes
     are serialised by a lock, so the handle can be shared between threads.
 
-    A handle is also a :class:`guardrail.Skeleton` (``log_prob`` scores with
+    A handle is also a :class:`guardrail._reads.Skeleton` (``log_prob`` scores with
     the current version). A stream should not change skeleton mid-way: use
     :meth:`monitor` (or ``handle.current.as_skeleton()``) to pin one version
     for the length of one answer.

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from guardrail import Certificate
-from guardrail.stats import DEFAULT_CLIP
+from guardrail._lift import DEFAULT_CLIP
 
 from . import _aliases
 from ._aliases import AliasEvent

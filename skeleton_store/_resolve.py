@@ -35,7 +35,8 @@ from safetensors import SafetensorError
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
-from guardrail import ConfigError, Skeleton, SkeletonSpec
+from guardrail import ConfigError, SkeletonSpec
+from guardrail._reads import Skeleton
 
 from ._errors import InvalidRequest, VersionNotFound
 from ._names import check_name, parse_version
@@ -121,7 +122,7 @@ def resolve_skeleton(
 ) -> Skeleton | None:
     """The skeleton of a data-backed spec, read from its ``source`` (a store version or
     a safetensors file) and checked against its ``sha256``; None for the other kinds
-    (a resolver in the sense of :class:`guardrail.SkeletonResolver`; bind ``root`` or
+    (a resolver in the sense of :class:`guardrail._skeleton_spec.SkeletonResolver`; bind ``root`` or
     ``storage_options`` with :func:`functools.partial`)."""
     if not isinstance(spec, SkeletonSpec):
         raise ConfigError(f"expected a guardrail.SkeletonSpec, got {type(spec).__name__}")

@@ -23,11 +23,11 @@ from guardrail import (
     ModelIdentity,
     Monitor,
     NGramSkeleton,
-    Skeleton,
     SkeletonSpec,
     StreamPolicy,
     VectorSkeleton,
 )
+from guardrail._reads import Skeleton
 
 from ._errors import StoreError
 from ._names import format_version

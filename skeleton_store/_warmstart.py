@@ -33,10 +33,11 @@ import numpy as np
 import numpy.typing as npt
 
 from guardrail import Calibration, StreamPolicy, calibrate_policy
-from guardrail.stats import DEFAULT_CLIP, clipped_lifts
+from guardrail._lift import DEFAULT_CLIP, clipped_lifts
 from guardrail.topk import TailRule
 from guardrail.traces import Trace
-from guardrail.vsd import DEFAULT_FLOOR, Geometry, distributions_from_traces, vsd
+from guardrail.vsd import Geometry, distributions_from_traces, vsd
+from guardrail.vsd._design import DEFAULT_FLOOR
 
 from ._errors import InvalidRequest
 from ._names import LATEST

@@ -62,7 +62,7 @@ def _measure(path: Path, progress: Progress) -> dict[str, Any]:
     from guardrail import InsufficientDataError, StreamPolicy
     from guardrail.evaluate import ltt_threshold
     from guardrail.fitting import (
-        DEFAULT_L2,
+        FitOptions,
         critical_score,
         fit_statistic,
         replay_fitted,
@@ -85,7 +85,7 @@ def _measure(path: Path, progress: Progress) -> dict[str, Any]:
             progress.show(f"{path.name}: fold {k + 1} of {FOLDS}")
             train = np.flatnonzero(fold != k)
             stat = fit_statistic(x[train], y[train], feats, vocab_size=traces[0].vocab_size,
-                                 l2=DEFAULT_L2, ranges=ranges, alternatives=5)  # fmt: skip
+                                 l2=FitOptions().l2, ranges=ranges, alternatives=5)  # fmt: skip
             right = [replay_fitted(stat, traces[i], skeleton="prompt-free",
                                    max_tokens=limit).scores
                      for i in train if traces[i].correct and traces[i].n_tokens]  # fmt: skip

@@ -87,7 +87,7 @@ def _measure(path: Path, risks: tuple[float, ...], progress: Progress) -> dict[s
     """Half A of ``path``: its size, the scopes ``fit`` adds, and per risk each statistic's
     cross-validated coverage, refusals and out-of-fold AUROC."""
     from guardrail import StreamPolicy
-    from guardrail.fitting import DEFAULT_L2, Candidate, Deployment, cv_coverage
+    from guardrail.fitting import Candidate, Deployment, FitOptions, cv_coverage
     from guardrail.traces import read_traces
 
     traces = list(read_traces(path))
@@ -109,7 +109,7 @@ def _measure(path: Path, risks: tuple[float, ...], progress: Progress) -> dict[s
         row: dict[str, Any] = {}
         for name, feats in statistics.items():
             progress.show(f"{path.name}, risk {risk:g}: {name}")
-            cand = Candidate(name, feats, DEFAULT_L2, early_block=DEFAULT_EARLY_BLOCK)
+            cand = Candidate(name, feats, FitOptions().l2, early_block=DEFAULT_EARLY_BLOCK)
             score = cv_coverage(x, correct, cand, added, vocab_size=traces[0].vocab_size,
                                 risk=risk, delta=DELTA, folds=FOLDS, splits=SPLITS,
                                 seed=SEED, deployment=deployment, repeats=REPEATS)  # fmt: skip

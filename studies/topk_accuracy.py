@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from guardrail import StreamPolicy
 from guardrail.paper import topk_compensated_lift
-from guardrail.stats import DEFAULT_CLIP
 from guardrail.topk import (
     TailRule,
     censored_logprob_batch,
@@ -75,7 +75,7 @@ class Data:
 
     def budgets(self, lifts: Floats) -> Floats:
         """Per-answer mean of clipped lifts (answers with tokens only)."""
-        x = np.clip(lifts, 0.0, DEFAULT_CLIP)
+        x = np.clip(lifts, 0.0, StreamPolicy().clip)
         sums = np.bincount(self.answer, weights=x, minlength=self.n_answers)
         keep = self.n_tokens > 0
         return np.asarray(sums[keep] / self.n_tokens[keep], dtype=np.float64)

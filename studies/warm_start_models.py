@@ -16,7 +16,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from guardrail.traces import Trace, dump_trace_line, file_sha256, parse_trace_lines
+from guardrail.traces import Trace, dump_trace_line, parse_trace_lines
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The sha256 of a file's bytes (a model's), read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def requantise(src: Path, dst: Path, qtype: str, threads: int) -> dict[str, Any]:

@@ -70,11 +70,11 @@ from typing import Any
 
 from adapters.local import bundled_smollm2_path
 from guardrail import StreamPolicy
-from guardrail.stats import DEFAULT_CLIP
-from guardrail.traces import file_sha256, is_correct, read_traces
+from guardrail.traces import is_correct, read_traces
 from skeleton_store import DEFAULT_MAX_CONTEXTS
 from studies.warm_start_models import (
     compare_traces,
+    file_sha256,
     generate_traces,
     measure_change,
     requantise,
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--delta", type=float, default=0.05)
     ap.add_argument("--aggregate", default="min", choices=("min", "mean", "lowest"))
-    ap.add_argument("--clip", type=float, default=DEFAULT_CLIP)
+    ap.add_argument("--clip", type=float, default=StreamPolicy().clip)
     ap.add_argument("--splits", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=3, help="timed repeats of each VSD run")

@@ -18,13 +18,14 @@ from guardrail.evaluate import MethodScores, critical_thresholds, evaluate_metho
 from guardrail.traces import Trace, vector_clipped_lifts
 from guardrail.vsd import Geometry, VSDResult, distributions_from_traces, vsd, vsd_objective
 from skeleton_store import (
-    CalibrationTarget,
     SkeletonStore,
     SkeletonVersion,
     build_vsd_version,
     warm_start,
 )
 
+CalibrationTarget = tuple[StreamPolicy, float, float]
+"""What ``calibrate_with`` takes: the policy, the risk and the delta."""
 GEOMETRIES: tuple[Geometry, ...] = ("scaled", "euclidean")
 NEAR_OPTIMUM = 0.01  # "converged" in the sense of the gap: within the paper's tol of the optimum
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from adapters.cli import main, oracle_coverage
+from adapters.cli import main
+from adapters.cli._common import oracle_coverage
 from guardrail import Certificate
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from adapters._tracefiles._digest import trace_identity
 from adapters.cli import main
 from adapters.cli._progress import Progress
-from adapters.tracefiles import trace_identity
 from guardrail import Certificate, FittedRule, State, TokenEvent
 from guardrail._fitted_state import RecordedSkeleton
 from guardrail.fitting import FitOptions, fit_certificate
@@ -485,7 +485,8 @@ def test_long_answers_add_length_robust_and_scoped_candidates() -> None:
     median answer is long, and a scope's features where the answers use it (real code
     answers: the code block and its numbers; short factoid answers: neither)."""
     from guardrail._fit_choice import long_answer_sets
-    from guardrail.fitting import moves_one_way, preset_features
+    from guardrail._fitted import moves_one_way
+    from guardrail.fitting import preset_features
     from guardrail.traces import read_traces
 
     feats = preset_features("lift")

@@ -12,7 +12,8 @@ import pytest
 
 from adapters.cli import main
 from guardrail import Certificate
-from guardrail.fitting import SCOPES, preset_features, scope_mask
+from guardrail._scopes import SCOPES, scope_mask
+from guardrail.fitting import preset_features
 from guardrail.traces import read_traces
 
 FIXTURES = Path(__file__).parent / "fixtures"

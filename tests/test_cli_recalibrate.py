@@ -14,8 +14,10 @@ import pytest
 from adapters.cli import main
 from adapters.cli._fit_args import TRAFFIC_EARLY_BLOCK
 from guardrail import Certificate
-from guardrail.fitting import block_margins, calibrate_fitted, margin_cost, replay_fitted
-from guardrail.traces import file_sha256, read_traces
+from guardrail._fitted_replay import calibrate_fitted, margin_cost
+from guardrail.fitting import block_margins, replay_fitted
+from guardrail.traces import read_traces
+from guardrail.traces._read import file_sha256
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NQ = str(FIXTURES / "traces_gemma3_nq_sample.jsonl")

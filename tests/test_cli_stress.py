@@ -8,7 +8,7 @@ import pytest
 
 from adapters.cli import main
 from adapters.cli._stress import CORRUPTIONS, corrupt
-from guardrail.stats import tv_distance
+from guardrail._bounds import tv_distance
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "traces_gemma3_sample.jsonl")
 

@@ -285,9 +285,11 @@ def test_the_reader_yields_each_whole_answer_compact_as_the_full_parse_reads_it(
 ) -> None:
     """The streaming reader (a compact trace per whole answer, as the file is read) against
     its batch twin: every line decoded at once and parsed in full."""
+    from adapters._tracefiles._digest import TraceDigest
     from adapters.cli._recorded import WholeAnswers, whole_traces
-    from adapters.tracefiles import TraceDigest, convert_traces, trace_digest
-    from guardrail.traces import parse_trace, trace_to_dict
+    from adapters.tracefiles import convert_traces, trace_digest
+    from guardrail.traces import parse_trace
+    from guardrail.traces._write import trace_to_dict
 
     rows = _recorded(_rows())
     path = _write(tmp_path, "rec.jsonl", rows)

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from markdown_blocks import ROOT, block, script, script_env
 
+from adapters._local._chat_template import ChatTemplate
 from adapters.cli._prompt_templates import get_template
 from adapters.cli._tasks import CODE_SYSTEM, MATH_SYSTEM, read_items
-from adapters.local import ChatTemplate
 from guardrail import Certificate
 
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -42,7 +42,6 @@ OPTIONAL = {"adapters.litellm": ("litellm", 'needs LiteLLM: pip install "liftgua
 and the reason."""
 
 NEEDS_SMOLLM2 = (
-    "adapters.GGUFIds",
     "adapters.LocalTextScorer",
     "adapters.PromptFreeSkeleton",
     "adapters.local.LocalModel",

@@ -53,8 +53,46 @@ def test_all_imports_are_exported(name: str) -> None:
     assert _public_names(module) == set(exported)
 
 
-def test_the_core_surface_is_small() -> None:
-    assert len(_public_names(guardrail)) <= 50
+BUDGET = {
+    "guardrail": 29,
+    "guardrail.evaluate": 9,
+    "guardrail.fitting": 23,
+    "guardrail.paper": 1,
+    "guardrail.stats": 3,
+    "guardrail.topk": 7,
+    "guardrail.traces": 12,
+    "guardrail.vsd": 5,
+    "adapters": 24,
+    "adapters.cli": 1,
+    "adapters.litellm": 5,
+    "adapters.local": 8,
+    "adapters.proxy": 7,
+    "adapters.tracefiles": 4,
+    "skeleton_store": 12,
+}
+"""The most public names each public module may export: what a user calls and the types
+they hold (what the README, the docs, the examples, the studies and the benchmarks use);
+the rest stays in the private module where it lives. A new public name is a decision: its
+module's budget goes up here in the same change, within :data:`TOTAL`."""
+
+TOTAL = 150
+"""The most public names in all (httpx exports 70)."""
+
+
+def test_the_budgets_cover_the_public_modules_within_the_total() -> None:
+    assert set(BUDGET) == set(PUBLIC_MODULES)
+    assert sum(BUDGET.values()) <= TOTAL
+
+
+@pytest.mark.parametrize("name", PUBLIC_MODULES)
+def test_each_public_module_keeps_to_its_budget(name: str) -> None:
+    if name == "adapters.proxy":
+        pytest.importorskip("starlette")
+    if name == "adapters.litellm":
+        _import_litellm_offline()
+    module = importlib.import_module(name)
+    count = len(_public_names(module))
+    assert count <= BUDGET[name], f"{name}: {count} public names, budget {BUDGET[name]}"
 
 
 def test_all_is_sorted_and_importable() -> None:
@@ -72,9 +110,7 @@ def test_public_names_are_pinned() -> None:
         "Certificate",
         "ConfigError",
         "ContextMismatchWarning",
-        "EvidenceRule",
         "FittedRule",
-        "FittedStatistic",
         "GenerationContext",
         "Guarded",
         "GuardedText",
@@ -82,41 +118,35 @@ def test_public_names_are_pinned() -> None:
         "GuardrailError",
         "InsufficientDataError",
         "LiftRule",
-        "MissingDependencyError",
         "MissingLogprobsError",
         "ModelIdentity",
         "Monitor",
         "NGramSkeleton",
-        "Reads",
         "RiskMonitor",
-        "Skeleton",
-        "SkeletonResolver",
         "SkeletonSpec",
         "State",
         "StreamPolicy",
         "StreamTruncated",
         "TemperatureSkeleton",
         "TokenEvent",
-        "TokenIds",
-        "TraceFormatError",
         "UniformSkeleton",
         "VectorSkeleton",
         "Verdict",
-        "WithTokenIds",
         "__version__",
         "calibrate",
         "calibrate_policy",
-        "end_cause",
-        "skeleton_reads",
     ]
 
 
 def test_errors_hierarchy() -> None:
+    from guardrail._errors import MissingDependencyError, TraceFormatError
+
     assert issubclass(guardrail.ConfigError, ValueError)
-    assert issubclass(guardrail.TraceFormatError, ValueError)
+    assert issubclass(TraceFormatError, ValueError)
     for exc in (
         guardrail.ConfigError,
-        guardrail.TraceFormatError,
+        TraceFormatError,
+        MissingDependencyError,
         guardrail.InsufficientDataError,
         guardrail.MissingLogprobsError,
         guardrail.GuardrailBlocked,
@@ -133,8 +163,6 @@ def test_adapter_public_names_are_pinned() -> None:
     assert adapters.__all__ == [
         "Abstention",
         "CheckSkipped",
-        "ChunkParts",
-        "GGUFIds",
         "Judge",
         "JudgeFailure",
         "LiftGuardCallbackHandler",
@@ -142,18 +170,14 @@ def test_adapter_public_names_are_pinned() -> None:
         "PromptFreeSkeleton",
         "ProviderFormatError",
         "SandboxLimits",
-        "SandboxResult",
-        "TiktokenIds",
         "anthropic_scorer_prompt",
         "chat_chunk_parts",
         "check_code",
         "check_number",
-        "events_from_chat_chunk",
         "events_from_responses_event",
         "extract_python_code",
         "final_number",
         "guard_anthropic_stream",
-        "guard_anthropic_stream_sync",
         "guard_chat_stream",
         "guard_chat_stream_sync",
         "guard_runnable",
@@ -161,27 +185,12 @@ def test_adapter_public_names_are_pinned() -> None:
         "guarded_chat_completion",
         "guarded_message",
         "run_sandboxed",
-        "smollm2_prompt_free_prefix",
-        "token_ids_for",
     ]
     assert adapters.local.__all__ == [
-        "GEMMA3_MODEL_NAME",
-        "GEMMA3_PROMPT_FREE",
-        "PACKAGED_MODELS",
-        "QWEN_MODEL_NAME",
         "QWEN_SYSTEM",
-        "SMOLLM2_CERTIFICATE",
-        "SMOLLM2_FITTED_CERTIFICATE",
-        "SMOLLM2_SYSTEM",
-        "ChatTemplate",
         "LocalChatServer",
         "LocalModel",
-        "LocalToken",
         "bundled_smollm2_path",
-        "gemma3_fewshot_prompt",
-        "gemma3_path",
-        "gguf_architecture",
-        "packaged_model_path",
         "qwen_path",
         "smollm2_certificate",
         "smollm2_chat_prompt",
@@ -197,17 +206,9 @@ def test_proxy_public_names_are_pinned() -> None:
     import adapters.proxy
 
     assert adapters.proxy.__all__ == [
-        "BLOCKED_TYPE",
         "DEFAULT_REFUSAL",
-        "INSTALL_HINT",
-        "UPSTREAM_TYPE",
-        "VERDICT_FIELD",
-        "CertificateSource",
-        "FileCertificate",
-        "Proxy",
         "ProxyConfig",
         "StaticCertificate",
-        "StoreCertificate",
         "certificate_source",
         "create_app",
         "redact_url",
@@ -239,7 +240,7 @@ def test_litellm_public_names_are_pinned() -> None:
 def test_command_line_public_names_are_pinned() -> None:
     import adapters.cli
 
-    assert adapters.cli.__all__ == ["main", "oracle_coverage"]
+    assert adapters.cli.__all__ == ["main"]
 
 
 def test_public_submodules_are_pinned() -> None:
@@ -252,53 +253,15 @@ def test_public_submodules_are_pinned() -> None:
     import guardrail.vsd
 
     assert guardrail.stats.__all__ == [
-        "DEFAULT_CLIP",
-        "BettingConfidenceSequence",
-        "BettingMean",
-        "BettingTrajectory",
-        "GammaFit",
-        "LowestK",
-        "ModelCheck",
-        "SubGammaParams",
-        "bernstein_params",
-        "betting_bets",
-        "betting_confidence_sequence",
-        "betting_log_wealth",
-        "betting_mean_path",
-        "binomial_pvalue",
         "budget",
-        "checked_subgamma",
-        "clipped_lift",
-        "clipped_lifts",
         "clopper_pearson_interval",
-        "clopper_pearson_upper",
-        "fit_gamma",
-        "inflate",
-        "inflation_factor",
-        "lowest_k_path",
-        "min_answered_for_risk",
-        "model_check",
-        "mutual_information",
-        "subgamma_from_gamma",
-        "subgamma_moments",
         "support_clip",
-        "tv_distance",
     ]
     assert guardrail.paper.__all__ == [
-        "PaperMean",
-        "eta_budget_shift_bound",
-        "kappa_answer_rate_bound",
-        "mean_lift_lower_bound",
-        "pac_bayes_bound",
-        "paper_mean_path",
-        "paper_radius",
         "topk_compensated_lift",
     ]
     assert guardrail.topk.__all__ == [
-        "DEFAULT_R2_MIN",
-        "TailModel",
         "TailRule",
-        "censored_logprob",
         "censored_logprob_batch",
         "estimate_entropy",
         "estimate_entropy_batch",
@@ -309,105 +272,55 @@ def test_public_submodules_are_pinned() -> None:
     assert guardrail.traces.__all__ == [
         "BASELINES",
         "DEFAULT_F1_THRESHOLD",
-        "OPTIONAL_FIELDS",
-        "TRACE_SKELETONS",
         "Trace",
         "baseline_score",
         "dump_trace_line",
-        "file_sha256",
         "is_correct",
         "is_correct_f1",
-        "iter_trace_objects",
-        "iter_traces",
-        "label_line",
-        "normalize_answer",
         "parse_trace",
         "parse_trace_lines",
         "read_traces",
-        "select_skeleton_kind",
         "token_f1",
-        "token_object",
-        "trace_clipped_lifts",
-        "trace_line",
-        "trace_object",
-        "trace_objects",
-        "trace_skeleton_logprobs",
-        "trace_to_dict",
-        "type_token_ratio",
-        "unigram_log_probs",
         "vector_clipped_lifts",
     ]
     assert guardrail.vsd.__all__ == [
-        "DEFAULT_FLOOR",
         "Geometry",
         "VSDResult",
-        "distributions_from_logits",
         "distributions_from_traces",
         "vsd",
         "vsd_objective",
     ]
     assert guardrail.evaluate.__all__ == [
-        "LTTOutcome",
+        "ConformalSelection",
         "MethodScores",
-        "ReplayResult",
         "auroc",
-        "baseline_method",
-        "bootstrap_intervals",
+        "conformal_select",
         "critical_thresholds",
         "evaluate_methods",
-        "first_test_level",
         "fitted_method",
         "lift_method",
         "ltt_threshold",
-        "replay",
-        "running_statistic",
-        "shown_at",
-        "threshold_grid",
     ]
     assert guardrail.fitting.__all__ == [
-        "DEFAULT_ALTERNATIVES",
-        "DEFAULT_L2",
-        "FEATURE_PRESETS",
-        "FEATURE_SOURCES",
-        "SCOPES",
-        "Aggregate",
         "Candidate",
-        "CandidateScore",
-        "CodeScope",
         "Deployment",
         "EventReader",
         "Feature",
-        "FinalAnswerScope",
         "FitOptions",
         "FitReport",
         "FittedPath",
         "FittedState",
         "FittedStatistic",
-        "MarginAnswers",
-        "NumberScope",
         "RecordedSkeleton",
-        "TokenFeaturizer",
-        "aggregate_of",
-        "aggregate_path",
         "answer_features",
-        "base_features_batch",
         "block_margins",
-        "calibrate_fitted",
         "critical_score",
         "cv_coverage",
         "fit_certificate",
         "fit_statistic",
-        "margin_cost",
-        "margin_scale",
         "margins_from_scores",
-        "moves_one_way",
         "preset_features",
-        "reach_path",
         "replay_fitted",
-        "scope_mask",
-        "scope_tracker",
-        "scoped_path",
-        "select_statistic",
         "stop_at",
         "token_ranges",
         "trace_events",
@@ -423,16 +336,8 @@ def test_tracefiles_public_names_are_pinned() -> None:
     import adapters.tracefiles
 
     assert adapters.tracefiles.__all__ == [
-        "PARQUET_SUFFIX",
-        "TraceDigest",
         "TraceFileWriter",
         "convert_traces",
-        "is_parquet",
-        "is_url",
-        "open_binary",
         "open_trace_objects",
-        "same_traces",
         "trace_digest",
-        "trace_file_sha256",
-        "trace_identity",
     ]

@@ -16,15 +16,10 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
+from adapters._tracefiles._digest import TraceDigest, same_traces, trace_identity
+from adapters._tracefiles._files import trace_file_sha256
 from adapters.cli import main
-from adapters.tracefiles import (
-    TraceDigest,
-    open_trace_objects,
-    same_traces,
-    trace_digest,
-    trace_file_sha256,
-    trace_identity,
-)
+from adapters.tracefiles import open_trace_objects, trace_digest
 from guardrail import Certificate
 
 FIXTURES = Path(__file__).parent / "fixtures"

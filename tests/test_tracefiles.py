@@ -19,7 +19,8 @@ from s3_server import moto_s3
 
 from adapters.cli import main
 from adapters.tracefiles import TraceFileWriter, convert_traces, open_trace_objects
-from guardrail import Certificate, TraceFormatError
+from guardrail import Certificate
+from guardrail._errors import TraceFormatError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SAMPLES = sorted(FIXTURES.glob("traces_*.jsonl"))

@@ -15,9 +15,10 @@ import pytest
 from test_traces_generate import _check_against_fixture, _run
 from test_traces_generate import _questions_file as _questions
 
+from adapters._local._chat_template import ChatTemplate
 from adapters.cli._prompt_templates import default_template, get_template
 from adapters.cli._traces_cmd import resolve_model
-from adapters.local import QWEN_SYSTEM, ChatTemplate
+from adapters.local import QWEN_SYSTEM
 
 FIXTURES = Path(__file__).parent / "fixtures"
 QWEN_TEMPLATE = (FIXTURES / "qwen_chat_template.jinja").read_text(encoding="utf-8")

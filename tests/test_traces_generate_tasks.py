@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from test_traces_generate import _run
 
+from adapters._local._chat_template import ChatTemplate
 from adapters.cli._generate_out import Labels, resume_ids
 from adapters.cli._prompt_templates import get_template
 from adapters.cli._tasks import CODE_SYSTEM, MATH_SYSTEM, read_items
-from adapters.local import ChatTemplate
 from guardrail.traces import read_traces
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -6,7 +6,7 @@ hand-made rule, from ``policy``/``tau``/``skeleton``) and gives one fresh monito
 per answer. (Whether a request generates answers as the calibration's were is
 :mod:`adapters._guard._settings`'s one check.)
 
-What a rule reads per token (its :class:`~guardrail.Reads`: every rule reads the
+What a rule reads per token (its :class:`~guardrail._reads.Reads`: every rule reads the
 token's logprob; a fitted statistic may read ``statistic.alternatives``
 alternatives and exact entropies) is checked against what the adapter's stream
 carries (:class:`Supplies`, stated by each adapter) in one place, :func:`check_supplies`:
@@ -20,20 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from guardrail import (
-    Certificate,
-    ConfigError,
-    ModelIdentity,
-    Monitor,
-    Reads,
-    Skeleton,
-    SkeletonSpec,
-    StreamPolicy,
-    TokenIds,
-    WithTokenIds,
-    skeleton_reads,
-)
-from guardrail.fitting import DEFAULT_ALTERNATIVES
+from guardrail import Certificate, ConfigError, ModelIdentity, Monitor, SkeletonSpec, StreamPolicy
+from guardrail._fitted import DEFAULT_ALTERNATIVES
+from guardrail._reads import Reads, Skeleton, skeleton_reads
+from guardrail._skeletons import TokenIds, WithTokenIds
 
 __all__ = [
     "Guard",

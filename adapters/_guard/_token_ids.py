@@ -2,7 +2,7 @@
 
 An n-gram or stored-vector (VSD) skeleton scores a token by its id in the
 model's vocabulary; OpenAI-compatible streams send the token's text and bytes,
-never its id. A :class:`~guardrail.TokenIds` resolver maps them back:
+never its id. A :class:`~guardrail._skeletons.TokenIds` resolver maps them back:
 
 - :class:`TiktokenIds`: OpenAI's BPE vocabularies through ``tiktoken``
   (``pip install "liftguard[tiktoken]"``). ``tiktoken`` downloads encodings on
@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from guardrail import ConfigError, MissingDependencyError, TokenEvent
+from guardrail import ConfigError, TokenEvent
+from guardrail._errors import MissingDependencyError
 
 if TYPE_CHECKING:
     from .._local._model import LocalModel

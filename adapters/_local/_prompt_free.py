@@ -60,7 +60,8 @@ from typing import Any
 
 import numpy as np
 
-from guardrail import ConfigError, GuardrailError, Reads, SkeletonSpec, TokenEvent
+from guardrail import ConfigError, GuardrailError, SkeletonSpec, TokenEvent
+from guardrail._reads import Reads
 
 from ._model import SMOLLM2_SYSTEM, LocalModel, bundled_smollm2_path, smollm2_chat_prompt
 from ._prompt_free_spec import file_sha256, model_name, spec_settings

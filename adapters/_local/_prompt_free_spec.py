@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from guardrail import ConfigError, SkeletonSpec
-from guardrail.traces import file_sha256 as _hash_file
+from guardrail.traces._read import file_sha256 as _hash_file
 
 from ._packaged import PACKAGED_MODELS, packaged_model_name, packaged_model_path
 from ._qwen import qwen_verified_sha256

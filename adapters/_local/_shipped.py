@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from importlib import resources
 
-from guardrail import Certificate, Skeleton
+from guardrail import Certificate
+from guardrail._reads import Skeleton
 
 __all__ = [
     "SMOLLM2_CERTIFICATE",

@@ -39,17 +39,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
-from guardrail import (
-    Cause,
-    Certificate,
-    ConfigError,
-    GuardrailError,
-    MissingDependencyError,
-    Skeleton,
-    State,
-    StreamPolicy,
-    Verdict,
-)
+from guardrail import Cause, Certificate, ConfigError, GuardrailError, State, StreamPolicy, Verdict
+from guardrail._errors import MissingDependencyError
+from guardrail._reads import Skeleton
 
 from .._errors import ProviderFormatError
 from .._guard._context import Guard, resolve_guard

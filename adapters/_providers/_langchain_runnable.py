@@ -27,15 +27,9 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from guardrail import (
-    Certificate,
-    ConfigError,
-    GuardrailBlocked,
-    MissingDependencyError,
-    Skeleton,
-    StreamPolicy,
-    Verdict,
-)
+from guardrail import Certificate, ConfigError, GuardrailBlocked, StreamPolicy, Verdict
+from guardrail._errors import MissingDependencyError
+from guardrail._reads import Skeleton
 
 from .._guard._context import Guard, resolve_guard
 from .._guard._stream import aclose_upstream, close_upstream

@@ -6,15 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from guardrail import (
-    Certificate,
-    ConfigError,
-    GuardrailBlocked,
-    MissingDependencyError,
-    Skeleton,
-    StreamPolicy,
-    Verdict,
-)
+from guardrail import Certificate, ConfigError, GuardrailBlocked, StreamPolicy, Verdict
+from guardrail._errors import MissingDependencyError
+from guardrail._reads import Skeleton
 
 from .._guard._context import Guard, resolve_guard
 from ._langchain import INSTALL_HINT, LiftGuardCallbackHandler, MissingPolicy

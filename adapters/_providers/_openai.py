@@ -23,7 +23,8 @@ from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable, 
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
-from guardrail import Certificate, ConfigError, MissingDependencyError, Monitor
+from guardrail import Certificate, ConfigError, Monitor
+from guardrail._errors import MissingDependencyError
 
 from .._errors import ProviderFormatError
 from .._guard._context import Supplies, check_supplies, monitor_for

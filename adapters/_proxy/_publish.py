@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from guardrail import TraceFormatError
+from guardrail._errors import TraceFormatError
 
 from .._serving._metrics import ProxyMetrics
 from .._tracefiles._files import TraceFileWriter, is_url, open_trace_objects
@@ -120,7 +120,7 @@ class Publisher:
         if is_url(target):
             import importlib
 
-            from guardrail import MissingDependencyError
+            from guardrail._errors import MissingDependencyError
 
             try:
                 url_to_fs = importlib.import_module("fsspec.core").url_to_fs

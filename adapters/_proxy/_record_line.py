@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from guardrail import ConfigError
-from guardrail.traces import token_object, trace_line, trace_object
+from guardrail.traces._write import token_object, trace_line, trace_object
 
 __all__ = ["AnswerRecord", "check_dataset_name", "record_line"]
 

@@ -50,7 +50,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from guardrail import TraceFormatError
+from guardrail._errors import TraceFormatError
 
 from .._tracefiles._files import open_trace_objects
 

@@ -30,7 +30,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from guardrail import Certificate, ConfigError, SkeletonResolver, WithTokenIds, skeleton_reads
+from guardrail import Certificate, ConfigError
+from guardrail._reads import skeleton_reads
+from guardrail._skeleton_spec import SkeletonResolver
+from guardrail._skeletons import WithTokenIds
 
 from ._metrics import ProxyMetrics
 
@@ -244,7 +247,8 @@ class FileCertificate(CertificateSource):
 
 
 class StoreCertificate(CertificateSource):
-    """The certificate an alias of a skeleton store pins (``skeleton_store.open_certificate``).
+    """The certificate an alias of a skeleton store pins
+    (``skeleton_store._handle.open_certificate``).
 
     Label ``<name>@<alias>=<version>`` (e.g. ``chat@production=v3``). The version's
     certificate is made :func:`deployable`: a skeleton it references but does not bind
@@ -276,7 +280,7 @@ class StoreCertificate(CertificateSource):
         *,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
-        from skeleton_store import open_certificate
+        from skeleton_store._handle import open_certificate
 
         self.url, self.name, self.alias = url, name, alias
         self._options = None if storage_options is None else dict(storage_options)

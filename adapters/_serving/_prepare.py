@@ -16,7 +16,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from guardrail import Certificate, Monitor, Reads
+from guardrail import Certificate, Monitor
+from guardrail._reads import Reads
 
 from .._guard._context import Supplies, check_supplies
 from .._guard._settings import (

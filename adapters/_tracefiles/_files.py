@@ -5,7 +5,7 @@ the one opener every reader uses, and the one writer of whole files.
 
 - JSONL (any other suffix; ``.gz``, ``.xz`` or ``.bz2`` after it: compressed so, and
   read through the standard library): the line number and the line's value, read by
-  :func:`guardrail.traces.trace_objects` (its errors name ``file:line``: invalid
+  :func:`guardrail.traces._read.trace_objects` (its errors name ``file:line``: invalid
   UTF-8 or JSON); with ``torn`` given, a last line without its newline that is not
   JSON (or not UTF-8) is a record an interrupted write cut off: it is skipped and
   ``torn(line number)`` is called, where any other bad line is still an error;
@@ -19,7 +19,7 @@ A path with ``://`` (other than ``file://``) is opened with fsspec
 fsspec's defaults and environment (``AWS_ENDPOINT_URL``, credentials...).
 
 :class:`TraceFileWriter` writes decoded trace objects as JSONL (by the format's one
-writer, :func:`guardrail.traces.label_line`, so that a line read is written back as
+writer, :func:`guardrail.traces._write.label_line`, so that a line read is written back as
 it was) or as Parquet row groups; :func:`convert_traces` copies a file from one
 format to the other.
 """
@@ -34,8 +34,9 @@ from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import IO, Any
 
-from guardrail import MissingDependencyError, TraceFormatError
-from guardrail.traces import label_line, trace_objects
+from guardrail._errors import MissingDependencyError, TraceFormatError
+from guardrail.traces._read import trace_objects
+from guardrail.traces._write import label_line
 
 __all__ = [
     "PARQUET_SUFFIX",

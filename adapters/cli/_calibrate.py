@@ -46,10 +46,10 @@ log = logging.getLogger(__name__)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from adapters.tracefiles import TraceDigest
+    from adapters._tracefiles._digest import TraceDigest
     from guardrail import GuardrailError
+    from guardrail._lift import DEFAULT_CLIP
     from guardrail.evaluate import critical_thresholds
-    from guardrail.stats import DEFAULT_CLIP
     from guardrail.traces import baseline_score
 
     if args.score != "lift" and args.method == "paper":
@@ -133,8 +133,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def _lifts(trace: Any, skeleton: str, clip: float, exact_logz: bool) -> npt.NDArray[np.float64]:
     """Clipped lifts of one trace; without exact log Z_T (an API recording) the temperature
     skeleton's log Z_T is estimated from the top-k alternatives by the deployed rule."""
-    from guardrail.stats import clipped_lifts
-    from guardrail.traces import trace_clipped_lifts, trace_skeleton_logprobs
+    from guardrail._lift import clipped_lifts
+    from guardrail._scores import trace_clipped_lifts, trace_skeleton_logprobs
 
     if exact_logz or not skeleton.startswith("temperature"):
         return trace_clipped_lifts(trace, skeleton, clip)
@@ -154,8 +154,9 @@ class _Run:
 
     def split(self, seed: int) -> tuple[Any, dict[str, Any]]:
         from guardrail import StreamPolicy, calibrate, calibrate_policy
-        from guardrail.evaluate import critical_thresholds, shown_at
-        from guardrail.stats import checked_subgamma
+        from guardrail._policy import shown_at
+        from guardrail._subgamma import checked_subgamma
+        from guardrail.evaluate import critical_thresholds
 
         args, correct = self.args, self.correct
         cal, test = split_indices(correct.size, args.cal_fraction, seed)

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from adapters.tracefiles import trace_identity
+from adapters._tracefiles._digest import trace_identity
 from guardrail import (
     Calibration,
     Certificate,

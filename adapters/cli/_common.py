@@ -158,7 +158,8 @@ def output_file(text: str) -> str:
 def resolve_clip(args: argparse.Namespace, vocab_size: int) -> float:
     """``--clip``, or when it is not given: ``support_clip(|V|)`` for the uniform
     skeleton (tokens at probability >= 0.8 fully supported), else 12."""
-    from guardrail.stats import DEFAULT_CLIP, support_clip
+    from guardrail._lift import DEFAULT_CLIP
+    from guardrail.stats import support_clip
 
     if args.clip is None:
         args.clip = support_clip(vocab_size) if args.skeleton == "uniform" else DEFAULT_CLIP

@@ -282,7 +282,8 @@ def _skeleton_for(certificate: Certificate) -> Any:
 def _load_model(name: str) -> Any:
     """The demo's model by ``--model`` name, with progress while the Qwen file is
     assembled (the first time only)."""
-    from adapters.local import LocalModel, packaged_model_path
+    from adapters._local._packaged import packaged_model_path
+    from adapters.local import LocalModel
 
     from ._progress import Progress
 

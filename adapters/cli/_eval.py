@@ -53,7 +53,7 @@ def _check_certificate(
     """Refuse traces of another vocabulary; warn (stderr) when the traces are from another
     model or are the very traces the certificate was made on, in any container (not a
     held-out evaluation; ``digest``: their traces digest, computed as they were read)."""
-    from adapters.tracefiles import same_traces, trace_identity
+    from adapters._tracefiles._digest import same_traces, trace_identity
 
     model, vocab = traces[0].model, traces[0].vocab_size
     if cert.statistic is not None and vocab != cert.statistic.vocab_size:
@@ -130,16 +130,11 @@ def _unavailable(reason: str, fields: tuple[str, ...], splits: int) -> dict[str,
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from adapters.tracefiles import TraceDigest
+    from adapters._tracefiles._digest import TraceDigest
     from guardrail import StreamPolicy
-    from guardrail.evaluate import (
-        baseline_method,
-        bootstrap_intervals,
-        evaluate_methods,
-        fitted_method,
-        lift_method,
-    )
-    from guardrail.stats import DEFAULT_CLIP
+    from guardrail._evaluate import baseline_method, bootstrap_intervals
+    from guardrail._lift import DEFAULT_CLIP
+    from guardrail.evaluate import evaluate_methods, fitted_method, lift_method
     from guardrail.traces import BASELINES
 
     from ._progress import Progress

@@ -54,8 +54,8 @@ def refusal_note(args: argparse.Namespace, n: int, results: dict[str, dict[str, 
     """Mark each method whose calibration refused on every split (``all_refused``,
     and then ``refusal_reason`` and ``needed_answered``) and return a note that
     says which methods and why; ``""`` if every method calibrated at least once."""
-    from guardrail.evaluate import first_test_level
-    from guardrail.stats import min_answered_for_risk
+    from guardrail._bounds import min_answered_for_risk
+    from guardrail._calibration import first_test_level
 
     n_cal = round(n * 0.5)  # the calibration half of each split
     level = first_test_level(n_cal, args.risk, args.delta)

@@ -29,7 +29,8 @@ def _features(args: argparse.Namespace) -> tuple[Any, ...] | None:
     """The features of ``--features`` (checked; one way only for ``--form monotone``), else
     ``None`` (``--group``'s preset)."""
     from guardrail import ConfigError
-    from guardrail.fitting import Feature, moves_one_way
+    from guardrail._fitted import moves_one_way
+    from guardrail.fitting import Feature
 
     if args.features is None:
         return None
@@ -56,7 +57,7 @@ def _features(args: argparse.Namespace) -> tuple[Any, ...] | None:
 def _scopes(args: argparse.Namespace) -> tuple[str, ...] | None:
     """``--scopes``: ``None`` for ``auto`` (each scope the fitting answers use), else the
     scopes named (none for ``none``); with ``--features`` the features are as given."""
-    from guardrail.fitting import SCOPES
+    from guardrail._scopes import SCOPES
 
     if args.features is not None:
         if args.scopes is not None:
@@ -130,7 +131,7 @@ def fit_options(args: argparse.Namespace) -> Any:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from adapters.tracefiles import TraceDigest, trace_identity
+    from adapters._tracefiles._digest import TraceDigest, trace_identity
     from guardrail.fitting import fit_certificate, preset_features
 
     from ._certify import read_context, skeleton_spec

@@ -35,8 +35,9 @@ class _Given(argparse.Action):
 
 def add_fit_parser(sub: Any) -> None:
     """The ``fit`` subcommand (its defaults: :class:`guardrail.fitting.FitOptions`')."""
-    from guardrail.fitting import DEFAULT_ALTERNATIVES, FitOptions
-    from guardrail.traces import TRACE_SKELETONS
+    from guardrail._fitted import DEFAULT_ALTERNATIVES
+    from guardrail._scores import TRACE_SKELETONS
+    from guardrail.fitting import FitOptions
 
     default = FitOptions()
 

@@ -134,7 +134,7 @@ def label_file(
 
         return skip
 
-    from guardrail.traces import label_line  # the format's one writer: order, encoding
+    from guardrail.traces._write import label_line  # the format's one writer: order, encoding
 
     with (
         _Output(out) as fh,
@@ -166,7 +166,8 @@ class _Output:
     same objects in the columnar format (:class:`adapters.tracefiles.TraceFileWriter`)."""
 
     def __init__(self, path: str) -> None:
-        from adapters.tracefiles import TraceFileWriter, is_parquet
+        from adapters._tracefiles._files import is_parquet
+        from adapters.tracefiles import TraceFileWriter
 
         self._parquet = TraceFileWriter(path) if is_parquet(path) else None
         self._fh = None if self._parquet else open(path, "w", encoding="utf-8")  # noqa: SIM115
@@ -242,7 +243,7 @@ def cmd_label(args: argparse.Namespace) -> int:
         raise CommandError("give --references FILE or --judge URL --judge-model NAME", status=2)
     if args.judge is not None and not args.judge_model:
         raise CommandError("--judge needs --judge-model NAME", status=2)
-    from adapters.tracefiles import is_url
+    from adapters._tracefiles._files import is_url
 
     for path in args.traces:
         if not is_url(path) and not os.path.isfile(path):

@@ -24,9 +24,9 @@ def replays(
 def margins_blocked(
     stat: Any, plain: list[Any], correct: Any, policy: Any, tau: float
 ) -> dict[str, int] | None:
-    """:func:`guardrail.fitting.margin_cost` at ``tau`` as the summaries report it (``None``
+    """:func:`guardrail._fitted_replay.margin_cost` at ``tau`` as the summaries report it (``None``
     for a statistic without margins)."""
-    from guardrail.fitting import margin_cost
+    from guardrail._fitted_replay import margin_cost
 
     if not stat.block_margins:
         return None

@@ -142,7 +142,7 @@ class _Prefix:
 
 
 def _trace_skeleton(kind: str, params: Any) -> str:
-    """The trace skeleton (``guardrail.traces.TRACE_SKELETONS``) a lift certificate's
+    """The trace skeleton (``guardrail._scores.TRACE_SKELETONS``) a lift certificate's
     skeleton spec was calibrated with (the inverse of ``calibrate``'s choice)."""
     if kind == "temperature":
         t = float(params.get("temperature", 1.5))
@@ -154,7 +154,8 @@ def _trace_skeleton(kind: str, params: Any) -> str:
 
 def shown_by(cert: Any, traces: list[Any], where: str) -> npt.NDArray[np.bool_]:
     """Whether the certificate shows each answer, replayed as calibration replays it."""
-    from guardrail.evaluate import fitted_method, shown_at
+    from guardrail._policy import shown_at
+    from guardrail.evaluate import fitted_method
 
     from ._calibrate import _lifts
     from ._eval import _certificate_needs

@@ -60,7 +60,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 def _add_certificate_options(parser: argparse.ArgumentParser) -> None:
     """The risk target and the streaming certificate's settings (calibrate and eval)."""
-    from guardrail.traces import TRACE_SKELETONS
+    from guardrail._scores import TRACE_SKELETONS
 
     parser.add_argument("--risk", type=probability, required=True, help="target selective risk h*")
     parser.add_argument(

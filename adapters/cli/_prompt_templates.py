@@ -35,7 +35,8 @@ class PromptTemplate:
 
 
 def _smollm2_chat(system: str | None, chat: Any) -> PromptTemplate:
-    from adapters.local import SMOLLM2_SYSTEM, smollm2_chat_prompt
+    from adapters._local._model import SMOLLM2_SYSTEM
+    from adapters.local import smollm2_chat_prompt
 
     line = SMOLLM2_SYSTEM if system is None else system
     return PromptTemplate(
@@ -47,7 +48,7 @@ def _smollm2_chat(system: str | None, chat: Any) -> PromptTemplate:
 
 
 def _gemma3_5shot(system: str | None, chat: Any) -> PromptTemplate:
-    from adapters.local import GEMMA3_PROMPT_FREE, gemma3_fewshot_prompt
+    from adapters._local._gemma import GEMMA3_PROMPT_FREE, gemma3_fewshot_prompt
 
     if system is not None:
         raise ValueError("--system: the gemma3-5shot template has no system line")
@@ -87,7 +88,7 @@ def get_template(
 ) -> PromptTemplate:
     """The template called ``name`` (one of :data:`TEMPLATES`). ``system``: the system
     line of a chat template (None: the shared traces' line). ``chat_template``: the
-    model's :class:`~adapters.local.ChatTemplate`, which ``gguf-chat`` renders."""
+    model's :class:`~adapters._local._chat_template.ChatTemplate`, which ``gguf-chat`` renders."""
     try:
         factory = _TEMPLATE_FACTORIES[name]
     except KeyError:

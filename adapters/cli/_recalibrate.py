@@ -3,11 +3,11 @@ on labelled answers of another dataset (or fresh traffic), its statistic held fi
 
 The statistic was fitted on the answers named in the certificate's provenance; tau is
 chosen here, by the same fixed-sequence procedure as everywhere
-(:func:`guardrail.fitting.calibrate_fitted`), on the answers given. The guarantee's
+(:func:`guardrail._fitted_replay.calibrate_fitted`), on the answers given. The guarantee's
 argument (``calibrate_fitted``'s docstring) needs those answers to be independent of
 the fitting ones: the command refuses the data the statistic was fitted on, in any
 container (the same file, or its Parquet or JSONL twin: the traces digest of
-:func:`adapters.tracefiles.trace_identity`; a certificate that records no digest is
+:func:`adapters._tracefiles._digest.trace_identity`; a certificate that records no digest is
 compared by the file's sha256, as before), and the calibration record names both
 files' sha256 and digests.
 
@@ -69,10 +69,10 @@ def _refuse_rule_flags(args: argparse.Namespace, defaults: dict[str, Any]) -> No
 
 def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     """Calibrate ``args.certificate``'s tau on ``args.traces``; write ``args.out``."""
-    from adapters.tracefiles import same_traces
+    from adapters._tracefiles._digest import same_traces
     from guardrail import Certificate, InsufficientDataError
+    from guardrail._fitted_replay import calibrate_fitted
     from guardrail.evaluate import auroc
-    from guardrail.fitting import calibrate_fitted
 
     from ._margins import margins_blocked, margins_line, replays
 
@@ -188,9 +188,9 @@ def _read_for(
     """The whole answers of ``path`` (:func:`~adapters.cli._recorded.read_whole`; ``use``:
     what is done with them), refused in one line where they lack what ``cert``'s statistic
     reads or are of another vocabulary (``vocab_size``: ``--vocab-size``, for recordings
-    without one); and the file's identity (:func:`adapters.tracefiles.trace_identity`, its
+    without one); and the file's identity (:func:`adapters._tracefiles._digest.trace_identity`, its
     digest computed in the same pass)."""
-    from adapters.tracefiles import TraceDigest, trace_identity
+    from adapters._tracefiles._digest import TraceDigest, trace_identity
 
     from ._eval import _certificate_needs
 
@@ -222,7 +222,7 @@ def _traffic_margins(
     of the rule that calibration replays, so they must not come from calibration answers:
     the same data (in any container), or answers with a calibration answer's id, are
     refused."""
-    from adapters.tracefiles import same_traces
+    from adapters._tracefiles._digest import same_traces
     from guardrail.fitting import block_margins
 
     from ._fit_args import TRAFFIC_EARLY_BLOCK

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from ._common import CommandError, no_traces
 
 if TYPE_CHECKING:
-    from adapters.tracefiles import TraceDigest
+    from adapters._tracefiles._digest import TraceDigest
 
 __all__ = [
     "VOCAB_HINT",
@@ -131,7 +131,7 @@ def score_needs(
 
 def absent(traces: Sequence[Any], fields: Sequence[str]) -> list[str]:
     """The words for those of ``fields`` that some trace lacks (e.g. ``"vocabulary size"``)."""
-    from guardrail.traces import OPTIONAL_FIELDS
+    from guardrail._trace_format import OPTIONAL_FIELDS
 
     return [OPTIONAL_FIELDS[f] for f in dict.fromkeys(fields) if not carries(traces, f)]
 
@@ -296,7 +296,7 @@ def whole_traces(
     trace file ``path`` (JSONL or Parquet, local or a URL:
     :func:`adapters.tracefiles.open_trace_objects`), parsed strictly one at a time as the
     file is read, ``sort`` (:class:`WholeAnswers`) counting every line and telling the
-    prefixes apart. ``digest``: a :class:`adapters.tracefiles.TraceDigest` fed every trace
+    prefixes apart. ``digest``: a :class:`adapters._tracefiles._digest.TraceDigest` fed every trace
     read, prefixes too (the file's traces digest, in the same pass). Nothing of a line is
     held once its trace is yielded: what a command keeps is the compact traces."""
     from adapters.tracefiles import open_trace_objects

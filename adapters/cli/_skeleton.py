@@ -83,7 +83,8 @@ def _print(obj: Any) -> None:
 
 def _cmd_build(args: argparse.Namespace) -> int:
     from guardrail import GuardrailError, StreamPolicy, calibrate_policy
-    from guardrail.traces import read_traces, unigram_log_probs, vector_clipped_lifts
+    from guardrail._scores import unigram_log_probs
+    from guardrail.traces import read_traces, vector_clipped_lifts
 
     traces = read_traces(args.traces)
     if not traces:
@@ -196,7 +197,7 @@ def _cmd_put(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from guardrail import Certificate
-    from skeleton_store import check_alias
+    from skeleton_store._names import check_alias
 
     if args.promote is not None:
         check_alias(args.promote, settable=True)  # before anything is written

@@ -58,7 +58,7 @@ def corrupt(
 
 
 def _decide(traces: list[Any], idx: Any, log_s: FloatArray, policy: Any, tau: float) -> Any:
-    from guardrail.evaluate import shown_at
+    from guardrail._policy import shown_at
     from guardrail.traces import vector_clipped_lifts
 
     lifts = [vector_clipped_lifts(traces[i], log_s, policy.clip) for i in idx]
@@ -67,9 +67,9 @@ def _decide(traces: list[Any], idx: Any, log_s: FloatArray, policy: Any, tau: fl
 
 def cmd_stress(args: argparse.Namespace) -> int:
     from guardrail import StreamPolicy, calibrate_policy
-    from guardrail.paper import eta_budget_shift_bound
-    from guardrail.stats import tv_distance
-    from guardrail.traces import read_traces, unigram_log_probs, vector_clipped_lifts
+    from guardrail._bounds import eta_budget_shift_bound, tv_distance
+    from guardrail._scores import unigram_log_probs
+    from guardrail.traces import read_traces, vector_clipped_lifts
 
     from ._common import CommandError, no_traces, split_indices
 

@@ -9,7 +9,7 @@ Three prompt templates, those of the shared trace files (``data/traces/README.md
   ``<bos>`` added by the tokenizer; prompt-free prefix ``<bos>`` + ``Answer:``.
 - ``gguf-chat``: the model's own chat template from its GGUF metadata
   (``tokenizer.chat_template``), rendered in a Jinja sandbox as llama.cpp does
-  (:class:`~adapters.local.ChatTemplate`) with the system line (``--system``) and
+  (:class:`~adapters._local._chat_template.ChatTemplate`) with the system line (``--system``) and
   the question as the user message; prompt-free prefix: the same with an empty
   user message. The shared Qwen traces were made so (``--model qwen``).
 
@@ -78,7 +78,9 @@ def resolve_model(
     ``progress(done, total)`` reports the bytes) or a GGUF path. The packaged models
     get the ``model`` names of the shared traces; a path gets its lower-cased file
     stem."""
-    from adapters.local import GEMMA3_MODEL_NAME, QWEN_MODEL_NAME, packaged_model_path
+    from adapters._local._gemma import GEMMA3_MODEL_NAME
+    from adapters._local._packaged import packaged_model_path
+    from adapters._local._qwen import QWEN_MODEL_NAME
 
     from ._common import CommandError
 
@@ -238,7 +240,7 @@ def _labels(args: argparse.Namespace) -> Labels:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from guardrail.traces import label_line, trace_to_dict
+    from guardrail.traces._write import label_line, trace_to_dict
 
     items = read_items(args.questions, args.task, args.dataset)
     items = items[args.start : args.start + args.limit if args.limit else None]

@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from guardrail import ConfigError
 from guardrail.evaluate import auroc
-from guardrail.fitting import DEFAULT_L2, Feature, answer_features, fit_statistic, token_ranges
+from guardrail.fitting import Feature, FitOptions, answer_features, fit_statistic, token_ranges
 from guardrail.traces import read_traces
 
 _HALF, _NINE = repr(math.log(0.5)), repr(math.log(0.9))
@@ -85,7 +85,7 @@ class _Data:
             for k in range(FOLDS):
                 test = f == k
                 stat = fit_statistic(x[~test], self.y[~test], feats, vocab_size=self.vocab,
-                                     l2=DEFAULT_L2, ranges=ranges)  # fmt: skip
+                                     l2=FitOptions().l2, ranges=ranges)  # fmt: skip
                 pred[test] = stat.score(x[test])
             out.append(auroc(pred, self.y))
         return out

@@ -6,8 +6,14 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from guardrail import Certificate, FittedStatistic, ModelIdentity, SkeletonSpec, StreamPolicy
-from guardrail.fitting import answer_features, fit_statistic, preset_features, token_ranges
+from guardrail import Certificate, ModelIdentity, SkeletonSpec, StreamPolicy
+from guardrail.fitting import (
+    FittedStatistic,
+    answer_features,
+    fit_statistic,
+    preset_features,
+    token_ranges,
+)
 from guardrail.traces import read_traces
 
 __all__ = ["SAMPLE", "certificate", "fitted"]

@@ -14,10 +14,11 @@ from collections.abc import Iterator
 import pytest
 from fitted_certs import certificate, fitted
 
-from adapters import LocalTextScorer, guard_anthropic_stream_sync, guarded_message
+from adapters import LocalTextScorer, guarded_message
+from adapters._providers._anthropic import guard_anthropic_stream_sync
 from adapters.local import LocalModel, smollm2_chat_prompt
-from guardrail import Certificate, ConfigError, FittedRule, FittedStatistic, State
-from guardrail.fitting import Feature
+from guardrail import Certificate, ConfigError, FittedRule, State
+from guardrail.fitting import Feature, FittedStatistic
 
 pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
 

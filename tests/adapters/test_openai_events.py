@@ -12,7 +12,8 @@ from openai.types.chat import ChatCompletionChunk
 from openai.types.responses import ResponseStreamEvent, ResponseTextDeltaEvent
 from pydantic import TypeAdapter
 
-from adapters import ProviderFormatError, events_from_chat_chunk, events_from_responses_event
+from adapters import ProviderFormatError, events_from_responses_event
+from adapters._guard._openai_events import events_from_chat_chunk
 from guardrail import ConfigError, GuardrailError, TokenEvent
 
 USAGE = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}

@@ -11,16 +11,10 @@ import numpy as np
 import pytest
 
 import adapters
-from adapters import PromptFreeSkeleton, smollm2_prompt_free_prefix
-from guardrail import (
-    ConfigError,
-    GuardrailError,
-    Monitor,
-    Reads,
-    Skeleton,
-    StreamPolicy,
-    TokenEvent,
-)
+from adapters import PromptFreeSkeleton
+from adapters._local._prompt_free import smollm2_prompt_free_prefix
+from guardrail import ConfigError, GuardrailError, Monitor, StreamPolicy, TokenEvent
+from guardrail._reads import Reads, Skeleton
 from guardrail.traces import read_traces
 from guardrail.traces._read import Trace
 
@@ -60,7 +54,6 @@ def _events(trace: Trace, *, ids: bool = True) -> Iterator[TokenEvent]:
 
 def test_exported_and_prefix_is_the_traces_prefix() -> None:
     assert "PromptFreeSkeleton" in adapters.__all__
-    assert "smollm2_prompt_free_prefix" in adapters.__all__
     assert adapters.__all__ == sorted(adapters.__all__)
     assert smollm2_prompt_free_prefix() == TRACES_PREFIX
     assert PromptFreeSkeleton.reads == Reads()  # the emitted token only: no alternatives

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from adapters import PromptFreeSkeleton, smollm2_prompt_free_prefix
+from adapters import PromptFreeSkeleton
+from adapters._local._prompt_free import smollm2_prompt_free_prefix
 from adapters._local._prompt_free_spec import file_sha256
 from adapters.local import bundled_smollm2_path
 from guardrail import (

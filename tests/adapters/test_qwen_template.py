@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from adapters.local import QWEN_SYSTEM, SMOLLM2_SYSTEM, ChatTemplate, smollm2_chat_prompt
+from adapters._local._chat_template import ChatTemplate
+from adapters._local._model import SMOLLM2_SYSTEM
+from adapters.local import QWEN_SYSTEM, smollm2_chat_prompt
 from guardrail import ConfigError
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"

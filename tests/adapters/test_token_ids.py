@@ -24,14 +24,13 @@ from guardrail import (
     MissingLogprobsError,
     ModelIdentity,
     NGramSkeleton,
-    Reads,
     SkeletonSpec,
     State,
     StreamPolicy,
     TokenEvent,
-    WithTokenIds,
-    skeleton_reads,
 )
+from guardrail._reads import Reads, skeleton_reads
+from guardrail._skeletons import WithTokenIds
 
 pytest.importorskip("tiktoken")
 

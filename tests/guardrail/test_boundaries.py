@@ -10,8 +10,12 @@ import pytest
 from scipy import stats
 
 from guardrail import ConfigError
-from guardrail.paper import paper_radius
-from guardrail.stats import betting_bets, betting_confidence_sequence, betting_log_wealth
+from guardrail._boundaries import (
+    betting_bets,
+    betting_confidence_sequence,
+    betting_log_wealth,
+    paper_radius,
+)
 
 
 def test_paper_radius_hand_computed() -> None:

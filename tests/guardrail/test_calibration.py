@@ -17,9 +17,9 @@ from guardrail import (
     calibrate,
     calibrate_policy,
 )
-from guardrail._calibration import PROCEDURES
+from guardrail._calibration import PROCEDURES, first_test_level
 from guardrail._policy import shown_at
-from guardrail.evaluate import critical_thresholds, first_test_level, ltt_threshold
+from guardrail.evaluate import critical_thresholds, ltt_threshold
 
 
 def test_fixed_sequence_by_hand() -> None:

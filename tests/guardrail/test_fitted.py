@@ -23,13 +23,11 @@ from guardrail import (
     MissingLogprobsError,
     ModelIdentity,
     Monitor,
-    Reads,
     SkeletonSpec,
     State,
     StreamPolicy,
     TokenEvent,
     UniformSkeleton,
-    skeleton_reads,
 )
 from guardrail._aggregates import Feature
 from guardrail._fitted import FEATURE_PRESETS, FittedStatistic, preset_features
@@ -45,6 +43,7 @@ from guardrail._fitted_replay import (
 )
 from guardrail._fitted_state import FittedState, RecordedSkeleton, trace_events
 from guardrail._fitting import answer_features, fit_statistic, token_ranges
+from guardrail._reads import Reads, skeleton_reads
 from guardrail.evaluate import ltt_threshold
 from guardrail.traces import Trace, read_traces
 

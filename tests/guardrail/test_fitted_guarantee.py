@@ -13,9 +13,9 @@ import pytest
 from scipy import stats
 
 from guardrail import InsufficientDataError, StreamPolicy
+from guardrail._fitted_replay import MarginAnswers
 from guardrail.evaluate import ltt_threshold
 from guardrail.fitting import (
-    MarginAnswers,
     answer_features,
     block_margins,
     critical_score,

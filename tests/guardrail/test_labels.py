@@ -10,13 +10,8 @@ from pathlib import Path
 import pytest
 
 from guardrail import ConfigError
-from guardrail.traces import (
-    DEFAULT_F1_THRESHOLD,
-    is_correct,
-    is_correct_f1,
-    normalize_answer,
-    token_f1,
-)
+from guardrail._labels import normalize_answer
+from guardrail.traces import DEFAULT_F1_THRESHOLD, is_correct, is_correct_f1, token_f1
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from guardrail import ConfigError
-from guardrail.stats import budget, clipped_lift, clipped_lifts
+from guardrail._lift import clipped_lift, clipped_lifts
+from guardrail.stats import budget
 
 
 @pytest.mark.parametrize(

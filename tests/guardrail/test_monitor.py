@@ -22,10 +22,10 @@ from guardrail import (
     UniformSkeleton,
     Verdict,
 )
+from guardrail._boundaries import betting_confidence_sequence, paper_radius
+from guardrail._lift import clipped_lift
+from guardrail._policy import replay
 from guardrail._verdict import make_verdict as _verdict
-from guardrail.evaluate import replay
-from guardrail.paper import paper_radius
-from guardrail.stats import betting_confidence_sequence, clipped_lift
 
 POLICIES = {
     "default": StreamPolicy(),

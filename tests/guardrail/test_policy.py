@@ -8,16 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from guardrail import (
-    Cause,
-    ConfigError,
-    MissingLogprobsError,
-    Monitor,
-    State,
-    StreamPolicy,
-)
-from guardrail._policy import shown_at
-from guardrail.evaluate import critical_thresholds, replay, threshold_grid
+from guardrail import Cause, ConfigError, MissingLogprobsError, Monitor, State, StreamPolicy
+from guardrail._policy import replay, shown_at, threshold_grid
+from guardrail.evaluate import critical_thresholds
 
 
 def _reference(policy: StreamPolicy, x: list[float], tau: float) -> tuple[bool, int]:
@@ -158,7 +151,7 @@ def test_policy_validation() -> None:
 
 
 def test_lowest_aggregate_statistic_and_validation() -> None:
-    from guardrail.evaluate import running_statistic
+    from guardrail._policy import running_statistic
 
     pol = StreamPolicy(aggregate="lowest", lowest_k=2, clip=10.0)
     # missing lowest values count as the clip, so the statistic never rises
@@ -182,7 +175,8 @@ def test_min_aggregate_with_uniform_skeleton_ranks_like_min_logprob() -> None:
     """With a uniform skeleton the min-aggregate certificate is the min-logprob rule."""
     from pathlib import Path
 
-    from guardrail.traces import baseline_score, read_traces, trace_clipped_lifts
+    from guardrail._scores import trace_clipped_lifts
+    from guardrail.traces import baseline_score, read_traces
 
     traces = read_traces(Path(__file__).parents[1] / "fixtures" / "traces_gemma3_sample.jsonl")
     policy = StreamPolicy(aggregate="min")

@@ -21,14 +21,16 @@ import numpy as np
 import pytest
 
 from adapters.cli import main
-from guardrail import ConfigError, TraceFormatError
+from guardrail import ConfigError
+from guardrail._errors import TraceFormatError
 from guardrail._scores import (
     baseline_score,
     token_entropies,
     trace_skeleton_logprobs,
     vector_clipped_lifts,
 )
-from guardrail.traces import Trace, parse_trace, parse_trace_lines, read_traces, trace_to_dict
+from guardrail.traces import Trace, parse_trace, parse_trace_lines, read_traces
+from guardrail.traces._write import trace_to_dict
 from guardrail.vsd._data import distributions_from_traces
 
 pytest.importorskip("prometheus_client")  # the recorder counts drops in the proxy's metrics

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from guardrail import ConfigError, StreamPolicy
+from guardrail._selection import select_statistic
 from guardrail.evaluate import auroc
 from guardrail.fitting import (
     Candidate,
@@ -16,7 +17,6 @@ from guardrail.fitting import (
     answer_features,
     cv_coverage,
     preset_features,
-    select_statistic,
 )
 from guardrail.traces import Trace, read_traces
 

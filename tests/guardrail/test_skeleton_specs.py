@@ -24,16 +24,16 @@ from guardrail import (
     ConfigError,
     ModelIdentity,
     NGramSkeleton,
-    Skeleton,
     SkeletonSpec,
     StreamPolicy,
     TemperatureSkeleton,
     TokenEvent,
     UniformSkeleton,
     VectorSkeleton,
-    WithTokenIds,
 )
+from guardrail._reads import Skeleton
 from guardrail._skeleton_spec import arrays_sha256
+from guardrail._skeletons import WithTokenIds
 
 VOCAB = 12
 RNG = np.random.default_rng(7)

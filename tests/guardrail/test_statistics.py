@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from guardrail import ConfigError, StreamPolicy
+from guardrail._boundaries import betting_bets, betting_confidence_sequence
 from guardrail._confidence_sequence import BettingConfidenceSequence
 from guardrail._monitor import Monitor, State
-from guardrail._policy import shown_at
+from guardrail._policy import replay, shown_at, threshold_grid
 from guardrail._statistics import (
     ABOVE,
     BELOW,
@@ -22,8 +23,6 @@ from guardrail._statistics import (
     lowest_k_path,
     paper_mean_path,
 )
-from guardrail.evaluate import replay, threshold_grid
-from guardrail.stats import betting_bets, betting_confidence_sequence
 
 CLIP = 12.0
 

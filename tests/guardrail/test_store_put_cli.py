@@ -20,7 +20,8 @@ from guardrail import (
     SkeletonSpec,
     StreamPolicy,
 )
-from skeleton_store import SkeletonStore, open_certificate
+from skeleton_store import SkeletonStore
+from skeleton_store._handle import open_certificate
 
 PROG = "liftguard skeleton put: error: "
 

@@ -16,16 +16,8 @@ import pytest
 
 from adapters.cli import main
 from guardrail._trace_format import _TOKEN_KEYS, _TOP_LEVEL_KEYS
-from guardrail.traces import (
-    Trace,
-    dump_trace_line,
-    label_line,
-    parse_trace,
-    read_traces,
-    token_object,
-    trace_line,
-    trace_object,
-)
+from guardrail.traces import Trace, dump_trace_line, parse_trace, read_traces
+from guardrail.traces._write import label_line, token_object, trace_line, trace_object
 
 pytest.importorskip("prometheus_client")  # the recorder counts drops in the proxy's metrics
 

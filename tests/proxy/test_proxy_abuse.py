@@ -26,7 +26,8 @@ from proxy_harness import (
 from sse_server import Reply, chat_chunk
 
 from adapters.proxy import StaticCertificate
-from guardrail import Reads, TokenEvent
+from guardrail import TokenEvent
+from guardrail._reads import Reads
 
 MESSAGES = [{"role": "user", "content": "Send the money."}]
 TOOL_CALL = {

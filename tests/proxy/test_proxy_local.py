@@ -24,12 +24,13 @@ import pytest
 from proxy_harness import guarded_directly, running_proxy
 
 from adapters import PromptFreeSkeleton
-from adapters.proxy import FileCertificate, StaticCertificate, certificate_source
+from adapters._serving._certs import FileCertificate
+from adapters.proxy import StaticCertificate, certificate_source
 
 pytest.importorskip("llama_cpp", reason='needs pip install "liftguard[local]"')
 
+from adapters._local._shipped import SMOLLM2_FITTED_CERTIFICATE
 from adapters.local import (
-    SMOLLM2_FITTED_CERTIFICATE,
     LocalChatServer,
     LocalModel,
     smollm2_certificate,

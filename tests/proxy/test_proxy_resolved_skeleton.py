@@ -26,8 +26,9 @@ import pytest
 from proxy_harness import GOOD, ROLE, STOP, TAU, WORDS, Upstream, running_proxy, tokens
 from sse_server import Reply
 
-from adapters import TiktokenIds
-from adapters.proxy import FileCertificate, StoreCertificate, certificate_source
+from adapters._guard._token_ids import TiktokenIds
+from adapters._serving._certs import FileCertificate, StoreCertificate
+from adapters.proxy import certificate_source
 from guardrail import (
     Certificate,
     ConfigError,

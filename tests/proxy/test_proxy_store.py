@@ -21,7 +21,8 @@ from proxy_harness import GOOD, ROLE, STOP, Upstream, make_certificate, running_
 from s3_server import moto_s3
 from sse_server import Reply
 
-from adapters.proxy import StoreCertificate, certificate_source
+from adapters._serving._certs import StoreCertificate
+from adapters.proxy import certificate_source
 from skeleton_store import SkeletonStore
 
 CLEAN = [ROLE, *tokens([GOOD] * 5), STOP]

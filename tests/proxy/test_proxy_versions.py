@@ -11,7 +11,7 @@ import pytest
 from proxy_harness import Upstream, metric, running_proxy
 from test_proxy_feedback import CLEAN, ask, calibrated, error, label, request_id, scrape
 
-from adapters.proxy import CertificateSource
+from adapters._serving._certs import CertificateSource
 from guardrail import Certificate
 
 

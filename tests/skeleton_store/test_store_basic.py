@@ -14,14 +14,8 @@ from _store_support import Target
 
 import guardrail
 from guardrail import Calibration, StreamPolicy
-from skeleton_store import (
-    InvalidName,
-    InvalidRequest,
-    SkeletonStore,
-    StoreError,
-    StoreNotFound,
-    VersionNotFound,
-)
+from skeleton_store import SkeletonStore, StoreError, StoreNotFound
+from skeleton_store._errors import InvalidName, InvalidRequest, VersionNotFound
 
 P = np.array([0.5, 0.25, 0.25])
 Q = np.array([0.4, 0.4, 0.2])

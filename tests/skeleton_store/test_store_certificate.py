@@ -17,7 +17,8 @@ from guardrail import (
     StreamPolicy,
     TokenEvent,
 )
-from skeleton_store import SkeletonStore, StoreError, open_certificate
+from skeleton_store import SkeletonStore, StoreError
+from skeleton_store._handle import open_certificate
 
 VOCAB = 8
 

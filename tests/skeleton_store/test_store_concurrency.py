@@ -16,8 +16,9 @@ from _store_support import Target
 from _store_worker import put_worker
 
 from guardrail import TokenEvent
-from skeleton_store import SkeletonHandle, open_skeleton
+from skeleton_store import open_skeleton
 from skeleton_store._aliases import MAX_HISTORY
+from skeleton_store._handle import SkeletonHandle
 
 WRITERS, EACH = 4, 5
 

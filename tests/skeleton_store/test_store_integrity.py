@@ -14,7 +14,9 @@ import pytest
 from _store_support import Target
 from _store_worker import crash_worker
 
-from skeleton_store import IntegrityError, SkeletonHandle, VersionNotFound
+from skeleton_store import IntegrityError
+from skeleton_store._errors import VersionNotFound
+from skeleton_store._handle import SkeletonHandle
 
 P = np.linspace(1.0, 2.0, 1000)
 P = P / P.sum()

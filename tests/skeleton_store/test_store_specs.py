@@ -31,12 +31,12 @@ from guardrail import (
 )
 from skeleton_store import (
     IntegrityError,
-    InvalidRequest,
     SkeletonStore,
     open_skeleton,
     resolve_skeleton,
     save_skeleton,
 )
+from skeleton_store._errors import InvalidRequest
 
 VOCAB = 16
 RNG = np.random.default_rng(11)

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from _store_support import AWS_ENV, Target
 
-from skeleton_store import SkeletonStore, StoreNotFound, StoreUnavailable, VersionNotFound
+from skeleton_store import SkeletonStore, StoreNotFound, StoreUnavailable
+from skeleton_store._errors import VersionNotFound
 
 P = np.array([0.5, 0.5])
 FAST = {"connect_timeout": 1, "read_timeout": 1, "retries": {"max_attempts": 1}}

@@ -12,7 +12,8 @@ import pytest
 
 from guardrail import Calibration, StreamPolicy
 from guardrail.traces import Trace, read_traces
-from skeleton_store import InvalidRequest, SkeletonStore
+from skeleton_store import SkeletonStore
+from skeleton_store._errors import InvalidRequest
 from skeleton_store._warmstart import build_vsd_version, warm_start
 
 pytest.importorskip("torch")
