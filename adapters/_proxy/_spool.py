@@ -223,7 +223,7 @@ def conversion_path(spool: Path, name: str) -> Path:
 
 def prepare(path: Path, fd: int, on_torn: Callable[[int], None]) -> int:
     """Make the left spool file ``path`` (locked by ``fd``) whole lines only and return
-    how many traces it holds; raises :class:`~guardrail.TraceFormatError` if a line other
+    how many traces it holds; raises :class:`~guardrail._errors.TraceFormatError` if a line other
     than a torn last one is bad (``on_torn(line number)``: the torn line is cut off)."""
     torn: list[int] = []
     count = sum(1 for _ in open_trace_objects(path, torn=torn.append))

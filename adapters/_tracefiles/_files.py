@@ -12,7 +12,7 @@ the one opener every reader uses, and the one writer of whole files.
 - Parquet (:mod:`._columnar`): the 1-based row number and the row's object, read a
   batch at a time, one row group after the other (never the whole file); a file that
   is not Parquet, is damaged or has another schema is a
-  :class:`~guardrail.TraceFormatError` in one line naming the file.
+  :class:`~guardrail._errors.TraceFormatError` in one line naming the file.
 
 A path with ``://`` (other than ``file://``) is opened with fsspec
 (``pip install "liftguard[s3]"`` for ``s3://``), with ``storage_options`` or
