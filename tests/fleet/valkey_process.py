@@ -1,21 +1,16 @@
 """The real Valkey (or Redis) server the fleet tests start, kill, restart, snapshot and
-restore themselves: the benchmarks' server class (``benchmarks/_valkey.py``), a test skipped
-where no server binary is installed."""
+restore themselves: the benchmarks' server class (``benchmarks/valkey_server.py``), a test
+skipped where no server binary is installed."""
 
 from __future__ import annotations
 
 import os
 import socket
-import sys
 from pathlib import Path
 
 import pytest
 
-_BENCHMARKS = str(Path(__file__).resolve().parents[2] / "benchmarks")
-if _BENCHMARKS not in sys.path:
-    sys.path.insert(0, _BENCHMARKS)
-
-from _valkey import NoServerBinary, ValkeyServer, free_port, server_binary  # noqa: E402
+from benchmarks.valkey_server import NoServerBinary, ValkeyServer, free_port, server_binary
 
 __all__ = ["ValkeyProcess", "free_port", "server_binary"]
 

@@ -1,4 +1,4 @@
-"""The page of ``benchmarks/bench_fleet.py`` (``page``, from the saved run) and the
+"""The page of ``python -m benchmarks.bench_fleet`` (``page``, from the saved run) and the
 settings the run and the page share."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from _tables import DOCS, RESULTS, ROOT, header
+from studies.tables import DOCS, RESULTS, ROOT, header
 
-COMMAND = "python benchmarks/bench_fleet.py"
+COMMAND = "python -m benchmarks.bench_fleet"
 SAVED = RESULTS / "bench_fleet.json"
 OUT = DOCS / "fleet.md"
 SCRATCH = ROOT / "out" / "bench_fleet"

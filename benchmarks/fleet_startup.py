@@ -1,5 +1,5 @@
-"""The start-up part of ``benchmarks/bench_fleet.py``: what a replica that starts, and a fleet
-that lost its state, cost with few labels and with many (up to ten million).
+"""The start-up part of ``python -m benchmarks.bench_fleet``: what a replica that starts, and
+a fleet that lost its state, cost with few labels and with many (up to ten million).
 
 For each label count ``n``, in a fresh namespace of the script's own Valkey server, the
 state of a fleet that took ``n`` labels, written as the replicas write it:
@@ -38,10 +38,7 @@ label counted on top of the ``n`` the record holds); and how long importing
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import json
 import logging
-import secrets
 import statistics
 import subprocess
 import sys
@@ -52,19 +49,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 import openai
-from _fleet_latency import ServeProcess, label
-from _fleet_page import ALPHA, BEFORE, SEED
-from _loopback import LoopbackServer, Spec
-from _tables import Progress
-from bench_proxy import read_answer
 
-from adapters._serving._certs import StaticCertificate
-from adapters._serving._fleet import RECENT, FleetRecord, FleetStore, fleet_client
-from adapters._serving._fleet_watch import FleetRiskWatch
-from adapters._serving._risk_watch import FinishedAnswer
-from guardrail import Certificate, RiskMonitor
+from benchmarks import fleet_replicas
+from benchmarks.bench_proxy import read_answer
+from benchmarks.fleet_latency import ServeProcess, label
+from benchmarks.fleet_page import ALPHA, BEFORE, SEED
+from benchmarks.fleet_replicas import Fill, FleetRiskWatch, fill, finished
+from benchmarks.loopback import LoopbackServer, Spec
+from guardrail import Certificate
+from studies.tables import Progress
 
 REPEATS = 5
 CHUNK = 10_000
@@ -75,85 +69,13 @@ KEPT = 100_000
 """Answers' hashes written at most (the latest: older ones have expired)."""
 SHOWN = 0.9
 """The share of answers shown in the seeded verdicts."""
+FILL = Fill(alpha=ALPHA, seed=SEED, before=BEFORE, fed=FED, kept=KEPT, shown=SHOWN,
+            chunk=CHUNK)  # fmt: skip
+"""How each namespace is filled (:func:`benchmarks.fleet_replicas.fill`)."""
 
 
 def _replica(url: str, namespace: str, cert: Certificate) -> FleetRiskWatch:
-    return FleetRiskWatch(
-        {"*": StaticCertificate(cert, "bench")},
-        FleetStore(fleet_client(url, timeout_s=5.0), namespace=namespace),
-        risk_alpha=ALPHA,
-        timeout_s=5.0,
-    )
-
-
-def advanced(state: bytes, by: int, errors: int, answers: int, shown: int) -> bytes:
-    """The serialised monitor ``state`` with ``by`` more labels (``errors`` of them wrong)
-    and ``answers`` more verdicts (``shown`` shown) counted, as after that many updates in
-    the same state (``by`` and ``answers`` multiples of the monitor's spacing, so its
-    restarts fall where they would have)."""
-    raw, body = state.split(b"\n", 1)
-    head = json.loads(raw)
-    assert by % head["spacing"] == 0 and answers % head["spacing"] == 0
-    head["n"] += by
-    head["errors"] += errors
-    head["answers"] += answers
-    head["shown"] += shown
-    head["shown_n"] = None if head["shown_n"] is None else head["shown_n"] + answers
-    head["starts"] = [[s + by, e + errors] for s, e in head["starts"]]
-    out = json.dumps(head, separators=(",", ":")).encode("ascii") + b"\n" + body
-    RiskMonitor.from_bytes(out)  # a state a replica reads
-    return out
-
-
-async def _fill(url: str, namespace: str, cert: Certificate, n: int) -> str:
-    """A fleet's state after ``n`` labels in ``namespace``; the record's key."""
-    import redis.asyncio as aioredis
-
-    writer = _replica(url, namespace, cert)
-    watch = writer._watches["*"]
-    monitor = writer.new_monitor(cert, 0)
-    fed = min(n, FED)
-    rng = np.random.default_rng([SEED, 3, n])
-    for wrong, shown in zip(rng.random(fed) < BEFORE, rng.random(fed) < SHOWN, strict=True):
-        monitor.update_shown(bool(shown))
-        monitor.update(correct=not bool(wrong))
-    state = monitor.to_bytes()
-    if n > fed:
-        by = (n - fed) // monitor.spacing * monitor.spacing
-        state = advanced(
-            state, by, round(by * BEFORE), by, round(by * SHOWN)
-        )  # fmt: skip
-    store = writer.store
-    chains = tuple(secrets.token_hex(8) for _ in range(min(n, RECENT)))
-    record = dataclasses.replace(
-        FleetRecord.first(watch.version, state), seq=n, chain=chains[-1], recent=chains
-    )
-    assert await store.commit(None, record) == "ok"
-    client = aioredis.from_url(url)
-    try:
-        history = store.key("h", watch.version)
-        for start in range(max(0, n - store.history_len), n - 1, CHUNK):
-            seqs = range(start + 1, min(n, start + 1 + CHUNK))
-            await client.zadd(history, {f"{i}:{secrets.token_hex(8)}": i for i in seqs})
-        for start in range(max(0, n - max(KEPT, store.audit_len)), n, CHUNK):
-            pipe = client.pipeline(transaction=False)
-            for i in range(start, min(n, start + CHUNK)):
-                rid = f"old{i}"
-                if i >= n - KEPT:
-                    pipe.hset(store.key("a", rid), mapping={
-                        "entry": "*", "label": "bench", "version": watch.version,
-                        "status": "shown", "cause": "certified",
-                        "completion": f"chatcmpl-{rid}", "test": record.test, "labelled": "1",
-                    })  # fmt: skip
-                    pipe.expire(store.key("a", rid), store.answer_ttl_s)
-                if i >= n - store.audit_len:
-                    pipe.xadd(store.key("x", watch.version), {"id": rid, "correct": "1"},
-                              maxlen=store.audit_len, approximate=True)  # fmt: skip
-            await pipe.execute()
-    finally:
-        await client.aclose()
-        await writer.aclose()
-    return store.key("m", watch.version)
+    return fleet_replicas.replica(url, namespace, cert, ALPHA)
 
 
 class _Ticker:
@@ -187,15 +109,14 @@ async def _once(url: str, namespace: str, cert: Certificate, key: str, i: int) -
         started = time.perf_counter()
         replica = _replica(url, namespace, cert)
         await replica.refresh()
-        replica.take("*", FinishedAnswer(f"new{i}", f"chatcmpl-new{i}", "bench", True, True,
-                                         True, False, "certified"))  # fmt: skip
+        replica.take("*", finished(f"new{i}"))
         await replica.drain()
         reply = await replica.alabel(f"new{i}", True)
         start_s = time.perf_counter() - started
     assert reply["labels"] >= 1, reply
     client = aioredis.from_url(url)
     try:
-        record = await client.hgetall(key)  # kept, to put back after the loss
+        record: dict[Any, Any] = await client.hgetall(key)  # kept, to put back after the loss
         await client.delete(key)
         with _Ticker() as loss_ticks:
             started = time.perf_counter()
@@ -289,7 +210,7 @@ async def _rows(
     for n in counts:
         progress.show(f"start-up: filling {n:,} labels")
         namespace = f"bench-{uuid.uuid4().hex}"
-        key = await _fill(url, namespace, cert, n)
+        key = await fill(url, namespace, cert, n, FILL)
         progress.show(f"start-up: {n:,} labels, liftguard serve")
         served = await _served(upstream, cert_file, url, namespace, n)
         await _once(url, namespace, cert, key, -1)  # a warm-up, not counted

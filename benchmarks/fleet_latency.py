@@ -1,4 +1,4 @@
-"""The latency part of ``benchmarks/bench_fleet.py``: guarded answers through replicas
+"""The latency part of ``python -m benchmarks.bench_fleet``: guarded answers through replicas
 on one Redis or Valkey server, with the server up, stopped and hung, against the direct
 path; and the certificate both parts use."""
 
@@ -20,13 +20,13 @@ from typing import Any
 
 import httpx
 import openai
-from _fleet_page import FLEET_TIMEOUT_S, LABELS_CHECKED, PATHS, TARGET, WARM_UP
-from _loopback import VOCAB, LoopbackServer, Spec
-from _tables import ROOT, Progress
-from _valkey import ValkeyServer, free_port
-from bench_proxy import read_answer
 
+from benchmarks.bench_proxy import read_answer
+from benchmarks.fleet_page import FLEET_TIMEOUT_S, LABELS_CHECKED, PATHS, TARGET, WARM_UP
+from benchmarks.loopback import VOCAB, LoopbackServer, Spec
+from benchmarks.valkey_server import ValkeyServer, free_port
 from guardrail import Calibration, Certificate, ModelIdentity, SkeletonSpec, StreamPolicy
+from studies.tables import ROOT, Progress
 
 
 def certificate() -> Certificate:
