@@ -19,6 +19,29 @@ Each line holds the greedy answer's final number (:func:`adapters.final_number`)
 token count, and each sample's text, final number and token count: the self-consistency
 score of an answer is the share of its K samples whose final number equals the greedy
 answer's.
+
+    python -m studies.self_consistency report --samples-file gsm8k_qwen25coder_samples.jsonl
+
+puts the peers side by side on the sampled questions and writes
+``benchmarks/results/self_consistency.json`` and ``docs/results/self_consistency.md``:
+
+- **single pass**: the answer's summed and mean log-probability (``nll``,
+  ``mean_logprob``) and a certificate fitted (``guardrail.fitting.fit_certificate``,
+  every default, ``fit_fraction=1``) on the GSM8K answers *not* sampled, so no sampled
+  question is fitted on; its score is the fitted statistic's final value;
+- **self-consistency**: the share of the K samples agreeing with the greedy answer (ties
+  broken by ``nll``); it costs the greedy answer plus K samples;
+- **escalation**: single pass first; an answer whose certificate score lies in the
+  middle half of the fitting answers' scores (cut-offs from the fitting answers, no
+  labels) is sampled and ranked by self-consistency between the two bands; only those
+  answers pay for samples.
+
+Each is scored on the sampled questions: AUROC (95% bootstrap interval over questions),
+the in-sample ceiling at risk 0.2 and 0.3, and coverage over 200 random splits into
+``--n-cal`` calibration and the rest test, with the default high-probability
+calibration (``ltt_threshold``, refusals counted as nothing shown) and with conformal
+selection (expected share of wrong among shown, :func:`guardrail.evaluate.conformal_select`),
+beside the mean tokens generated per question.
 """
 
 from __future__ import annotations
@@ -104,6 +127,164 @@ async def sample(args: argparse.Namespace) -> None:
                 bar.set_postfix(tokens=sum(g["tokens"] for g in got))
 
 
+RISKS = (0.2, 0.3)
+DELTA, SPLITS, BOOTSTRAP = 0.05, 200, 1000
+ROOT = Path(__file__).resolve().parents[1]
+GSM8K = ROOT / "benchmarks" / "traces" / "gsm8k_qwen25coder"
+SAVED = ROOT / "benchmarks" / "results" / "self_consistency.json"
+PAGE = ROOT / "docs" / "results" / "self_consistency.md"
+REPORT = "python -m studies.self_consistency report"
+ESCALATE = (0.25, 0.75)
+"""The band of the fitting answers' certificate scores (quantiles) that is escalated."""
+
+
+def agreement(line: dict[str, Any]) -> float:
+    """Share of a question's samples whose final number equals the greedy answer's."""
+    greedy = line["greedy_final"]
+    finals = [s["final"] for s in line["samples"]]
+    return float(sum(greedy is not None and f == greedy for f in finals) / len(finals))
+
+
+def _ranked(primary: Any, tie_break: Any) -> Any:
+    """``primary`` with ties broken by ``tie_break`` (its rank, scaled below any gap)."""
+    import numpy as np
+    from scipy import stats
+
+    p = np.asarray(primary, dtype=np.float64)
+    r = stats.rankdata(np.asarray(tie_break, dtype=np.float64)) / (p.size + 1.0)
+    return p + 1e-6 * r
+
+
+def escalated(single: Any, consistency: Any, band: tuple[float, float]) -> tuple[Any, Any]:
+    """The escalation's score and which answers it sampled: above the band the single
+    pass decides (ranked first), below it too (ranked last), inside it self-consistency."""
+    import numpy as np
+
+    s = np.asarray(single, dtype=np.float64)
+    lo, hi = band
+    inside = (s >= lo) & (s <= hi)
+    score = np.where(s > hi, 2.0 + _ranked(s, s) * 0.5, np.where(s < lo, -1.0 + _ranked(s, s) * 0.5,
+                     _ranked(np.asarray(consistency, dtype=np.float64), s)))  # fmt: skip
+    return score, inside
+
+
+def _coverage(score: Any, ok: Any, n_cal: int, risk: float, seed: int) -> dict[str, float]:
+    """Coverage over random splits: high-probability calibration and conformal selection."""
+    import numpy as np
+
+    from guardrail import InsufficientDataError
+    from guardrail.evaluate import conformal_select, ltt_threshold
+
+    rng = np.random.default_rng(seed)
+    hp, refused, cs, cs_wrong = [], 0, [], []
+    for _ in range(SPLITS):
+        perm = rng.permutation(score.size)
+        cal, test = perm[:n_cal], perm[n_cal:]
+        try:
+            tau = ltt_threshold(score[cal], ~ok[cal], risk, DELTA).tau
+        except InsufficientDataError:
+            tau, refused = float("inf"), refused + 1
+        hp.append(float((score[test] >= tau).mean()))
+        sel = conformal_select(score[cal], ~ok[cal], score[test], risk).selected
+        cs.append(float(sel.mean()))
+        cs_wrong.append(float((~ok[test][sel]).mean()) if sel.any() else 0.0)
+    return {"hp_coverage": float(np.mean(hp)), "hp_refused": refused / SPLITS,
+            "cs_coverage": float(np.mean(cs)), "cs_wrong": float(np.mean(cs_wrong))}  # fmt: skip
+
+
+def _auroc_interval(score: Any, ok: Any, seed: int) -> list[float]:
+    import numpy as np
+
+    from guardrail.evaluate import auroc
+
+    rng = np.random.default_rng(seed)
+    draws = [auroc(score[i], ok[i]) for i in rng.integers(0, score.size, (BOOTSTRAP, score.size))]
+    lo, hi = np.nanpercentile(draws, [2.5, 97.5])
+    return [float(lo), float(hi)]
+
+
+def report(args: argparse.Namespace) -> dict[str, Any]:
+    """Every peer on the sampled questions (see the module docstring)."""
+    import numpy as np
+
+    from guardrail.evaluate import auroc, fitted_method
+    from guardrail.fitting import FitOptions, fit_certificate
+    from guardrail.traces import baseline_score, parse_trace
+
+    lines = [json.loads(x) for x in Path(args.samples_file).read_text().splitlines() if x]
+    by_id = {line["id"]: line for line in lines}
+    if not by_id:
+        raise SystemExit(f"{args.samples_file}: no sampled questions")
+    traces = [parse_trace(obj) for obj in greedy_traces(Path(args.traces))]
+    sampled = [t for t in traces if t.id in by_id]
+    rest = [t for t in traces if t.id not in by_id]
+    cert, _report = fit_certificate(rest, FitOptions(fit_fraction=1.0))
+    k = len(lines[0]["samples"])
+    ok = np.array([bool(t.correct) for t in sampled])
+    cert_score = np.asarray(fitted_method(sampled, cert).final, dtype=np.float64)
+    band_scores = np.asarray(fitted_method(rest, cert).final, dtype=np.float64)
+    lo, hi = np.quantile(band_scores, ESCALATE)
+    nll = np.array([baseline_score(t, "nll") for t in sampled])
+    mean_logprob = np.array([baseline_score(t, "mean_logprob") for t in sampled])
+    greedy_tokens = np.array([t.n_tokens for t in sampled], dtype=np.float64)
+    sampled_tokens = np.array([sum(s["tokens"] for s in by_id[t.id]["samples"]) for t in sampled],
+                             dtype=np.float64)  # fmt: skip
+    all_tokens = greedy_tokens + sampled_tokens
+    consistency = np.array([agreement(by_id[t.id]) for t in sampled])
+    esc, inside = escalated(cert_score, consistency, (float(lo), float(hi)))
+    methods = {
+        "nll (single pass)": (nll, greedy_tokens),
+        "mean_logprob (single pass)": (mean_logprob, greedy_tokens),
+        "certificate (single pass)": (cert_score, greedy_tokens),
+        f"self-consistency ({k} samples)": (_ranked(consistency, nll), all_tokens),
+        "escalation (certificate, then samples)": (esc, greedy_tokens + inside * sampled_tokens),
+    }  # fmt: skip
+    rows = []
+    for name, (score, tokens) in methods.items():
+        row: dict[str, Any] = {"method": name, "auroc": auroc(score, ok),
+                               "auroc_interval": _auroc_interval(score, ok, 3),
+                               "tokens": float(tokens.mean())}  # fmt: skip
+        for risk in RISKS:
+            from studies.calibration_power import ceiling
+
+            row[f"ceiling_{risk:g}"] = ceiling(score, (~ok).astype(float), risk)
+            row.update({f"{key}_{risk:g}": v for key, v in
+                        _coverage(score, ok, args.n_cal, risk, seed=11).items()})  # fmt: skip
+        rows.append(row)
+    return {"generated_by": REPORT, "questions": len(sampled), "samples": k,
+            "accuracy": float(ok.mean()), "n_cal": args.n_cal, "splits": SPLITS,
+            "escalated": float(inside.mean()), "fitted_on": len(rest), "rows": rows}  # fmt: skip
+
+
+def render(saved: dict[str, Any]) -> str:
+    """The results page of a saved report."""
+    head = (f"<!-- generated by `{saved['generated_by']}` (or `--docs-only` from its JSON); "
+            "do not edit -->")  # fmt: skip
+    lines = [head, "",
+             f"{saved['questions']} GSM8K questions, greedy accuracy {saved['accuracy']:.1%}; "
+             f"{saved['samples']} samples each; the certificate fitted on the other "
+             f"{saved['fitted_on']} answers; coverage over {saved['splits']} splits of "
+             f"{saved['n_cal']} calibration answers and the rest test. The escalation "
+             f"sampled {saved['escalated']:.0%} of the questions.", ""]  # fmt: skip
+    for risk in RISKS:
+        r = f"{risk:g}"
+        lines += [f"**Risk {r}**", "",
+                  "| method | tokens per question | AUROC (95% bootstrap) | ceiling "
+                  "| shown, high probability | refused | shown, in expectation "
+                  "| wrong among shown, in expectation |",
+                  "|---|---:|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+        for row in saved["rows"]:
+            lo, hi = row["auroc_interval"]
+            lines.append(
+                f"| {row['method']} | {row['tokens']:.0f} | {row['auroc']:.3f} [{lo:.3f}, "
+                f"{hi:.3f}] | {row['ceiling_' + r]:.1%} | {row['hp_coverage_' + r]:.1%} "
+                f"| {row['hp_refused_' + r]:.0%} | {row['cs_coverage_' + r]:.1%} "
+                f"| {row['cs_wrong_' + r]:.1%} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m studies.self_consistency", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -114,9 +295,20 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--samples", type=int, default=5)
     s.add_argument("--limit", type=int, default=150, help="questions in all, in trace order")
     s.add_argument("--out", required=True)
+    r = sub.add_parser("report", help="the peers side by side on the sampled questions")
+    r.add_argument("--samples-file", default="gsm8k_qwen25coder_samples.jsonl")
+    r.add_argument("--traces", default=str(GSM8K), help="greedy GSM8K traces")
+    r.add_argument("--n-cal", type=int, default=100, help="calibration answers per split")
+    r.add_argument("--docs-only", action="store_true", help="rewrite the page from the JSON")
     args = p.parse_args(argv)
     if args.cmd == "sample":
         asyncio.run(sample(args))
+    elif args.docs_only:
+        PAGE.write_text(render(json.loads(SAVED.read_text(encoding="utf-8"))), encoding="utf-8")
+    else:
+        saved = report(args)
+        SAVED.write_text(json.dumps(saved, indent=1) + "\n", encoding="utf-8")
+        PAGE.write_text(render(saved), encoding="utf-8")
 
 
 if __name__ == "__main__":

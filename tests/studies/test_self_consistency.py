@@ -67,3 +67,19 @@ def test_sample_writes_k_samples_per_question_and_resumes(
     study.main([*args, "--limit", "3"])  # resumes: one more question, nothing asked twice
     assert [json.loads(line)["id"] for line in out.read_text().splitlines()][-1] == "gsm8k-2"
     assert len(asked) == 9
+
+
+def test_agreement_is_the_share_of_samples_with_the_greedy_final_number() -> None:
+    line = {"greedy_final": 18.0, "samples": [{"final": 18.0}, {"final": 17.0},
+                                               {"final": None}, {"final": 18.0}]}  # fmt: skip
+    assert study.agreement(line) == 0.5
+    assert study.agreement({"greedy_final": None, "samples": [{"final": None}]}) == 0.0
+
+
+def test_escalation_samples_only_the_middle_band_and_keeps_the_bands_in_order() -> None:
+    single = [5.0, 1.0, 3.0, 2.5, -4.0, 9.0]
+    consistency = [0.0, 1.0, 0.2, 1.0, 1.0, 0.0]
+    score, inside = study.escalated(single, consistency, (0.0, 4.0))
+    assert inside.tolist() == [False, True, True, True, False, False]
+    # above the band first (by the single score), then the band by agreement, then below
+    assert sorted(range(6), key=lambda i: -score[i]) == [5, 0, 3, 1, 2, 4]
