@@ -45,8 +45,6 @@ single scores whose ceilings lead on these traces. ``delta`` = 0.05 throughout.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -57,6 +55,7 @@ import numpy.typing as npt
 from guardrail import InsufficientDataError
 from guardrail.evaluate import conformal_select, ltt_threshold
 from guardrail.traces import baseline_score
+from studies.tables import binomial_count, page_main
 
 ROOT = Path(__file__).resolve().parents[1]
 SAVED = ROOT / "benchmarks" / "results" / "calibration_power.json"
@@ -249,15 +248,7 @@ def run() -> dict[str, Any]:
 
 
 def _violation_cell(row: dict[str, Any]) -> str:
-    if "violations" not in row:
-        return "-"
-    from scipy import stats
-
-    k, n = row["violations"], row["draws"]
-    lo, hi = stats.beta.ppf([0.025, 0.975], [max(k, 1), k + 1], [n - k + 1, max(n - k, 1)])
-    lo = 0.0 if k == 0 else lo
-    hi = 1.0 if k == n else hi
-    return f"{k} of {n} [{lo:.1%}, {hi:.1%}]"
+    return binomial_count(row["violations"], row["draws"]) if "violations" in row else "-"
 
 
 def _wrong_cell(row: dict[str, Any]) -> str:
@@ -290,18 +281,8 @@ def render(saved: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--docs-only", action="store_true",
-                        help="rewrite the page from the saved JSON")  # fmt: skip
-    args = parser.parse_args(argv)
-    if args.docs_only:
-        saved = json.loads(SAVED.read_text(encoding="utf-8"))
-    else:
-        saved = run()
-        SAVED.write_text(json.dumps(saved, indent=1) + "\n", encoding="utf-8")
-    OUT.write_text(render(saved), encoding="utf-8")
+    page_main(argv, command=COMMAND, doc=__doc__, saved=SAVED, page=OUT,
+              run=lambda _args: run(), render=render)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -58,6 +57,7 @@ import numpy.typing as npt
 from guardrail import GuardrailError, InsufficientDataError
 from guardrail.evaluate import ltt_threshold
 from guardrail.traces import BASELINES, baseline_score
+from studies.tables import binomial_count, page_main
 
 ROOT = Path(__file__).resolve().parents[1]
 SAVED = ROOT / "benchmarks" / "results" / "labels_needed.json"
@@ -268,15 +268,6 @@ def _labels(n: int | None) -> str:
     return f"{n:,}" if n is not None else f"more than {SIZES[-1]:,}"
 
 
-def _violations(k: int, n: int) -> str:
-    """``k of n`` with its 95% Clopper-Pearson interval."""
-    from scipy import stats
-
-    lo = 0.0 if k == 0 else float(stats.beta.ppf(0.025, k, n - k + 1))
-    hi = 1.0 if k == n else float(stats.beta.ppf(0.975, k + 1, n - k))
-    return f"{k} of {n} [{lo:.1%}, {hi:.1%}]"
-
-
 def _span(sizes: list[int | None]) -> str:
     """The range of the labels a group of cells needed (None: more than the grid)."""
     top = SIZES[-1] + 1
@@ -347,26 +338,19 @@ def render(saved: dict[str, Any]) -> str:
             lines.append(
                 f"| {r['data']} | `{r['score']}` | {r['risk']:g} | {p['n']:,} "
                 f"| {p['coverage']:.1%} | {_share(p['share'])} "
-                f"| {p['refused']} of {r['draws']} | {_violations(p['violations'], r['draws'])} |"
+                f"| {p['refused']} of {r['draws']} "
+                f"| {binomial_count(p['violations'], r['draws'])} |"
             )
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--docs-only", action="store_true",
-                        help="rewrite the page from the saved JSON")  # fmt: skip
-    parser.add_argument("--triviaqa-dir", type=Path, default=TRIVIAQA_DIR,
-                        help="the shared TriviaQA traces (default: %(default)s)")  # fmt: skip
-    args = parser.parse_args(argv)
-    if args.docs_only:
-        saved = json.loads(SAVED.read_text(encoding="utf-8"))
-    else:
-        saved = run(args.triviaqa_dir)
-        SAVED.write_text(json.dumps(saved, indent=1) + "\n", encoding="utf-8")
-    PAGE.write_text(render(saved), encoding="utf-8")
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--triviaqa-dir", type=Path, default=TRIVIAQA_DIR,
+                            help="the shared TriviaQA traces (default: %(default)s)")  # fmt: skip
+
+    page_main(argv, command=COMMAND, doc=__doc__, saved=SAVED, page=PAGE,
+              run=lambda args: run(args.triviaqa_dir), render=render, options=options)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -47,8 +47,6 @@ score's (the single score that covers the most there) minus 1 point.
 
 from __future__ import annotations
 
-import argparse
-import json
 import lzma
 import math
 import sys
@@ -62,6 +60,7 @@ import numpy.typing as npt
 from guardrail.evaluate import MethodScores, auroc, evaluate_methods, fitted_method
 from guardrail.fitting import Feature, FitOptions, fit_certificate
 from guardrail.traces import BASELINES, Trace, baseline_score, parse_trace_lines
+from studies.tables import page_main
 
 ROOT = Path(__file__).resolve().parents[1]
 SAVED = ROOT / "benchmarks" / "results" / "shift.json"
@@ -320,19 +319,8 @@ def render(saved: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--docs-only", action="store_true",
-                        help="rewrite the page from the saved JSON")  # fmt: skip
-    args = parser.parse_args(argv)
-    if args.docs_only:
-        saved = json.loads(SAVED.read_text(encoding="utf-8"))
-    else:
-        saved = run()
-        text = json.dumps(saved, indent=1, allow_nan=False)
-        SAVED.write_text(text + "\n", encoding="utf-8")
-    PAGE.write_text(render(saved), encoding="utf-8")
+    page_main(argv, command=COMMAND, doc=__doc__, saved=SAVED, page=PAGE,
+              run=lambda _args: run(), render=render)  # fmt: skip
 
 
 if __name__ == "__main__":

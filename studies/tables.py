@@ -64,7 +64,9 @@ def plain_traces(path: Path, tmp: Path) -> Path:
     import gzip
     import lzma
 
-    openers = {".xz": lzma.open, ".gz": gzip.open, ".bz2": bz2.open}
+    openers: dict[str, Callable[[Path, str], Any]] = {
+        ".xz": lzma.open, ".gz": gzip.open, ".bz2": bz2.open,
+    }  # fmt: skip
     parts = trace_parts(path) if path.is_dir() else [path]
     if len(parts) == 1 and parts[0].suffix not in openers:
         return parts[0]
@@ -221,3 +223,43 @@ def trace_summary(path: Path) -> dict[str, Any]:
 def pct(x: float | None, digits: int = 1) -> str:
     """``x`` as a percentage, ``-`` for none."""
     return "-" if x is None else f"{100 * x:.{digits}f}%"
+
+
+def binomial_count(k: int, n: int) -> str:
+    """``k of n`` with its two-sided 95% Clopper-Pearson interval (a count of violations
+    against a binomial interval, as the simulated tables give it)."""
+    from scipy import stats
+
+    lo = 0.0 if k == 0 else float(stats.beta.ppf(0.025, k, n - k + 1))
+    hi = 1.0 if k == n else float(stats.beta.ppf(0.975, k + 1, n - k))
+    return f"{k} of {n} [{lo:.1%}, {hi:.1%}]"
+
+
+def page_main(
+    argv: list[str] | None,
+    *,
+    command: str,
+    doc: str | None,
+    saved: Path,
+    page: Path,
+    run: Callable[[argparse.Namespace], dict[str, Any]],
+    render: Callable[[dict[str, Any]], str],
+    options: Callable[[argparse.ArgumentParser], object] | None = None,
+) -> None:
+    """A study's ``main``: run it (``run(args)``) and save its JSON, or with
+    ``--docs-only`` read what the last run saved; then write its page (``render``).
+    ``options`` adds the study's own arguments."""
+    parser = argparse.ArgumentParser(
+        prog=command, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--docs-only", action="store_true",
+                        help="rewrite the page from the saved JSON")  # fmt: skip
+    if options is not None:
+        options(parser)
+    args = parser.parse_args(argv)
+    if args.docs_only:
+        result = load(saved)
+    else:
+        result = run(args)
+        saved.write_text(json.dumps(result, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    page.write_text(render(result), encoding="utf-8")
