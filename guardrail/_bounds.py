@@ -181,19 +181,19 @@ def clopper_pearson_upper(k: int, n: int, delta: float) -> float:
     d = _open01("delta", delta)
     if ni == 0 or ki == ni:
         return 1.0
-    from scipy import stats
+    from scipy import special  # beta.ppf's own inverse, without scipy.stats' import
 
-    return float(stats.beta.ppf(1.0 - d, ki + 1, ni - ki))
+    return float(special.betaincinv(ki + 1, ni - ki, 1.0 - d))
 
 
 def clopper_pearson_interval(k: int, n: int, alpha: float) -> tuple[float, float]:
     """Two-sided ``1 - alpha`` Clopper-Pearson interval (``(0, 1)`` when ``n == 0``)."""
     ki, ni = _kn(k, n)
     a = _open01("alpha", alpha)
-    from scipy import stats
+    from scipy import special  # beta.ppf's own inverse, without scipy.stats' import
 
-    lo = 0.0 if ki == 0 else float(stats.beta.ppf(a / 2, ki, ni - ki + 1))
-    hi = 1.0 if ki == ni else float(stats.beta.ppf(1 - a / 2, ki + 1, ni - ki))
+    lo = 0.0 if ki == 0 else float(special.betaincinv(ki, ni - ki + 1, a / 2))
+    hi = 1.0 if ki == ni else float(special.betaincinv(ki + 1, ni - ki, 1 - a / 2))
     return lo, hi
 
 

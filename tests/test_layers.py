@@ -26,6 +26,22 @@ def test_import_pulls_in_no_heavy_or_vendor_module() -> None:
     assert out.stdout.strip() == ""
 
 
+def test_a_served_certificate_and_its_risk_monitor_need_no_scipy_stats() -> None:
+    # what a server builds at start (the certificate, its monitor, its risk monitor) reads
+    # no statistical table from scipy.stats: that import alone costs about a second
+    code = (
+        "import sys\n"
+        "from guardrail import Certificate\n"
+        "c = Certificate.load('guardrail/data/qwen_fitted_certificate.json')\n"
+        "c.risk_monitor(0.05)\n"
+        "print('scipy.stats' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.strip() == "False"
+
+
 def test_the_command_line_imports_its_commands_lazily() -> None:
     # building the parser imports every command's module: none may pull in a vendor SDK,
     # the server stack or the store's optional backends
