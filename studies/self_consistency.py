@@ -7,7 +7,7 @@ This module makes the samples for putting the two side by side on the same quest
 
     python -m studies.self_consistency sample \\
         --traces benchmarks/traces/gsm8k_qwen25coder --base-url http://127.0.0.1:8080 \\
-        --samples 5 --limit 150 --out gsm8k_qwen25coder_samples.jsonl
+        --samples 5 --limit 150 --out benchmarks/traces/gsm8k_qwen25coder_samples.jsonl
 
 asks an OpenAI-compatible server (llama.cpp's ``llama-server`` with K parallel slots,
 ``-np 5``) for K solutions per question, with the exact prompts of the greedy traces.
@@ -20,7 +20,7 @@ token count, and each sample's text, final number and token count: the self-cons
 score of an answer is the share of its K samples whose final number equals the greedy
 answer's.
 
-    python -m studies.self_consistency report --samples-file gsm8k_qwen25coder_samples.jsonl
+    python -m studies.self_consistency report
 
 puts the peers side by side on the sampled questions and writes
 ``benchmarks/results/self_consistency.json`` and ``docs/results/self_consistency.md``:
@@ -131,6 +131,7 @@ RISKS = (0.2, 0.3)
 DELTA, SPLITS, BOOTSTRAP = 0.05, 200, 1000
 ROOT = Path(__file__).resolve().parents[1]
 GSM8K = ROOT / "benchmarks" / "traces" / "gsm8k_qwen25coder"
+SAMPLES = ROOT / "benchmarks" / "traces" / "gsm8k_qwen25coder_samples.jsonl"
 SAVED = ROOT / "benchmarks" / "results" / "self_consistency.json"
 PAGE = ROOT / "docs" / "results" / "self_consistency.md"
 REPORT = "python -m studies.self_consistency report"
@@ -296,7 +297,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--limit", type=int, default=150, help="questions in all, in trace order")
     s.add_argument("--out", required=True)
     r = sub.add_parser("report", help="the peers side by side on the sampled questions")
-    r.add_argument("--samples-file", default="gsm8k_qwen25coder_samples.jsonl")
+    r.add_argument("--samples-file", default=str(SAMPLES), help="the samples (``sample``'s --out)")
     r.add_argument("--traces", default=str(GSM8K), help="greedy GSM8K traces")
     r.add_argument("--n-cal", type=int, default=100, help="calibration answers per split")
     r.add_argument("--docs-only", action="store_true", help="rewrite the page from the JSON")
