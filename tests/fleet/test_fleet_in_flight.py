@@ -5,13 +5,13 @@ answer's record is kept the same label is taken."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
 import httpx
+from fleet_wait import until
 from proxy_harness import Upstream
 from sse_server import Reply
 from test_fleet_serve import CLEAN, MESSAGES, Replica, root
@@ -87,13 +87,10 @@ async def test_serve_answers_a_label_in_flight_with_503_and_retry_after(
         async with httpx.AsyncClient(timeout=60) as client:
             async with client.stream("POST", f"{a.base_url}/chat/completions", json=body) as resp:
                 rid = resp.headers["x-liftguard-request-id"]
-                codes = []
-                for _ in range(500):  # until the mark is in Redis (404 before it)
-                    got = await feedback(client, b, rid)
-                    codes.append(got.status_code)
-                    if got.status_code != 404:
-                        break
-                    await asyncio.sleep(0.01)
+                replies = await until(  # until the mark is in Redis (404 before it)
+                    lambda: feedback(client, b, rid), lambda r: r.status_code != 404
+                )
+                got, codes = replies[-1], [r.status_code for r in replies]
                 assert got.status_code == 503, got.text
                 assert got.json()["error"]["code"] == "answer_in_flight"
                 assert got.headers["retry-after"] == "1"
@@ -105,22 +102,23 @@ async def test_serve_answers_a_label_in_flight_with_503_and_retry_after(
                 )
             # the client went away mid-answer: the answer ends, cut off (its label says
             # nothing about the certificate), and its record replaces the mark
-            for _ in range(500):
-                got = await feedback(client, b, rid)
-                if got.json()["error"]["code"] != "answer_in_flight":
-                    break
-                await asyncio.sleep(0.01)
+            got = (
+                await until(
+                    lambda: feedback(client, b, rid),
+                    lambda r: r.json()["error"]["code"] != "answer_in_flight",
+                )
+            )[-1]
             assert (got.status_code, got.json()["error"]["code"]) == (409, "answer_not_certified")
             upstream.replies.put(Reply(list(CLEAN), delay=0.0))
             done = await client.post(
                 f"{a.base_url}/chat/completions", json={**body, "stream": False}
             )
             rid = done.headers["x-liftguard-request-id"]
-            for _ in range(500):
-                got = await feedback(client, b, rid)
-                if got.status_code not in (404, 503):
-                    break
-                await asyncio.sleep(0.01)
+            got = (
+                await until(
+                    lambda: feedback(client, b, rid), lambda r: r.status_code not in (404, 503)
+                )
+            )[-1]
             assert got.status_code == 200 and got.json()["labels"] == 1
     finally:
         for proc in procs:

@@ -18,6 +18,7 @@ if find_spec("litellm") is None or find_spec("fastapi") is None:
 
 import httpx
 import openai
+from fleet_wait import until
 from litellm_harness import CONTEXT, LiteLLM, ScriptedUpstream, running_litellm
 from proxy_harness import GOOD, ROLE, STOP, calibrated_certificate, tokens
 from sse_server import Reply, serving
@@ -65,13 +66,14 @@ async def test_two_workers_take_each_label_once_and_report_one_monitor(
                 ids.append(verdict["request_id"])
 
         async def label(rid: str) -> str:
-            for _ in range(200):  # the answer's record reaches Redis off the request path
-                resp = await client.post(
-                    f"{root}/v1/liftguard/feedback", json={"id": rid, "correct": True}
+            resp = (  # the answer's record reaches Redis off the request path
+                await until(
+                    lambda: client.post(
+                        f"{root}/v1/liftguard/feedback", json={"id": rid, "correct": True}
+                    ),
+                    lambda r: r.status_code != 404,
                 )
-                if resp.status_code != 404:
-                    break
-                await asyncio.sleep(0.01)
+            )[-1]
             return "accepted" if resp.status_code == 200 else resp.json()["error"]["code"]
 
         got = [c for rid in ids for c in await asyncio.gather(label(rid), label(rid))]

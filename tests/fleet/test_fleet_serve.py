@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fleet_wait import until
 from proxy_harness import GOOD, ROLE, STOP, Upstream, tokens
 from sse_server import Reply
 from test_proxy_cli import ServeProcess
@@ -79,14 +80,13 @@ async def label(
     """One label; sent again while the fleet has not got the answer's record yet (it is
     written off the request path: 404 ``unknown_answer`` or 503 ``answer_in_flight`` for a
     moment)."""
-    for _ in range(200):
-        resp = await client.post(
+    replies = await until(
+        lambda: client.post(
             f"{root(proc)}/v1/liftguard/feedback", json={"id": rid, "correct": correct}
-        )
-        if resp.status_code != 404 and not in_flight(resp):
-            return resp
-        await asyncio.sleep(0.01)
-    return resp
+        ),
+        lambda r: r.status_code != 404 and not in_flight(r),
+    )
+    return replies[-1]
 
 
 def in_flight(resp: httpx.Response) -> bool:
