@@ -128,7 +128,7 @@ async def sample(args: argparse.Namespace) -> None:
 
 
 RISKS = (0.2, 0.3)
-DELTA, SPLITS, BOOTSTRAP = 0.05, 200, 1000
+SPLITS, BOOTSTRAP = 200, 1000
 ROOT = Path(__file__).resolve().parents[1]
 GSM8K = ROOT / "benchmarks" / "traces" / "gsm8k_qwen25coder"
 SAMPLES = ROOT / "benchmarks" / "traces" / "gsm8k_qwen25coder_samples.jsonl"
@@ -170,23 +170,21 @@ def escalated(single: Any, consistency: Any, band: tuple[float, float]) -> tuple
 
 
 def _coverage(score: Any, ok: Any, n_cal: int, risk: float, seed: int) -> dict[str, float]:
-    """Coverage over random splits: high-probability calibration and conformal selection."""
+    """Coverage over random splits: high-probability calibration and conformal selection
+    (each as the calibration-power study applies it, delta 0.05)."""
     import numpy as np
 
-    from guardrail import InsufficientDataError
-    from guardrail.evaluate import conformal_select, ltt_threshold
+    from studies.calibration_power import shown_on
 
     rng = np.random.default_rng(seed)
     hp, refused, cs, cs_wrong = [], 0, [], []
     for _ in range(SPLITS):
         perm = rng.permutation(score.size)
         cal, test = perm[:n_cal], perm[n_cal:]
-        try:
-            tau = ltt_threshold(score[cal], ~ok[cal], risk, DELTA).tau
-        except InsufficientDataError:
-            tau, refused = float("inf"), refused + 1
-        hp.append(float((score[test] >= tau).mean()))
-        sel = conformal_select(score[cal], ~ok[cal], score[test], risk).selected
+        shown, refusal = shown_on(score[cal], ~ok[cal], risk, "fixed-sequence", score[test])
+        hp.append(float(shown.mean()))
+        refused += refusal
+        sel, _ = shown_on(score[cal], ~ok[cal], risk, "conformal selection", score[test])
         cs.append(float(sel.mean()))
         cs_wrong.append(float((~ok[test][sel]).mean()) if sel.any() else 0.0)
     return {"hp_coverage": float(np.mean(hp)), "hp_refused": refused / SPLITS,
@@ -211,6 +209,7 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
     from guardrail.evaluate import auroc, fitted_method
     from guardrail.fitting import FitOptions, fit_certificate
     from guardrail.traces import baseline_score, parse_trace
+    from studies.calibration_power import ceiling
 
     lines = [json.loads(x) for x in Path(args.samples_file).read_text().splitlines() if x]
     by_id = {line["id"]: line for line in lines}
@@ -246,8 +245,6 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
                                "auroc_interval": _auroc_interval(score, ok, 3),
                                "tokens": float(tokens.mean())}  # fmt: skip
         for risk in RISKS:
-            from studies.calibration_power import ceiling
-
             row[f"ceiling_{risk:g}"] = ceiling(score, (~ok).astype(float), risk)
             row.update({f"{key}_{risk:g}": v for key, v in
                         _coverage(score, ok, args.n_cal, risk, seed=11).items()})  # fmt: skip
