@@ -33,7 +33,14 @@ from ._fit_choice import (
     replays,
     scope_sums,
 )
-from ._fitted import DEFAULT_ALTERNATIVES, DEFAULT_L2, FittedStatistic, Form, preset_features
+from ._fitted import (
+    DEFAULT_ALTERNATIVES,
+    DEFAULT_L2,
+    FittedStatistic,
+    Form,
+    moves_one_way,
+    preset_features,
+)
 from ._fitted_replay import calibrate_fitted, critical_score, stop_at
 from ._fitting import answer_features, fit_statistic, token_ranges
 from ._policy import StreamPolicy
@@ -123,6 +130,15 @@ class FitOptions:
             raise ConfigError(f"fit_fraction must lie in (0, 1], got {self.fit_fraction!r}")
         if self.features is not None and self.scopes is not None:
             raise ConfigError("scopes add to the group's preset; name scoped features instead")
+        if self.features is not None:
+            if len(set(self.features)) != len(self.features):
+                raise ConfigError("features: a feature is named twice")
+            both = [f.name for f in self.features if not moves_one_way(f)]
+            if self.form == "monotone" and both:
+                raise ConfigError(
+                    f"features with form monotone: {', '.join(both)} can move either way as "
+                    "tokens arrive"
+                )
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,9 @@ __all__ = ["cmd_fit"]
 
 
 def _features(args: argparse.Namespace) -> tuple[Any, ...] | None:
-    """The features of ``--features`` (checked; one way only for ``--form monotone``), else
-    ``None`` (``--group``'s preset)."""
+    """The features ``--features`` names, else ``None`` (``--group``'s preset); which
+    features a fit may read, :class:`~guardrail.fitting.FitOptions` checks."""
     from guardrail import ConfigError
-    from guardrail._fitted import moves_one_way
     from guardrail.fitting import Feature
 
     if args.features is None:
@@ -38,20 +37,9 @@ def _features(args: argparse.Namespace) -> tuple[Any, ...] | None:
     if not names:
         raise CommandError("--features: expected comma-separated feature names", status=2)
     try:
-        feats = tuple(Feature.parse(n) for n in names)
+        return tuple(Feature.parse(n) for n in names)
     except ConfigError as exc:
         raise CommandError(f"--features: {exc}", status=2) from None
-    if len(set(feats)) != len(feats):
-        raise CommandError("--features: a feature is named twice", status=2)
-    if args.form == "monotone":
-        both = [f.name for f in feats if not moves_one_way(f)]
-        if both:
-            raise CommandError(
-                f"--features with --form monotone: {', '.join(both)} can "
-                "move either way as tokens arrive",
-                status=2,
-            )
-    return feats
 
 
 def _scopes(args: argparse.Namespace) -> tuple[str, ...] | None:
@@ -100,34 +88,43 @@ def _group_needs(
 
 
 def fit_options(args: argparse.Namespace) -> Any:
-    """The :class:`~guardrail.fitting.FitOptions` of ``liftguard fit``'s arguments."""
+    """The :class:`~guardrail.fitting.FitOptions` of ``liftguard fit``'s arguments (a
+    value they refuse is a usage error that names its flag)."""
+    from dataclasses import fields
+
+    from guardrail import ConfigError
     from guardrail.fitting import FitOptions
 
-    if not 0.0 <= args.range_quantile < 0.5:
-        raise CommandError("--range-quantile must lie in [0, 0.5)", status=2)
     early = (args.early_block,) if args.early_block_given else FitOptions().early_block_choices
-    return FitOptions(
-        risk=args.risk,
-        delta=args.delta,
-        group=args.group,
-        features=_features(args),
-        scopes=_scopes(args),
-        form=args.form,
-        skeleton=args.skeleton,
-        fit_fraction=args.fit_fraction,
-        seed=args.seed,
-        l2=args.l2,
-        select=args.select,
-        early_block=args.early_block,
-        early_block_choices=early,
-        early_block_share=args.early_block_share,
-        alternatives=args.alternatives,
-        range_quantile=args.range_quantile,
-        on_length=args.on_length,
-        max_tokens=args.max_tokens,
-        model_id=args.model_id,
-        api_model=args.api_model,
-    )
+    try:
+        return FitOptions(
+            risk=args.risk,
+            delta=args.delta,
+            group=args.group,
+            features=_features(args),
+            scopes=_scopes(args),
+            form=args.form,
+            skeleton=args.skeleton,
+            fit_fraction=args.fit_fraction,
+            seed=args.seed,
+            l2=args.l2,
+            select=args.select,
+            early_block=args.early_block,
+            early_block_choices=early,
+            early_block_share=args.early_block_share,
+            alternatives=args.alternatives,
+            range_quantile=args.range_quantile,
+            on_length=args.on_length,
+            max_tokens=args.max_tokens,
+            model_id=args.model_id,
+            api_model=args.api_model,
+        )
+    except ConfigError as exc:  # "range_quantile must ..." -> "--range-quantile must ..."
+        text = str(exc)
+        field = text.split(" ", 1)[0].rstrip(":")
+        if field in {f.name for f in fields(FitOptions)}:
+            text = "--" + field.replace("_", "-") + text[len(field) :]
+        raise CommandError(text.replace(" form monotone", " --form monotone"), status=2) from None
 
 
 def cmd_fit(args: argparse.Namespace) -> int:

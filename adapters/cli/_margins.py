@@ -1,37 +1,16 @@
 """The early-block margins of a fitted statistic as ``fit`` and ``calibrate --certificate``
-report them: each answer replayed with and without them, and what they cost."""
+print them. Replaying each answer with and without them and counting what they cost is
+the library's (:mod:`guardrail._fit_choice`), named here for ``calibrate --certificate``."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
+from guardrail._fit_choice import margins_blocked, replays
+
 __all__ = ["early_line", "margins_blocked", "margins_line", "replays"]
-
-
-def replays(
-    stat: Any, traces: list[Any], skeleton: Any, limit: int | None
-) -> tuple[list[Any], list[Any]]:
-    """Each answer replayed as the monitor streams it, and without the statistic's
-    early-block margins (one replay: :func:`guardrail.fitting.with_margins` adds them)."""
-    from guardrail.fitting import replay_fitted, with_margins
-
-    bare = replace(stat, block_margins=()) if stat.block_margins else stat
-    plain = [replay_fitted(bare, t, skeleton=skeleton, max_tokens=limit) for t in traces]
-    return plain, [with_margins(p, stat.block_margins) for p in plain]
-
-
-def margins_blocked(
-    stat: Any, plain: list[Any], correct: Any, policy: Any, tau: float
-) -> dict[str, int] | None:
-    """:func:`guardrail._fitted_replay.margin_cost` at ``tau`` as the summaries report it (``None``
-    for a statistic without margins)."""
-    from guardrail._fitted_replay import margin_cost
-
-    if not stat.block_margins:
-        return None
-    blocked, shown = margin_cost(plain, stat.block_margins, correct, policy, tau)
-    return {"blocked": blocked, "shown_without_margins": shown}
+# replays and margins_blocked are the library's (fit_certificate replays and records with
+# them); calibrate --certificate reports the same numbers through this module
 
 
 def margins_line(cost: dict[str, int] | None) -> str:
