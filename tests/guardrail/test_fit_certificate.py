@@ -1,20 +1,34 @@
 """``guardrail.fitting.fit_certificate``: the fit recipe on traces in memory, and a report
-of what it measured (the command over it: ``tests/test_cli_fit.py``)."""
+of what it measured (the command over it: ``tests/test_cli_fit.py``); it remakes each
+shipped fitted certificate byte for byte from the options ``guardrail/data/README.md``
+gives (the shared TriviaQA traces: skipped where they are absent; the committed MBPP
+traces: everywhere)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import lzma
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from guardrail import Certificate, ConfigError, GenerationContext, InsufficientDataError
-from guardrail.fitting import FitOptions, fit_certificate
-from guardrail.traces import Trace, read_traces
+from guardrail import (
+    Certificate,
+    ConfigError,
+    GenerationContext,
+    InsufficientDataError,
+    SkeletonSpec,
+)
+from guardrail.fitting import Feature, FitOptions, fit_certificate
+from guardrail.traces import Trace, parse_trace_lines, read_traces
 
-FIXTURES = Path(__file__).parents[1] / "fixtures"
+ROOT = Path(__file__).parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
+DATA = ROOT / "guardrail" / "data"
+SHARED = ROOT.parent / "shared" / "data" / "traces"
 GEMMA = str(FIXTURES / "traces_gemma3_sample.jsonl")
 OPTIONS = FitOptions(risk=0.95, delta=0.2)
 
@@ -77,3 +91,82 @@ def test_bad_options_and_traces_are_refused() -> None:
     other = [replace(t, model="another") for t in traces[:20]]
     with pytest.raises(ConfigError, match=r"x\.jsonl: a certificate is for one model"):
         fit_certificate([*traces[:20], *other], source="x.jsonl")
+    with pytest.raises(ConfigError, match="a feature is named twice"):
+        FitOptions(features=(Feature.parse("logprob.min"),) * 2)
+    with pytest.raises(ConfigError, match=r"logprob\.mean can move either way"):
+        FitOptions(features=(Feature.parse("logprob.mean"),), form="monotone")
+
+
+TRIVIAQA = {
+    # certificate: (traces, context, the options of its command in guardrail/data/README.md)
+    "smollm2_fitted_certificate.json": (
+        "triviaqa_smollm2.jsonl",
+        "smollm2_context.json",
+        FitOptions(early_block_share=None, scopes=(), model_id="smollm2-135m-instruct-q4_1"),
+    ),
+    "qwen_fitted_certificate.json": (
+        "triviaqa_qwen25coder.jsonl",
+        "qwen_context.json",
+        FitOptions(
+            group="api", skeleton="uniform", risk=0.5, model_id="qwen2.5-coder-1.5b-instruct-q4_k_m"
+        ),
+    ),
+}
+
+
+def _context(name: str) -> GenerationContext:
+    return GenerationContext.from_dict(json.loads((DATA / name).read_text(encoding="utf-8")))
+
+
+@pytest.mark.parametrize("name", sorted(TRIVIAQA))
+def test_the_shipped_triviaqa_certificates_are_refitted_byte_for_byte(name: str) -> None:
+    traces, context, options = TRIVIAQA[name]
+    if not (SHARED / traces).exists():
+        pytest.skip(f"needs the shared traces ({SHARED / traces})")
+    shipped = (DATA / name).read_text(encoding="utf-8")
+    # what the command passes besides the traces: the file's identity and its command line
+    given = {k: json.loads(shipped)["provenance"][k]
+             for k in ("command", "traces_digest", "traces_sha256")}  # fmt: skip
+    cert, report = fit_certificate(read_traces(SHARED / traces), options,
+                                   context=_context(context), source=str(SHARED / traces),
+                                   provenance=given)  # fmt: skip
+    assert (report.n_fit, report.n_calibration) == (1000, 1000)
+    _same_bytes(cert.to_json(), shipped, name)
+
+
+def _same_bytes(made: str, shipped: str, name: str) -> None:
+    """``made == shipped``, else the first line that differs (a difference only in the
+    last digits of a number is the floating-point sums of another CPU or BLAS build)."""
+    if made == shipped:
+        return
+    pairs = zip(made.splitlines(), shipped.splitlines(), strict=False)
+    line, (got, want) = next((i, p) for i, p in enumerate(pairs, 1) if p[0] != p[1])
+    pytest.fail(f"{name}: line {line} differs:\n  made    {got}\n  shipped {want}")
+
+
+def test_the_shipped_code_certificate_statistic_is_refitted_byte_for_byte() -> None:
+    """``qwen_code_certificate.json`` (``python -m studies.qwen_code_certificate``): fitted on
+    220 of the committed MBPP traces with ``fit_fraction=1``, its tau calibrated on 220
+    others by ``liftguard calibrate --certificate`` (the whole file:
+    ``tests/test_cli_fit.py``). All but the calibration is the fit's, byte for byte."""
+    raw = lzma.decompress((ROOT / "benchmarks" / "traces" / "mbpp_qwen25coder.jsonl.xz")
+                          .read_bytes()).decode("utf-8").splitlines()  # fmt: skip
+    perm = np.random.default_rng(7).permutation(len(raw))  # the study's split: 60, 220, 220
+    fit_part = [raw[i] for i in sorted(perm[60:280])]
+    traces = list(parse_trace_lines(fit_part))
+    prompt = traces[0].prompt  # the skeleton: Qwen after the system line, no user message
+    start = prompt.index("<|im_start|>user\n") + len("<|im_start|>user\n")
+    prefix = prompt[:start] + prompt[prompt.index("<|im_end|>", start) :]
+    spec = SkeletonSpec("prompt_free", {"model": "qwen", "prefix": prefix,
+                                        "vocab_size": traces[0].vocab_size})  # fmt: skip
+    options = FitOptions(fit_fraction=1.0, early_block_share=None, scopes=())
+    cert, report = fit_certificate(traces, options, context=_context("qwen_code_context.json"),
+                                   skeleton_spec=spec,
+                                   source="mbpp_qwen25coder_fit.jsonl")  # fmt: skip
+    assert report.n_fit == 220 and not report.calibrated
+    made = json.loads(cert.to_json())
+    shipped = json.loads((DATA / "qwen_code_certificate.json").read_text(encoding="utf-8"))
+    for part in ("statistic", "skeleton", "context", "model", "policy", "format"):
+        text = [json.dumps(d[part], indent=2, sort_keys=True) for d in (made, shipped)]
+        _same_bytes(*text, f"qwen_code_certificate.json {part}")
+    assert made["provenance"]["fit"] == shipped["provenance"]["fit"]
