@@ -1,11 +1,14 @@
 """The layers: guardrail -> (nothing of ours); adapters and skeleton_store on top of it;
 the command line (adapters.cli) above all three: their public API by its public path, and
-the internals a command shares with the library from the private modules they live in."""
+the internals a command shares with the library from the private modules they live in.
+Nothing in the repository but the command line and the tests imports it."""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -145,3 +148,74 @@ def test_the_role_sub_packages_import_only_what_their_role_allows() -> None:
             if parts[1] not in allowed:
                 bad.append(f"{path}:{line}: {module}")
     assert bad == []
+
+
+SKIPPED_DIRS = {".git", ".venv", "venv", "site", "build", "dist", "node_modules", "__pycache__"}
+"""Folders that hold no file of the project's own (environments, caches, built pages)."""
+
+
+def _project_files(suffix: str) -> Iterator[Path]:
+    """Every ``suffix`` file of the repository (``.ci`` included, the environments and
+    caches not)."""
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.endswith(".egg-info")
+                         and (d == ".ci" or not d.startswith(".")))  # fmt: skip
+        yield from (Path(folder) / f for f in sorted(files) if f.endswith(suffix))
+
+
+def _cli_imports(source: str, package: tuple[str, ...]) -> list[int]:
+    """Lines of ``source`` (in package ``package``) that import ``adapters.cli`` or a module
+    of it: ``import``, ``from``, relative or not, and a literal ``import_module`` name."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        modules: list[str] = []
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else ()
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            modules = [module, *(f"{module}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Call) and _imports_by_name(node):
+            modules = [str(node.args[0].value)]  # type: ignore[attr-defined]
+        if any(m == "adapters.cli" or m.startswith("adapters.cli.") for m in modules):
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def _imports_by_name(call: ast.Call) -> bool:
+    """``import_module("...")`` or ``__import__("...")`` with a literal name."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    literal = bool(call.args) and isinstance(call.args[0], ast.Constant)
+    return name in ("import_module", "__import__") and literal
+
+
+PYTHON_BLOCK = re.compile(r"^```(?:python|py)\n(.*?)^```", re.DOTALL | re.MULTILINE)
+
+
+def test_nothing_outside_the_command_line_and_its_tests_imports_it() -> None:
+    # adapters.cli is the application on top: the libraries, the studies, the benchmarks,
+    # the examples, the CI scripts and the docs' Python use the public API, and a script
+    # that needs a command runs it (liftguard ..., python -m adapters.cli ...); only the
+    # tests import it, to test it (its entry point main, and the modules a command is made of)
+    found = []
+    for path in _project_files(".py"):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] == "tests" or rel.parts[:2] == ("adapters", "cli"):
+            continue
+        text = path.read_text(encoding="utf-8")
+        found += [f"{rel}:{line}" for line in _cli_imports(text, rel.parent.parts)]
+    for page in _project_files(".md"):
+        rel = page.relative_to(ROOT)
+        for block in PYTHON_BLOCK.findall(page.read_text(encoding="utf-8")):
+            try:
+                found += [f"{rel}: {line}" for line in _cli_imports(block, ())]
+            except SyntaxError:  # a block with an elided part: no statement of it runs
+                continue
+    assert found == []
+    # the check sees each form
+    probe = (
+        "import adapters.cli\nfrom adapters.cli._fit import x\nfrom adapters import cli\n"
+        "from .cli import main\nimport_module('adapters.cli._demo')\nfrom adapters import proxy"
+    )
+    assert _cli_imports(probe, ("adapters",)) == [1, 2, 3, 4, 5]
