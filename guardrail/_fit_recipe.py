@@ -5,7 +5,8 @@ statistic over per-token features on one part (its clamp ranges, the scopes it r
 optionally the statistic chosen by cross-validated coverage, its early-block margins;
 :mod:`guardrail._fit_choice`), calibrates ``tau`` on the disjoint rest by the risk
 control of :func:`~guardrail._fitted_replay.calibrate_fitted`, and returns the
-:class:`~guardrail.Certificate` with a :class:`FitReport` of what it measured.
+:class:`~guardrail.Certificate` with a :class:`FitReport` of what it measured
+(:class:`FitOptions` and :class:`FitReport`: :mod:`guardrail._fit_options`).
 ``liftguard fit`` is this function behind a command line.
 """
 
@@ -13,9 +14,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import PurePath
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -26,21 +27,14 @@ from ._certificate_parts import GenerationContext, ModelIdentity
 from ._errors import ConfigError, InsufficientDataError
 from ._features import SOURCES
 from ._fit_choice import (
-    EARLY_BLOCK_CHOICES,
     choose_statistic,
     early_margins,
     margins_blocked,
     replays,
     scope_sums,
 )
-from ._fitted import (
-    DEFAULT_ALTERNATIVES,
-    DEFAULT_L2,
-    FittedStatistic,
-    Form,
-    moves_one_way,
-    preset_features,
-)
+from ._fit_options import FitOptions, FitReport
+from ._fitted import DEFAULT_ALTERNATIVES, FittedStatistic, preset_features
 from ._fitted_replay import calibrate_fitted, critical_score, stop_at
 from ._fitting import answer_features, fit_statistic, token_ranges
 from ._policy import StreamPolicy
@@ -52,136 +46,6 @@ __all__ = ["FitOptions", "FitReport", "fit_certificate"]
 
 MIN_PART = 20
 """Fewest answers each part of the split (fitting, calibration) may hold."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class FitOptions:
-    """How :func:`fit_certificate` fits and calibrates (each default is ``liftguard
-    fit``'s).
-
-    Examples
-    --------
-        >>> FitOptions().risk, FitOptions().early_block, FitOptions(risk=0.3).group
-        (0.8, 0.99, 'lift')
-    """
-
-    risk: float = 0.8
-    """Target selective risk (that of the shipped SmolLM2 certificate: at most 80% of the
-    answers shown wrong, for a model as weak as the bundled 135M one)."""
-    delta: float = 0.05
-    """Probability that the calibration's guarantee fails."""
-    group: Literal["api", "local", "lift"] = "lift"
-    """The preset by what a stream supplies: ``api`` (logprobs + alternatives), ``local``
-    (+ exact entropies), ``lift`` (+ the skeleton's log-probability)."""
-    features: tuple[Feature, ...] | None = None
-    """The features, instead of ``group``'s preset (then read as given: no scopes)."""
-    scopes: tuple[str, ...] | None = None
-    """Scopes whose log-likelihood (``scope:logprob.sum``) is added to the preset;
-    ``None``: each scope at least a tenth of the fitting answers have tokens in."""
-    form: Form = "answer"
-    """``answer``: any features, exact early verdicts from bounds; ``monotone``: features
-    that move one way only, blocks as soon as the score falls below tau."""
-    skeleton: str = "prompt-free"
-    """The trace skeleton of the lift features (one of
-    :data:`~guardrail._scores.TRACE_SKELETONS`)."""
-    fit_fraction: float = 0.5
-    """Share of the traces the statistic is fitted on; tau is calibrated on the rest. 1:
-    fit on all of them, leaving tau to a later calibration (the certificate certifies
-    nothing until then)."""
-    seed: int = 0
-    """Seed of the split (and of the calibration and selection)."""
-    l2: float = DEFAULT_L2
-    """L2 penalty of the fit."""
-    select: Literal["none", "coverage"] = "none"
-    """``coverage``: choose the statistic by cross-validated coverage at ``risk`` on the
-    fitting answers (:mod:`guardrail._fit_choice`); ``none``: the features as given."""
-    early_block: float | None = 0.99
-    """Also block as soon as the score so far plus a margin is below tau: per position,
-    this quantile of how far a correct fitting answer's score still rose from there
-    (``None``: only the exact early blocks)."""
-    early_block_choices: tuple[float | None, ...] = EARLY_BLOCK_CHOICES
-    """The quantiles ``select="coverage"`` tries, in place of ``early_block``."""
-    early_block_share: float | None = 0.9
-    """Widen the margins by one factor until this share of the correct fitting answers
-    never rises past them at any position (``None``: the per-position quantile alone). Of
-    0.9, 0.95 and 0.99 (and none), the one that, cross-validated on the fitting halves of
-    the MBPP and GSM8K traces with the default features, covered the most at risks 0.3
-    and 0.4 while a blocked answer stayed read for at most half its tokens at risks 0.2
-    and 0.3 (``studies/scope_sums.py``); on TriviaQA's short answers it changes
-    nothing measurable."""
-    alternatives: int | None = None
-    """Alternatives per token the features read (default 5, or all the traces carry when
-    fewer)."""
-    range_quantile: float = 0.01
-    """Clamp each per-token feature to these quantiles of the fitting tokens."""
-    on_length: Literal["answer", "block"] = "answer"
-    """What an answer cut at the token limit gets."""
-    max_tokens: int | None = None
-    """Token limit of the answers (default: the context's, else the longest answer)."""
-    model_id: str | None = None
-    """The certificate's model name (default: the traces')."""
-    api_model: str | None = None
-    """The name requests use, where it differs."""
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.range_quantile < 0.5:
-            raise ConfigError("range_quantile must lie in [0, 0.5)")
-        if not 0.0 < self.fit_fraction <= 1.0:
-            raise ConfigError(f"fit_fraction must lie in (0, 1], got {self.fit_fraction!r}")
-        if self.features is not None and self.scopes is not None:
-            raise ConfigError("scopes add to the group's preset; name scoped features instead")
-        if self.features is not None:
-            if len(set(self.features)) != len(self.features):
-                raise ConfigError("features: a feature is named twice")
-            both = [f.name for f in self.features if not moves_one_way(f)]
-            if self.form == "monotone" and both:
-                raise ConfigError(
-                    f"features with form monotone: {', '.join(both)} can move either way as "
-                    "tokens arrive"
-                )
-
-
-@dataclass(frozen=True)
-class FitReport:
-    """What :func:`fit_certificate` measured beside the certificate it returns (the
-    calibration's numbers are the certificate's ``calibration``).
-
-    Examples
-    --------
-        >>> report = FitReport(scopes=("code",), n_fit=200, n_calibration=200,
-        ...                    n_calibration_correct=101, max_tokens=512, calibrated=True,
-        ...                    calibration_auroc=0.78, tokens_read_fraction=0.78,
-        ...                    margins_blocked=None, certifies_nothing=False)
-        >>> report.calibrated and not report.certifies_nothing
-        True
-    """
-
-    scopes: tuple[str, ...]
-    """The scopes whose log-likelihood the statistic reads."""
-    n_fit: int
-    n_calibration: int
-    n_calibration_correct: int
-    max_tokens: int
-    """The token limit the certificate's context records."""
-    calibrated: bool
-    """Whether tau was calibrated here (``fit_fraction < 1``)."""
-    calibration_auroc: float | None
-    tokens_read_fraction: float
-    """Mean share of a calibration answer read before its verdict."""
-    margins_blocked: dict[str, int] | None
-    """Correct calibration answers the early-block margins block (``blocked``), of those
-    the rule shows without them (``shown_without_margins``)."""
-    certifies_nothing: bool
-    """No threshold passed (or none was calibrated): tau is above every reachable score."""
-    refusal: str = ""
-    """Why the calibration passed no threshold (empty otherwise)."""
-    selection: list[dict[str, Any]] | None = None
-    """Each candidate's cross-validated measurements (``select="coverage"``)."""
-    early_block: dict[str, Any] | None = None
-    """The early-block margins' quantile, widening and positions."""
-    notes: tuple[str, ...] = field(default=())
-    """What the caller should know (the token limit or alternatives taken from the traces,
-    a skeleton that will not match); also the certificate's ``provenance["note"]``."""
 
 
 def fit_certificate(
@@ -199,11 +63,11 @@ def fit_certificate(
 
     ``context``: the generation context of the traces (it gets the token limit);
     ``skeleton_spec``: the spec of ``options.skeleton`` the certificate records (default:
-    that skeleton's own, for the traces' vocabulary); ``source``: the traces' file name
-    or URL, recorded; ``provenance``: more entries for the certificate's provenance (the
-    file's identity, the command); ``progress(stage, done, total)``: told of the slow
-    stages (``"selection"``, ``"calibration"``). The docs page "Fitting from Python" fits,
-    calibrates and evaluates one on the committed MBPP traces.
+    that skeleton's own; either records the traces' vocabulary size); ``source``: the
+    traces' file name or URL, recorded; ``provenance``: more entries for the certificate's
+    provenance (the file's identity, the command); ``progress(stage, done, total)``: told
+    of the slow stages (``"selection"``, ``"calibration"``). The docs page "Fitting from
+    Python" fits, calibrates and evaluates one on the committed MBPP traces.
 
     Same traces, options and context, same certificate as ``liftguard fit``'s, byte for
     byte (the command passes the file's name, identity and command line as ``source``
@@ -229,7 +93,7 @@ def fit_certificate(
     spec = (
         SkeletonSpec.of_trace_skeleton(opts.skeleton, vocab)
         if skeleton_spec is None
-        else skeleton_spec
+        else _with_vocab(skeleton_spec, vocab, where)
     )
     skel: Any = "prompt-free" if opts.skeleton == "prompt-free" else spec.build()
     bases = [f.base for f in feats if f.base != "length"]
@@ -409,6 +273,18 @@ def _split(
         "calibration_ids_sha256": _ids_sha256([t.id for t in cal_tr]),
     }
     return fit_tr, cal_tr, split
+
+
+def _with_vocab(spec: SkeletonSpec, vocab: int, where: str) -> SkeletonSpec:
+    """``spec`` recording the traces' vocabulary size (refused if it records another)."""
+    given = spec.params.get("vocab_size")
+    if given is None:
+        return SkeletonSpec(spec.kind, {**spec.params, "vocab_size": vocab})
+    if given != vocab:
+        raise ConfigError(
+            f"{where}skeleton_spec records vocab_size {given}; the traces have {vocab}"
+        )
+    return spec
 
 
 def _ids_sha256(ids: list[str]) -> str:

@@ -19,7 +19,8 @@ like any other rule.
 from __future__ import annotations
 
 from ._aggregates import Feature
-from ._fit_recipe import FitOptions, FitReport, fit_certificate
+from ._fit_options import FitOptions, FitReport
+from ._fit_recipe import fit_certificate
 from ._fitted import (
     FittedStatistic,
     preset_features,

@@ -91,6 +91,9 @@ def test_bad_options_and_traces_are_refused() -> None:
     other = [replace(t, model="another") for t in traces[:20]]
     with pytest.raises(ConfigError, match=r"x\.jsonl: a certificate is for one model"):
         fit_certificate([*traces[:20], *other], source="x.jsonl")
+    other = SkeletonSpec("uniform", {"vocab_size": 7})
+    with pytest.raises(ConfigError, match="skeleton_spec records vocab_size 7; the traces have"):
+        fit_certificate(traces, skeleton_spec=other)
     with pytest.raises(ConfigError, match="a feature is named twice"):
         FitOptions(features=(Feature.parse("logprob.min"),) * 2)
     with pytest.raises(ConfigError, match=r"logprob\.mean can move either way"):
@@ -157,8 +160,7 @@ def test_the_shipped_code_certificate_statistic_is_refitted_byte_for_byte() -> N
     prompt = traces[0].prompt  # the skeleton: Qwen after the system line, no user message
     start = prompt.index("<|im_start|>user\n") + len("<|im_start|>user\n")
     prefix = prompt[:start] + prompt[prompt.index("<|im_end|>", start) :]
-    spec = SkeletonSpec("prompt_free", {"model": "qwen", "prefix": prefix,
-                                        "vocab_size": traces[0].vocab_size})  # fmt: skip
+    spec = SkeletonSpec("prompt_free", {"model": "qwen", "prefix": prefix})  # + the vocabulary
     options = FitOptions(fit_fraction=1.0, early_block_share=None, scopes=())
     cert, report = fit_certificate(traces, options, context=_context("qwen_code_context.json"),
                                    skeleton_spec=spec,
