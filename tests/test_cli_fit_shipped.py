@@ -1,6 +1,8 @@
-"""The commands ``guardrail/data/README.md`` gives for the shipped fitted certificates remake
-them byte for byte (``liftguard fit`` is :func:`guardrail.fitting.fit_certificate` behind
-a command line; the library alone: ``tests/guardrail/test_fit_certificate.py``).
+"""The commands ``guardrail/data/README.md`` gives for the shipped certificates remake them
+byte for byte: ``liftguard fit`` for the fitted ones (it is
+:func:`guardrail.fitting.fit_certificate` behind a command line; the library alone:
+``tests/guardrail/test_fit_certificate.py``), ``liftguard calibrate`` for the single-score
+ones.
 
 The TriviaQA certificates need the shared traces (skipped where they are absent); the code
 certificate is made from the committed MBPP traces, so it runs everywhere."""
@@ -25,24 +27,26 @@ SHARED = ROOT.parent / "shared" / "data" / "traces"
 
 
 def documented(name: str) -> list[str]:
-    """The ``liftguard fit`` command the README gives for ``name``, as argv (no
+    """The ``liftguard`` command the README gives for ``name``, as argv (no
     ``liftguard``)."""
     text = README.read_text(encoding="utf-8").replace("\\\n", " ")
     found = [line.strip() for line in text.splitlines()
-             if line.strip().startswith("liftguard fit ")
+             if line.strip().startswith(("liftguard fit ", "liftguard calibrate "))
              and line.rstrip().endswith(f"--out guardrail/data/{name}")]  # fmt: skip
-    assert len(found) == 1, f"{README}: one 'liftguard fit ... --out guardrail/data/{name}'"
+    assert len(found) == 1, f"{README}: one 'liftguard ... --out guardrail/data/{name}'"
     return shlex.split(found[0])[1:]
 
 
 FITTED = ["qwen_fitted_certificate.json", "smollm2_fitted_certificate.json"]
+SINGLE_SCORE = ["qwen_certificate.json", "smollm2_certificate.json"]
 
 
-@pytest.mark.parametrize("name", FITTED)
-def test_the_documented_fit_command_remakes_the_shipped_certificate(
+@pytest.mark.parametrize("name", FITTED + SINGLE_SCORE)
+def test_the_documented_command_remakes_the_shipped_certificate(
     name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     argv = documented(name)
+    assert argv[0] == ("fit" if name in FITTED else "calibrate")
     traces = argv[argv.index("--traces") + 1]
     assert traces.startswith("../shared/data/traces/")  # run from the repository root
     if not (ROOT / traces).exists():
