@@ -38,3 +38,15 @@ def test_the_ceiling_is_the_largest_top_share_within_the_risk() -> None:
     assert study.ceiling(scores, errors, 0.25) == 0.8  # top 4: one error in four
     assert study.ceiling(scores, errors, 0.2) == 0.2  # only the top answer alone
     assert study.ceiling(scores, np.ones(5), 0.5) == 0.0
+
+
+def test_the_best_single_test_is_within_delta_at_the_boundary_and_full_when_errorless() -> None:
+    at_risk = np.full(1000, 0.2)  # every top share is wrong at exactly the target rate
+    assert 0.0 < study.best_single_test(at_risk, 300, 0.2) <= study.DELTA
+    errorless = np.zeros(1000)  # with 1,000 labels, the top 99% passes with no error seen
+    assert study.best_single_test(errorless, 1000, 0.2) == 0.99
+    # one level-0.05 test on 14 answers can pass risk 0.2 with no error, not on 13
+    assert study.best_single_test(np.zeros(100), 14, 0.2) == 0.99
+    assert study.best_single_test(np.zeros(100), 13, 0.2) == 0.0
+    curve = np.linspace(0.05, 0.4, 1000)  # more labels never lower the bound by much
+    assert study.best_single_test(curve, 1000, 0.2) > study.best_single_test(curve, 300, 0.2)
