@@ -68,10 +68,12 @@ serve(config, port=0, on_listen=lambda url: print(url, flush=True))
 class ProxyProcess:
     """The proxy in a child process (its CPU time read from ``/proc``)."""
 
-    def __init__(self, upstream: str, mode: str) -> None:
+    def __init__(self, upstream: str, mode: str, *, prelude: str = "") -> None:
+        """``prelude``: Python run in the proxy's process before it starts (a benchmark's
+        baseline)."""
         root = Path(__file__).resolve().parents[1]
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _PROXY, upstream, mode],
+            [sys.executable, "-c", prelude + _PROXY, upstream, mode],
             stdout=subprocess.PIPE, text=True, cwd=root,
         )  # fmt: skip
         assert self.proc.stdout is not None

@@ -9,6 +9,9 @@ import json
 from pathlib import Path
 
 import pytest
+from bench_scripts import assert_page_current
+
+from adapters._serving._request import MAX_CONTAINERS, MAX_VALUES, parse_json, validate_chat
 
 ROOT = Path(__file__).parents[1]
 
@@ -55,3 +58,19 @@ def test_proxy_overhead_page_is_the_saved_run() -> None:
     written = mod.PAGE.read_text(encoding="utf-8")
     assert saved["command"] in written.splitlines()[0]
     assert written == mod.render(saved), "stale: run `python -m benchmarks.bench_proxy --docs-only`"
+
+
+def test_proxy_bodies_page_is_the_saved_run() -> None:
+    """The page of ``bench_proxy_bodies.py`` is what it writes of its saved run (the run
+    itself takes three processes and 32 MiB of bodies: not in the suite), and the bodies it
+    sends are the largest the proxy takes: ``max_body_bytes`` each, decoded and checked
+    without a refusal (the tiny values just under the proxy's counts)."""
+    mod = importlib.import_module("benchmarks.bench_proxy_bodies")
+    saved = assert_page_current(mod, "results/index.md")
+    for shape in ("text", "values"):
+        raw = mod.body(shape, saved["body_bytes"])
+        assert len(raw) == saved["body_bytes"]
+        validate_chat(parse_json(raw))
+    raw = mod.body("values", saved["body_bytes"])
+    assert raw.count(b",") + raw.count(b":") > MAX_VALUES * 0.7
+    assert raw.count(b"{") + raw.count(b"[") > MAX_CONTAINERS * 0.9

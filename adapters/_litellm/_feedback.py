@@ -8,8 +8,9 @@ Each :class:`~adapters.litellm.LiftGuardGuardrail` has a
 
 - ``POST /v1/liftguard/feedback`` ``{"id": ..., "correct": true|false}``: the label of one
   certified answer (the proxy's endpoint: same body, same replies). The ``id`` is the
-  request id (``liftguard.request_id`` of the verdict, LiteLLM's ``x-litellm-call-id``
-  header) or the completion's ``id`` while no other kept answer carries it. The route is
+  request id the guardrail minted (``liftguard.request_id`` of the verdict, the
+  ``x-liftguard-request-id`` response header; never LiteLLM's call id, which a client sets)
+  or the completion's ``id`` while no other kept answer carries it. The route is
   behind LiteLLM's own key check (``user_api_key_auth``: the master key, or a key LiteLLM's
   route rules let through).
 - ``GET /v1/liftguard/risk``: every guardrail's monitor (alarm, bounds, counts), behind the

@@ -52,7 +52,7 @@ from .._serving._prepare import (
     context_refusal,
 )
 from .._serving._risk_watch import FinishedAnswer
-from .._serving._wire import UPSTREAM_TYPE, VERDICT_FIELD, error_body
+from .._serving._wire import HEADER_REQUEST_ID, UPSTREAM_TYPE, VERDICT_FIELD, error_body
 from . import _feedback as _litellm_feedback
 from ._answer import (
     Answer,
@@ -71,7 +71,7 @@ from ._config import (
     config_relative,
     fleet_settings,
 )
-from ._pending import MAX_PENDING, PendingRequests
+from ._pending import MAX_PENDING, PendingRequests, new_request_id
 from ._startup import RUNNING
 from ._wire import (
     BLOCKED_STATUS,
@@ -140,7 +140,9 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
 
     The live risk monitor (:mod:`adapters._litellm._feedback`, level ``risk_alpha``): every
     decided answer feeds it; ``POST /v1/liftguard/feedback`` takes the label of one of the
-    latest ``feedback_ids`` certified answers; ``GET /v1/liftguard/risk`` and ``/metrics``
+    latest ``feedback_ids`` certified answers, by the request id the guardrail minted for it
+    (the verdict's ``request_id``, the ``x-liftguard-request-id`` response header; never
+    LiteLLM's call id, which a client sets); ``GET /v1/liftguard/risk`` and ``/metrics``
     (LiteLLM's ``prometheus`` callback) show the bounds and the alarm. ``redis: true``
     (LiteLLM's ``REDIS_URL`` or ``REDIS_HOST``/``REDIS_PORT``) or ``redis_url`` with
     ``fleet_deployment`` (the deployment's name, from which the namespace derives as the
@@ -274,7 +276,7 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
             raise route_refusal(call_type)
         self._maybe_refresh()
         certificate, label = self.source.current()
-        request_id = str(data.get("litellm_call_id") or id(data))
+        request_id = new_request_id()  # (not LiteLLM's call id: a client sets that one)
         try:
             request = prepare_request(
                 data,
@@ -293,7 +295,10 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
             body = error_body(str(exc), "invalid_request_error", "invalid_request", param=exc.param)
             raise GuardrailHTTPError(400, body) from exc
         if request.mismatches:
-            logger.info("request %s changes %s: not covered", request_id, request.mismatches)
+            logger.info(
+                "request %s (LiteLLM call %r) changes %s: not covered",
+                request_id, data.get("litellm_call_id"), request.mismatches,
+            )  # fmt: skip
             if self.on_context_mismatch == "reject":
                 refused = context_refusal(request.mismatches)
                 body = error_body(
@@ -356,6 +361,20 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
                 answer.verdict.cause.value,
             ),
         )
+
+    async def async_post_call_response_headers_hook(
+        self,
+        data: dict[str, Any],
+        user_api_key_dict: Any,
+        response: Any,
+        request_headers: dict[str, str] | None = None,
+        litellm_call_info: dict[str, object] | None = None,
+    ) -> dict[str, str] | None:
+        """The request id of a guarded stream as the ``x-liftguard-request-id`` response header
+        (the proxy's), before its first chunk: LiteLLM asks for a stream's headers before the
+        iterator hook takes its request. (A whole answer's is set with its verdict.)"""
+        request = self._pending.peek(data)
+        return None if request is None else {HEADER_REQUEST_ID: request.request_id}
 
     def _request(self, data: dict[str, Any]) -> GuardedRequest | None:
         """The request the pre-call hook prepared for ``data`` (:mod:`._pending`), taken."""
@@ -469,4 +488,9 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
                 raise GuardrailHTTPError(BLOCKED_STATUS, blocked_body(answer))
             refuse_completion(response, self.refusal_message)
         setattr(response, VERDICT_FIELD, answer.verdict_field())
+        hidden = getattr(response, "_hidden_params", None)  # (LiteLLM's headers of a response)
+        if isinstance(hidden, dict):
+            headers = hidden.get("additional_headers")
+            headers = dict(headers) if isinstance(headers, dict) else {}
+            hidden["additional_headers"] = {**headers, HEADER_REQUEST_ID: request.request_id}
         return response

@@ -9,6 +9,10 @@ never sent upstream; whatever a client sent there is overwritten), and ties the 
 LiteLLM's own per-request logging object when there is one (a request that carries another is
 not given the entry): an answer is guarded with its own request's state or not at all.
 
+The id an answer is known by (``request_id`` of its verdict, its logs, the id its label is sent
+under) is minted here too (:func:`new_request_id`), never LiteLLM's call id: with a client-chosen
+call id, two answers would share it, and a label sent for one would reach the other.
+
 The state is bounded: at most :data:`MAX_PENDING` requests are kept at once, the oldest
 forgotten past it (a request whose answer never came: a client that left, an upstream that
 failed before the post-call hooks). An answer whose request is not found (forgotten, or never
@@ -25,7 +29,7 @@ from typing import Any, Generic, TypeVar
 
 from guardrail import ConfigError
 
-__all__ = ["KEY", "MAX_PENDING", "PendingRequests"]
+__all__ = ["KEY", "MAX_PENDING", "PendingRequests", "new_request_id"]
 
 KEY = "liftguard_request"
 """The field of a request's ``metadata`` that holds its key."""
@@ -33,6 +37,12 @@ MAX_PENDING = 10_000
 """The most requests kept between the pre-call hook and their answer."""
 
 _R = TypeVar("_R")
+
+
+def new_request_id() -> str:
+    """A fresh request id (``lg-`` and 128 random bits): no client sets it, no two
+    requests share it, in one process or in a fleet."""
+    return f"lg-{secrets.token_hex(16)}"
 
 
 class PendingRequests(Generic[_R]):
@@ -47,8 +57,8 @@ class PendingRequests(Generic[_R]):
         True
         >>> second["metadata"] = {"liftguard_request": first["metadata"]["liftguard_request"]}
         >>> pending.add(second, "second")  # a key a client sent is replaced
-        >>> pending.take(second), pending.take(first)
-        ('second', 'first')
+        >>> pending.peek(second), pending.take(second), pending.take(first)
+        ('second', 'second', 'first')
         >>> pending.take(first) is None  # taken once
         True
         >>> third = [{"messages": []} for _ in range(3)]
@@ -85,15 +95,26 @@ class PendingRequests(Generic[_R]):
         """The request kept for ``data``, removed; None if there is none (never kept,
         forgotten past the limit, taken already, or kept for another LiteLLM request: ``data``
         carries another logging object)."""
+        return self._find(data, remove=True)
+
+    def peek(self, data: Mapping[str, Any]) -> _R | None:
+        """The request kept for ``data``, left in place (None as :meth:`take`)."""
+        return self._find(data, remove=False)
+
+    def _find(self, data: Mapping[str, Any], *, remove: bool) -> _R | None:
         metadata = data.get("metadata")
         key = metadata.get(KEY) if isinstance(metadata, Mapping) else None
-        entry = self._entries.pop(key, None) if isinstance(key, str) else None
+        if not isinstance(key, str):
+            return None
+        entry = self._entries.get(key)
         if entry is None:
             return None
         owner, request = entry
         current = data.get("litellm_logging_obj")  # (none in LiteLLM's failure hook's copy)
         if owner is not None and current is not None and owner() is not current:
             return None
+        if remove:
+            del self._entries[key]
         return request
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -32,7 +33,7 @@ from .._serving._feedback import FEEDBACK_PATH
 from .._serving._metrics import ProxyMetrics
 from .._serving._prepare import check_upstream, context_refusal
 from .._serving._redact import credential_forms, redact_secrets, relayed_headers
-from .._serving._request import BadRequest, parse_chat, read_body
+from .._serving._request import BadRequest, off_loop, parse_chat, read_body
 from .._serving._wire import (
     HEADER_CERTIFICATE,
     HEADER_MODE,
@@ -55,6 +56,7 @@ from ._upstream import (
     Upstream,
     UpstreamAnswer,
     describe_failure,
+    encode_json,
     is_timeout,
     read_capped,
 )
@@ -206,7 +208,9 @@ class Proxy:
             raw = await read_body(
                 request, max_bytes=config.max_body_bytes, timeout_s=config.body_timeout_s
             )
+            size = len(raw)
             body = await parse_chat(raw)
+            del raw  # (held to the answer's end otherwise: up to max_body_bytes a request)
         except BadRequest as exc:
             return error_response(exc.status, str(exc), code=exc.code, param=exc.param)
         prepared = prepare(
@@ -226,8 +230,9 @@ class Proxy:
             refused = context_refusal(info.mismatches)
             return error_response(400, str(refused), code="context_mismatch", param=refused.param)
         headers = self.auth.upstream_headers(request.headers)
-        try:
-            resp = await self.upstream.open_stream("/chat/completions", prepared.body, headers)
+        try:  # a large body is encoded off the event loop, as it was decoded
+            payload = off_loop(partial(encode_json, prepared.body), size, "encode")
+            resp = await self.upstream.open_stream("/chat/completions", await payload, headers)
         except UPSTREAM_ERRORS as exc:
             kind = "upstream_timeout" if is_timeout(exc) else "unreachable"
             self.metrics.upstream_errors.labels(kind=kind).inc()

@@ -49,7 +49,10 @@ def serve(
     from ._app import create_app
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY only on sockets whose protocol says
+    # TCP, and without it a kept-alive connection's response waits on Nagle's algorithm for
+    # the client's delayed ACK (40 ms) between its head and its body
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))

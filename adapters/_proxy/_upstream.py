@@ -35,6 +35,7 @@ __all__ = [
     "body_parts",
     "decode_chunk",
     "describe_failure",
+    "encode_json",
     "events",
     "is_timeout",
     "read_capped",
@@ -61,6 +62,30 @@ MAX_SIDE_BODY_BYTES = 1024 * 1024
 """Most bytes read of an upstream body that is not an answer: an error body, a model list."""
 DEFAULT_MAX_ANSWER_BYTES = 8 * 1024 * 1024
 """Most bytes one upstream answer may send (its events with their logprobs)."""
+
+
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
+def encode_json(body: Mapping[str, Any]) -> bytes:
+    """``body`` as the upstream gets it: compact JSON in UTF-8, no ``NaN`` (``ValueError``).
+    The same bytes as one ``json.dumps`` of the whole, made of pieces (each field, each item
+    of a list such as the messages), so that a thread that encodes a large body lets go of
+    the GIL between pieces: one call for a 4 MiB body holds it for tens of milliseconds.
+
+    >>> encode_json({"model": "m", "messages": [{"role": "user", "content": "é"}], "n": 1}).decode()
+    '{"model":"m","messages":[{"role":"user","content":"é"}],"n":1}'
+    """
+    if type(body) is not dict or not all(type(key) is str for key in body):
+        return _encode(body).encode("utf-8")
+    fields = []
+    for key, value in body.items():
+        if type(value) is list:
+            text = "[" + ",".join([_encode(item) for item in value]) + "]"
+        else:
+            text = _encode(value)
+        fields.append(f"{_encode(key)}:{text}")
+    return ("{" + ",".join(fields) + "}").encode("utf-8")
 
 
 def is_timeout(exc: BaseException) -> bool:
@@ -143,16 +168,16 @@ class Upstream:
         return self._session
 
     async def open_stream(
-        self, path: str, body: Mapping[str, Any], headers: Mapping[str, str]
+        self, path: str, body: Mapping[str, Any] | bytes, headers: Mapping[str, str]
     ) -> aiohttp.ClientResponse:
-        """POST ``body`` as JSON and return the response with its body unread (the caller
+        """POST ``body`` as JSON (or ``body`` as it is, already encoded by
+        :func:`encode_json`) and return the response with its body unread (the caller
         closes it).
 
         A connection that fails before any response arrives (typically a kept-alive
         connection the upstream closed a moment before it was reused) is retried
         once on a fresh one."""
-        data = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        raw = data.encode("utf-8")
+        raw = body if isinstance(body, bytes) else encode_json(body)
         sent = {**self._headers(headers), "content-type": "application/json"}
         url = self._url(path)
         try:

@@ -11,7 +11,8 @@ hundreds of megabytes as Python objects), and then what Python's decoder accepts
 but the wire must not carry: ``NaN``/``Infinity`` and numbers that overflow to them,
 nesting deeper than :data:`MAX_DEPTH`, and lone surrogates (they cannot be encoded
 as UTF-8 to the upstream). :func:`parse_chat` does both steps of a chat request, in
-a worker thread for a large body, so that the event loop goes on serving.
+a worker thread for a large body, one such body at a time (:func:`off_loop`), so that the
+event loop goes on serving.
 :class:`ChatRequest` then checks the Chat Completions fields the proxy or the upstream
 reads, with strict types (no ``"abc"`` for an integer, no ``1.5`` for a token count),
 OpenAI's documented ranges, at most :data:`MAX_MESSAGES` messages and
@@ -25,7 +26,10 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from typing import Annotated, Any, Literal
+import re
+import weakref
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -40,11 +44,14 @@ __all__ = [
     "BadRequest",
     "ChatRequest",
     "Message",
+    "off_loop",
     "parse_chat",
     "parse_json",
     "read_body",
     "validate_chat",
 ]
+
+T = TypeVar("T")
 
 MAX_DEPTH = 64
 """Deepest nesting of objects and lists a request may have (OpenAI's own are < 10 deep)."""
@@ -60,7 +67,8 @@ MAX_MESSAGES = 4096
 MAX_CONTENT_PARTS = 1024
 """Most content parts one message may carry."""
 OFF_LOOP_BYTES = 256 * 1024
-"""A body at least this large is decoded and checked in a worker thread."""
+"""A body at least this large is decoded, checked and encoded for the upstream in a worker
+thread (:func:`off_loop`)."""
 
 
 class BadRequest(Exception):
@@ -151,7 +159,7 @@ def parse_json(raw: bytes) -> Any:
         raise _too_deep() from None
     except (ValueError, UnicodeDecodeError):
         raise BadRequest("the request body is not valid JSON", code="invalid_json") from None
-    _check_tree(value)
+    _check_tree(value, strings=_may_hold_surrogates(raw))
     return value
 
 
@@ -159,21 +167,49 @@ def _too_deep() -> BadRequest:
     return BadRequest(f"the request nests deeper than {MAX_DEPTH} levels", code="invalid_json")
 
 
-def _check_tree(root: Any) -> None:
-    """Depth at most :data:`MAX_DEPTH`; every string (keys too) encodable as UTF-8."""
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+"""Where a lone surrogate can come from in a UTF-8 body: an escape of one (``\\ud800`` to
+``\\udfff``), or its bytes as UTF-8 (which the decoder lets through)."""
+
+
+def _may_hold_surrogates(raw: bytes) -> bool:
+    """Whether ``raw`` can decode to a string with a lone surrogate (one scan of the bytes,
+    where checking every decoded string costs a Python call per value)."""
+    if json.detect_encoding(raw) != "utf-8":
+        return True
+    maybe = b"\\ud" in raw or b"\\uD" in raw or b"\xed" in raw  # (memchr-fast)
+    return maybe and _SURROGATE.search(raw) is not None
+
+
+def _check_tree(root: Any, strings: bool = True) -> None:
+    """Depth at most :data:`MAX_DEPTH`; with ``strings``, every string (keys too) encodable
+    as UTF-8. Only containers go on the stack (a body of tiny values holds hundreds of
+    thousands)."""
+    if type(root) is str:
+        if strings:
+            _utf8(root)
+        return
+    if type(root) not in (dict, list):
+        return
     stack: list[tuple[Any, int]] = [(root, 1)]
     while stack:
         value, depth = stack.pop()
-        if isinstance(value, str):
-            _utf8(value)
-        elif isinstance(value, dict | list):
-            if depth > MAX_DEPTH:
-                raise _too_deep()
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            for key, item in items:
-                if isinstance(key, str):
-                    _utf8(key)
+        if depth > MAX_DEPTH:
+            raise _too_deep()
+        if type(value) is dict:
+            if strings:
+                for key in value:
+                    if type(key) is str:
+                        _utf8(key)
+            items = value.values()
+        else:
+            items = value
+        for item in items:
+            kind = type(item)
+            if kind is dict or kind is list:
                 stack.append((item, depth + 1))
+            elif kind is str and strings:
+                _utf8(item)
 
 
 def _utf8(text: str) -> None:
@@ -233,12 +269,36 @@ class ChatRequest(BaseModel):
     repeat_penalty: Annotated[float, Field(gt=0.0)] | None = None
 
 
+_LANES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, anyio.CapacityLimiter]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def off_loop(work: Callable[[], T], size: int, lane: str = "decode") -> T:
+    """``work()``, for a body of ``size`` bytes: at once when it is under
+    :data:`OFF_LOOP_BYTES`, else in a worker thread of its ``lane``, one large body at a
+    time per lane (and event loop). One at a time, because decoding holds the GIL for tens
+    of milliseconds per call: each more thread that decodes at once is one more the event
+    loop queues behind for the GIL (``/healthz`` waited seconds behind eight), for no more
+    throughput. A lane per step (``decode``, ``encode``), so that a request decoded goes on
+    to the upstream without queueing behind the bodies decoded after it (each held whole
+    meanwhile)."""
+    if size < OFF_LOOP_BYTES:
+        return work()
+    loop = asyncio.get_running_loop()
+    lanes = _LANES.get(loop)
+    if lanes is None:
+        lanes = _LANES[loop] = {}
+    limiter = lanes.get(lane)
+    if limiter is None:
+        limiter = lanes[lane] = anyio.CapacityLimiter(1)
+    return await anyio.to_thread.run_sync(work, limiter=limiter)
+
+
 async def parse_chat(raw: bytes) -> dict[str, Any]:
     """A chat request's body decoded (:func:`parse_json`) and checked
-    (:func:`validate_chat`), in a worker thread when it is :data:`OFF_LOOP_BYTES` or more."""
-    if len(raw) < OFF_LOOP_BYTES:
-        return validate_chat(parse_json(raw))
-    return await anyio.to_thread.run_sync(lambda: validate_chat(parse_json(raw)))
+    (:func:`validate_chat`), off the event loop when it is large (:func:`off_loop`)."""
+    return await off_loop(lambda: validate_chat(parse_json(raw)), len(raw))
 
 
 def validate_chat(body: Any) -> dict[str, Any]:

@@ -113,9 +113,36 @@ async def test_a_label_for_an_answer_still_being_served_is_told_to_come_back(
         "litellm_logging_obj": _Logging(),
     }
     await guard.async_pre_call_hook(None, None, data, "acompletion")
+    # the client has the request id from the stream's headers before its first chunk
+    headers = await guard.async_post_call_response_headers_hook(data, None, None)
+    request_id = headers["x-liftguard-request-id"]
     with pytest.raises(FeedbackRefused) as early:
-        guard.risk.label("call-1", correct=True)
+        guard.risk.label(request_id, correct=True)
     assert (early.value.status, early.value.code) == (503, "answer_in_flight")
-    with pytest.raises(FeedbackRefused) as unknown:
-        guard.risk.label("call-2", correct=True)
-    assert (unknown.value.status, unknown.value.code) == (404, "unknown_answer")
+    for other in ("call-1", "call-2"):  # LiteLLM's call id (the client's choice) is no id here
+        with pytest.raises(FeedbackRefused) as unknown:
+            guard.risk.label(other, correct=True)
+        assert (unknown.value.status, unknown.value.code) == (404, "unknown_answer")
+
+
+async def test_only_a_request_the_guardrail_prepared_gets_a_request_id_header(
+    tmp_path: Path,
+) -> None:
+    from adapters.litellm import LiftGuardGuardrail
+
+    calibrated_certificate(0.3).save(tmp_path / "cert.json")
+    guard = LiftGuardGuardrail(
+        certificate=str(tmp_path / "cert.json"), event_hook=["pre_call", "post_call"]
+    )
+    hook = guard.async_post_call_response_headers_hook
+    guessed: dict[str, Any] = {"model": "m", "metadata": {KEY: "a key no pre-call hook made"}}
+    assert await hook(guessed, None, None) is None
+    prepared: dict[str, Any] = {
+        "model": "m", "messages": [{"role": "user", "content": "Hi?"}], "stream": True,
+        "litellm_call_id": "call-1", "litellm_logging_obj": _Logging(),
+    }  # fmt: skip
+    await guard.async_pre_call_hook(None, None, prepared, "acompletion")
+    request_id = (await hook(prepared, None, None))["x-liftguard-request-id"]
+    assert request_id.startswith("lg-") and "call-1" not in request_id
+    other = {**prepared, "litellm_logging_obj": _Logging()}  # its key, another request
+    assert await hook(other, None, None) is None

@@ -18,7 +18,7 @@ from collections.abc import Iterator  # noqa: E402
 import pytest  # noqa: E402
 from frontends import SDK, FrontEnd, HTTPFrontEnd, LangChain  # noqa: E402
 from litellm_harness import running_litellm  # noqa: E402
-from proxy_harness import make_certificate, running_proxy  # noqa: E402
+from proxy_harness import calibrated_certificate, make_certificate, running_proxy  # noqa: E402
 from scripted import CONTEXT, FRONT_ENDS, HAS_LITELLM, TIMEOUT_S, Upstream  # noqa: E402
 from sse_server import serving  # noqa: E402
 
@@ -58,6 +58,7 @@ def front_ends(
                 out[name] = HTTPFrontEnd(name, proxy.base_url, "k", "test-model", stream)
         if HAS_LITELLM:
             directory = tmp_path_factory.mktemp("litellm")
+            calibrated_certificate(0.3, context=CONTEXT).save(directory / "calibrated.json")
             litellm = stack.enter_context(
                 running_litellm(
                     directory,
@@ -70,10 +71,13 @@ def front_ends(
                         "refusal": {"guard_mode": "buffered", "on_block": "refusal"},
                         # (test_conformance_litellm.py: a request forgotten past the bound)
                         "bounded": {"guard_mode": "buffered", "max_pending_requests": 1},
+                        # (test_conformance_litellm.py: labels, which need a risk monitor)
+                        "labelled": {"guard_mode": "buffered", "certificate": "calibrated.json"},
                     },
                 )
             )
-            for mode in ("buffered", "passthrough", "refusal", "bounded"):  # (not in FRONT_ENDS)
+            modes = ("buffered", "passthrough", "refusal", "bounded", "labelled")
+            for mode in modes:  # (not in FRONT_ENDS)
                 for stream in (True, False):
                     name = f"litellm-{mode}-{'stream' if stream else 'whole'}"
                     out[name] = HTTPFrontEnd(name, litellm.base_url, litellm.key, mode, stream)

@@ -50,6 +50,10 @@ class Outcome:
     error: str | None = None
     """An error the front end raised or sent that names no verdict (a timeout, a broken
     stream): the answer ended uncertified."""
+    request_id: str | None = None
+    """The ``request_id`` of the verdict the client got (HTTP front ends)."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """The response's HTTP headers (HTTP front ends; none for an error raised mid-stream)."""
     seen: str = ""
     """Everything the client received, serialised: the text an SDK or LangChain caller
     gets (LangChain's whole chunks), every field of every chunk, completion and error body
@@ -201,11 +205,13 @@ class HTTPFrontEnd(FrontEnd):
                 kwargs: dict[str, Any] = dict(model=self.model, messages=messages, **settings)
                 if extra_body is not None:  # a literal "extra_body" key in the request's JSON
                     kwargs["extra_body"] = {"extra_body": extra_body}
+                raw = client.chat.completions.with_raw_response.create(stream=self.stream, **kwargs)
+                out.headers = dict(raw.headers)
                 if self.stream:
-                    for chunk in client.chat.completions.create(stream=True, **kwargs):
+                    for chunk in raw.parse():
                         self._take_chunk(out, chunk)
                 else:
-                    self._take_completion(out, client.chat.completions.create(**kwargs))
+                    self._take_completion(out, raw.parse())
             except openai.APIStatusError as exc:
                 out.status, out.param = exc.status_code, exc.param
                 out.seen += repr(exc.body)
@@ -222,6 +228,7 @@ class HTTPFrontEnd(FrontEnd):
     def _take_verdict(out: Outcome, verdict: dict[str, Any] | None) -> None:
         if verdict is None:
             return
+        out.request_id = verdict.get("request_id")
         out.certified = verdict.get("state") == "certified"
         if verdict.get("state") == "blocked":
             out.cause = verdict.get("cause")
@@ -267,6 +274,7 @@ class HTTPFrontEnd(FrontEnd):
             nested = (body.get("provider_specific_fields") or {}).get("error") or {}
             verdict = nested.get("liftguard")
         if isinstance(verdict, dict):
+            out.request_id = verdict.get("request_id")
             out.certified = False
             out.cause = verdict.get("cause")
             out.mismatches = list(verdict.get("context_mismatches") or [])

@@ -3,6 +3,9 @@ process tries, beyond the cases every front end shares.
 
 - two requests in flight with the same client-set call id (``x-litellm-call-id``) are each
   guarded with their own settings: neither passes unguarded nor reports the other's settings;
+  each answer is known by a request id of its own (the verdict's ``request_id``, the
+  ``x-liftguard-request-id`` header), so each label reaches its own answer, and the shared
+  call id selects none;
 - a request the guardrail no longer keeps (more requests in flight than
   ``max_pending_requests``) has its answer refused, never passed through;
 - a guarded model answers no route besides chat completions (``/v1/messages``,
@@ -124,6 +127,51 @@ def test_two_requests_with_one_call_id_are_each_guarded(
         assert out.text == "" and not out.tool_calls, out
     assert "temperature" in out_hot.mismatches, out_hot  # its own settings, not the other's
     assert "temperature" not in out_cold.mismatches, out_cold
+
+
+def _label(front_end: HTTPFrontEnd, answer_id: str | None, correct: bool) -> httpx.Response:
+    root = front_end.base_url.removesuffix("/v1")
+    return httpx.post(
+        f"{root}/v1/liftguard/feedback", json={"id": answer_id, "correct": correct},
+        headers={"Authorization": f"Bearer {front_end.key}"}, timeout=60,
+    )  # fmt: skip
+
+
+def _code(reply: httpx.Response) -> tuple[int, str | None]:
+    return reply.status_code, reply.json().get("error", {}).get("code")
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_two_answers_with_one_call_id_each_take_their_own_label(
+    upstream: Upstream, litellm: HTTPFrontEnd, stream: bool
+) -> None:
+    # a label sent for one answer must not reach another answer that shares its call id
+    front_end = HTTPFrontEnd("labelled", litellm.base_url, litellm.key, "labelled", stream)
+    hot, cold = f"label call id hot {stream}", f"label call id cold {stream}"
+    upstream.events[hot] = CLEAN
+    upstream.events[cold] = CLEAN
+    call_id = f"client-chosen-label-{stream}"
+    header = {"x-litellm-call-id": call_id}
+    out_hot, out_cold = _in_flight_together(
+        upstream,
+        (front_end, hot, {"temperature": 1.9, "extra_headers": header}),
+        (front_end, cold, {"extra_headers": header}),
+    )
+    for out in (out_hot, out_cold):
+        assert out.certified and out.text == "".join(WORDS[:3]), out
+    assert out_hot.mismatches == ["temperature"] and out_cold.mismatches == [], (out_hot, out_cold)
+    # the temperature-1.9 answer is not covered: its label is refused, the other's taken
+    assert _code(_label(front_end, out_hot.request_id, False)) == (409, "answer_not_covered")
+    taken = _label(front_end, out_cold.request_id, True)
+    assert taken.status_code == 200, taken.text
+    assert (taken.json()["request_id"], taken.json()["errors"]) == (out_cold.request_id, 0)
+    # each its own id, given where the client reads its verdict and as the proxy's header
+    assert out_hot.request_id != out_cold.request_id
+    for out in (out_hot, out_cold):
+        assert out.request_id and out.request_id != call_id, out
+        assert out.headers.get("x-liftguard-request-id") == out.request_id, out.headers
+    # the call id a client chose selects no answer (another client may have chosen it too)
+    assert _code(_label(front_end, call_id, False)) == (404, "unknown_answer")
 
 
 def test_a_call_id_twice_in_a_row_is_guarded_both_times(
