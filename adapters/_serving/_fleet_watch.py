@@ -124,6 +124,7 @@ class FleetRiskWatch(RiskWatch):
         self._writer: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
         self._changing: dict[str, asyncio.Lock] = {}  # one change per version at a time
         self._unsent: dict[str, FleetAnswer] = {}  # by request and completion id
         super().__init__(sources, risk_alpha=risk_alpha, feedback_ids=1, count=count)
@@ -144,6 +145,7 @@ class FleetRiskWatch(RiskWatch):
         starts anything)."""
         if self._task is None:
             self._loop = asyncio.get_running_loop()
+            self._closing = False
             self._task = self._loop.create_task(self._refresh_loop())
 
     async def drain(self) -> None:
@@ -152,6 +154,7 @@ class FleetRiskWatch(RiskWatch):
 
     async def aclose(self) -> None:
         """Stop reading, let the pending writes finish, close the client."""
+        self._closing = True
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -160,11 +163,16 @@ class FleetRiskWatch(RiskWatch):
         await self.store.aclose()
 
     async def _refresh_loop(self) -> None:
-        while True:
+        """Until :meth:`aclose`, which also cancels it: a cancellation that arrives as a
+        Redis reply does is dropped by ``asyncio.wait_for`` before Python 3.12 (the call
+        returns the reply), so the loop ends by the flag too, never only by the cancel."""
+        while not self._closing:
             try:
                 await self.refresh()
             except Exception as exc:  # never ends the loop: the next round tries again
                 self._failed("read", _reason(exc))
+            if self._closing:
+                return
             await asyncio.sleep(self.refresh_s)
 
     # -- answers ---------------------------------------------------------------------------

@@ -5,13 +5,14 @@ answer's record is kept the same label is taken."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
 import httpx
-from fleet_wait import until
+from fleet_wait import PATIENCE_S, until
 from proxy_harness import Upstream
 from sse_server import Reply
 from test_fleet_serve import CLEAN, MESSAGES, Replica, root
@@ -72,7 +73,9 @@ async def test_serve_answers_a_label_in_flight_with_503_and_retry_after(
 ) -> None:
     """Two real replicas; an answer held by its upstream mid-stream at replica a: its label
     at replica b gets 503 ``answer_in_flight`` with ``Retry-After`` (never 200 nor 404 once
-    the mark is there), and is taken once the answer has ended."""
+    the mark is there), and is taken once the answer has ended. The upstream holds the
+    answer until the proxy closes its request (the client went away), however long that
+    takes: nothing is in flight when the replicas are stopped."""
     namespace = uuid.uuid4().hex
     argv = [
         "--upstream", upstream.base_url, "--certificate", str(cert_file), "--port", "0",
@@ -80,7 +83,7 @@ async def test_serve_answers_a_label_in_flight_with_503_and_retry_after(
     ]  # fmt: skip
     procs = [Replica(argv) for _ in range(2)]
     a, b = procs
-    held = Reply(list(CLEAN), delay=0.0, hold_after=2, hold_timeout=60.0)
+    held = Reply(list(CLEAN), delay=0.0, hold_after=2, hold_timeout=PATIENCE_S)
     upstream.replies.put(held)
     body = {"model": "test-model", "messages": MESSAGES, "stream": True}
     try:
@@ -109,6 +112,9 @@ async def test_serve_answers_a_label_in_flight_with_503_and_retry_after(
                 )
             )[-1]
             assert (got.status_code, got.json()["error"]["code"]) == (409, "answer_not_certified")
+            record = upstream.records[0]  # the held request: closed by the proxy, not ended
+            ended = await until(lambda: asyncio.sleep(0, record.done.is_set()), bool)
+            assert ended[-1] and record.client_closed and record.sent == 2
             upstream.replies.put(Reply(list(CLEAN), delay=0.0))
             done = await client.post(
                 f"{a.base_url}/chat/completions", json={**body, "stream": False}

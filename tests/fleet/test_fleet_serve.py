@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import signal
 import threading
 import uuid
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from fleet_wait import until
+from fleet_wait import PATIENCE_S, until
 from proxy_harness import GOOD, ROLE, STOP, Upstream, tokens
 from sse_server import Reply
 from test_proxy_cli import ServeProcess
@@ -39,6 +40,11 @@ class Replica(ServeProcess):
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.lines.append(line)
+
+    def stop(self) -> int:
+        """SIGINT, then wait for the exit (bounded only for a stalled machine)."""
+        self.proc.send_signal(signal.SIGINT)
+        return self.proc.wait(PATIENCE_S)
 
 
 @pytest.fixture
