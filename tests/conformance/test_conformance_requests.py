@@ -9,7 +9,8 @@ allowlist, and an upstream's error reaches no client with a key in it.
 - an ``extra_body`` inside ``extra_body`` (which a client library would send on as a literal
   field, unchecked) is refused before anything reaches the upstream;
 - an upstream error event that echoes LiteLLM's upstream key ends the answer with the
-  guardrail's upstream error (HTTP 502 or an error event), never a 500, and without the key.
+  guardrail's upstream error (HTTP 502 or an error event), never a 500, and without the key,
+  in every ``guard_mode`` and ``on_block`` (a refusal too).
 """
 
 from __future__ import annotations
@@ -161,12 +162,25 @@ LITELLM_KEY = "upstream-key"
 """The key LiteLLM sends its upstream (``litellm_harness.write_config``)."""
 
 
+def _echoes_no_key(upstream: Upstream, front_end: FrontEnd) -> None:
+    event = {"error": {"message": f"Incorrect API key provided: {LITELLM_KEY}", "code": 401}}
+    out = ask(upstream, front_end, "echoed key", [ROLE, *tokens([GOOD] * 2, WORDS), event])
+    assert LITELLM_KEY not in repr(out), out
+    assert not out.certified and out.status != 500, out
+
+
 def test_an_error_event_that_echoes_the_upstream_key_reaches_no_client(
     upstream: Upstream, front_end: FrontEnd
 ) -> None:
     if not front_end.name.startswith("litellm"):
         pytest.skip("LiteLLM's key: the proxy's own case is tests/proxy/test_proxy_leaks.py")
-    event = {"error": {"message": f"Incorrect API key provided: {LITELLM_KEY}", "code": 401}}
-    out = ask(upstream, front_end, "echoed key", [ROLE, *tokens([GOOD] * 2, WORDS), event])
-    assert LITELLM_KEY not in repr(out), out
-    assert not out.certified and out.status != 500, out
+    _echoes_no_key(upstream, front_end)
+
+
+@pytest.mark.skipif(not HAS_LITELLM, reason="litellm is not installed")
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_an_error_event_that_echoes_the_key_reaches_no_client_of_a_refusal(
+    upstream: Upstream, front_ends: dict[str, FrontEnd], stream: bool
+) -> None:
+    # on_block: refusal ends a blocked answer with a refusal, never an upstream's failure
+    _echoes_no_key(upstream, front_ends[f"litellm-refusal-{'stream' if stream else 'whole'}"])
