@@ -229,9 +229,11 @@ def _startup_lines(startup: dict[str, Any]) -> list[str]:
     if "launch_to_listening_s" in top:
         first, few = top["listening_to_first_label_s"], low["listening_to_first_label_s"]
         stall = max(top["start_stall_s"], top["loss_stall_s"])
-        scipy = startup.get("scipy_import_s")
-        of_which = "" if scipy is None else (
-            f"; importing `scipy.stats` alone takes {scipy:.2f} s in a fresh interpreter"
+        late = startup.get("late_imports_s", {})
+        of_which = "" if not late else (
+            "; of that, the imports made after listening: "
+            + ", ".join(f"`{name}` {t:.2f} s" for name, t in late.items())
+            + " in a fresh interpreter (the monitor's coverage bound, the fleet's client)"
         )  # fmt: skip
         lines += [
             "",

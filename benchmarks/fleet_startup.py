@@ -31,8 +31,9 @@ And once per count, a real ``liftguard serve`` replica started on that state: th
 from its launch to its listening line (its socket bound: the interpreter and the command
 line's imports), and from there to its first answer served (the proxy built meanwhile:
 its imports, the certificate, the monitors, the fleet's record read) and labelled (the
-label counted on top of the ``n`` the record holds); and how long importing
-``scipy.stats`` alone takes in a fresh interpreter.
+label counted on top of the ``n`` the record holds); and how long the two heaviest imports
+a replica makes after it listens take in a fresh interpreter that has imported what the
+replica had by then (:data:`LATE_IMPORTS`).
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ SHOWN = 0.9
 FILL = Fill(alpha=ALPHA, seed=SEED, before=BEFORE, fed=FED, kept=KEPT, shown=SHOWN,
             chunk=CHUNK)  # fmt: skip
 """How each namespace is filled (:func:`benchmarks.fleet_replicas.fill`)."""
+LATE_IMPORTS = {"scipy.special": "numpy", "redis.asyncio": "asyncio"}
+"""Module imported after a replica listens -> what it had imported before: the monitor's
+coverage bound (the certificate's Clopper-Pearson bound) and the fleet's Redis client."""
 
 
 def _replica(url: str, namespace: str, cert: Certificate) -> FleetRiskWatch:
@@ -185,14 +189,15 @@ async def run_startup(
         finally:
             await client.aclose()
     return {"repeats": REPEATS, "fed": FED, "kept": KEPT, "rows": rows,
-            "scipy_import_s": _scipy_import_s()}  # fmt: skip
+            "late_imports_s": {name: _import_s(name, before)
+                               for name, before in LATE_IMPORTS.items()}}  # fmt: skip
 
 
-def _scipy_import_s() -> float:
-    """How long a fresh interpreter takes to import ``scipy.stats`` (a replica's monitor
-    needs it for the certificate's coverage bound): the median of three."""
+def _import_s(name: str, before: str) -> float:
+    """How long a fresh interpreter that imported ``before`` takes to import ``name``: the
+    median of three."""
     code = (
-        "import time; t = time.perf_counter(); import scipy.stats; "
+        f"import {before}, time; t = time.perf_counter(); import {name}; "
         "print(time.perf_counter() - t)"
     )
     runs = [
