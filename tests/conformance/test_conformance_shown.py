@@ -9,21 +9,24 @@ whatever else a chunk carries. No front end may certify text it did not read:
 - reasoning fields (``delta.reasoning_content``, ``delta.reasoning``), a choice's ``text``
   and fields no client library knows never reach a client: dropped by the serving core's
   allowlist, the answer certified on what was read (LangChain and the SDK show ``content``
-  alone); a LiteLLM refusal keeps none of it;
+  alone); a LiteLLM refusal keeps none of it, nor does the proxy in ``observe`` mode;
 - nothing of an answer after its finish: more text, a second finish (``length`` then
   ``stop``), a malformed event; only a chunk with no choice (usage) may follow.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from frontends import FrontEnd, HTTPFrontEnd, LangChain
-from proxy_harness import BAD, GOOD, ROLE, STOP, tokens
-from scripted import HAS_LITELLM, WORDS, Upstream, ask, question_for
+from proxy_harness import BAD, GOOD, ROLE, STOP, make_certificate, running_proxy, tokens
+from scripted import CONTEXT, HAS_LITELLM, TIMEOUT_S, WORDS, Upstream, ask, question_for
 from sse_server import chat_chunk, token_entry
 from stream_shapes import TRUNCATED_JSON
+
+from adapters.proxy import StaticCertificate
 
 SECRET = " SECRET"
 EVIL = " EVIL"
@@ -180,3 +183,29 @@ def test_no_front_end_certifies_an_answer_that_goes_on_after_its_finish(
 def test_a_usage_chunk_may_follow_the_finish(upstream: Upstream, front_end: FrontEnd) -> None:
     out = ask(upstream, front_end, "after usage", [ROLE, *HEAD, STOP, _USAGE])
     assert out.certified and out.text == "".join(WORDS[:3]), out
+
+
+# --- the proxy's observe mode -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def observing(upstream: Upstream) -> Iterator[dict[bool, HTTPFrontEnd]]:
+    """``liftguard serve --mode observe`` (it reports verdicts and blocks nothing), streamed
+    and whole: not among the suite's front ends, which all block."""
+    source = StaticCertificate(make_certificate(context=CONTEXT), "conformance")
+    with running_proxy(
+        upstream.base_url, certificate=source, mode="observe", upstream_timeout_s=TIMEOUT_S
+    ) as proxy:
+        url = proxy.base_url
+        yield {s: HTTPFrontEnd(f"observe-{s}", url, "k", "test-model", s) for s in (True, False)}
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+@pytest.mark.parametrize("case", list(EXTRA))
+def test_observe_mode_relays_no_field_it_did_not_read(
+    upstream: Upstream, observing: dict[bool, HTTPFrontEnd], case: str, stream: bool
+) -> None:
+    # issue 48: reasoning fields went out with state: certified in every mode of the proxy
+    out = ask(upstream, observing[stream], f"observe {case}", EXTRA[case])
+    _not_read(out, SECRET.strip())
+    assert out.text == "".join(WORDS[:5]), out
