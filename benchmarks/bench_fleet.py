@@ -103,7 +103,7 @@ from benchmarks.fleet_page import (
     TARGET,
     page,
 )
-from benchmarks.fleet_replicas import finished, replica
+from benchmarks.fleet_replicas import finished, monitor_of, replica
 from benchmarks.fleet_startup import run_startup
 from benchmarks.valkey_server import ValkeyServer, server_binary
 from guardrail import Certificate, RiskMonitor
@@ -166,9 +166,7 @@ async def fleet_alarm(url: str, wrong: BoolArray, cert: Certificate) -> FleetRun
         monitors = []
         for r in replicas:
             await r.refresh()
-            monitor = r._watches["*"].monitor  # the replica's own copy of the fleet's monitor
-            assert monitor is not None
-            monitors.append(monitor)
+            monitors.append(monitor_of(r))  # the replica's own copy of the fleet's monitor
         return FleetRun(
             sent,
             [m.alarm_at for m in monitors],

@@ -25,7 +25,7 @@ from adapters._serving._risk_watch import FinishedAnswer
 from adapters.proxy import StaticCertificate
 from guardrail import Certificate, RiskMonitor
 
-__all__ = ["Fill", "FleetRiskWatch", "advanced", "fill", "finished", "replica"]
+__all__ = ["Fill", "FleetRiskWatch", "advanced", "fill", "finished", "monitor_of", "replica"]
 
 
 def replica(
@@ -42,6 +42,13 @@ def replica(
         timeout_s=5.0,
         count_error=count_error,
     )
+
+
+def monitor_of(replica: FleetRiskWatch) -> RiskMonitor:
+    """The replica's own copy of the fleet's monitor (its ``*`` entry's)."""
+    held = replica._watches["*"].monitor
+    assert held is not None
+    return held
 
 
 def finished(rid: str) -> FinishedAnswer:
