@@ -23,62 +23,35 @@ Checked against litellm 1.110.2 (the version the ``litellm`` extra pins):
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
-import time
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
-from litellm.integrations.custom_guardrail import CustomGuardrail
 from litellm.types.utils import ModelResponseStream
 
-from guardrail import ConfigError, GuardrailError, State
+from guardrail import ConfigError
 
-from .._guard._stream import DEFAULT_MAX_TOKEN_CHARS, aclose_upstream, check_max_token_chars
-from .._serving._certs import CertificateSource, certificate_source, log_swap
-from .._serving._fleet_watch import FleetRiskWatch, make_risk_watch
-from .._serving._options import (
-    DEFAULT_REFUSAL,
-    check_context_settings,
-    check_positive,
-    check_risk_settings,
-)
-from .._serving._prepare import (
-    DEFAULT_MAX_ANSWER_TOKENS,
-    LITELLM_FIX,
-    RequestError,
-    check_upstream,
-    context_refusal,
-)
-from .._serving._risk_watch import FinishedAnswer
-from .._serving._wire import HEADER_REQUEST_ID, UPSTREAM_TYPE, VERDICT_FIELD, error_body
-from . import _feedback as _litellm_feedback
+from .._guard._stream import aclose_upstream
+from .._serving._certs import log_swap
+from .._serving._prepare import RequestError, context_refusal
+from .._serving._wire import HEADER_REQUEST_ID, VERDICT_FIELD, error_body
 from ._answer import (
     Answer,
-    GuardedRequest,
     completion_chunk,
     only_relayed,
     prepare_request,
     strip_choice,
     upstream_finish_reasons,
 )
-from ._config import (
-    LITELLM_REQUEST_FIELDS,
-    GuardrailStartupError,
-    check_known_settings,
-    check_settings,
-    config_relative,
-    fleet_settings,
-)
-from ._pending import MAX_PENDING, PendingRequests, new_request_id
-from ._startup import RUNNING
+from ._base import GuardrailBase
+from ._config import GuardrailStartupError
+from ._pending import new_request_id
 from ._wire import (
     BLOCKED_STATUS,
     GuardrailHTTPError,
     blocked_body,
     is_http_error,
-    refusal_chunk,
     refuse_completion,
     route_refusal,
     untracked_refusal,
@@ -90,12 +63,11 @@ __all__ = ["BLOCKED_STATUS", "LiftGuardGuardrail"]
 
 logger = logging.getLogger(__name__)
 
-_HOOKS = ("pre_call", "post_call")
 _CHAT_CALLS = ("completion", "acompletion")
 """LiteLLM's call types of a chat completion: the only ones a guarded model answers."""
 
 
-class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is not type-checked)
+class LiftGuardGuardrail(GuardrailBase):
     """Certify or block every chat answer that goes through a LiteLLM proxy.
 
     In ``config.yaml``::
@@ -183,87 +155,6 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
                 f"(it would serve the models unguarded): {exc}"
             ) from exc
 
-    def _configure(
-        self,
-        *,
-        certificate: str | CertificateSource | None = None,
-        guard_mode: str = "buffered",
-        on_block: str = "error",
-        refusal_message: str = DEFAULT_REFUSAL,
-        top_logprobs: int | None = None,
-        max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
-        max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS,
-        max_pending_requests: int = MAX_PENDING,
-        on_context_mismatch: str = "log",
-        allow_request_fields: Sequence[str] = (),
-        storage_options: Mapping[str, Any] | None = None,
-        risk_alpha: float = 0.05,
-        feedback_ids: int = 50_000,
-        refresh_s: float = 10.0,
-        redis: bool = False,
-        redis_url: str | None = None,
-        fleet_namespace: str | None = None,
-        fleet_deployment: str | None = None,
-        fleet_timeout_s: float = 0.5,
-        fleet_connect_timeout_s: float = 5.0,
-        feedback_ttl_s: int = 7 * 24 * 3600,
-        **kwargs: Any,
-    ) -> None:
-        check_settings(
-            certificate=certificate,
-            guard_mode=guard_mode,
-            on_block=on_block,
-            refusal_message=refusal_message,
-            top_logprobs=top_logprobs,
-            max_answer_tokens=max_answer_tokens,
-        )
-        allowed = check_context_settings(on_context_mismatch, allow_request_fields)
-        check_risk_settings(risk_alpha, feedback_ids)
-        fleet = fleet_settings(
-            redis, redis_url, fleet_namespace, fleet_timeout_s, feedback_ttl_s,
-            deployment=fleet_deployment, connect_timeout_s=fleet_connect_timeout_s,
-        )  # fmt: skip
-        check_positive("refresh_s", refresh_s, allow_zero=True)
-        check_known_settings(kwargs, inspect.signature(self._configure).parameters)
-        hooks = kwargs.get("event_hook")
-        hooks = [hooks] if isinstance(hooks, str) else list(hooks or ())
-        if hooks and not all(h in hooks for h in _HOOKS):
-            raise ConfigError(
-                f"the liftguard guardrail needs LiteLLM's mode: [pre_call, post_call] (the "
-                f"pre-call hook asks the upstream for logprobs), got {hooks}"
-            )
-        super().__init__(**kwargs)
-        self.source = certificate_source(
-            config_relative(cast(str | CertificateSource, certificate)),
-            storage_options=storage_options,
-        )
-        self.guard_mode: str = guard_mode
-        self.on_block: str = on_block
-        self.refusal_message = refusal_message
-        self.top_logprobs = top_logprobs
-        self.max_token_chars = check_max_token_chars(max_token_chars)
-        self.max_answer_tokens = max_answer_tokens
-        self.on_context_mismatch = on_context_mismatch
-        self.allowed_fields = frozenset(allowed) | LITELLM_REQUEST_FIELDS
-        # refused now, not per request
-        check_upstream(self.source.current()[0], top_logprobs, LITELLM_FIX)
-        self._pending = PendingRequests[GuardedRequest](max_pending_requests)
-        self.name = str(getattr(self, "guardrail_name", None) or "liftguard")
-        self.risk = make_risk_watch(
-            {self.name: self.source},
-            risk_alpha=risk_alpha,
-            feedback_ids=feedback_ids,
-            count=_litellm_feedback.count,
-            fleet=fleet,
-            count_error=_litellm_feedback.count_error,
-        )
-        _litellm_feedback.register(self.name, self.risk, self.refresh)
-        self.refresh_s = float(refresh_s)
-        self._refreshed = time.monotonic()
-        self._refreshing: asyncio.Task[None] | None = None
-        logger.info("liftguard guardrail: certificate %s, %s", self.source.describe(), guard_mode)
-        RUNNING.add(self.name)  # (guardrail_check refuses every request while one is not)
-
     # -- pre-call ----------------------------------------------------------------------------
 
     async def async_pre_call_hook(
@@ -313,22 +204,6 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         self.risk.begin(self.name, request_id)  # a label before the verdict: come back later
         return data
 
-    def _maybe_refresh(self) -> None:
-        """Re-read a store alias in a worker thread when ``refresh_s`` has passed (and
-        start the fleet's replay: LiteLLM has no start-up hook for a guardrail)."""
-        if isinstance(self.risk, FleetRiskWatch):
-            self.risk.ensure_started()
-        due = self.refresh_s > 0 and time.monotonic() - self._refreshed >= self.refresh_s
-        if due and self._refreshing is None:
-            self._refreshed = time.monotonic()
-            self._refreshing = asyncio.get_running_loop().create_task(self._refresh_due())
-
-    async def _refresh_due(self) -> None:
-        try:
-            await self.refresh()
-        finally:
-            self._refreshing = None
-
     async def refresh(self) -> bool:
         """Re-read the certificate's origin now (a store alias; a file never changes);
         True if a new version is in force (it gets a fresh risk monitor). A failure keeps
@@ -344,24 +219,6 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
             self.risk.sync()
         return changed
 
-    def _finished(self, answer: Answer, completion_id: Any, *, decided: bool) -> None:
-        """Hand the answer's final verdict to the risk watch (once per answer)."""
-        request = answer.request
-        certified = decided and not answer.blocked and answer.verdict.state is State.CERTIFIED
-        self.risk.take(
-            self.name,
-            FinishedAnswer(
-                request.request_id,
-                str(completion_id or request.request_id),
-                request.label,
-                certified,
-                decided,
-                request.covered,
-                bool(request.mismatches),
-                answer.verdict.cause.value,
-            ),
-        )
-
     async def async_post_call_response_headers_hook(
         self,
         data: dict[str, Any],
@@ -375,10 +232,6 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
         iterator hook takes its request. (A whole answer's is set with its verdict.)"""
         request = self._pending.peek(data)
         return None if request is None else {HEADER_REQUEST_ID: request.request_id}
-
-    def _request(self, data: dict[str, Any]) -> GuardedRequest | None:
-        """The request the pre-call hook prepared for ``data`` (:mod:`._pending`), taken."""
-        return self._pending.take(data)
 
     async def async_post_call_failure_hook(
         self,
@@ -430,26 +283,6 @@ class LiftGuardGuardrail(CustomGuardrail):  # type: ignore[misc]  # (litellm is 
             self._finished(answer, first_id, decided=ended or answer.blocked)
         if answer.blocked:
             yield self._blocked(answer, last)
-
-    def _step(self, answer: Answer, step: Callable[[], list[Any]]) -> list[Any]:
-        """``step()``; a malformed chunk (or a missing logprob under policy ``error``) ends
-        the answer with the proxy's upstream error (HTTP 502), never certified."""
-        try:
-            return step()
-        except GuardrailError as exc:
-            answer.fail("malformed_chunk", f"the upstream's answer was unusable: {exc}")
-            body = error_body(
-                str(exc), UPSTREAM_TYPE, "malformed_chunk", verdict=answer.verdict_field()
-            )
-            raise GuardrailHTTPError(502, body) from exc
-
-    def _blocked(self, answer: Answer, like: Any) -> Any:
-        """The end of a blocked stream: the refusal chunk, or the error LiteLLM relays."""
-        verdict = answer.verdict
-        logger.info("answer %s blocked: %s", answer.request.request_id, verdict.reason)
-        if self.on_block == "refusal":
-            return refusal_chunk(answer, like, self.refusal_message)
-        raise GuardrailHTTPError(BLOCKED_STATUS, blocked_body(answer))
 
     # -- whole answers -----------------------------------------------------------------------
 
