@@ -78,6 +78,7 @@ from ._bounds import (
     pac_bayes_bound,
 )
 from ._calibration_record import Calibration, guarantee_text
+from ._conformal_selection import conformal_threshold
 from ._errors import ConfigError, InsufficientDataError
 from ._policy import StreamPolicy, critical_thresholds, shown_at
 from ._simultaneous import labels_needed, simultaneous_boundary
@@ -96,9 +97,11 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 Method = Literal["ltt", "paper"]
-Procedure = Literal["fixed-sequence", "simultaneous"]
-PROCEDURES: tuple[Procedure, ...] = ("fixed-sequence", "simultaneous")
-"""The label-based procedures of ``method="ltt"``."""
+Procedure = Literal["fixed-sequence", "simultaneous", "conformal"]
+PROCEDURES: tuple[Procedure, ...] = ("fixed-sequence", "simultaneous", "conformal")
+"""The label-based procedures of ``method="ltt"``: the first two keep the high-probability
+promise; ``"conformal"`` (:func:`guardrail._conformal_selection.conformal_threshold`) keeps
+a cheaper one **in expectation** and ignores ``delta``."""
 
 
 @dataclass(frozen=True)
@@ -192,8 +195,11 @@ def ltt_threshold(
         raise InsufficientDataError("no calibration examples", needed=None)
     if np.isnan(s).any():
         raise ConfigError("scores contain NaN")
-    if procedure not in PROCEDURES:
-        raise ConfigError(f"procedure must be one of {', '.join(PROCEDURES)}; got {procedure!r}")
+    if procedure not in PROCEDURES[:2]:
+        raise ConfigError(
+            f"procedure must be one of {', '.join(PROCEDURES[:2])}; got {procedure!r}"
+            + (" (the conformal threshold is calibrate()'s)" if procedure == "conformal" else "")
+        )
     if procedure == "simultaneous" and (start is not None or grid is not None):
         raise ConfigError("the simultaneous procedure takes neither start nor grid")
     if grid is not None:
@@ -340,8 +346,13 @@ def calibrate(
     policy: StreamPolicy | None = None,
     answered_at: Any = None,
     procedure: Procedure = "fixed-sequence",
+    reference: npt.ArrayLike | None = None,
 ) -> Calibration:
     """Calibrate a threshold on per-example scores and correctness labels.
+
+    ``procedure="conformal"`` keeps the in-expectation promise (``delta`` unused; see
+    :data:`PROCEDURES`); ``reference`` adds unlabelled answers' scores to the calibration
+    scores that stand for the stream's (more of them make that promise tighter).
 
     ``budgets`` (mean clipped lift per answer) enables the sub-gamma fit, the
     model check and the PAC-Bayes bound, and is required by ``method="paper"``.
@@ -379,7 +390,22 @@ def calibrate(
             },
             "pac_bayes_bound": pac_bayes_bound(mean_b, n, params.v, params.c, delta),
         }
-    if method == "ltt":
+    if reference is not None and procedure != "conformal":
+        raise ConfigError("reference scores are used by procedure='conformal' only")
+    if method == "ltt" and procedure == "conformal":
+        ref = s if reference is None else np.r_[s, np.asarray(reference, dtype=np.float64)]
+        tau = conformal_threshold(s, errors, risk, ref)
+        if not np.isfinite(tau):
+            raise InsufficientDataError(
+                f"the conformal threshold shows nothing at risk {risk}: even the top-scored "
+                f"answers have too many wrong calibration answers at or above them; add "
+                f"calibration data or relax the target.{needed_text(s, errors, risk, delta)}",
+                needed=None,
+            )
+        answered = s >= tau
+        info["extra"] = {"procedure": procedure, "promise": "in expectation",
+                         "reference": int(ref.size)}  # fmt: skip
+    elif method == "ltt":
         try:
             out = ltt_threshold(s, errors, risk, delta, start=start, grid=grid,
                                 procedure=procedure)  # fmt: skip
@@ -423,7 +449,7 @@ def calibrate(
         kappa_bound=kappa_answer_rate_bound(kappa, risk),
         seed=seed,
         policy=policy.to_dict() if policy is not None else None,
-        guarantee=guarantee_text(method, risk, delta),
+        guarantee=guarantee_text(method, risk, delta, procedure),
         **info,
     )
 
@@ -441,6 +467,7 @@ def calibrate_policy(
     seed: int = 0,
     n_boot: int = 200,
     critical: npt.ArrayLike | None = None,
+    reference: npt.ArrayLike | None = None,
 ) -> Calibration:
     """Calibrate ``tau`` for a streaming policy from each answer's clipped lifts.
 
@@ -471,6 +498,7 @@ def calibrate_policy(
         score_name="lift",
         start=start,
         procedure=procedure,
+        reference=reference,
         seed=seed,
         n_boot=n_boot,
         policy=policy,

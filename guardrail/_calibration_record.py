@@ -68,7 +68,19 @@ class Calibration:
         return cls.from_dict(json.loads(text))
 
 
-def guarantee_text(method: str, risk: float, delta: float) -> str:
+def guarantee_text(
+    method: str, risk: float, delta: float, procedure: str = "fixed-sequence"
+) -> str:
+    if method == "ltt" and procedure == "conformal":
+        return (
+            f"In expectation over the calibration draw (not with probability 1 - delta), "
+            f"the rule 'show the answer iff it is certified at tau' makes errors on at most "
+            f"{risk:g} of the answers it shows (selective risk), for new questions from the "
+            f"calibration distribution; a given calibration can give a rule above {risk:g}, "
+            f"offset by others below it. Conformal selection's promise carried to a fixed "
+            f"threshold: it holds as the reference scores grow. It bounds how often shown "
+            f"answers are wrong, not how wrong they are."
+        )
     if method == "ltt":
         return (
             f"With probability at least {1 - delta:g} over the calibration draw, the rule "

@@ -32,10 +32,28 @@ the expected share).
 What it is not: a threshold for a stream. The cut-off depends on the whole batch, so it
 fits triage of a batch of finished answers (an evaluation set, an agent's queued tool
 results, a day's answers to publish), not a decision on one answer while it streams.
+
+Its stream twin, :func:`conformal_threshold` (``calibrate(..., procedure="conformal")``),
+runs the same selection on a *reference* batch of scores (the calibration answers' own
+scores, and any unlabelled answers' scores a user adds) and keeps the lowest score it
+shows as a fixed threshold ``tau``: a new answer is shown iff its score is at least
+``tau``. Benjamini-Hochberg's cut-off compares each p-value with ``level`` times the
+share of the batch at or above it, so ``tau`` is the lowest score ``t`` with
+``(1 + #{wrong calibration answers scoring >= t}) / (n + 1) <= level * G(t)``, ``G`` the
+reference batch's share of scores ``>= t``; as the reference batch grows, ``G`` tends to
+the stream's own share and the batch promise to one about the stream: the expected
+(over calibration draws) error rate among the answers the fixed threshold shows is at
+most ``level``. That is the limit of the theorem, not the theorem: with the calibration
+answers as the whole reference batch the bound is approximate, and the seeded
+simulations in the test suite count it against a binomial interval. It is an
+**in-expectation** promise: about half of all calibration draws give a threshold whose
+error rate is above ``level`` (offset by draws below it), where the default calibration
+bounds that share by ``delta``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,3 +141,21 @@ def conformal_select(
     passing = np.flatnonzero(ranked <= level * np.arange(1, m + 1) / m)
     cutoff = level * (int(passing[-1]) + 1) / m if passing.size else 0.0
     return ConformalSelection(p <= cutoff, p, cutoff, level)
+
+
+def conformal_threshold(
+    scores: npt.ArrayLike,
+    errors: npt.ArrayLike,
+    level: float,
+    reference: npt.ArrayLike | None = None,
+) -> float:
+    """A fixed threshold for a stream: the lowest score :func:`conformal_select` shows when
+    the batch is the reference scores (the calibration scores by default, with any
+    unlabelled answers' scores a caller passes as ``reference``); ``inf`` where it shows
+    none. See the module docstring for the promise (in expectation, and in the limit of a
+    large reference batch).
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    ref = s if reference is None else np.asarray(reference, dtype=np.float64)
+    picked = conformal_select(s, errors, ref, level)
+    return float(ref[picked.selected].min()) if picked.n_selected else math.inf

@@ -24,7 +24,11 @@ Procedures, two kinds of promise:
 - **in expectation** (the expected share of wrong answers among those shown in one
   batch is at most ``r``; the cut-off depends on the whole batch, so it triages finished
   answers, not a stream): ``conformal selection``
-  (:func:`guardrail.evaluate.conformal_select`), the test answers being the batch.
+  (:func:`guardrail.evaluate.conformal_select`), the test answers being the batch; and
+  its stream twin ``conformal threshold`` (``calibrate(..., procedure="conformal")``:
+  the same selection on the calibration answers' own scores, its lowest shown score
+  kept as a fixed threshold; the promise is about the threshold's error rate averaged
+  over calibration draws).
 
 - **Real answers** (``n`` = 100, 150, 300): the 600 GSM8K and 500 MBPP answers of
   Qwen2.5-Coder-1.5B-Instruct (``benchmarks/traces``), ``n`` drawn without replacement
@@ -61,7 +65,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from guardrail import InsufficientDataError
+from guardrail import InsufficientDataError, calibrate
 from guardrail.evaluate import conformal_select, ltt_threshold
 from guardrail.traces import baseline_score
 from studies.tables import binomial_count, page_main
@@ -80,7 +84,8 @@ REAL_SIZES = (100, 150, 300)
 SIM_SIZES = (300, 1000, 10000)
 HIGH_PROBABILITY = ("fixed-sequence", "simultaneous", "MAPIE Bonferroni-Holm",
                     "MAPIE fixed sequence")  # fmt: skip
-IN_EXPECTATION = ("conformal selection",)
+IN_EXPECTATION = ("conformal selection", "conformal threshold")
+BATCH_ONLY = ("conformal selection",)
 PROCEDURES = HIGH_PROBABILITY + IN_EXPECTATION
 DELTA, DRAWS, POOL, BATCH = 0.05, 100, 200_000, 1000
 
@@ -170,6 +175,8 @@ def threshold(s: FloatArray, err: BoolArray, risk: float, procedure: str) -> flo
             return mapie_threshold(s, err, risk, procedure)
         if procedure == "simultaneous":
             return ltt_threshold(s, err, risk, DELTA, procedure="simultaneous").tau
+        if procedure == "conformal threshold":
+            return calibrate(s, ~err, risk=risk, delta=DELTA, procedure="conformal").tau
         return ltt_threshold(s, err, risk, DELTA).tau
     except InsufficientDataError:
         return float("inf")
@@ -179,7 +186,7 @@ def shown_on(
     s: FloatArray, err: BoolArray, risk: float, procedure: str, batch: FloatArray
 ) -> tuple[BoolArray, bool]:
     """Which batch answers the procedure calibrated on ``s, err`` shows, and whether it refused."""
-    if procedure in IN_EXPECTATION:
+    if procedure in BATCH_ONLY:
         return conformal_select(s, err, batch, risk).selected, False
     tau = threshold(s, err, risk, procedure)
     return batch >= tau, not np.isfinite(tau)
@@ -248,7 +255,7 @@ def sim_rows(name: str, scores: dict[str, FloatArray], ok: BoolArray) -> list[di
                     for _ in range(DRAWS):
                         idx = rng.integers(0, s.size, n)
                         err = rng.random(n) < p_err[idx]
-                        if procedure in IN_EXPECTATION:
+                        if procedure in BATCH_ONLY:
                             b = rng.integers(0, s.size, BATCH)
                             b_err = rng.random(BATCH) < p_err[b]
                             sel = conformal_select(s[idx], err, s[b], risk).selected
@@ -268,7 +275,7 @@ def sim_rows(name: str, scores: dict[str, FloatArray], ok: BoolArray) -> list[di
                            "wrong_shown": float(np.mean(wrong)), "draws": DRAWS}  # fmt: skip
                     if procedure in IN_EXPECTATION:
                         row["wrong_shown_se"] = float(np.std(wrong, ddof=1) / np.sqrt(DRAWS))
-                    else:
+                    if procedure not in BATCH_ONLY:
                         row["violations"] = violated
                     rows.append(row)
     return rows
@@ -309,7 +316,7 @@ def render(saved: dict[str, Any]) -> str:
     for r in saved["rows"]:
         share = f"{r['coverage'] / r['ceiling']:.0%}" if r["ceiling"] else "n/a"
         promise = "in expectation" if r["procedure"] in IN_EXPECTATION else "high probability"
-        refused = f"{r['refused']} of {r['draws']}" if r["procedure"] in HIGH_PROBABILITY else "-"
+        refused = f"{r['refused']} of {r['draws']}" if r["procedure"] not in BATCH_ONLY else "-"
         lines.append(
             f"| {r['data']} | `{r['score']}` | {r['risk']:g} | {r['n']:,} | {r['procedure']} "
             f"| {promise} | {r['coverage']:.1%} | {r['ceiling']:.1%} | {share} "

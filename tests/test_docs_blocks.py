@@ -52,6 +52,8 @@ RUN: dict[tuple[str, str], str] = {
         f"{C}::test_fitting_margins_from",
     ("docs/fitting.md", "from guardrail.evaluate import conformal_select"):
         "tests/guardrail/test_conformal_selection.py::test_the_fitting_page_example",
+    ("docs/fitting.md", "from guardrail import calibrate"):
+        "tests/guardrail/test_conformal_threshold.py::test_the_fitting_page_example",
     ("docs/fitting-from-python.md", "import json"): FP,
     ("docs/fitting-from-python.md", "fitted on 200 answers, tau calibrated on 200 others"): FP,
     ("docs/fleet.md", "guardrails:"): f"{D}::test_fleet_guardrail_settings",

@@ -135,10 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--procedure",
         default="fixed-sequence",
-        choices=("fixed-sequence", "simultaneous"),
-        help="the label-based test of --method ltt: fixed-sequence (from a start count "
+        choices=("fixed-sequence", "simultaneous", "conformal"),
+        help="the label-based procedure of --method ltt: fixed-sequence (from a start count "
         "down, stopping at a failure) or simultaneous (every candidate against one "
-        "boundary; never stops at a failure)",
+        "boundary; never stops at a failure), both with probability 1 - delta; or "
+        "conformal, a cheaper promise in expectation only (delta unused)",
     )
     p.add_argument(
         "--score",

@@ -327,7 +327,7 @@ def test_coverage_grows_with_the_labels() -> None:
     the mean coverage certified at risk 0.2 over 40 draws grows with the calibration size
     for both procedures."""
     rng = np.random.default_rng(9)
-    for procedure in PROCEDURES:
+    for procedure in PROCEDURES[:2]:  # the label tests; conformal is calibrate()'s
         means = []
         for n in (100, 200, 400, 800):
             cov = []

@@ -26,7 +26,7 @@ def test_the_page_is_the_saved_run() -> None:
 
     bound = int(stats.binom.ppf(0.999, study.DRAWS, study.DELTA))
     for r in saved["rows"]:
-        if "violations" in r:
+        if r["procedure"] in study.HIGH_PROBABILITY and "violations" in r:  # simulated
             assert r["violations"] <= bound, r
         if "wrong_shown_se" in r:
             assert r["wrong_shown"] - 3.1 * r["wrong_shown_se"] <= r["risk"], r
