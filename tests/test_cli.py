@@ -72,6 +72,21 @@ def test_calibrate_with_the_simultaneous_procedure_records_it(
     assert "invalid choice: 'bonferroni'" in capsys.readouterr().err
 
 
+def test_calibrate_with_the_conformal_procedure_names_its_promise(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cal.json"
+    path = str(FIXTURES / "traces_gemma3_sample.jsonl")
+    args = ["calibrate", "--traces", path, "--risk", "0.9", "--delta", "0.1"]
+    code = main([*args, "--score", "min_logprob", "--procedure", "conformal", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    assert "in expectation (procedure conformal; delta unused)" in capsys.readouterr().out
+    record = json.loads(out.read_text())
+    assert record["extra"]["procedure"] == "conformal"
+    assert record["extra"]["promise"] == "in expectation"
+    assert record["guarantee"].startswith("In expectation over the calibration draw")
+
+
 def test_calibrate_lift_policy_and_refusal(capsys: pytest.CaptureFixture[str]) -> None:
     path = str(FIXTURES / "traces_gemma3_sample.jsonl")
     code = main(["calibrate", "--traces", path, "--risk", "0.05", "--skeleton", "temperature"])

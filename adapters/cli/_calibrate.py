@@ -299,7 +299,11 @@ def _print_summary(
         f"liftguard calibrate: {args.traces}",
         f"  score            {score_name}",
         f"  method           {result.method}   target risk {result.risk:g}   "
-        f"delta {result.delta:g}",
+        + (
+            "in expectation (procedure conformal; delta unused)"
+            if result.extra.get("promise") == "in expectation"
+            else f"delta {result.delta:g}"
+        ),
         f"  calibration      n={result.n}  answered={result.n_answered}  errors={result.n_errors}",
         f"  tau              {result.tau:.4f}",
         f"  coverage (cal)   {result.coverage:.1%}   empirical risk {result.empirical_risk:.3f}"
