@@ -18,6 +18,7 @@ reruns the whole evaluation on each resample, paired across methods.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,8 @@ import numpy.typing as npt
 from scipy import stats
 
 from ._bounds import clopper_pearson_interval
-from ._calibration import ltt_threshold
+from ._calibration import Procedure, ltt_threshold
+from ._conformal_selection import conformal_threshold
 from ._errors import ConfigError, InsufficientDataError
 from ._fitted_replay import FittedPath, critical_score, replay_fitted, stop_at
 from ._policy import StreamPolicy, critical_thresholds, replay, running_statistic, shown_at
@@ -208,8 +210,10 @@ def evaluate_methods(
     seed: int = 0,
     cal_fraction: float = 0.5,
     progress: Progress | None = None,
+    procedure: Procedure = "fixed-sequence",
 ) -> dict[str, dict[str, Any]]:
-    """Calibrate each method on the calibration half of each split, test on the rest.
+    """Calibrate each method on the calibration half of each split, test on the rest,
+    every method by the same ``procedure`` (:data:`guardrail._calibration.PROCEDURES`).
 
     Returns, per method: ``coverage_mean``, ``risk_mean`` (test selective risk,
     averaged over the splits that show something; NaN if none does),
@@ -233,7 +237,8 @@ def evaluate_methods(
         read: list[float] = []
         blocked: list[float] = []
         refused = 0
-        for test, tau, shown in _per_split(m, ok, perms, cal_fraction, risk, delta):
+        for test, tau, shown in _per_split(m, ok, perms, cal_fraction, risk, delta,
+                                           procedure=procedure):  # fmt: skip
             if tau is None:
                 refused += 1
                 cov.append(0.0)
@@ -276,6 +281,23 @@ def _permutations(
     return [rng.permutation(n) for _ in range(splits)]
 
 
+def _threshold(
+    scores: FloatArray,
+    errors: npt.NDArray[np.bool_],
+    risk: float,
+    delta: float,
+    procedure: Procedure,
+) -> float | None:
+    """The procedure's ``tau`` on one calibration half, ``None`` where it refuses."""
+    if procedure == "conformal":
+        tau = conformal_threshold(scores, errors, risk)
+        return tau if math.isfinite(tau) else None
+    try:
+        return ltt_threshold(scores, errors, risk, delta, procedure=procedure).tau
+    except InsufficientDataError:
+        return None
+
+
 def _per_split(
     m: MethodScores,
     ok: npt.NDArray[np.bool_],
@@ -285,6 +307,7 @@ def _per_split(
     delta: float,
     *,
     replay_policy: bool = True,
+    procedure: Procedure = "fixed-sequence",
 ) -> Iterator[tuple[npt.NDArray[np.int64], float | None, npt.NDArray[np.bool_]]]:
     """Per split: the test answers, the calibrated ``tau`` (``None`` where calibration
     refused) and which test answers are shown (none where refused).
@@ -297,9 +320,8 @@ def _per_split(
     n_cal = round(ok.size * cal_fraction)
     for perm in perms:
         cal, test = perm[:n_cal], perm[n_cal:]
-        try:
-            tau = ltt_threshold(m.decision[cal], ~ok[cal], risk, delta).tau
-        except InsufficientDataError:
+        tau = _threshold(m.decision[cal], ~ok[cal], risk, delta, procedure)
+        if tau is None:
             yield test, None, np.zeros(test.size, dtype=bool)
             continue
         shown = m.shown(test, tau) if replay_policy else m.decision[test] >= tau
@@ -319,6 +341,7 @@ def bootstrap_intervals(
     reference: str | None = None,
     cal_fraction: float = 0.5,
     progress: Progress | None = None,
+    procedure: Procedure = "fixed-sequence",
 ) -> dict[str, dict[str, Any]]:
     """Percentile bootstrap intervals of each method's AUROC and mean test coverage.
 
@@ -359,7 +382,8 @@ def bootstrap_intervals(
         for j, m in enumerate(methods):
             mb = m.take(idx)
             auc[j, b] = auroc(mb.final, ok_b)
-            per_split = _per_split(mb, ok_b, perms, cal_fraction, risk, delta, replay_policy=False)
+            per_split = _per_split(mb, ok_b, perms, cal_fraction, risk, delta,
+                                   replay_policy=False, procedure=procedure)  # fmt: skip
             cov[j, b] = np.mean([shown.sum() / test.size for test, _, shown in per_split])
         if progress is not None:
             progress(b + 1, replicates)

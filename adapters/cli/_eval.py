@@ -223,6 +223,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         splits=args.splits,
         seed=args.seed,
         progress=progress,
+        procedure=args.procedure,
     )
     reference = "certificate" if "certificate" in evaluated else None
     intervals: dict[str, dict[str, Any]] = {}
@@ -238,6 +239,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             seed=args.seed,
             reference=reference,
             progress=progress,
+            procedure=args.procedure,
         )
         for name, entry in intervals.items():
             evaluated[name]["bootstrap"] = entry
@@ -255,6 +257,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "n": len(traces),
         "risk": args.risk,
         "delta": args.delta,
+        "procedure": args.procedure,
         "splits": args.splits,
         "top_k": args.top_k if args.top_k is not None else traces[0].top_k,
         "methods": results,
@@ -294,7 +297,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return 0
     print(
         f"liftguard eval: {args.traces}  n={len(traces)}  risk {args.risk:g}  "
-        f"delta {args.delta:g}  splits {args.splits}"
+        + (
+            "in expectation (procedure conformal)"
+            if args.procedure == "conformal"
+            else f"delta {args.delta:g}"
+            + ("" if args.procedure == "fixed-sequence" else f" ({args.procedure})")
+        )
+        + f"  splits {args.splits}"
     )
     print(
         f"  {'method':<14}{'coverage':>9}{'refused':>8}{'risk':>8}{'violations':>12}"

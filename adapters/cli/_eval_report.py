@@ -61,7 +61,13 @@ def refusal_note(args: argparse.Namespace, n: int, results: dict[str, dict[str, 
     level = first_test_level(n_cal, args.risk, args.delta)
     needed = min_answered_for_risk(args.risk, level)
     target = f"risk {args.risk:g} at delta {args.delta:g} (its first test at level {level:.3g})"
-    if n_cal < needed:
+    if getattr(args, "procedure", "") == "conformal":
+        reason = (
+            f"the conformal threshold showed nothing at risk {args.risk:g} in any split: "
+            f"even the top-scored answers had too many wrong calibration answers at or "
+            f"above them (each calibration half has {n_cal} of the {n} traces)"
+        )
+    elif n_cal < needed:
         reason = (
             f"{target} needs at least {needed} answered calibration examples even with "
             f"zero errors, but each calibration half has only {n_cal} of the {n} traces"
