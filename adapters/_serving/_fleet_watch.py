@@ -50,7 +50,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from guardrail import Certificate, RiskMonitor
+from guardrail import Certificate, ConfigError, RiskMonitor
 
 from ._certs import CertificateSource
 from ._fleet import (
@@ -129,6 +129,29 @@ class FleetRiskWatch(RiskWatch):
         self._unsent: dict[str, FleetAnswer] = {}  # by request and completion id
         super().__init__(sources, risk_alpha=risk_alpha, feedback_ids=1, count=count)
 
+    def _first_monitor(self, certificate: Certificate) -> RiskMonitor | None:
+        """What this replica reports for a version until it holds the version's record (the
+        record's monitor, or the fresh one it starts the first test with): the fresh
+        monitor's target and level, without the expected coverage (nothing reads it before:
+        every change starts from :meth:`_held_monitor`). Unlike a fresh monitor it needs no
+        Clopper-Pearson bound, whose scipy import would delay a starting replica's first
+        request by a few tenths of a second; :meth:`ensure_started` imports it meanwhile,
+        off the event loop."""
+        cal = certificate.calibration
+        if cal is None:  # uncalibrated: it promises no risk
+            return None
+        try:
+            return RiskMonitor(cal.risk, RiskMonitor.restart_level(self.risk_alpha, 0))
+        except ConfigError:  # (as the fresh monitor would be refused)
+            return None
+
+    def _warm(self) -> None:
+        """Build each certificate's fresh monitor once and drop it (in a worker thread): the
+        imports its bound needs are then done before a first test or a restart needs one."""
+        for source in list(self._sources.values()):
+            with contextlib.suppress(Exception):
+                self.new_monitor(source.current()[0], 0)
+
     def _version(self, entry: str, label: str, certificate: Certificate) -> str:
         digest = hashlib.sha256(certificate.to_json().encode("utf-8")).hexdigest()
         return version_key(entry, digest, self.risk_alpha)
@@ -147,6 +170,7 @@ class FleetRiskWatch(RiskWatch):
             self._loop = asyncio.get_running_loop()
             self._closing = False
             self._task = self._loop.create_task(self._refresh_loop())
+            self._loop.run_in_executor(None, self._warm)
 
     async def drain(self) -> None:
         """Wait until the writes queued so far are sent (or failed)."""

@@ -168,10 +168,7 @@ class RiskWatch:
         new = self._past.pop((entry, label), None)
         what = f"its risk monitor back ({new.n_labels} labels)" if new else "a new risk monitor"
         if new is None:
-            try:
-                monitor: RiskMonitor | None = self.new_monitor(certificate, 0)
-            except ConfigError:  # uncalibrated: it promises no risk
-                monitor = None
+            monitor = self._first_monitor(certificate)
             new = _Watch(label, monitor, self._version(entry, label, certificate))
         if new.monitor is None:
             what = "no risk monitor (not calibrated)"
@@ -199,6 +196,14 @@ class RiskWatch:
         ``RiskMonitor.restart_level(risk_alpha, restarts)``: over every test of a
         version, false alarms stay within ``risk_alpha``."""
         return certificate.risk_monitor(RiskMonitor.restart_level(self.risk_alpha, restarts))
+
+    def _first_monitor(self, certificate: Certificate) -> RiskMonitor | None:
+        """The monitor a version starts with here (``None``: uncalibrated, it promises no
+        risk)."""
+        try:
+            return self.new_monitor(certificate, 0)
+        except ConfigError:
+            return None
 
     def _version(self, entry: str, label: str, certificate: Certificate) -> str:
         """The key of a version's shared logs (none in one process)."""
