@@ -229,11 +229,10 @@ def _startup_lines(startup: dict[str, Any]) -> list[str]:
     if "launch_to_listening_s" in top:
         first, few = top["listening_to_first_label_s"], low["listening_to_first_label_s"]
         stall = max(top["start_stall_s"], top["loss_stall_s"])
-        late = startup.get("late_imports_s", {})
+        late = startup.get("late_imports", [])
         of_which = "" if not late else (
-            "; of that, the imports made after listening: "
-            + ", ".join(f"`{name}` {t:.2f} s" for name, t in late.items())
-            + " in a fresh interpreter (the monitor's coverage bound, the fleet's client)"
+            "; the heaviest imports after listening, each in a fresh interpreter: "
+            + ", ".join(f"`{i['module']}` {i['s']:.2f} s ({i['what']})" for i in late)
         )  # fmt: skip
         lines += [
             "",

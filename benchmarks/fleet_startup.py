@@ -73,9 +73,12 @@ SHOWN = 0.9
 FILL = Fill(alpha=ALPHA, seed=SEED, before=BEFORE, fed=FED, kept=KEPT, shown=SHOWN,
             chunk=CHUNK)  # fmt: skip
 """How each namespace is filled (:func:`benchmarks.fleet_replicas.fill`)."""
-LATE_IMPORTS = {"scipy.special": "numpy", "redis.asyncio": "asyncio"}
-"""Module imported after a replica listens -> what it had imported before: the monitor's
-coverage bound (the certificate's Clopper-Pearson bound) and the fleet's Redis client."""
+LATE_IMPORTS = {
+    "redis.asyncio": ("asyncio", "the fleet's client, before the replica serves"),
+    "scipy.special": ("numpy", "a fresh monitor's coverage bound, in a worker thread once "
+                               "the replica serves"),
+}  # fmt: skip
+"""Module a replica imports after it listens -> what it had imported before, what for."""
 
 
 def _replica(url: str, namespace: str, cert: Certificate) -> FleetRiskWatch:
@@ -144,24 +147,24 @@ async def _served(
     upstream: str, cert_file: Path, url: str, namespace: str, n: int
 ) -> dict[str, float]:
     """A real ``liftguard serve`` replica started on the state of ``n`` labels: the time to
-    its listening line, then to its first answer served and labelled."""
-    started = time.perf_counter()
-    proc = await asyncio.to_thread(ServeProcess, upstream, cert_file, url, namespace)
-    try:
-        listening = time.perf_counter()
-        client = openai.AsyncOpenAI(base_url=proc.base_url, api_key="b", max_retries=0)
-        async with httpx.AsyncClient(timeout=30) as http:
-            try:
-                rid = await read_answer(client, Spec(tokens=5, top=0, delay=0.0), True)
-            finally:
-                await client.close()
+    its listening line, then to its first answer served and labelled. The client's own
+    set-up (its HTTP client, the SDK's modules) is done before the launch: not timed."""
+    async with httpx.AsyncClient(timeout=30) as http:
+        sdk = {"api_key": "b", "max_retries": 0, "http_client": http}
+        _ = openai.AsyncOpenAI(base_url="http://127.0.0.1/v1", **sdk).chat.completions
+        started = time.perf_counter()
+        proc = await asyncio.to_thread(ServeProcess, upstream, cert_file, url, namespace)
+        try:
+            listening = time.perf_counter()
+            client = openai.AsyncOpenAI(base_url=proc.base_url, **sdk)
+            rid = await read_answer(client, Spec(tokens=5, top=0, delay=0.0), True)
             answered = time.perf_counter()
             code, _ = await label(http, proc, str(rid))
             labelled = time.perf_counter()
             risk = (await http.get(f"{proc.root}/healthz")).json()["risk"]["*"]
             metrics = (await http.get(f"{proc.root}/metrics")).text
-    finally:
-        await asyncio.to_thread(proc.close)
+        finally:
+            await asyncio.to_thread(proc.close)
     assert code == "accepted", code
     assert risk["blind"] is None, risk
     line = metrics.split("liftguard_risk_labels{", 1)[1].split("\n", 1)[0]
@@ -189,8 +192,8 @@ async def run_startup(
         finally:
             await client.aclose()
     return {"repeats": REPEATS, "fed": FED, "kept": KEPT, "rows": rows,
-            "late_imports_s": {name: _import_s(name, before)
-                               for name, before in LATE_IMPORTS.items()}}  # fmt: skip
+            "late_imports": [{"module": name, "s": _import_s(name, before), "what": what}
+                             for name, (before, what) in LATE_IMPORTS.items()]}  # fmt: skip
 
 
 def _import_s(name: str, before: str) -> float:
