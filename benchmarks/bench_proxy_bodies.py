@@ -46,7 +46,7 @@ import aiohttp
 
 from adapters._serving._request import MAX_CONTAINERS, MAX_VALUES
 from adapters.proxy import ProxyConfig
-from benchmarks.bench_proxy import ProxyProcess
+from benchmarks.bench_proxy import ProxyProcess, _load
 from benchmarks.bench_proxy_memory import _reset_peak, _status
 from benchmarks.loopback import LoopbackServer, Spec
 
@@ -191,7 +191,7 @@ def run(concurrent: int) -> dict[str, Any]:
         "concurrent": concurrent,
         "body_bytes": size,
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                    "platform": platform.platform()},
+                    "platform": platform.platform(), "load": round(os.getloadavg()[0], 1)},
         "scenarios": {},
     }  # fmt: skip
     with LoopbackServer() as upstream:
@@ -217,7 +217,7 @@ def render(saved: dict[str, Any]) -> str:
         "Meanwhile `/healthz` is asked every 10 ms; its latencies (*idle*: for a second "
         "before, with no body in flight), and the proxy process's peak resident memory above "
         "its memory at rest. The baseline decodes (and encodes for the upstream) every body "
-        f"on the event loop. Python {m['python']}, {m['cpus']} CPUs, one run.",
+        f"on the event loop. Python {m['python']}, {m['cpus']} CPUs{_load(m)}, one run.",
         "",
         "| body | decoded | HTTP statuses | wall (s) | `/healthz` idle median / max (s) "
         "| polls | median (s) | p95 (s) | max (s) | rest (MiB) | peak (MiB) | held (MiB) |",

@@ -14,8 +14,7 @@ from guardrail import Monitor
 from .._guard._openai_events import ChunkParts
 from .._serving._answer import GuardedAnswer
 from .._serving._prepare import GuardedRequest
-from .._serving._relay import relayed_chunk
-from .._serving._wire import MAX_ID_CHARS, strip_chunk
+from .._serving._wire import MAX_ID_CHARS, relayed_stripped
 
 __all__ = ["AnswerGuard", "RequestInfo", "chunk_frame"]
 
@@ -68,7 +67,16 @@ class AnswerGuard(GuardedAnswer[dict[str, Any]]):
 
     def strip(self, chunk: dict[str, Any]) -> dict[str, Any]:
         info = self.info
-        return strip_chunk(relayed_chunk(chunk), info.want_logprobs, info.top_k)
+        return relayed_stripped(chunk, info.want_logprobs, info.top_k)
+
+    def _unit(self, chunk: dict[str, Any], parts: ChunkParts) -> dict[str, Any]:
+        # (the serving core's, with keep and strip inline: this runs per chunk)
+        count = len(parts.events)
+        self.tokens_read += count
+        if self._record:
+            self.keep(chunk, parts)
+        info = self.info
+        return relayed_stripped(chunk, info.want_logprobs, info.top_k)
 
     def keep(self, chunk: dict[str, Any], parts: ChunkParts) -> None:
         count = len(parts.events)

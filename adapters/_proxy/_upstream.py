@@ -17,7 +17,7 @@ import asyncio
 import base64
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Mapping
 from typing import Any
 
 import aiohttp
@@ -224,13 +224,19 @@ class UpstreamAnswer:
         self.secrets = secrets or []
         """What no failure message may carry (an upstream's error event may echo its key)."""
         self.clean = False  # ``[DONE]`` or the end of the body was reached
+        self._closed = False
 
     async def close(self) -> None:
         """Close now (a block, a failure): the upstream sees the connection close (unless
-        the body was read to its end: the connection then went back to the pool)."""
+        the body was read to its end: the connection then went back to the pool). Once:
+        a later call returns at once (an answer's :meth:`finish` runs twice, after its
+        stream and as the response's background task)."""
+        if self._closed:
+            return
         with anyio.CancelScope(shield=True):
             await self.events.aclose()
             self.response.close()
+        self._closed = True
 
     async def interrupt(self) -> None:
         """Close the connection under the answer being read (from another task): the reader
@@ -240,6 +246,9 @@ class UpstreamAnswer:
     async def finish(self, limit_s: float = 1.0) -> None:
         """After a clean end, read the rest of the body (at most 16 events, ``limit_s``
         seconds) so that the connection returns to the pool; then close. Never raises."""
+        if not self.clean or self.response.closed:  # nothing to read (or closed already)
+            await self.close()
+            return
         with anyio.CancelScope(shield=True):
             if self.clean and not self.response.closed:
                 with anyio.move_on_after(limit_s):
@@ -262,48 +271,61 @@ def _too_large(max_bytes: int) -> UpstreamFailure:
     )
 
 
-async def _events(body: AsyncIterable[bytes], max_bytes: int) -> AsyncIterator[Event]:
-    """``(event name, data)`` of each server-sent event (comments and ids skipped), the
-    data as the bytes it came as (lines split on ``\n``, ``\r\n`` or ``\r``).
-
-    Past ``max_bytes`` in all (one endless line included) the answer is an
-    :class:`UpstreamFailure` (``upstream_too_large``), so that an upstream that never
-    stops cannot make the proxy hold it whole. One pass, no generator per line: this
-    runs for every chunk of every answer."""
-    read = 0
-    buffer = bytearray()
-    data: list[bytes] = []
-    event: str | None = None
-    async for part in body:
-        read += len(part)
-        if read > max_bytes:
-            raise _too_large(max_bytes)
-        buffer += part
-        if b"\n" not in part and b"\r" not in part:
-            continue  # no line ends here: nothing to scan (a long line stays linear)
-        if b"\r" in buffer:
-            lines, start = _cr_lines(buffer)
-            del buffer[:start]
-        else:
-            lines = bytes(buffer).split(b"\n")
-            buffer = bytearray(lines.pop())
-        for line in lines:
-            if not line:
-                if data:
-                    yield event, data[0] if len(data) == 1 else b"\n".join(data)
-                data, event = [], None
-            elif line.startswith(b"data:"):
+async def events(
+    body: AsyncIterable[bytes],
+    max_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+    timeout_s: float | None = None,
+) -> AsyncGenerator[Event, None]:
+    """The server-sent events of a response ``body`` (its parts as they arrive, decoded):
+    ``(event name, data bytes)``, comments and ids skipped, the data as the bytes it came
+    as (lines split on ``\n``, ``\r\n`` or ``\r``). A stall (``upstream_timeout``, after
+    ``timeout_s``), a broken connection (``upstream_transport``) or more than
+    ``max_bytes`` in all, one endless line included (``upstream_too_large``, so that an
+    upstream that never stops cannot make the proxy hold it whole) is an
+    :class:`UpstreamFailure`. One pass, one generator, no generator per line: this runs
+    for every chunk of every answer."""
+    try:
+        read = 0
+        buffer = bytearray()
+        data: list[bytes] = []
+        event: str | None = None
+        async for part in body:
+            read += len(part)
+            if read > max_bytes:
+                raise _too_large(max_bytes)
+            buffer += part
+            if b"\n" not in part and b"\r" not in part:
+                continue  # no line ends here: nothing to scan (a long line stays linear)
+            if b"\r" in buffer:
+                lines, start = _cr_lines(buffer)
+                del buffer[:start]
+            else:
+                lines = bytes(buffer).split(b"\n")
+                buffer = bytearray(lines.pop())
+            for line in lines:
+                if not line:
+                    if data:
+                        yield event, data[0] if len(data) == 1 else b"\n".join(data)
+                    data, event = [], None
+                elif line.startswith(b"data:"):
+                    data.append(line[6:] if line.startswith(b"data: ") else line[5:])
+                elif line.startswith(b"event:"):
+                    event = line[6:].decode("utf-8", "replace").strip()
+        if buffer:  # a last line without its end
+            line = bytes(buffer).rstrip(b"\r")
+            if line.startswith(b"data:"):
                 data.append(line[6:] if line.startswith(b"data: ") else line[5:])
             elif line.startswith(b"event:"):
                 event = line[6:].decode("utf-8", "replace").strip()
-    if buffer:  # a last line without its end
-        line = bytes(buffer).rstrip(b"\r")
-        if line.startswith(b"data:"):
-            data.append(line[6:] if line.startswith(b"data: ") else line[5:])
-        elif line.startswith(b"event:"):
-            event = line[6:].decode("utf-8", "replace").strip()
-    if data:  # the last event without its blank line: as the openai SDK, still read it
-        yield event, b"\n".join(data)
+        if data:  # the last event without its blank line: as the openai SDK, still read it
+            yield event, b"\n".join(data)
+    except (TimeoutError, asyncio.TimeoutError) as exc:
+        after = "?" if timeout_s is None else timeout_s
+        raise UpstreamFailure(
+            "upstream_timeout", f"the upstream sent nothing for {after} s (stalled)"
+        ) from exc
+    except aiohttp.ClientError as exc:
+        raise UpstreamFailure("upstream_transport", f"{describe_failure(exc)} mid-answer") from exc
 
 
 def _cr_lines(buffer: bytearray) -> tuple[list[bytes], int]:
@@ -325,27 +347,6 @@ def _line_end(buffer: bytearray, start: int) -> int:
     if r == len(buffer) - 1:
         return -1  # a \r at the end of what came: \r\n may follow
     return r
-
-
-async def events(
-    body: AsyncIterable[bytes],
-    max_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
-    timeout_s: float | None = None,
-) -> AsyncGenerator[Event, None]:
-    """The server-sent events of a response ``body`` (its parts as they arrive, decoded):
-    ``(event name, data bytes)``; a stall (``upstream_timeout``, after ``timeout_s``), a
-    broken connection (``upstream_transport``) or too many bytes (``upstream_too_large``)
-    is an :class:`UpstreamFailure`."""
-    try:
-        async for event in _events(body, max_bytes):
-            yield event
-    except (TimeoutError, asyncio.TimeoutError) as exc:
-        after = "?" if timeout_s is None else timeout_s
-        raise UpstreamFailure(
-            "upstream_timeout", f"the upstream sent nothing for {after} s (stalled)"
-        ) from exc
-    except aiohttp.ClientError as exc:
-        raise UpstreamFailure("upstream_transport", f"{describe_failure(exc)} mid-answer") from exc
 
 
 def decode_chunk(event: str | None, data: bytes | str) -> dict[str, Any] | None:

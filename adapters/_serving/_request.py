@@ -27,6 +27,7 @@ import asyncio
 import json
 import math
 import re
+import sys
 import weakref
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
@@ -110,6 +111,9 @@ async def read_body(request: Request, *, max_bytes: int, timeout_s: float) -> by
         return b"".join(parts)
 
     try:
+        if sys.version_info >= (3, 11):  # (no task of its own, as wait_for makes: per request)
+            async with asyncio.timeout(timeout_s):
+                return await read()
         return await asyncio.wait_for(read(), timeout_s)
     except asyncio.TimeoutError:  # (TimeoutError itself only from Python 3.11)
         raise BadRequest(

@@ -38,6 +38,8 @@ from starlette.responses import JSONResponse
 
 from guardrail import Verdict
 
+from ._relay import RELAYED_CHOICE, RELAYED_CHUNK, RELAYED_DELTA, RELAYED_LOGPROBS, _drop
+
 __all__ = [
     "BLOCKED_TYPE",
     "DONE",
@@ -55,6 +57,7 @@ __all__ = [
     "header_value",
     "loads",
     "redact_url",
+    "relayed_stripped",
     "sse",
     "strip_chunk",
     "verdict_info",
@@ -215,6 +218,34 @@ def strip_chunk(chunk: dict[str, Any], want_logprobs: bool, top_k: int) -> dict[
     return chunk
 
 
+def relayed_stripped(chunk: dict[str, Any], want_logprobs: bool, top_k: int) -> dict[str, Any]:
+    """``strip_chunk(relayed_chunk(chunk), want_logprobs, top_k)`` in one pass over the
+    choices (:func:`~._relay.relayed_chunk`: only the relayed fields), changed in place:
+    this runs per chunk."""
+    if not RELAYED_CHUNK.issuperset(chunk):
+        _drop(chunk, RELAYED_CHUNK)
+    choices = chunk.get("choices")
+    if type(choices) is not list:
+        return chunk
+    for choice in choices:
+        if type(choice) is not dict:
+            continue
+        if not RELAYED_CHOICE.issuperset(choice):
+            _drop(choice, RELAYED_CHOICE)
+        delta, lp = choice.get("delta"), choice.get("logprobs")
+        if type(delta) is dict and not RELAYED_DELTA.issuperset(delta):
+            _drop(delta, RELAYED_DELTA)
+        if lp is None:
+            continue
+        if type(lp) is dict and not RELAYED_LOGPROBS.issuperset(lp):
+            _drop(lp, RELAYED_LOGPROBS)
+        if not want_logprobs:
+            choice["logprobs"] = None
+        elif isinstance(lp, dict):
+            choice["logprobs"] = {key: _trim_entries(value, top_k) for key, value in lp.items()}
+    return chunk
+
+
 _PLAIN_CHOICE = frozenset(("index", "delta", "logprobs", "finish_reason"))
 _PLAIN_DELTA = frozenset(("role", "content", "refusal"))
 _PLAIN_LP = frozenset(("content", "refusal"))
@@ -225,29 +256,27 @@ def _plain(chunk: dict[str, Any]) -> tuple[dict[str, Any], str, Any] | None:
     (entries None when it has no ``logprobs``), else None: a finish, a tool call, a
     refusal, usage, several choices or anything unknown in the choice is not plain."""
     choices = chunk.get("choices")
-    if not isinstance(choices, list) or len(choices) != 1:
+    if type(choices) is not list or len(choices) != 1:
         return None
     choice = choices[0]
-    if (
-        not isinstance(choice, dict)
-        or choice.get("index") != 0
-        or not _PLAIN_CHOICE.issuperset(choice)
-    ):
+    if type(choice) is not dict or not _PLAIN_CHOICE.issuperset(choice):
         return None
-    delta, lp = choice.get("delta"), choice.get("logprobs")
-    if choice.get("finish_reason") is not None or not isinstance(delta, dict):
+    get = choice.get
+    delta = get("delta")
+    if type(delta) is not dict or get("finish_reason") is not None or get("index") != 0:
         return None
-    text = delta.get("content")
     if not _PLAIN_DELTA.issuperset(delta) or delta.get("refusal") is not None:
         return None
-    if text is not None and not isinstance(text, str):
+    text = delta.get("content")
+    if text is not None and type(text) is not str:
         return None
+    lp = get("logprobs")
     if lp is None:
         return delta, text or "", None
-    if not isinstance(lp, dict) or lp.get("refusal") is not None or not _PLAIN_LP.issuperset(lp):
+    if type(lp) is not dict or lp.get("refusal") is not None or not _PLAIN_LP.issuperset(lp):
         return None
     entries = lp.get("content")
-    return (delta, text or "", entries) if isinstance(entries, list) else None
+    return (delta, text or "", entries) if type(entries) is list else None
 
 
 def merge_released(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
