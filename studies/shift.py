@@ -38,11 +38,15 @@ target, chosen with the target's labels). Coverage at the target risk (0.3, and 
 0.2 on a GSM8K target, where the error rate leaves room): tau calibrated anew on the
 target by :func:`guardrail.evaluate.evaluate_methods` (50 random splits seeded 7, half
 calibration and half test, the Learn-then-Test fixed sequence at delta 0.05; a refusal
-counts as 0% shown), the mean share of the test halves shown.
+counts as 0% shown), the mean share of the test halves shown; and, for each fitted row,
+how much of a blocked answer the monitor read before it stopped it (the share of its
+tokens, mean and median over the test answers not shown in the splits that calibrated:
+what a passthrough user sees of an answer it blocks).
 
 The criterion (issue 50's "done when"), per fitted row: its AUROC at least the best single
 score's minus 0.01, and its coverage at each target risk at least the best single
-score's (the single score that covers the most there) minus 1 point.
+score's (the single score that covers the most there) minus 1 point; and a blocked answer
+read for at most half its tokens (:data:`BLOCKED_READ_LIMIT`) at each target risk.
 """
 
 from __future__ import annotations
@@ -76,6 +80,9 @@ SEED, SPLIT_SEED, SPLITS, DELTA, BOOTSTRAP = 0, 7, 50, 0.05, 1000
 RISKS = {"MBPP": (0.3,), "GSM8K": (0.2, 0.3)}
 """The target risks per target task."""
 AUROC_SLACK, COVERAGE_SLACK = 0.01, 0.01
+BLOCKED_READ_LIMIT = 0.5
+"""The criterion on early blocks: a blocked answer read for at most this share of its
+tokens (mean over the blocked test answers of the splits that calibrated)."""
 CERTIFICATE = "certificate"
 LENGTH_FREE = "certificate (length-free features)"
 _NINE = repr(math.log(0.9))
@@ -207,6 +214,8 @@ def measure(
             "auroc": aurocs[m.name],
             "coverage": {r: cov[r][m.name]["coverage_mean"] for r in cov},
             "refused": {r: cov[r][m.name]["refused"] for r in cov},
+            "blocked_read": {r: _share(cov[r][m.name]["blocked_read_mean"]) for r in cov},
+            "blocked_read_median": {r: _share(cov[r][m.name]["blocked_read_median"]) for r in cov},
         }
     for label in VARIANTS:
         per, diff = bootstrap_auroc(finals, ok, label, best)
@@ -230,6 +239,11 @@ def measure(
     }  # fmt: skip
 
 
+def _share(x: float) -> float | None:
+    """A share for the JSON: ``None`` where it is NaN (nothing was blocked)."""
+    return None if math.isnan(x) else float(x)
+
+
 def run() -> dict[str, Any]:
     from tqdm import tqdm  # type: ignore[import-untyped]  # no stubs in the lock
 
@@ -246,7 +260,8 @@ def run() -> dict[str, Any]:
                                               for k, v in VARIANTS.items()},
         "baselines": list(BASELINES), "splits": SPLITS, "split_seed": SPLIT_SEED,
         "delta": DELTA, "bootstrap": BOOTSTRAP, "max_tokens": MAX_TOKENS,
-        "auroc_slack": AUROC_SLACK, "coverage_slack": COVERAGE_SLACK, "shifts": rows,
+        "auroc_slack": AUROC_SLACK, "coverage_slack": COVERAGE_SLACK,
+        "blocked_read_limit": BLOCKED_READ_LIMIT, "shifts": rows,
     }  # fmt: skip
 
 
@@ -305,6 +320,7 @@ def render(saved: dict[str, Any]) -> str:
             be = s["methods"][b]
             lines.append(f"| {s['name']} | {r} | {cells} | `{b}` "
                          f"| {_pct(be['coverage'][r])} ({be['refused'][r]}) |")  # fmt: skip
+    lines += _blocked_lines(saved, variants)
     lines += [
         "",
         "AUROC on the target of every score (95% bootstrap interval):",
@@ -316,6 +332,41 @@ def render(saved: dict[str, Any]) -> str:
         cells = " | ".join(_auc(s["methods"][m]) for s in saved["shifts"])
         lines.append(f"| `{m}` | {cells} |" if m in saved["baselines"] else f"| {m} | {cells} |")
     return "\n".join(lines) + "\n"
+
+
+def _read(mean: float | None, median: float | None, calibrated: int) -> str:
+    if mean is None or median is None:
+        return "-"
+    splits = "split" if calibrated == 1 else "splits"
+    return f"{100 * mean:.0f}% ({100 * median:.0f}%), {calibrated} {splits}"
+
+
+def _blocked_lines(saved: dict[str, Any], variants: list[str]) -> list[str]:
+    """The share of a blocked answer read before the monitor stopped it, per fitted row."""
+    limit = saved["blocked_read_limit"]
+    lines = [
+        "",
+        "Share of a blocked answer's tokens read before it was stopped (what a passthrough "
+        "user sees of it), at the tau of each split that calibrated: mean (median) over the "
+        "blocked test answers of those splits, and how many splits calibrated; - where every "
+        f"split refused. The criterion: a mean of at most {100 * limit:.0f}%.",
+        "",
+        "| fitted on -> tested on | risk | median tokens (test) | "
+        + " | ".join(f"{v} | at most {100 * limit:.0f}%" for v in variants) + " |",
+        "|---|---:|---:|" + "---:|---|" * len(variants),
+    ]  # fmt: skip
+    for s in saved["shifts"]:
+        for r in s["risks"]:
+            cells = []
+            for v in variants:
+                e = s["methods"][v]
+                mean, median = e["blocked_read"][r], e["blocked_read_median"][r]
+                calibrated = saved["splits"] - e["refused"][r]
+                cells.append(f"{_read(mean, median, calibrated)} | "
+                             + ("-" if mean is None else _yes(mean <= limit)))  # fmt: skip
+            lines.append(f"| {s['name']} | {r} | {s['target_tokens_median']:g} "
+                         f"| {' | '.join(cells)} |")  # fmt: skip
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -24,6 +24,7 @@ def test_the_page_is_the_saved_run() -> None:
     assert study.COMMAND in written.splitlines()[0] and "do not edit" in written.splitlines()[0]
     assert written == study.render(saved), f"stale: run `{study.COMMAND} --docs-only`"
     assert list(saved["variants"]) == list(study.VARIANTS)
+    assert saved["blocked_read_limit"] == study.BLOCKED_READ_LIMIT
     assert saved["baselines"] == list(BASELINES)
     kinds = {s["kind"] for s in saved["shifts"]}
     assert kinds == {"in-domain", "answer length", "task family"}
@@ -46,6 +47,15 @@ def test_the_page_is_the_saved_run() -> None:
                 for r in s["risks"]
             )
             assert entry["meets"]["coverage"] == covered
+            for r in s["risks"]:  # the share of a blocked answer read: none where all refused
+                mean, median = entry["blocked_read"][r], entry["blocked_read_median"][r]
+                assert (mean is None) == (median is None)
+                if entry["refused"][r] == saved["splits"]:
+                    assert mean is None
+                if mean is not None:
+                    assert 0.0 < mean <= 1.0 and 0.0 < median <= 1.0
+                    calibrated = saved["splits"] - entry["refused"][r]
+                    assert f"{100 * mean:.0f}% ({100 * median:.0f}%), {calibrated} split" in written
             row = f"| {s['name']} | {s['n_target']} "
             assert written.count(f"| {s['kind']} {row}") == len(study.VARIANTS)
 
