@@ -19,9 +19,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from adapters._serving._fleet import RECENT, FleetRecord, FleetStore, fleet_client
-from adapters._serving._fleet_watch import FleetRiskWatch
-from adapters._serving._risk_watch import FinishedAnswer
+from adapters._risk._fleet import RECENT, FleetRecord, FleetStore, fleet_client
+from adapters._risk._fleet_watch import FleetRiskWatch
+from adapters._risk._risk_watch import FinishedAnswer
 from adapters.proxy import StaticCertificate
 from guardrail import Certificate, RiskMonitor
 

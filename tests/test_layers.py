@@ -126,14 +126,16 @@ ROLES: dict[str, set[str]] = {
     "_labels": set(),
     "_providers": {"_errors", "_guard", "_local"},  # _local: the Anthropic scorer's model
     "_serving": {"_guard", "_local"},  # _local: a prompt-free skeleton's model, lazily
+    "_risk": {"_guard", "_serving"},  # the label loop, on the answer path's wire and sources
     "_tracefiles": set(),  # trace files, JSONL or Parquet, local or fsspec: on the core only
-    "_proxy": {"_errors", "_guard", "_providers", "_serving", "_tracefiles"},  # _providers:
-    # logprob refusals; _tracefiles: recordings in Parquet
-    "_litellm": {"_guard", "_serving"},
+    "_proxy": {"_errors", "_guard", "_providers", "_risk", "_serving", "_tracefiles"},
+    # _providers: logprob refusals; _tracefiles: recordings in Parquet
+    "_litellm": {"_guard", "_risk", "_serving"},
 }
 """Which role sub-package of ``adapters`` may import which (besides itself): the guard step
-at the bottom, providers and local models beside it, the serving core above them, and the
-two front ends (the proxy's HTTP, LiteLLM's hooks) on the serving core, never on each other."""
+at the bottom, providers and local models beside it, the serving core above them with the
+label loop on it, and the two front ends (the proxy's HTTP, LiteLLM's hooks) on both, never
+on each other."""
 
 
 def test_the_role_sub_packages_import_only_what_their_role_allows() -> None:

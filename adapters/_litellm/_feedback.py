@@ -2,7 +2,7 @@
 and the ``liftguard_risk_*`` gauges in the process's Prometheus registry.
 
 Each :class:`~adapters.litellm.LiftGuardGuardrail` has a
-:class:`~adapters._serving._feedback.RiskWatch` with one model entry, the guardrail's name.
+:class:`~adapters._risk._feedback.RiskWatch` with one model entry, the guardrail's name.
 :func:`register` adds it to this process's watches and, once, adds to LiteLLM's FastAPI app
 (when LiteLLM's proxy server runs in this process):
 
@@ -41,10 +41,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .._serving._feedback import FEEDBACK_PATH, feedback_response
-from .._serving._fleet_watch import FleetRiskWatch
+from .._risk._feedback import FEEDBACK_PATH, feedback_response
+from .._risk._fleet_watch import FleetRiskWatch
 from .._serving._metrics import RiskState, risk_collector
-from .._serving._risk_watch import RiskWatch
+from .._risk._risk_watch import RiskWatch
 
 __all__ = ["FEEDBACK_PATH", "REFRESH_PATH", "RISK_PATH", "count", "register"]
 

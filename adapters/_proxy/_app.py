@@ -3,7 +3,7 @@
 Routes: ``POST /v1/chat/completions`` (guarded; each answer then runs in the
 :class:`~adapters._proxy._answers.AnswerLoop`), ``GET /v1/models`` (passed
 through), ``POST /v1/liftguard/feedback`` (labels for the risk monitors,
-:mod:`~adapters._serving._feedback`), ``GET /healthz``, ``GET /metrics``
+:mod:`~adapters._risk._feedback`), ``GET /healthz``, ``GET /metrics``
 (Prometheus). The app's lifespan starts the upstream client, the recorder thread
 and the certificate refresh loop, and stops them in reverse order (the recorder
 writes what is queued).
@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._guard._settings import mismatch_kind
 from .._serving._certs import CertificateSource, CertificateTable
-from .._serving._feedback import FEEDBACK_PATH
+from .._risk._feedback import FEEDBACK_PATH
 from .._serving._metrics import ProxyMetrics
 from .._serving._prepare import check_upstream, context_refusal
 from .._serving._redact import credential_forms, redact_secrets, relayed_headers

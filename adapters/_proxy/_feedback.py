@@ -1,6 +1,6 @@
 """The proxy's risk watch: its model entries, its settings, its metrics, fed each answer the
-proxy finished (the serving core's :class:`~adapters._serving._risk_watch.RiskWatch`, or
-with ``redis_url`` the fleet's :class:`~adapters._serving._fleet_watch.FleetRiskWatch`)."""
+proxy finished (the serving core's :class:`~adapters._risk._risk_watch.RiskWatch`, or
+with ``redis_url`` the fleet's :class:`~adapters._risk._fleet_watch.FleetRiskWatch`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .._serving._certs import CertificateSource
-from .._serving._feedback import feedback_response
-from .._serving._fleet_watch import FleetRiskWatch, FleetSettings, make_risk_watch
-from .._serving._risk_watch import FinishedAnswer, RiskWatch
+from .._risk._feedback import feedback_response
+from .._risk._fleet_watch import FleetRiskWatch, FleetSettings, make_risk_watch
+from .._risk._risk_watch import FinishedAnswer, RiskWatch
 from .._serving._wire import redact_url
 from ._guarded import AnswerGuard
 
@@ -121,7 +121,7 @@ async def clear_latched_alarms(
 ) -> dict[str, tuple[str, bool]]:
     """An operator's (``liftguard clear-alarm``): with the replicas' own ``config``, turn off
     in the fleet's record the alarm kept on from a lost test
-    (:meth:`~adapters._serving._fleet_watch.FleetRiskWatch.clear_alarm`) of each model
+    (:meth:`~adapters._risk._fleet_watch.FleetRiskWatch.clear_alarm`) of each model
     entry named in ``models`` (default: every entry); ``{entry: (certificate, whether one
     was on)}``. ``KeyError`` for a model no entry serves; FeedbackRefused (503) when
     Redis does not answer."""

@@ -121,7 +121,7 @@ def cmd_clear_alarm(args: argparse.Namespace) -> int:
     import asyncio
 
     from adapters._proxy._feedback import clear_latched_alarms
-    from adapters._serving._risk_replies import FeedbackRefused
+    from adapters._risk._risk_replies import FeedbackRefused
 
     from ._common import CommandError
 

@@ -56,7 +56,7 @@ EVENTS = [ROLE, *tokens([GOOD] * 7), STOP]
 
 
 async def test_a_buffered_answer_whose_client_left_is_not_shown(tmp_path: Path) -> None:
-    from adapters._serving._risk_watch import FeedbackRefused
+    from adapters._risk._risk_watch import FeedbackRefused
 
     guard, data = await _guarded(tmp_path, "left")
     hook = guard.async_post_call_streaming_iterator_hook(None, _chunks(EVENTS), data)

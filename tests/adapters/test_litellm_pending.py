@@ -98,7 +98,7 @@ async def test_a_label_for_an_answer_still_being_served_is_told_to_come_back(
 ) -> None:
     # the pre-call hook marks the request in flight, so a label that overtakes the
     # answer gets 503 answer_in_flight (come back), never 404 (unknown: give up)
-    from adapters._serving._risk_replies import FeedbackRefused
+    from adapters._risk._risk_replies import FeedbackRefused
     from adapters.litellm import LiftGuardGuardrail
 
     calibrated_certificate(0.3).save(tmp_path / "cert.json")

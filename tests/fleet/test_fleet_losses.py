@@ -17,8 +17,8 @@ from test_fleet_watch import ALPHA, CERT, finished, refused
 from valkey_process import ValkeyProcess
 
 from adapters._serving._certs import StaticCertificate
-from adapters._serving._fleet import RECENT, FleetStore, fleet_client
-from adapters._serving._fleet_watch import FleetRiskWatch
+from adapters._risk._fleet import RECENT, FleetStore, fleet_client
+from adapters._risk._fleet_watch import FleetRiskWatch
 from guardrail import RiskMonitor
 
 

@@ -11,7 +11,7 @@ from test_fleet_watch import ALPHA, CERT, finished, replica
 from valkey_process import ValkeyProcess
 
 from adapters._serving._certs import StaticCertificate
-from adapters._serving._risk_watch import RiskWatch
+from adapters._risk._risk_watch import RiskWatch
 from guardrail import RiskMonitor
 
 

@@ -194,7 +194,7 @@ async def test_a_run_of_wrong_labels_fires_the_alarm(
     cert = calibrated()
     needed = wrong_labels_to_alarm(cert)
     assert needed > 1
-    caplog.set_level(logging.WARNING, logger="adapters._serving._risk_watch")
+    caplog.set_level(logging.WARNING, logger="adapters._risk._risk_watch")
     with serving(upstream, cert) as proxy:
         async with httpx.AsyncClient(timeout=30) as client:
             ids = [request_id(await ask(client, proxy, upstream, CLEAN)) for _ in range(needed + 1)]
@@ -220,7 +220,7 @@ async def test_a_run_of_wrong_labels_fires_the_alarm(
     assert metric(loud, "liftguard_risk_labels", **MONITOR) == needed + 1
     assert (metric(loud, "liftguard_risk_log_evalue", **MONITOR) or 0.0) >= math.log(1 / ALPHA)
     assert health["status"] == "ok" and health["risk"]["*"]["alarm"] is True
-    alarms = [r for r in caplog.records if r.name == "adapters._serving._risk_watch"]
+    alarms = [r for r in caplog.records if r.name == "adapters._risk._risk_watch"]
     assert len(alarms) == 1 and alarms[0].levelno == logging.WARNING
     line = alarms[0].getMessage()
     assert "model *" in line and "cal-cert" in line and f"after {needed} labelled" in line

@@ -39,7 +39,7 @@ async def test_a_new_certificate_version_starts_a_new_monitor(
     upstream: Upstream, caplog: pytest.LogCaptureFixture
 ) -> None:
     source = Swappable(calibrated())
-    caplog.set_level(logging.INFO, logger="adapters._serving._risk_watch")
+    caplog.set_level(logging.INFO, logger="adapters._risk._risk_watch")
     with running_proxy(upstream.base_url, certificate=source) as proxy:
         async with httpx.AsyncClient(timeout=30) as client:
             old = request_id(await ask(client, proxy, upstream, CLEAN))
@@ -58,7 +58,7 @@ async def test_a_new_certificate_version_starts_a_new_monitor(
     assert metric(text, "liftguard_risk_labels", **v1) is None
     assert metric(text, "liftguard_risk_labels", **v2) == 1.0
     assert metric(text, "liftguard_risk_target", **v2) == 0.2
-    lines = [r.getMessage() for r in caplog.records if r.name == "adapters._serving._risk_watch"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "adapters._risk._risk_watch"]
     assert any("v1 -> chat@production=v2: a new risk monitor" in m and "took 1 labels" in m
                for m in lines), lines  # fmt: skip
 
@@ -68,7 +68,7 @@ async def test_a_version_that_comes_back_gets_its_monitor_back(
 ) -> None:
     source = Swappable(calibrated())
     v1_pair = source.pair
-    caplog.set_level(logging.INFO, logger="adapters._serving._risk_watch")
+    caplog.set_level(logging.INFO, logger="adapters._risk._risk_watch")
     with running_proxy(upstream.base_url, certificate=source) as proxy:
         async with httpx.AsyncClient(timeout=30) as client:
             answers = [request_id(await ask(client, proxy, upstream, CLEAN)) for _ in range(4)]
@@ -89,6 +89,6 @@ async def test_a_version_that_comes_back_gets_its_monitor_back(
     assert error(again) == (409, "duplicate_feedback")
     v1 = {"model": "*", "certificate": "chat@production=v1"}
     assert metric(text, "liftguard_risk_labels", **v1) == 4.0
-    lines = [r.getMessage() for r in caplog.records if r.name == "adapters._serving._risk_watch"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "adapters._risk._risk_watch"]
     assert any("v2 -> chat@production=v1: its risk monitor back (3 labels)" in m
                for m in lines), lines  # fmt: skip

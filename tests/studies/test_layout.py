@@ -154,14 +154,14 @@ def test_the_checks_see_what_they_look_for(tmp_path: Path) -> None:
         "import sys\nfrom sys import path\nsys.path.insert(0, '.')\nsys.path[:0] = ['.']\n"
         "sys.path += ['.']\nfrom adapters.cli._fit_args import X\nfrom adapters import cli\n"
         "import guardrail._fitted_state\nfrom guardrail import _labels\n"
-        "from studies import _tables\nimportlib.import_module('adapters._serving._fleet')\n",
+        "from studies import _tables\nimportlib.import_module('adapters._risk._fleet')\n",
         encoding="utf-8",
     )
     assert path_edits(script) == [2, 3, 4, 5]
     modules = [m for _, m in imported(script, tmp_path)]
     private = [m for m in modules if _private(m, (*LIBRARIES, "studies"))]
     assert sorted(private) == [
-        "adapters._serving._fleet", "adapters.cli._fit_args", "adapters.cli._fit_args.X",
+        "adapters._risk._fleet", "adapters.cli._fit_args", "adapters.cli._fit_args.X",
         "guardrail._fitted_state", "guardrail._labels", "studies._tables",
     ]  # fmt: skip
     assert "adapters.cli" in modules

@@ -15,10 +15,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ._request import BadRequest, parse_json, read_body
+from .._serving._request import BadRequest, parse_json, read_body
 from ._risk_replies import FeedbackRefused
 from ._risk_watch import RiskWatch
-from ._wire import MAX_ID_CHARS, error_response
+from .._serving._wire import MAX_ID_CHARS, error_response
 
 __all__ = [
     "FEEDBACK_PATH",

@@ -52,7 +52,7 @@ from typing import Any
 
 from guardrail import Certificate, ConfigError, RiskMonitor
 
-from ._certs import CertificateSource
+from .._serving._certs import CertificateSource
 from ._fleet import (
     IN_FLIGHT,
     FleetAnswer,

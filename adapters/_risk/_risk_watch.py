@@ -42,8 +42,8 @@ from typing import Any
 
 from guardrail import Certificate, ConfigError, RiskMonitor
 
-from ._certs import CertificateSource
-from ._metrics import RiskState
+from .._serving._certs import CertificateSource
+from .._serving._metrics import RiskState
 from ._risk_replies import (
     FeedbackRefused,
     in_flight,
