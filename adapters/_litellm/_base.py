@@ -16,8 +16,9 @@ from litellm.integrations.custom_guardrail import CustomGuardrail
 from guardrail import ConfigError, GuardrailError, State
 
 from .._guard._stream import DEFAULT_MAX_TOKEN_CHARS, check_max_token_chars
-from .._serving._certs import CertificateSource, certificate_source
 from .._risk._fleet_watch import FleetRiskWatch, make_risk_watch
+from .._risk._risk_watch import FinishedAnswer
+from .._serving._certs import CertificateSource, certificate_source
 from .._serving._options import (
     DEFAULT_REFUSAL,
     check_context_settings,
@@ -25,7 +26,6 @@ from .._serving._options import (
     check_risk_settings,
 )
 from .._serving._prepare import DEFAULT_MAX_ANSWER_TOKENS, LITELLM_FIX, check_upstream
-from .._risk._risk_watch import FinishedAnswer
 from .._serving._wire import UPSTREAM_TYPE, error_body
 from . import _feedback as _litellm_feedback
 from ._answer import Answer, GuardedRequest

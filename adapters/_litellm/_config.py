@@ -23,8 +23,8 @@ from typing import Any, cast
 
 from guardrail import ConfigError, GuardrailError
 
-from .._serving._certs import CertificateSource
 from .._risk._fleet_watch import FleetSettings
+from .._serving._certs import CertificateSource
 from .._serving._options import check_fleet_settings
 
 __all__ = [

@@ -43,8 +43,8 @@ from starlette.responses import JSONResponse, Response
 
 from .._risk._feedback import FEEDBACK_PATH, feedback_response
 from .._risk._fleet_watch import FleetRiskWatch
-from .._serving._metrics import RiskState, risk_collector
 from .._risk._risk_watch import RiskWatch
+from .._serving._metrics import RiskState, risk_collector
 
 __all__ = ["FEEDBACK_PATH", "REFRESH_PATH", "RISK_PATH", "count", "register"]
 

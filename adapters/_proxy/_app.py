@@ -28,8 +28,8 @@ from starlette.routing import Route, request_response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._guard._settings import mismatch_kind
-from .._serving._certs import CertificateSource, CertificateTable
 from .._risk._feedback import FEEDBACK_PATH
+from .._serving._certs import CertificateSource, CertificateTable
 from .._serving._metrics import ProxyMetrics
 from .._serving._prepare import check_upstream, context_refusal
 from .._serving._redact import credential_forms, redact_secrets, relayed_headers

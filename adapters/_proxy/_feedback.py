@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .._serving._certs import CertificateSource
 from .._risk._feedback import feedback_response
 from .._risk._fleet_watch import FleetRiskWatch, FleetSettings, make_risk_watch
 from .._risk._risk_watch import FinishedAnswer, RiskWatch
+from .._serving._certs import CertificateSource
 from .._serving._wire import redact_url
 from ._guarded import AnswerGuard
 

@@ -1,4 +1,4 @@
-"""``POST /v1/liftguard/feedback``: labels after the fact for the proxy's risk monitors
+"""``POST /v1/liftguard/feedback``: labels after the fact for a front end's risk monitors
 (:mod:`._risk_watch`).
 
 The body is ``{"id": ..., "correct": true|false}`` (at most :data:`MAX_FEEDBACK_BYTES`); a
@@ -16,9 +16,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from .._serving._request import BadRequest, parse_json, read_body
+from .._serving._wire import MAX_ID_CHARS, error_response
 from ._risk_replies import FeedbackRefused
 from ._risk_watch import RiskWatch
-from .._serving._wire import MAX_ID_CHARS, error_response
 
 __all__ = [
     "FEEDBACK_PATH",

@@ -20,8 +20,9 @@ for feeds ``update_shown(certified)``: the monitor's coverage watch. What the wa
 of an answer is a :class:`FinishedAnswer`, so the proxy and the LiteLLM guardrail feed it
 the same way. :meth:`RiskWatch.label` then feeds the label of one certified answer to
 ``update(correct=...)``, once (the HTTP side: :mod:`._feedback`). The ``id`` is the
-request id (``liftguard.request_id`` of the verdict; the proxy's ``x-liftguard-request-id``,
-LiteLLM's ``x-litellm-call-id``) or the ``id`` of the answer the client got
+request id (``liftguard.request_id`` of the verdict, also the ``x-liftguard-request-id``
+header; at LiteLLM an id the guardrail mints, never the client-settable
+``x-litellm-call-id``) or the ``id`` of the answer the client got
 (``chatcmpl-...``) when no other kept answer carries the same one (some upstreams reuse
 ids).
 
@@ -357,7 +358,7 @@ class RiskWatch:
                 409,
                 "ambiguous_id",
                 f"{count} recent answers carry the id {answer_id!r} (the upstream reuses "
-                "ids): send the proxy's request id instead (x-liftguard-request-id, or "
+                "ids): send the request id instead (x-liftguard-request-id, or "
                 "liftguard.request_id of the verdict)",
             )
         if count == 0 and answer_id in self._serving:

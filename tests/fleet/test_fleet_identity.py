@@ -15,11 +15,11 @@ from valkey_process import ValkeyProcess
 
 from adapters._proxy._config import ProxyConfig
 from adapters._proxy._feedback import ProxyRiskWatch
-from adapters._serving._certs import StaticCertificate
 from adapters._risk._fleet import FleetStore, deployment_namespace, fleet_client
 from adapters._risk._fleet_watch import FleetRiskWatch
-from adapters._serving._metrics import ProxyMetrics
 from adapters._risk._risk_watch import FinishedAnswer
+from adapters._serving._certs import StaticCertificate
+from adapters._serving._metrics import ProxyMetrics
 
 
 def finished(rid: str, label: str = "cert.json") -> FinishedAnswer:

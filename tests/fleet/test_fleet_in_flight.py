@@ -20,8 +20,8 @@ from test_fleet_watch import CERT, finished, refused, replica
 from test_proxy_cli import ServeProcess
 from valkey_process import ValkeyProcess
 
-from adapters._serving._certs import StaticCertificate
 from adapters._risk._risk_watch import FeedbackRefused, RiskWatch
+from adapters._serving._certs import StaticCertificate
 
 
 async def test_a_label_for_an_answer_in_flight_is_told_to_come_back(

@@ -16,9 +16,9 @@ from tcp_relay import Relay
 from test_fleet_watch import ALPHA, CERT, finished, refused
 from valkey_process import ValkeyProcess
 
-from adapters._serving._certs import StaticCertificate
 from adapters._risk._fleet import RECENT, FleetStore, fleet_client
 from adapters._risk._fleet_watch import FleetRiskWatch
+from adapters._serving._certs import StaticCertificate
 from guardrail import RiskMonitor
 
 

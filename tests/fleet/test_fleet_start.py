@@ -10,8 +10,8 @@ import uuid
 from test_fleet_watch import ALPHA, CERT, finished, replica
 from valkey_process import ValkeyProcess
 
-from adapters._serving._certs import StaticCertificate
 from adapters._risk._risk_watch import RiskWatch
+from adapters._serving._certs import StaticCertificate
 from guardrail import RiskMonitor
 
 

@@ -14,10 +14,10 @@ import pytest
 from proxy_harness import calibrated_certificate
 from valkey_process import ValkeyProcess
 
-from adapters._serving._certs import StaticCertificate
 from adapters._risk._fleet import FleetStore, fleet_client
 from adapters._risk._fleet_watch import FleetRiskWatch
 from adapters._risk._risk_watch import FeedbackRefused, FinishedAnswer
+from adapters._serving._certs import StaticCertificate
 from guardrail import RiskMonitor
 
 RISK, ALPHA = 0.1, 0.05
