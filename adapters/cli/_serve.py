@@ -96,7 +96,13 @@ def _proxy_config(args: argparse.Namespace) -> Any:
 def cmd_serve(args: argparse.Namespace) -> int:
     from adapters.proxy import redact_url, serve
 
+    from ._common import CommandError
+
     config = _proxy_config(args)
+    if config.client_key is None and args.host not in _LOOPBACK and not args.no_client_key:
+        raise CommandError(f"--host {args.host} serves whoever can reach it: set "
+                           f"${CLIENT_KEY_ENV} (clients then send it as a Bearer key), or "
+                           "pass --no-client-key to serve without one", status=2)  # fmt: skip
     default, routes = config.certificate, config.model_certificates
     if not args.no_verdict_log:
         _verdict_lines_to_stderr()
@@ -154,22 +160,23 @@ def add_serve_parser(sub: Any) -> None:
     """Register ``liftguard serve`` and ``liftguard clear-alarm`` (which takes the same
     arguments, so that it names the replicas' fleet exactly as they do) on the top-level
     subparsers ``sub``."""
-    _serve_arguments(
-        sub.add_parser(
-            "serve",
-            help="run the guard proxy: an OpenAI-compatible server that certifies answers",
-            description="An OpenAI-compatible /v1/chat/completions (streamed and not) and "
-            "/v1/models in front of UPSTREAM. Every answer is guarded by the certificate: "
-            "the upstream is asked for logprobs, the certificate's generation context fills "
-            "unset settings, and an answer that is not certified ends with an in-stream error "
-            "event (or a refusal). Also /metrics (Prometheus), /healthz and one JSON line per "
-            "verdict on stderr. POST /v1/liftguard/feedback takes labels of certified answers "
-            "for each calibrated certificate's live risk monitor (alarm in /metrics, /healthz). "
-            f"Keys: ${UPSTREAM_KEY_ENV} (sent upstream; without it the "
-            f"client's Authorization is passed through), ${CLIENT_KEY_ENV} (required of clients).",
-        ),
-        cmd_serve,
+    serve = sub.add_parser(
+        "serve",
+        help="run the guard proxy: an OpenAI-compatible server that certifies answers",
+        description="An OpenAI-compatible /v1/chat/completions (streamed and not) and "
+        "/v1/models in front of UPSTREAM. Every answer is guarded by the certificate: "
+        "the upstream is asked for logprobs, the certificate's generation context fills "
+        "unset settings, and an answer that is not certified ends with an in-stream error "
+        "event (or a refusal). Also /metrics (Prometheus), /healthz and one JSON line per "
+        "verdict on stderr. POST /v1/liftguard/feedback takes labels of certified answers "
+        "for each calibrated certificate's live risk monitor (alarm in /metrics, /healthz). "
+        f"Keys: ${UPSTREAM_KEY_ENV} (sent upstream; without it the "
+        f"client's Authorization is passed through), ${CLIENT_KEY_ENV} (required of clients; "
+        "needed to listen beyond loopback unless --no-client-key).",
     )
+    serve.add_argument("--no-client-key", action="store_true", help=f"listen beyond loopback "
+                       f"without ${CLIENT_KEY_ENV}: every client that can reach it is served")
+    _serve_arguments(serve, cmd_serve)
     clear = sub.add_parser(
         "clear-alarm",
         help="turn off, fleet-wide, a risk alarm kept on after the fleet lost its state",

@@ -168,6 +168,28 @@ def test_serve_usage_errors(cert_file: Path) -> None:
         args.func(args)
 
 
+def test_serve_beyond_loopback_needs_a_client_key_or_says_it_needs_none(
+    cert_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parser = _parser()
+    monkeypatch.delenv("LIFTGUARD_CLIENT_KEY", raising=False)
+    wide = ["serve", "--upstream", "http://x/v1", "--certificate", str(cert_file),
+            "--host", "0.0.0.0"]  # fmt: skip
+    args = parser.parse_args(wide)
+    with pytest.raises(CommandError, match="LIFTGUARD_CLIENT_KEY") as refused:
+        args.func(args)
+    assert refused.value.status == 2 and "--no-client-key" in str(refused.value)
+    # the check runs before anything listens: with a key, or said aloud, it passes on to
+    # serving, which this port (a name that cannot be bound) then refuses
+    for extra, key in (([], "k" * 32), (["--no-client-key"], None)):
+        if key:
+            monkeypatch.setenv("LIFTGUARD_CLIENT_KEY", key)
+        args = parser.parse_args([*wide[:-1], "256.0.0.1", *extra])
+        with pytest.raises(OSError):
+            args.func(args)
+        monkeypatch.delenv("LIFTGUARD_CLIENT_KEY", raising=False)
+
+
 @pytest.mark.parametrize("name", ["../x", "a/b", "..", "a..b", ".hidden", "a\\b", "/tmp/x", ""])
 def test_serve_refuses_a_record_dataset_that_is_not_a_simple_name(
     cert_file: Path,
