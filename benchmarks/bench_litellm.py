@@ -2,9 +2,10 @@
 through LiteLLM with the liftguard guardrail, in one run.
 
 ``PYTHONPATH=tests/adapters python -m benchmarks.bench_litellm [--quick]`` (needs
-``pip install -e ".[litellm]"``, and the tests' LiteLLM harness on the path; writes
+``pip install -e ".[litellm]"``, and the tests' LiteLLM harness on the path; writes its
+JSON and page under ``out/bench_litellm/`` (ignored by git), or with ``--write-docs``
 ``benchmarks/results/bench_litellm.json`` and ``docs/results/litellm_overhead.md``;
-``--docs-only`` rewrites the page from the saved JSON).
+``--docs-only`` rewrites the committed page from the saved JSON).
 
 Three processes: the loopback upstream (``benchmarks/loopback.py``: one token per chunk),
 one ``litellm --config`` process (started as the tests start it,
@@ -50,6 +51,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "benchmarks" / "results" / "bench_litellm.json"
 PAGE = ROOT / "docs" / "results" / "litellm_overhead.md"
+SCRATCH = ROOT / "out" / "bench_litellm"
+"""Where a plain run writes (``/out/`` is ignored by git)."""
 COMMAND = "python -m benchmarks.bench_litellm"
 PATHS = ("direct", "litellm", "buffered", "passthrough")
 MODELS = {"litellm": "plain", "buffered": "buffered", "passthrough": "passthrough"}
@@ -252,7 +255,7 @@ def page(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer streams and rounds")
     parser.add_argument("--delay-ms", type=float, default=20.0)
@@ -262,18 +265,29 @@ def main() -> None:
         help="alternatives per token upstream on the guarded path (the guardrail asks this "
         "certificate's upstream for 1)",
     )  # fmt: skip
-    parser.add_argument("--docs-only", action="store_true", help="rewrite the page from the JSON")
-    args = parser.parse_args()
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--write-docs", action="store_true",
+        help=f"save to {RESULTS.relative_to(ROOT)} and rewrite {PAGE.relative_to(ROOT)} "
+        f"(default: both under {SCRATCH.relative_to(ROOT)}/)",
+    )  # fmt: skip
+    mode.add_argument(
+        "--docs-only", action="store_true", help="rewrite the committed page from its JSON"
+    )
+    args = parser.parse_args(argv)
+    saved, written = (RESULTS, PAGE) if args.write_docs or args.docs_only else (
+        SCRATCH / RESULTS.name, SCRATCH / PAGE.name)
     if args.docs_only:
         result = json.loads(RESULTS.read_text(encoding="utf-8"))
     else:
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         result = measure(args)
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-        print(f"wrote {RESULTS.relative_to(ROOT)}")
-    PAGE.write_text(page(result), encoding="utf-8")
-    print(f"wrote {PAGE.relative_to(ROOT)}")
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        saved.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {saved.relative_to(ROOT)}")
+    written.parent.mkdir(parents=True, exist_ok=True)
+    written.write_text(page(result), encoding="utf-8")
+    print(f"wrote {written.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":
