@@ -39,7 +39,6 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "adapters"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: s3_server
 
 import uvicorn
 from sse_server import SSEServer, _Handler, chat_chunk, serving, token_entry

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import importlib
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_scripts import SHARED_TRACES, assert_page_current
 
 
