@@ -186,11 +186,11 @@ def render(out: dict[str, Any]) -> str:
         f"round of each kept; Python {m['python']}, {m['cpus']} CPUs{_load(m)}. *CPU* is the "
         "client's "
         "own, plus the proxy process's through the proxy; the last two columns are the proxy "
-        "process's alone, per token and as a share of the direct client's CPU per token.",
+        "process's alone, as a share of the direct client's CPU per token and per token.",
         "",
         "| scenario | tokens per answer | alternatives | answers (at once) | path | "
         "wall µs/token | CPU µs/token | proxy / direct wall | proxy / direct CPU | "
-        "proxy process CPU µs/token | proxy process / direct CPU |",
+        "proxy process / direct CPU | proxy process CPU µs/token |",
         "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, row in out["scenarios"].items():
@@ -199,8 +199,8 @@ def render(out: dict[str, Any]) -> str:
         for path in ("direct", "proxy"):
             r = row[path]
             own = row["proxy_process_cpu_us_per_token"]
-            tail = (f"{row['ratio_wall']:.3f} | {row['ratio_cpu']:.2f} | {own:.1f} | "
-                    f"{own / row['direct']['cpu_us_per_token']:.3f}"
+            tail = (f"{row['ratio_wall']:.3f} | {row['ratio_cpu']:.2f} | "
+                    f"{own / row['direct']['cpu_us_per_token']:.3f} | {own:.1f}"
                     if path == "proxy" else "| | |")  # fmt: skip
             lines.append(
                 f"| {pace} | {spec['tokens']} | {spec['top']} | {row['streams']} "

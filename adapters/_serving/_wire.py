@@ -326,7 +326,7 @@ class _Run:
         if keys:  # (one C-level lookup per chunk to compare: this runs per token)
             getter = itemgetter(*keys)
             self.frame = getter, getter(chunk)
-        self._add(parts)
+        self._add(parts, _kind(parts))
 
     def takes(self, chunk: dict[str, Any], parts: tuple[dict[str, Any], str, Any]) -> bool:
         """Add ``chunk`` if it can join the run (an empty run takes nothing)."""
@@ -345,16 +345,15 @@ class _Run:
         if kind is not None and self.with_entries not in (None, kind):
             return False
         self.chunks.append(chunk)
-        self._add(parts)
+        self._add(parts, kind)
         return True
 
-    def _add(self, parts: tuple[dict[str, Any], str, Any]) -> None:
+    def _add(self, parts: tuple[dict[str, Any], str, Any], kind: bool | None) -> None:
         _, text, entries = parts
         self.texts.append(text)
         if entries is not None:
             self.entries += entries
             self.any_logprobs = True
-        kind = _kind(parts)
         if kind is not None:
             self.with_entries = kind
 
