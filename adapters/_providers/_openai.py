@@ -219,17 +219,22 @@ _REFUSAL_PHRASES = (
 
 
 def refuses_logprobs(exc: Any) -> bool:
+    """Whether an SDK error (``status_code``, ``body``, ``message``) is a model refusing
+    logprobs: :func:`logprob_refusal` on its fields."""
+    status = getattr(exc, "status_code", None)
+    return logprob_refusal(status, getattr(exc, "body", None), str(getattr(exc, "message", "")))
+
+
+def logprob_refusal(status: object, body: object, message: str) -> bool:
     """A 403 mentioning logprobs, or a 400 saying logprobs are not supported/allowed.
 
     (A 400 about a bad ``top_logprobs`` value is the caller's error and stays as it is,
     and so does one that refuses logprobs only together with tools, as llama.cpp's
     server does for a streamed request with tools: the model does give logprobs.)
     """
-    status = getattr(exc, "status_code", None)
     if status not in (400, 403):
         return False
-    body = getattr(exc, "body", None)
-    parts = [str(getattr(exc, "message", ""))]
+    parts = [message]
     if isinstance(body, dict):
         parts += [str(body.get(k) or "") for k in ("message", "param", "code")]
     elif body is not None:
@@ -241,8 +246,13 @@ def refuses_logprobs(exc: Any) -> bool:
 
 
 def logprobs_refused(exc: Any, model: object) -> ConfigError:
+    """The error for a model that refuses token logprobs, from an SDK error."""
+    status = getattr(exc, "status_code", "?")
+    return logprobs_refused_error(status, str(getattr(exc, "message", str(exc))), model)
+
+
+def logprobs_refused_error(status: object, message: str, model: object) -> ConfigError:
     """The error for a model that refuses token logprobs (the same on every path)."""
-    status, message = getattr(exc, "status_code", "?"), getattr(exc, "message", str(exc))
     return ConfigError(
         f"model {model!r} does not provide token logprobs (HTTP {status}: {message}); "
         "liftguard cannot certify its answers. Use a model that returns logprobs, or "

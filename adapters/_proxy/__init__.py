@@ -1,17 +1,19 @@
 """The guard proxy (``liftguard serve``): private modules; the public names are in
-:mod:`adapters.proxy`.
+:mod:`adapters.proxy`. It keeps only what is HTTP's: the answer path it shares with the
+LiteLLM guardrail is :mod:`adapters._serving`, the label loop :mod:`adapters._risk`.
 
 - ``_config``: :class:`ProxyConfig`, frozen and validated.
-- ``_certs``: where certificates come from (a file, a store alias with hot refresh).
-- ``_wire``: the OpenAI wire shapes the proxy writes (error bodies, the verdict field,
-  what is stripped from a chunk).
-- ``_guarded``: one answer, sans I/O: upstream chunks in, client chunks out.
-- ``_upstream``: the aiohttp client and the server-sent-events decoder.
-- ``_auth``: client key check and the upstream's headers.
-- ``_metrics``: the Prometheus metrics of one proxy.
-- ``_recording``: answers written as trace lines by a background thread.
-- ``_feedback``: labels after the fact (``POST /v1/liftguard/feedback``) and the live
-  risk monitor of each model entry.
-- ``_app``: the starlette application.
+- ``_app``: the starlette application: routes, lifecycle, the concurrency cap.
+- ``_auth``: the client key check and the upstream's headers.
+- ``_prepared``: a client's chat body made the guarded upstream request.
+- ``_upstream``: the aiohttp client and the server-sent-events decoder; ``_body``: an
+  upstream body read in parts, each read ended after a stall.
+- ``_guarded``: one guarded answer as the proxy keeps it, sans I/O.
+- ``_answers``: the answer loop, upstream chunks through the guard to the client.
+- ``_replies``: what is sent back (verdict headers, the assembled whole answer, the
+  refusal and the in-stream error of a blocked one, the upstream's own error).
+- ``_feedback``: the proxy's risk watch (its model entries, settings and metrics).
+- ``_recording``, ``_record_line``, ``_spool``, ``_publish``: answers recorded as trace
+  lines off the request path, and published whole to a directory or object storage.
 - ``_serve``: :func:`~adapters.proxy.serve`, the application under uvicorn until a signal.
 """

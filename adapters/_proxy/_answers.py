@@ -26,7 +26,11 @@ from .._errors import ProviderFormatError
 from .._serving._metrics import ProxyMetrics
 from .._serving._redact import redact_text
 from .._serving._wire import DONE, merge_released, sse
-from ._chat import (
+from ._config import ProxyConfig
+from ._feedback import ProxyRiskWatch
+from ._guarded import AnswerGuard
+from ._recording import Recorder
+from ._replies import (
     answer_record,
     assemble,
     blocked_response,
@@ -34,10 +38,6 @@ from ._chat import (
     refusal_chunk,
     verdict_headers,
 )
-from ._config import ProxyConfig
-from ._feedback import ProxyRiskWatch
-from ._guarded import AnswerGuard
-from ._recording import Recorder
 from ._upstream import TOO_LARGE, UpstreamAnswer, UpstreamFailure, decode_chunk
 
 __all__ = ["SCORING_THREADS", "SHUTDOWN", "AnswerLoop"]

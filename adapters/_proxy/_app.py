@@ -45,11 +45,12 @@ from .._serving._wire import (
 )
 from ._answers import AnswerLoop
 from ._auth import Auth
-from ._chat import prepare, upstream_status_response
 from ._config import ProxyConfig
 from ._feedback import ProxyRiskWatch
 from ._guarded import AnswerGuard
+from ._prepared import prepare
 from ._recording import Recorder, open_recorder
+from ._replies import upstream_status_response
 from ._upstream import (
     MAX_SIDE_BODY_BYTES,
     UPSTREAM_ERRORS,

@@ -1,32 +1,19 @@
-"""``POST /v1/chat/completions``: prepare the upstream request, guard the answer.
-
-The upstream is always asked for a stream (``stream=True``, ``logprobs=True``,
-the alternatives the certificate needs), with the certificate's generation
-context filled in where the client left a setting unset. A certificate the
-upstream cannot feed (a fitted statistic that reads more alternatives than the
-proxy's ``top_logprobs``, or exact entropies, which no Chat Completions stream
-carries) is refused before anything is sent (:func:`check_upstream`; HTTP 500,
-``liftguard_config_error``: the proxy is misconfigured, not the request). A streamed request is
-answered as server-sent events (see :mod:`._guarded` for what is sent when); a
-non-streamed one is decided on the whole answer and answered with one
-``chat.completion`` object (HTTP 422 if blocked, 502/504 if the upstream failed).
+"""What the proxy sends back for an answer: the verdict headers, a whole ``chat.completion``
+assembled from a guarded stream, the refusal chunk and the in-stream error that end a
+blocked answer, the non-streamed blocked reply, the upstream's own error passed on, and
+the recorder's line of a finished answer. Shapes only: no I/O, no guarding (that is
+:mod:`._answers` over the serving core's :class:`~adapters._serving._answer.GuardedAnswer`).
 """
 
 from __future__ import annotations
 
 import json
 import time
-import uuid
-from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from starlette.responses import JSONResponse, Response
 
-from guardrail import ConfigError, Monitor
-
-from .._providers._openai import logprobs_refused, refuses_logprobs
-from .._serving._prepare import RequestError, prepare_upstream
+from .._providers._openai import logprob_refusal, logprobs_refused_error
 from .._serving._wire import (
     BLOCKED_TYPE,
     HEADER_CAUSE,
@@ -41,79 +28,21 @@ from .._serving._wire import (
     error_response,
     header_value,
 )
-from ._guarded import RequestInfo, _index, chunk_frame
+from ._guarded import _index, chunk_frame
 from ._recording import AnswerRecord
 
 if TYPE_CHECKING:
     from ._guarded import AnswerGuard
 
 __all__ = [
-    "Prepared",
     "answer_record",
     "assemble",
     "blocked_response",
     "error_event",
-    "prepare",
     "refusal_chunk",
     "upstream_status_response",
     "verdict_headers",
 ]
-
-_SETTINGS = ("model", "temperature", "top_p", "max_tokens", "max_completion_tokens", "stop",
-             "repeat_penalty", "seed")  # fmt: skip
-
-
-@dataclass
-class Prepared:
-    info: RequestInfo
-    monitor: Monitor
-    body: dict[str, Any]
-
-
-def _bad(message: str, param: str | None = None) -> JSONResponse:
-    return error_response(400, message, code="invalid_request", param=param)
-
-
-def prepare(
-    body: dict[str, Any],
-    *,
-    source_for: Any,
-    mode: str,
-    top_logprobs: int | None,
-    max_answer_tokens: int,
-    allowed: tuple[str, ...] = (),
-) -> Prepared | JSONResponse:
-    """The guarded request for a client body (already checked by
-    :func:`~._request.validate_chat`), or the client's error (400/404), or the proxy's
-    (500: a certificate this upstream cannot feed). ``allowed``: the operator's additions to
-    the allowlist of request fields."""
-    model = body.get("model")
-    source = source_for(model)
-    if source is None:
-        return error_response(
-            404, f"no certificate for model {model!r} on this proxy", code="model_not_found",
-            param="model",
-        )  # fmt: skip
-    certificate, label = source.current()
-    try:
-        ask = prepare_upstream(certificate, body, top_logprobs=top_logprobs, allowed=allowed)
-        monitor = certificate.monitor(max_tokens=ask.limit)
-    except RequestError as exc:
-        return error_response(400, str(exc), code="invalid_request", param=exc.param)
-    except ConfigError as exc:
-        message = f"the proxy's certificate {label} cannot guard this upstream: {exc}"
-        return error_response(500, message, "liftguard_config_error", "certificate_unsupported")
-    out = {**ask.body, "stream": True}
-    if body.get("stream") and isinstance(body.get("stream_options"), dict):
-        out["stream_options"] = body["stream_options"]
-    info = RequestInfo.of(
-        ask, certificate, label, request_id=f"lg-{uuid.uuid4().hex[:20]}", mode=mode,
-        max_answer_tokens=max_answer_tokens, model=str(model),
-        stream=bool(body.get("stream", False)),
-        messages=list(out.get("messages", body["messages"])),
-        settings={k: out[k] for k in _SETTINGS if k in out},
-    )  # fmt: skip
-    return Prepared(info, monitor, out)
 
 
 def upstream_status_response(status: int, raw: bytes, media_type: str, model: Any) -> Response:
@@ -129,9 +58,8 @@ def upstream_status_response(status: int, raw: bytes, media_type: str, model: An
         data = None
     error = data.get("error") if isinstance(data, dict) else None
     message = error.get("message") if isinstance(error, dict) else None
-    exc = SimpleNamespace(status_code=status, body=error, message=str(message or ""))
-    if refuses_logprobs(exc):
-        text = str(logprobs_refused(exc, model))
+    if logprob_refusal(status, error, str(message or "")):
+        text = str(logprobs_refused_error(status, str(message or ""), model))
         return error_response(status, text, "liftguard_logprobs_refused", "logprobs_refused")
     if isinstance(error, dict) and isinstance(message, str) and "logprob" in message.lower():
         hint = (
