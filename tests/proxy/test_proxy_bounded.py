@@ -141,10 +141,14 @@ async def test_a_request_past_the_concurrency_cap_is_a_503(upstream: Upstream) -
             body = json.loads(_request(stream=True))
             url = f"{proxy.base_url}/chat/completions"
             async with client.stream("POST", url, json=body) as first:
-                async for part in first.aiter_bytes():
-                    if b"data:" in part:
-                        break  # the first answer is flowing, held open by the upstream
+                # the first answer is flowing, held open by the upstream; the reader is
+                # kept (a generator left by a ``break`` may be finalised at any moment,
+                # closing the connection and freeing the slot before the second request)
+                parts = first.aiter_bytes()
+                while b"data:" not in await anext(parts):
+                    pass
                 second = await client.post(url, content=_request())
+                await parts.aclose()
     assert first.status_code == 200
     assert second.status_code == 503, second.text
     assert second.json()["error"]["code"] == "overloaded"
