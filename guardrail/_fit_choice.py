@@ -241,15 +241,15 @@ def early_margins(
     limit: int,
 ) -> tuple[tuple[float, ...], dict[str, float]]:
     """The early-block margins of ``quantile`` and ``share``, from one replay of the
-    correct fitting answers, and ``{"share": S, "scale": c}`` where the share widens the
-    per-position margins by ``c > 1`` (``{}`` otherwise: the certificate then reads as
-    one fitted per position)."""
+    correct fitting answers, carried forward to the token limit ``limit``
+    (:func:`~guardrail.fitting.margins_from_scores` with ``positions``; the widening read
+    on the fitted positions), and ``{"share": S, "scale": c}`` where the share widens the
+    per-position margins by ``c > 1`` (``{}`` otherwise: the certificate then reads as one
+    fitted per position)."""
     right = [replay_fitted(stat, t, skeleton=skeleton, max_tokens=limit).scores
              for t in fit_tr if t.correct and t.n_tokens]  # fmt: skip
-    margins = margins_from_scores(right, quantile)
-    if share is None or not margins:
+    margins = margins_from_scores(right, quantile, share=share, positions=limit)
+    fitted = margins_from_scores(right, quantile)
+    if share is None or not fitted or (scale := margin_scale(right, fitted, share)) <= 1.0:
         return margins, {}
-    scale = margin_scale(right, margins, share)
-    if scale <= 1.0:
-        return margins, {}
-    return tuple(m * scale for m in margins), {"share": share, "scale": scale}
+    return margins, {"share": share, "scale": scale}

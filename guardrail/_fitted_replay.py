@@ -223,14 +223,15 @@ def block_margins(
     min_answers: int = _MIN_MARGIN_ANSWERS,
     answers: MarginAnswers = "correct",
     share: float | None = None,
+    positions: int | None = None,
 ) -> tuple[float, ...]:
     """Early-block margins for ``statistic`` from the answers of ``traces``: for each
     ``t``, the ``quantile`` of how far an answer's score still rose after its first ``t``
     tokens (its final score minus its score then; 0 where that is negative), over the
-    answers longer than ``t - 1`` tokens; the list ends where fewer than ``min_answers``
-    of them are that long. Set as ``statistic.block_margins``, the rule blocks once the
-    score so far plus the margin is below tau: at each position, about ``1 - quantile``
-    of the answers seen rose more than that.
+    answers longer than ``t - 1`` tokens, to where fewer than ``min_answers`` are that
+    long (with ``positions``, carried on: :func:`margins_from_scores`). As
+    ``statistic.block_margins``, the rule blocks once the score plus the margin is below
+    tau: at each position, about ``1 - quantile`` of the answers seen rose more.
 
     Per position is not per answer: over the hundreds of positions of a long answer,
     many more than ``1 - quantile`` of the answers rise past the margin somewhere (on
@@ -247,9 +248,8 @@ def block_margins(
     the margins then follow that traffic, where answers may rise later than the fitting
     answers did.
 
-    The guarantee holds as long as the margins are fixed before calibration: from
-    answers other than the calibration answers. They are then part of the fixed rule
-    that calibration replays."""
+    The guarantee holds as long as the margins are fixed before calibration (from answers
+    other than the calibration answers): part of the fixed rule calibration replays."""
     _check_margin_args(quantile, min_answers)
     if answers not in ("correct", "all"):
         raise ConfigError(f"answers must be 'correct' or 'all', got {answers!r}")
@@ -259,7 +259,8 @@ def block_margins(
         for t in traces
         if t.n_tokens and (answers == "all" or t.correct)
     ]
-    return margins_from_scores(scores, quantile, min_answers=min_answers, share=share)
+    return margins_from_scores(scores, quantile, min_answers=min_answers, share=share,
+                               positions=positions)  # fmt: skip
 
 
 def margins_from_scores(
@@ -268,12 +269,37 @@ def margins_from_scores(
     *,
     min_answers: int = _MIN_MARGIN_ANSWERS,
     share: float | None = None,
+    positions: int | None = None,
 ) -> tuple[float, ...]:
     """:func:`block_margins` from the answers' replayed scores (each answer's score after
     every token, as :attr:`FittedPath.scores`; a statistic without margins): one replay
     serves every quantile.
 
-    With ``share``: the per-position margins times :func:`margin_scale`'s factor.
+    With ``positions`` (the token limit): the margins run to that many positions, past the
+    fitted ones (where ``min_answers`` answers reach) the largest margin of the last half
+    of the fitted positions. Without, they end there, and past that the rule blocks only
+    where no continuation within the limit reaches tau, which under hundreds of tokens it
+    almost never can: an answer longer than the fitting answers is read to its end.
+
+    Why that margin serves the positions past the fitted ones. A running mean over ``[lo,
+    hi]`` rises, over ``m`` more tokens after ``t``, by at most ``(hi - lo) m / (t + m)``
+    and typically by ``sigma sqrt(m) / (t + m)``, largest at ``m = t``: ``sigma / (2
+    sqrt(t))``, which falls with ``t``. At a fitted position ``j >= L / 2`` (``L`` the last
+    fitted) the answers that reach ``L`` still had at least ``L - j`` tokens to go, about
+    ``j`` at ``L / 2``: the margins there were read on rises from that worst remaining
+    length, which bound a mean's rise at every later position. The last margin does not:
+    the answers reaching it mostly end soon after, so it reads short rises (on running
+    means, a third of longer answers of the kind rise past it at ``L``). A minimum with a
+    positive weight (a maximum with a negative one, a sum of terms that only lower the
+    score) only falls. What can break the carry is a term rising with every token (a sum
+    whose weighted values can be positive, the length with a positive weight): its rise
+    grows with the tokens left, so a correct answer far past the fitting answers can rise
+    more than the carried margin, and be blocked. That costs coverage, never validity: the
+    margins are part of the rule, fixed on the fitting answers before calibration, which
+    replays the rule exactly (early blocks included), so :func:`calibrate_fitted`'s
+    guarantee holds and prices such blocks in.
+
+    With ``share``: the fitted margins times :func:`margin_scale`'s factor, before the carry.
 
     Examples
     --------
@@ -283,18 +309,24 @@ def margins_from_scores(
         (1.0, 0.5, 0.0)
         >>> margins_from_scores(rising, 0.5, min_answers=5, share=1.0)
         (3.0, 1.5, 0.0)
+        >>> margins_from_scores(rising[:5], 0.5, min_answers=5, positions=5)
+        (1.0, 0.5, 0.0, 0.5, 0.5)
     """
     _check_margin_args(quantile, min_answers)
+    if positions is not None and (isinstance(positions, bool) or positions < 1):
+        raise ConfigError(f"positions must be an integer >= 1, got {positions!r}")
     margins: list[float] = []
     for i in range(max((s.size for s in scores), default=0)):
         rises = [float(s[-1] - s[i]) for s in scores if s.size > i]
         if len(rises) < min_answers:
             break
         margins.append(max(0.0, float(np.quantile(rises, quantile))))
-    if share is None or not margins:
-        return tuple(margins)
-    scale = margin_scale(scores, margins, share)
-    return tuple(m * scale for m in margins)
+    if share is not None and margins:
+        scale = margin_scale(scores, margins, share)
+        margins = [m * scale for m in margins]
+    if positions is not None and margins:
+        margins += [max(margins[len(margins) // 2 :])] * (positions - len(margins))
+    return tuple(margins)
 
 
 def margin_scale(scores: Sequence[FloatArray], margins: Sequence[float], share: float) -> float:

@@ -154,7 +154,8 @@ def _oof_scores(
                 if t.correct and t.n_tokens
             ]
             share = d.early_block_share
-            margins = {q: margins_from_scores(right, q, share=share) for q in quantiles}
+            margins = {q: margins_from_scores(right, q, share=share, positions=limit)
+                       for q in quantiles}  # fmt: skip
         for i in np.flatnonzero(test):
             path = replay_fitted(stat, d.traces[int(i)], skeleton=skel, max_tokens=limit)
             for c, o in zip(group, out, strict=True):

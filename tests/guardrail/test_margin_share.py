@@ -68,3 +68,46 @@ def test_the_factor_is_at_least_one_and_zero_margins_stay_zero() -> None:
 def test_a_bad_share_is_a_config_error(share: Any) -> None:
     with pytest.raises(ConfigError, match="share must be"):
         margins_from_scores([np.array([0.0, 1.0])] * 30, 0.9, share=share)
+
+
+def _running_means(rng: np.random.Generator, n: int, lo: int, hi: int) -> list[np.ndarray]:
+    """Scores that are running means of independent tokens, of lengths ``lo`` to ``hi``."""
+    out = []
+    for _ in range(n):
+        k = int(rng.integers(lo, hi + 1))
+        out.append(np.cumsum(rng.normal(0.0, 1.0, k)) / np.arange(1, k + 1))
+    return out
+
+
+def test_the_margins_run_to_the_token_limit_with_the_last_half_s_largest() -> None:
+    fit = _walks(np.random.default_rng(0), 400)
+    for share in (None, 0.95):
+        fitted = margins_from_scores(fit, 0.99, share=share)
+        carried = margins_from_scores(fit, 0.99, share=share, positions=512)
+        n = len(fitted)
+        assert 100 < n < 512 and len(carried) == 512
+        assert carried[:n] == fitted  # the fitted positions, the widening included, as they were
+        assert set(carried[n:]) == {max(fitted[n // 2 :])} and max(fitted[n // 2 :]) > 0.0
+    assert margins_from_scores(fit, 0.99, positions=10) == margins_from_scores(fit, 0.99)
+    assert margins_from_scores([], 0.99, positions=512) == ()
+    for bad in (0, True):
+        with pytest.raises(ConfigError, match="positions must be"):
+            margins_from_scores(fit, 0.99, positions=bad)
+
+
+def test_longer_answers_rise_past_the_carried_margin_as_rarely_as_the_quantile_says() -> None:
+    """Running means: the fitting answers are 20 to 80 tokens long, new answers of the same
+    kind 200 to 400. Past the fitted positions, the carried margin (the largest of the last
+    half) is risen past about as rarely as the quantile says; the last fitted margin alone,
+    read on answers about to end, is risen past by far more."""
+    rng = np.random.default_rng(0)
+    fit = _running_means(rng, 300, 20, 80)
+    fitted = margins_from_scores(fit, 0.99)
+    carried = margins_from_scores(fit, 0.99, positions=400)
+    last = len(fitted)
+    new = _running_means(rng, 2000, 200, 400)
+    slack = 3 * (0.01 * 0.99 / 2000) ** 0.5  # three binomial standard deviations
+    for t in (last, 2 * last, 150):  # 0-based positions past the fitted ones
+        rose = sum(bool(s[-1] - s[t] > carried[t]) for s in new)
+        assert rose <= (0.01 + slack) * 2000, t
+        assert sum(bool(s[-1] - s[t] > fitted[-1]) for s in new) > 0.1 * 2000
