@@ -1,5 +1,5 @@
 """``guardrail.fitting.fit_certificate``: the fit recipe on traces in memory, and a report
-of what it measured (the command over it: ``tests/test_cli_fit.py``); it remakes each
+of what it measured (the command over it: ``tests/cli/test_cli_fit.py``); it remakes each
 shipped fitted certificate byte for byte from the options ``guardrail/data/README.md``
 gives (the shared TriviaQA traces: skipped where they are absent; the committed MBPP
 traces: everywhere)."""
@@ -151,7 +151,7 @@ def test_the_shipped_code_certificate_statistic_is_refitted_byte_for_byte() -> N
     """``qwen_code_certificate.json`` (``python -m studies.qwen_code_certificate``): fitted on
     220 of the committed MBPP traces with ``fit_fraction=1``, its tau calibrated on 220
     others by ``liftguard calibrate --certificate`` (the whole file:
-    ``tests/test_cli_fit.py``). All but the calibration is the fit's, byte for byte."""
+    ``tests/cli/test_cli_fit.py``). All but the calibration is the fit's, byte for byte."""
     raw = lzma.decompress((ROOT / "benchmarks" / "traces" / "mbpp_qwen25coder.jsonl.xz")
                           .read_bytes()).decode("utf-8").splitlines()  # fmt: skip
     perm = np.random.default_rng(7).permutation(len(raw))  # the study's split: 60, 220, 220
