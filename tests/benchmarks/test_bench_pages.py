@@ -13,7 +13,7 @@ from bench_scripts import assert_page_current
 
 from adapters._serving._request import MAX_CONTAINERS, MAX_VALUES, parse_json, validate_chat
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 
 def test_risk_monitor_page_is_the_saved_run() -> None:
