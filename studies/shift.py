@@ -41,7 +41,7 @@ calibration and half test, the Learn-then-Test fixed sequence at delta 0.05; a r
 counts as 0% shown), the mean share of the test halves shown; and, for each fitted row,
 how much of a blocked answer the monitor read before it stopped it (the share of its
 tokens, mean and median over the test answers not shown in the splits that calibrated:
-what a passthrough user sees of an answer it blocks).
+what a passthrough user sees of it), beside the least any margins could (:func:`read_floor`).
 
 The criterion (issue 50's "done when"), per fitted row: its AUROC at least the best single
 score's minus 0.01, and its coverage at each target risk at least the best single
@@ -217,6 +217,9 @@ def measure(
             "blocked_read": {r: _share(cov[r][m.name]["blocked_read_mean"]) for r in cov},
             "blocked_read_median": {r: _share(cov[r][m.name]["blocked_read_median"]) for r in cov},
         }
+    for m in fitted:
+        cover = methods[m.name]["coverage"]
+        methods[m.name]["blocked_read_floor"] = {r: read_floor(m, cover[r]) for r in cov}
     for label in VARIANTS:
         per, diff = bootstrap_auroc(finals, ok, label, best)
         methods[label]["auroc_minus_best"] = diff
@@ -239,9 +242,24 @@ def measure(
     }  # fmt: skip
 
 
+def read_floor(method: MethodScores, coverage: float) -> float | None:
+    """The least mean share of a blocked answer any early-block margins (>= 0) could read,
+    at the tau showing ``coverage`` of the target: a block needs the score below tau, so an
+    answer not shown is read at least to its first token (from the policy's
+    ``min_tokens``) whose score is (to its end if none); ``None`` where nothing is shown."""
+    if coverage <= 0.0 or method.paths is None or method.policy is None:
+        return None
+    tau, start = float(np.quantile(method.decision, 1.0 - coverage)), method.policy.min_tokens - 1
+    reads = []
+    for path, shown in zip(method.paths, method.decision >= tau, strict=True):
+        if not shown and path.scores.size:
+            below = np.flatnonzero(path.scores[start:] < tau)
+            reads.append((start + below[0] + 1) / path.scores.size if below.size else 1.0)
+    return float(np.mean(reads)) if reads else None
+
+
 def _share(x: float) -> float | None:
-    """A share for the JSON: ``None`` where it is NaN (nothing was blocked)."""
-    return None if math.isnan(x) else float(x)
+    return None if math.isnan(x) else float(x)  # JSON: None where nothing was blocked
 
 
 def run() -> dict[str, Any]:
@@ -337,8 +355,7 @@ def render(saved: dict[str, Any]) -> str:
 def _read(mean: float | None, median: float | None, calibrated: int) -> str:
     if mean is None or median is None:
         return "-"
-    splits = "split" if calibrated == 1 else "splits"
-    return f"{100 * mean:.0f}% ({100 * median:.0f}%), {calibrated} {splits}"
+    return f"{100 * mean:.0f}% ({100 * median:.0f}%), {calibrated} split{'s' * (calibrated > 1)}"
 
 
 def _blocked_lines(saved: dict[str, Any], variants: list[str]) -> list[str]:
@@ -349,11 +366,13 @@ def _blocked_lines(saved: dict[str, Any], variants: list[str]) -> list[str]:
         "Share of a blocked answer's tokens read before it was stopped (what a passthrough "
         "user sees of it), at the tau of each split that calibrated: mean (median) over the "
         "blocked test answers of those splits, and how many splits calibrated; - where every "
-        f"split refused. The criterion: a mean of at most {100 * limit:.0f}%.",
+        f"split refused. The criterion: a mean of at most {100 * limit:.0f}%. Floor: the "
+        "least mean share any early-block margins could read, at the tau showing the mean "
+        "coverage above on all the target answers (a block needs the score below tau).",
         "",
         "| fitted on -> tested on | risk | median tokens (test) | "
-        + " | ".join(f"{v} | at most {100 * limit:.0f}%" for v in variants) + " |",
-        "|---|---:|---:|" + "---:|---|" * len(variants),
+        + " | ".join(f"{v} | at most {100 * limit:.0f}% | floor" for v in variants) + " |",
+        "|---|---:|---:|" + "---:|---|---:|" * len(variants),
     ]  # fmt: skip
     for s in saved["shifts"]:
         for r in s["risks"]:
@@ -362,8 +381,10 @@ def _blocked_lines(saved: dict[str, Any], variants: list[str]) -> list[str]:
                 e = s["methods"][v]
                 mean, median = e["blocked_read"][r], e["blocked_read_median"][r]
                 calibrated = saved["splits"] - e["refused"][r]
+                floor = e["blocked_read_floor"][r]
                 cells.append(f"{_read(mean, median, calibrated)} | "
-                             + ("-" if mean is None else _yes(mean <= limit)))  # fmt: skip
+                             + ("-" if mean is None else _yes(mean <= limit)) + " | "
+                             + ("-" if floor is None else f"{100 * floor:.0f}%"))  # fmt: skip
             lines.append(f"| {s['name']} | {r} | {s['target_tokens_median']:g} "
                          f"| {' | '.join(cells)} |")  # fmt: skip
     return lines

@@ -7,7 +7,11 @@ import json
 from typing import Any
 
 import numpy as np
+import pytest
 
+from guardrail import StreamPolicy
+from guardrail.evaluate import MethodScores
+from guardrail.fitting import FittedPath
 from guardrail.traces import BASELINES
 from studies import shift as study
 
@@ -52,6 +56,9 @@ def test_the_page_is_the_saved_run() -> None:
                 assert (mean is None) == (median is None)
                 if entry["refused"][r] == saved["splits"]:
                     assert mean is None
+                floor = entry["blocked_read_floor"][r]
+                assert (floor is None) == (entry["coverage"][r] == 0.0)
+                assert floor is None or 0.0 < floor <= 1.0
                 if mean is not None:
                     assert 0.0 < mean <= 1.0 and 0.0 < median <= 1.0
                     calibrated = saved["splits"] - entry["refused"][r]
@@ -76,3 +83,16 @@ def test_the_random_halves_are_disjoint_and_seeded() -> None:
     a, b = study.random_halves(11)
     assert len(a) == 5 and len(b) == 6 and not set(a.tolist()) & set(b.tolist())
     assert (study.random_halves(11)[0] == a).all()
+
+
+def test_the_floor_reads_each_blocked_answer_to_its_first_score_below_tau() -> None:
+    shown = FittedPath(np.ones(4), np.ones(4), np.ones(4))
+    late = FittedPath(np.array([1.0, 0.5, -1.0, -1.0]), np.full(4, -2.0), np.full(4, 2.0))
+    early = FittedPath(np.full(4, -1.0), np.full(4, -2.0), np.full(4, 2.0))
+    decision = np.array([1.0, -1.0, -1.0])  # tau at a third shown: between -1 and 1
+    for min_tokens, want in ((1, (3 / 4 + 1 / 4) / 2), (2, (3 / 4 + 2 / 4) / 2)):
+        method = MethodScores("fitted", decision, decision, policy=StreamPolicy(
+            min_tokens=min_tokens), paths=[shown, late, early])  # fmt: skip
+        assert study.read_floor(method, 1 / 3) == pytest.approx(want)
+        assert study.read_floor(method, 0.0) is None  # nothing shown: no tau to read at
+    assert study.read_floor(MethodScores("nll", decision, decision), 1 / 3) is None
