@@ -57,7 +57,7 @@ ROOT = HERE.parents[1]
 DEFAULT_EARLY_BLOCK = FitOptions().early_block
 TRAFFIC_EARLY_BLOCK = 0.95
 """``liftguard calibrate --certificate ... --margins-from``'s default quantile, the one the
-rule picks here (``tests/test_transfer_table.py`` checks that the command's default is
+rule picks here (``tests/studies/test_transfer_table.py`` checks that the command's default is
 this value and that the saved results pick it)."""
 
 QUANTILES = ("0.99", "0.95", "0.9", "0.8")
