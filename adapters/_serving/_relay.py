@@ -13,7 +13,8 @@ SDK adapters, the LangChain handler) drives the one stream step
   ``after_finish`` (a chunk with no choice, such as the usage chunk, may follow); a
   malformed event after the finish is a malformed chunk, as anywhere;
 - a server front end relays of each chunk only the fields below, an allowlist
-  (:func:`relayed_chunk` for the proxy's decoded JSON, :func:`unrelayed` for what the
+  (:func:`relayed_chunk` for the proxy's decoded JSON, the readable twin of the per-chunk
+  fast path :func:`~._wire.relayed_stripped`, :func:`unrelayed` for what the
   LiteLLM guardrail clears on its chunk objects): reasoning fields
   (``delta.reasoning_content``, ``delta.reasoning``), a choice's ``text``, vendor fields
   and anything a server invents next are dropped, so that nothing the guard did not read
