@@ -33,9 +33,9 @@ class BettingConfidenceSequence:
     """
 
     __slots__ = (
-        "_b",
         "_c2",
         "_cand",
+        "_clip",
         "_down",
         "_grid",
         "_hi",
@@ -57,7 +57,7 @@ class BettingConfidenceSequence:
         check_settings(clip, delta, bet_cap)
         if isinstance(grid_size, bool) or not isinstance(grid_size, int) or grid_size < 1:
             raise ConfigError(f"grid_size must be an integer >= 1, got {grid_size!r}")
-        self._b, self._thr = clip, math.log(2.0 / delta)
+        self._clip, self._thr = clip, math.log(2.0 / delta)
         self._c2 = 2.0 * self._thr
         step = 1.0 / (grid_size + 1)  # = np.linspace(0, 1, G + 2)[1:-1], bit for bit
         self._grid = g = [(i + 1) * step for i in range(grid_size)]
@@ -70,7 +70,7 @@ class BettingConfidenceSequence:
         """Bet on ``x`` at every candidate still inside; the bounds ``(lower, upper)``."""
         t = self._t + 1
         self._t = t
-        xs = x / self._b
+        xs = x / self._clip
         lam = sqrt(self._c2 / ((0.25 + self._sq) / t * t * log1p(t)))  # as BettingMean
         gu, gd, cand = self._up, self._down, self._cand
         lo, hi = self._lo, self._hi
@@ -95,7 +95,7 @@ class BettingConfidenceSequence:
         self._total = total
         dev = xs - (0.5 + total) / (t + 1)
         self._sq += dev * dev
-        b, grid = self._b, self._grid
+        b, grid = self._clip, self._grid
         return (grid[lo - 1] * b if lo else 0.0), (grid[hi] * b if hi < len(grid) else b)
 
     @property
@@ -105,9 +105,9 @@ class BettingConfidenceSequence:
     @property
     def lower(self) -> float:
         lo = self._lo
-        return self._grid[lo - 1] * self._b if lo else 0.0
+        return self._grid[lo - 1] * self._clip if lo else 0.0
 
     @property
     def upper(self) -> float:
         hi = self._hi
-        return self._grid[hi] * self._b if hi < len(self._grid) else self._b
+        return self._grid[hi] * self._clip if hi < len(self._grid) else self._clip

@@ -86,7 +86,7 @@ class Monitor:
     __slots__ = (
         "_add",
         "_add_event",
-        "_b",
+        "_boundary",
         "_closed",
         "_finished",
         "_limit",
@@ -113,7 +113,7 @@ class Monitor:
             raise ConfigError(f"rule must be an evidence rule (LiftRule, FittedRule), got {rule!r}")
         if on_missing_logprobs not in (None, policy.on_missing_logprobs):  # validated by replace
             policy = replace(policy, on_missing_logprobs=on_missing_logprobs)
-        self._rule, self._policy, self._tau, self._b = rule, policy, rule.tau, rule.boundary
+        self._rule, self._policy, self._tau, self._boundary = rule, policy, rule.tau, rule.boundary
         self._add_event, self._add = rule.add_event, rule.add
         self._on_missing, self._limit = policy.on_missing_logprobs, rule.token_limit
         self._t = self._skipped = self._received = 0  # events so far: t + skipped
@@ -231,7 +231,7 @@ class Monitor:
     def _continuing(self, t: int) -> Verdict:
         """The verdict after ``t`` tokens of evidence that decide nothing yet (kept)."""
         rule = self._rule
-        v = _verdict(_CONTINUE, t, rule.mean, rule.lower, rule.upper, self._tau, self._b,
+        v = _verdict(_CONTINUE, t, rule.mean, rule.lower, rule.upper, self._tau, self._boundary,
                      rule.why, False, _UNDECIDED)  # fmt: skip
         self._verdict = v
         return v
@@ -291,7 +291,8 @@ class Monitor:
 
     def _final(self, state: State, why: str, lo: float, up: float, cause: Cause) -> Verdict:
         self._closed = True
-        v = _verdict(state, self._t, self._rule.mean, lo, up, self._tau, self._b, why, True, cause)
+        v = _verdict(state, self._t, self._rule.mean, lo, up, self._tau, self._boundary, why,
+                     True, cause)  # fmt: skip
         self._verdict = v
         return v
 

@@ -118,7 +118,7 @@ class LiftRule:
     """
 
     __slots__ = (
-        "_b",
+        "_clip",
         "_early",
         "_kind",
         "_min_tokens",
@@ -158,7 +158,7 @@ class LiftRule:
             raise ConfigError(f"tau must lie strictly inside (0, {b}), got {tau!r}")
         self.skeleton = _checked_skeleton(skeleton)
         self.reads = Reads(skeleton=True) | skeleton_reads(skeleton) if skeleton else Reads()
-        self._policy, self.tau, self._b = policy, float(tau), b
+        self._policy, self.tau, self._clip = policy, float(tau), b
         self.boundary: str = policy.boundary
         self._min_tokens, self._early = policy.min_tokens, policy.early
         stat: BettingMean | PaperMean | LowestK
@@ -194,7 +194,7 @@ class LiftRule:
         or mean of the ``lowest_k`` weakest lifts (``clip`` before any token)."""
         if isinstance(self._stat, LowestK):
             return self._stat.value
-        return self.mean if self._t else self._b
+        return self.mean if self._t else self._clip
 
     def add_event(self, event: TokenEvent, t: int) -> int:
         """Add token ``t`` (1-based): its lift, ``clip(logprob - skeleton.log_prob(event))``."""
@@ -208,12 +208,12 @@ class LiftRule:
         ls = skel.log_prob(event)
         if not (ls <= LOGPROB_SLACK):  # NaN or > 0: a broken skeleton, not bad provider data
             raise ConfigError(f"skeleton returned an invalid log-probability {ls!r}")
-        lift, b = lp - ls, self._b  # as clipped_lift()
+        lift, b = lp - ls, self._clip  # as clipped_lift()
         return self.add(0.0 if lift <= 0.0 else (b if lift >= b else lift), t)
 
     def add(self, x: float, t: int) -> int:
         """Add clipped lift ``x`` as token ``t`` (1-based)."""
-        b = self._b
+        b = self._clip
         if not (0.0 <= x <= b):
             if math.isfinite(x):
                 raise ConfigError(f"clipped lift must lie in [0, {b}], got {x!r}")

@@ -86,9 +86,9 @@ class BettingMean:
     """
 
     __slots__ = (
-        "_b",
         "_c2",
         "_cd",
+        "_clip",
         "_cu",
         "_down",
         "_m",
@@ -106,7 +106,7 @@ class BettingMean:
         check_settings(clip, delta, bet_cap)
         if not (0.0 < tau < clip):
             raise ConfigError(f"tau must lie strictly inside (0, {clip}), got {tau!r}")
-        self._tau, self._b = float(tau), clip
+        self._tau, self._clip = float(tau), clip
         self._m = m = self._tau / clip  # the same constants, computed the same way, as replay()
         self._thr = thr = math.log(2.0 / delta)
         self._c2 = 2.0 * thr
@@ -118,7 +118,7 @@ class BettingMean:
         """Bet on ``x``, then update the plug-in variance; which wealth is at ``2/delta``."""
         t = self._t + 1
         self._t = t
-        xs = x / self._b
+        xs = x / self._clip
         # the plug-in bet from the past: s2_{t-1} = (1/4 + sq_{t-1}) / t, times t log(1 + t)
         lam = sqrt(self._c2 / ((0.25 + self._sq) / t * t * log1p(t)))
         d = xs - self._m
@@ -196,13 +196,13 @@ class PaperMean:
         (100, 6.0, 5.23, 6.77)
     """
 
-    __slots__ = ("_b", "_c", "_lvl0", "_t", "_total", "_v2")
+    __slots__ = ("_c", "_clip", "_lvl0", "_t", "_total", "_v2")
 
     def __init__(self, v: float, c: float, clip: float = DEFAULT_CLIP, delta: float = 0.05) -> None:
         check_settings(clip, delta)
         if not (v > 0 and c > 0 and math.isfinite(v) and math.isfinite(c)):
             raise ConfigError(f"sub-gamma parameters must be finite and > 0, got v={v!r}, c={c!r}")
-        self._b, self._v2, self._c = clip, 2.0 * v, c
+        self._clip, self._v2, self._c = clip, 2.0 * v, c
         self._lvl0 = math.log(1.0 / (delta / 2.0))
         self._t, self._total = 0, 0.0
 
@@ -215,7 +215,7 @@ class PaperMean:
         mean = total / t
         level = log1p(log(t)) + self._lvl0
         r = sqrt(self._v2 * level / t) + self._c * level / t
-        lower, upper, b = mean - r, mean + r, self._b
+        lower, upper, b = mean - r, mean + r, self._clip
         return (lower if lower > 0.0 else 0.0), (upper if upper < b else b)
 
     @property
@@ -246,7 +246,7 @@ class PaperMean:
     def upper(self) -> float:
         """``mean + r_t`` clamped to ``[0, clip]`` (``clip`` before any token)."""
         up = self.mean + self.radius
-        return up if up < self._b else self._b
+        return up if up < self._clip else self._clip
 
 
 def paper_mean_path(
@@ -274,13 +274,13 @@ class LowestK:
         [8.5, 4.0, 4.0, 2.0]
     """
 
-    __slots__ = ("_b", "_k", "_low", "_t", "_value")
+    __slots__ = ("_clip", "_k", "_low", "_t", "_value")
 
     def __init__(self, k: int = 1, clip: float = DEFAULT_CLIP) -> None:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ConfigError(f"k must be an integer >= 1, got {k!r}")
         _check_clip(clip)
-        self._k, self._b, self._t, self._value = k, clip, 0, clip
+        self._k, self._clip, self._t, self._value = k, clip, 0, clip
         self._low = [clip] * k  # ascending
 
     def update(self, x: float) -> float:
