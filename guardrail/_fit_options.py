@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ._aggregates import Feature
+from ._calibration import PROCEDURES, Procedure
 from ._errors import ConfigError
 from ._fit_choice import EARLY_BLOCK_CHOICES
 from ._fitted import DEFAULT_L2, Form, moves_one_way
@@ -30,6 +31,9 @@ class FitOptions:
     answers shown wrong, for a model as weak as the bundled 135M one)."""
     delta: float = 0.05
     """Probability that the calibration's guarantee fails."""
+    procedure: Procedure = "fixed-sequence"
+    """How tau is calibrated (:data:`guardrail._calibration.PROCEDURES`): the default keeps
+    the high-probability promise; ``"conformal"`` a cheaper one in expectation."""
     group: Literal["api", "local", "lift"] = "lift"
     """The preset by what a stream supplies: ``api`` (logprobs + alternatives), ``local``
     (+ exact entropies), ``lift`` (+ the skeleton's log-probability)."""
@@ -84,6 +88,9 @@ class FitOptions:
     """The name requests use, where it differs."""
 
     def __post_init__(self) -> None:
+        if self.procedure not in PROCEDURES:
+            raise ConfigError(f"procedure must be one of {', '.join(PROCEDURES)}, "
+                              f"got {self.procedure!r}")  # fmt: skip
         if not 0.0 <= self.range_quantile < 0.5:
             raise ConfigError("range_quantile must lie in [0, 0.5)")
         if not 0.0 < self.fit_fraction <= 1.0:

@@ -109,7 +109,8 @@ def fit_certificate(
         try:
             cal, _ = calibrate_fitted(stat, cal_tr, policy=policy, risk=opts.risk,
                                       delta=opts.delta, skeleton=skel, max_tokens=limit,
-                                      seed=opts.seed, paths=paths)  # fmt: skip
+                                      seed=opts.seed, paths=paths,
+                                      procedure=opts.procedure)  # fmt: skip
         except InsufficientDataError as exc:
             failed = str(exc)
     nothing = cal is None
@@ -126,6 +127,7 @@ def fit_certificate(
         cal_auroc = None
     cost = None if nothing else margins_blocked(stat, plain, correct, policy, cal.tau)
     extra: dict[str, Any] = {
+        **cal.extra,  # the procedure's own record (its promise, its level), if any
         "split": split,
         "calibration_auroc": cal_auroc,
         "tokens_read_fraction": float(np.mean(reads)) if reads else 1.0,

@@ -212,3 +212,16 @@ def split_indices(
     perm = rng.permutation(n)
     n_cal = round(n * fraction)
     return np.sort(perm[:n_cal]), np.sort(perm[n_cal:])
+
+
+def add_procedure_option(p: argparse.ArgumentParser) -> None:
+    """``--procedure``: how tau is calibrated (``calibrate``, ``eval``, ``fit``)."""
+    p.add_argument(
+        "--procedure",
+        default="fixed-sequence",
+        choices=("fixed-sequence", "simultaneous", "conformal"),
+        help="the label-based procedure of --method ltt: fixed-sequence (from a start count "
+        "down, stopping at a failure) or simultaneous (every candidate against one "
+        "boundary; never stops at a failure), both with probability 1 - delta; or "
+        "conformal, a cheaper promise in expectation only (delta unused)",
+    )

@@ -100,6 +100,7 @@ def fit_options(args: argparse.Namespace) -> Any:
         return FitOptions(
             risk=args.risk,
             delta=args.delta,
+            procedure=args.procedure,
             group=args.group,
             features=_features(args),
             scopes=_scopes(args),

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ._certify import add_skeleton_spec_option
-from ._common import fraction, integer, output_file, positive, probability
+from ._common import add_procedure_option, fraction, integer, output_file, positive, probability
 from ._fit import cmd_fit
 
 __all__ = ["TRAFFIC_EARLY_BLOCK", "add_fit_parser"]
@@ -63,6 +63,7 @@ def add_fit_parser(sub: Any) -> None:
         help=f"target selective risk (default {default.risk})",
     )
     p.add_argument("--delta", type=probability, default=default.delta)
+    add_procedure_option(p)
     p.add_argument(
         "--group",
         default=default.group,

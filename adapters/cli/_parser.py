@@ -8,6 +8,7 @@ from typing import Any, NoReturn
 from ._certify import add_skeleton_spec_option
 from ._common import (
     CommandError,
+    add_procedure_option,
     fraction,
     integer,
     non_negative,
@@ -132,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_certificate_options(p)
     add_skeleton_spec_option(p)
     p.add_argument("--method", default="ltt", choices=("ltt", "paper"))
-    _add_procedure_option(p)
+    add_procedure_option(p)
     p.add_argument(
         "--score",
         default="lift",
@@ -213,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--traces", required=True, help=TRACES_HELP)
     _add_certificate_options(e)
     e.add_argument("--splits", type=integer(1), default=20)
-    _add_procedure_option(e)
+    add_procedure_option(e)
     e.add_argument("--seed", type=integer(0), default=0)
     e.add_argument(
         "--top-k", type=integer(0), default=None, help="keep only the top K alternatives"
@@ -349,15 +350,3 @@ def _subcommands(parser: argparse.ArgumentParser) -> Any:
         if isinstance(action, argparse._SubParsersAction):
             return action
     raise LookupError(f"{parser.prog} has no subcommands")
-
-
-def _add_procedure_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--procedure",
-        default="fixed-sequence",
-        choices=("fixed-sequence", "simultaneous", "conformal"),
-        help="the label-based procedure of --method ltt: fixed-sequence (from a start count "
-        "down, stopping at a failure) or simultaneous (every candidate against one "
-        "boundary; never stops at a failure), both with probability 1 - delta; or "
-        "conformal, a cheaper promise in expectation only (delta unused)",
-    )

@@ -16,7 +16,7 @@ import pytest
 from adapters._tracefiles._digest import trace_identity
 from adapters.cli import main
 from adapters.cli._progress import Progress
-from guardrail import Certificate, FittedRule, State, TokenEvent
+from guardrail import Certificate, ConfigError, FittedRule, State, TokenEvent
 from guardrail._fitted_state import RecordedSkeleton
 from guardrail.fitting import FitOptions, fit_certificate
 from guardrail.traces import BASELINES, read_traces
@@ -58,6 +58,19 @@ def test_fit_writes_a_certificate_with_a_disjoint_split(
     assert cert.provenance["traces_sha256"]
     mon = cert.monitor(skeleton=RecordedSkeleton([-1.0] * 30))
     assert isinstance(mon.rule, FittedRule)
+
+
+def test_fit_calibrates_by_the_procedure_asked_for(tmp_path: Path) -> None:
+    out = tmp_path / "cert.json"
+    args = ["fit", "--traces", GEMMA, "--out", str(out), "--risk", "0.95", "--delta", "0.2",
+            "--max-tokens", "24"]  # fmt: skip
+    assert main([*args, "--procedure", "conformal"]) == 0
+    cal = Certificate.load(out).calibration
+    assert cal is not None and cal.extra["promise"] == "in expectation"
+    assert cal.extra["split"]["n_calibration"] == 20
+    assert cal.guarantee.startswith("In expectation over the calibration draw")
+    with pytest.raises(ConfigError, match="procedure must be one of"):
+        FitOptions(procedure="bonferroni")  # type: ignore[arg-type]
 
 
 def test_fit_json_summary_and_the_token_limit_from_the_traces(
