@@ -9,8 +9,9 @@ This module makes the samples for putting the two side by side on the same quest
         --traces benchmarks/traces/gsm8k_qwen25coder --base-url http://127.0.0.1:8080 \\
         --samples 5 --limit 150 --out benchmarks/traces/gsm8k_qwen25coder_samples.jsonl
 
-asks an OpenAI-compatible server (llama.cpp's ``llama-server`` with K parallel slots,
-``-np 5``) for K solutions per question, with the exact prompts of the greedy traces.
+asks an OpenAI-compatible llama.cpp server (``llama-server`` with K parallel slots,
+``-np 5``, or llama-cpp-python's ``python -m llama_cpp.server``) for K solutions per
+question, with the exact prompts of the greedy traces.
 ``sample`` resumes: questions already in ``--out`` are skipped, and each question's line
 is written only once its K samples are in. Samples use temperature 0.7 (the common
 self-consistency setting) and seeds ``row * K + j`` (``row``: the
@@ -57,6 +58,9 @@ from typing import Any
 SAMPLE_TEMPERATURE = 0.7
 MAX_TOKENS = 512
 """At most this many new tokens per sample, as the greedy traces (``--task math``)."""
+SAMPLER = {"top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.0}
+"""The rest of the sampler, sent with every request: ``llama-server``'s defaults, written
+out so that llama-cpp-python's server (whose defaults differ) samples the same way."""
 
 
 def trace_files(path: Path) -> list[Path]:
@@ -88,7 +92,7 @@ def done_ids(out: Path) -> set[str]:
 
 async def _one(client: Any, url: str, prompt: str, seed: int) -> dict[str, Any]:
     body = {"prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": SAMPLE_TEMPERATURE,
-            "seed": seed, "stream": False}  # fmt: skip
+            "seed": seed, "stream": False, **SAMPLER}  # fmt: skip
     resp = await client.post(f"{url}/v1/completions", json=body)
     resp.raise_for_status()
     data = resp.json()
