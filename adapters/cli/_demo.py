@@ -349,11 +349,16 @@ def _summary(
         f"  {len(cert)} of {len(results)} answers certified; {tokens} tokens read in "
         f"{secs:.1f} s ({_rate(tokens, secs)} tok/s).\n"
     )
+    chance = (
+        f"on average over draws of the {calibration.n} labelled answers it was calibrated on "
+        "(a promise in expectation)"
+        if calibration.extra.get("promise") == "in expectation"
+        else f"with probability {1 - calibration.delta:g} over the draw of the "
+        f"{calibration.n} labelled answers it was calibrated on"
+    )
     out.write(
-        f"  The guarantee in plain words: with probability {1 - calibration.delta:g} over the "
-        f"draw of the {calibration.n} labelled answers it was calibrated on, at most "
-        f"{calibration.risk:.0%} of the answers this certificate lets through are wrong, "
-        "for questions like those.\n"
+        f"  The guarantee in plain words: {chance}, at most {calibration.risk:.0%} of the "
+        "answers this certificate lets through are wrong, for questions like those.\n"
     )
     if results:
         out.write(

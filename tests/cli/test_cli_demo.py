@@ -128,6 +128,17 @@ def test_the_summary_reconciles_the_guarantee_with_what_the_demo_let_through() -
     assert "withheld 0 of 1 would have been correct" in text
 
 
+def test_the_summary_states_the_promise_the_certificate_keeps() -> None:
+    strict = load_demo_calibration()
+    cheap = replace(strict, extra={**strict.extra, "promise": "in expectation"})
+    for calibration, said, unsaid in ((strict, "with probability 0.95", "on average"),
+                                      (cheap, "on average over draws", "with probability")):
+        out = io.StringIO()
+        _summary(_results(), calibration, out)
+        line = next(x for x in out.getvalue().splitlines() if "guarantee in plain words" in x)
+        assert said in line and unsaid not in line, line
+
+
 def test_the_passthrough_summary_says_blocked_not_withheld() -> None:
     out = io.StringIO()
     _summary(_results(), load_demo_calibration(), out, mode="passthrough")

@@ -115,4 +115,4 @@ def test_demo_runs_qwen_through_its_certificate(capsys: pytest.CaptureFixture[st
     assert "tau -0.575" in out.splitlines()[0] and "target risk 0.5" in out.splitlines()[0]
     assert "Q: What is the capital city of France?" in out
     assert "answers certified" in out
-    assert out.rstrip().endswith("(22% of them were let through).")
+    assert "it certified 22% of its calibration answers and" in out.splitlines()[-1]
