@@ -168,7 +168,7 @@ async def scenario(
     return best
 
 
-def _load(machine: dict[str, Any]) -> str:
+def load_note(machine: dict[str, Any]) -> str:
     """The machine's load when the run began, if it was recorded (other work on the same
     CPUs slows both paths, the proxy's more: it shares them with the client)."""
     load = machine.get("load")
@@ -183,7 +183,7 @@ def render(out: dict[str, Any]) -> str:
         "",
         f"The same answers read directly from the loopback upstream and through `liftguard "
         f"serve` ({out['mode']} mode) in one run, the order alternating by round, the best "
-        f"round of each kept; Python {m['python']}, {m['cpus']} CPUs{_load(m)}. *CPU* is the "
+        f"round of each kept; Python {m['python']}, {m['cpus']} CPUs{load_note(m)}. *CPU* is the "
         "client's "
         "own, plus the proxy process's through the proxy; the last two columns are the proxy "
         "process's alone, as a share of the direct client's CPU per token and per token.",

@@ -44,12 +44,14 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from adapters._serving._request import MAX_CONTAINERS, MAX_VALUES
 from adapters.proxy import ProxyConfig
-from benchmarks.bench_proxy import ProxyProcess, _load
-from benchmarks.bench_proxy_memory import _reset_peak, _status
+from benchmarks.bench_proxy import ProxyProcess, load_note
+from benchmarks.bench_proxy_memory import proc_status, reset_peak
 from benchmarks.loopback import LoopbackServer, Spec
 
+MAX_VALUES, MAX_CONTAINERS = 500_000, 100_000
+"""The proxy's limits on the values and the objects of a body, as ``docs/proxy.md`` gives
+them (the benchmark's test checks them against the proxy's own)."""
 ROOT = Path(__file__).resolve().parents[1]
 SAVED = ROOT / "benchmarks" / "results" / "proxy_bodies.json"
 OUT = ROOT / "docs" / "results" / "proxy_bodies.md"
@@ -157,15 +159,15 @@ def _scenario(upstream: str, raw: bytes, n: int, prelude: str) -> dict[str, Any]
         base = proxy.base_url.rsplit("/v1", 1)[0]
         asyncio.run(_requests(proxy.base_url, body("text", 64 * 1024), 1))
         pid = proxy.proc.pid
-        rest = _status(pid, "VmRSS")
-        _reset_peak(pid)
+        rest = proc_status(pid, "VmRSS")
+        reset_peak(pid)
         poller = HealthPoller(base)
         time.sleep(1.0)
         idle = sorted(poller.stop())  # the machine's own latency, no body in flight
         poller = HealthPoller(base)
         statuses, wall = asyncio.run(_requests(proxy.base_url, raw, n))
         lat = sorted(poller.stop())
-        peak = _status(pid, "VmHWM")
+        peak = proc_status(pid, "VmHWM")
     finally:
         proxy.close()
     return {
@@ -217,7 +219,7 @@ def render(saved: dict[str, Any]) -> str:
         "Meanwhile `/healthz` is asked every 10 ms; its latencies (*idle*: for a second "
         "before, with no body in flight), and the proxy process's peak resident memory above "
         "its memory at rest. The baseline decodes (and encodes for the upstream) every body "
-        f"on the event loop. Python {m['python']}, {m['cpus']} CPUs{_load(m)}, one run.",
+        f"on the event loop. Python {m['python']}, {m['cpus']} CPUs{load_note(m)}, one run.",
         "",
         "| body | decoded | HTTP statuses | wall (s) | `/healthz` idle median / max (s) "
         "| polls | median (s) | p95 (s) | max (s) | rest (MiB) | peak (MiB) | held (MiB) |",

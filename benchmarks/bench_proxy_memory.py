@@ -39,7 +39,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "bench_proxy_memory.json"
 PAGE = ROOT / "docs" / "results" / "proxy_memory.md"
 
 
-def _status(pid: int, field: str) -> float:
+def proc_status(pid: int, field: str) -> float:
     """A ``/proc/PID/status`` memory field, in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -47,7 +47,7 @@ def _status(pid: int, field: str) -> float:
     raise KeyError(field)
 
 
-def _reset_peak(pid: int) -> None:
+def reset_peak(pid: int) -> None:
     Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
 
 
@@ -71,13 +71,13 @@ async def _answer(client: openai.AsyncOpenAI, spec: Spec) -> tuple[str, int]:
 
 async def _scenario(proxy: ProxyProcess, spec: Spec, n: int) -> dict[str, Any]:
     pid = proxy.proc.pid
-    rest = _status(pid, "VmRSS")
-    _reset_peak(pid)
+    rest = proc_status(pid, "VmRSS")
+    reset_peak(pid)
     async with openai.AsyncOpenAI(
         base_url=proxy.base_url, api_key="k", max_retries=0, timeout=300
     ) as client:
         outcomes = await asyncio.gather(*[_answer(client, spec) for _ in range(n)])
-    peak = _status(pid, "VmHWM")
+    peak = proc_status(pid, "VmHWM")
     return {
         "rest_mib": round(rest, 1),
         "peak_mib": round(peak, 1),

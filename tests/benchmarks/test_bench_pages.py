@@ -66,6 +66,7 @@ def test_proxy_bodies_page_is_the_saved_run() -> None:
     sends are the largest the proxy takes: ``max_body_bytes`` each, decoded and checked
     without a refusal (the tiny values just under the proxy's counts)."""
     mod = importlib.import_module("benchmarks.bench_proxy_bodies")
+    assert (mod.MAX_VALUES, mod.MAX_CONTAINERS) == (MAX_VALUES, MAX_CONTAINERS)  # as documented
     saved = assert_page_current(mod, "results/index.md")
     for shape in ("text", "values"):
         raw = mod.body(shape, saved["body_bytes"])
