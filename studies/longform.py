@@ -62,7 +62,6 @@ RISKS = (0.1, 0.2, 0.3, 0.4, 0.5)
 TARGETS = ("0.1", "0.2", "0.3")
 """The risks the certificate is held to; 0.4 and 0.5 show the methods apart where few
 answers are at hand and every method refuses the targets."""
-TWO_PROMISES = "../fitting.md#two-promises-with-high-probability-or-in-expectation"
 EXPECTED = ("0.2", "0.3")
 """The risks at which the in-expectation promise (``eval --procedure conformal``) is shown
 beside the default one."""
@@ -351,7 +350,7 @@ def render(saved: dict[str, Any]) -> str:
                   "The same halves and splits, every method calibrated instead by the conformal "
                   "threshold (`eval --procedure conformal`): the error rate among shown answers "
                   "is at most the target averaged over calibration draws, not with probability "
-                  f"1 - delta ([two promises]({TWO_PROMISES})). *test risk*: the mean over "
+                  "1 - delta (see *Two promises* in the fitting guide). *test risk*: the mean over "
                   "splits of the test answers' error rate among those shown (splits that "
                   "show nothing left out).",
                   "", *_expectation_rows(saved["in_expectation"]), ""]  # fmt: skip
