@@ -13,8 +13,8 @@ SDK adapters, the LangChain handler) drives the one stream step
   ``after_finish`` (a chunk with no choice, such as the usage chunk, may follow); a
   malformed event after the finish is a malformed chunk, as anywhere;
 - a server front end relays of each chunk only the fields below, an allowlist
-  (:func:`relayed_chunk` for the proxy's decoded JSON, the readable twin of the per-chunk
-  fast path :func:`~._wire.relayed_stripped`, :func:`unrelayed` for what the
+  (:func:`~._wire.relayed_stripped` for the proxy's decoded JSON, in one pass with what
+  the client did not ask for, :func:`unrelayed` and :func:`drop_unlisted` for what the
   LiteLLM guardrail clears on its chunk objects): reasoning fields
   (``delta.reasoning_content``, ``delta.reasoning``), a choice's ``text``, vendor fields
   and anything a server invents next are dropped, so that nothing the guard did not read
@@ -31,7 +31,7 @@ from typing import Any
 
 __all__ = [
     "RELAYED_CHOICE", "RELAYED_CHUNK", "RELAYED_DELTA", "RELAYED_LOGPROBS",
-    "RELAYED_WHOLE_CHOICE", "relayed_chunk", "unrelayed",
+    "RELAYED_WHOLE_CHOICE", "drop_unlisted", "unrelayed",
 ]  # fmt: skip
 
 RELAYED_CHUNK = frozenset(
@@ -52,30 +52,10 @@ RELAYED_LOGPROBS = frozenset(("content", "refusal"))
 """The fields of a choice's ``logprobs`` relayed (when the client asked for them)."""
 
 
-def _drop(record: dict[str, Any], keys: frozenset[str]) -> None:
+def drop_unlisted(record: dict[str, Any], keys: frozenset[str]) -> None:
+    """Delete from ``record``, in place, every field not in ``keys`` (an allowlist above)."""
     for key in [key for key in record if key not in keys]:
         del record[key]
-
-
-def relayed_chunk(chunk: dict[str, Any]) -> dict[str, Any]:
-    """``chunk`` (decoded JSON) with only the relayed fields, changed in place (the common
-    chunk has nothing else: a few set checks, no copy; this runs per chunk)."""
-    if not RELAYED_CHUNK.issuperset(chunk):
-        _drop(chunk, RELAYED_CHUNK)
-    choices = chunk.get("choices")
-    if type(choices) is not list:
-        return chunk
-    for choice in choices:
-        if type(choice) is not dict:
-            continue
-        if not RELAYED_CHOICE.issuperset(choice):
-            _drop(choice, RELAYED_CHOICE)
-        delta, logprobs = choice.get("delta"), choice.get("logprobs")
-        if type(delta) is dict and not RELAYED_DELTA.issuperset(delta):
-            _drop(delta, RELAYED_DELTA)
-        if type(logprobs) is dict and not RELAYED_LOGPROBS.issuperset(logprobs):
-            _drop(logprobs, RELAYED_LOGPROBS)
-    return chunk
 
 
 def unrelayed(names: Any, keys: frozenset[str]) -> list[str]:

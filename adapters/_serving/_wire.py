@@ -38,7 +38,7 @@ from starlette.responses import JSONResponse
 
 from guardrail import Verdict
 
-from ._relay import RELAYED_CHOICE, RELAYED_CHUNK, RELAYED_DELTA, RELAYED_LOGPROBS, _drop
+from ._relay import RELAYED_CHOICE, RELAYED_CHUNK, RELAYED_DELTA, RELAYED_LOGPROBS, drop_unlisted
 
 __all__ = [
     "BLOCKED_TYPE",
@@ -59,7 +59,6 @@ __all__ = [
     "redact_url",
     "relayed_stripped",
     "sse",
-    "strip_chunk",
     "verdict_info",
 ]
 
@@ -199,31 +198,14 @@ def _trim_entries(entries: Any, k: int) -> Any:
     return out
 
 
-def strip_chunk(chunk: dict[str, Any], want_logprobs: bool, top_k: int) -> dict[str, Any]:
-    """``chunk`` without what the client did not ask for: ``logprobs`` (null) unless
-    it asked for them, and at most ``top_k`` alternatives per token. Its choices are
-    changed in place (no copy per chunk); the logprob entries themselves are not (the
-    recorder keeps them)."""
-    choices = chunk.get("choices")
-    if not isinstance(choices, list):
-        return chunk
-    for choice in choices:
-        lp = choice.get("logprobs") if isinstance(choice, dict) else None
-        if lp is None:
-            continue
-        if not want_logprobs:
-            choice["logprobs"] = None
-        elif isinstance(lp, dict):
-            choice["logprobs"] = {key: _trim_entries(value, top_k) for key, value in lp.items()}
-    return chunk
-
-
 def relayed_stripped(chunk: dict[str, Any], want_logprobs: bool, top_k: int) -> dict[str, Any]:
-    """``strip_chunk(relayed_chunk(chunk), want_logprobs, top_k)`` in one pass over the
-    choices (:func:`~._relay.relayed_chunk`: only the relayed fields), changed in place:
-    this runs per chunk."""
+    """``chunk`` (decoded JSON) with only the relayed fields (the allowlists of
+    :mod:`._relay`), ``logprobs`` null unless the client asked for them and at most
+    ``top_k`` alternatives per token: one pass over the choices, changed in place (no copy;
+    the logprob entries themselves are not changed, the recorder keeps them). This runs
+    per chunk; its readable twin is in ``tests/adapters/test_relayed_stripped.py``."""
     if not RELAYED_CHUNK.issuperset(chunk):
-        _drop(chunk, RELAYED_CHUNK)
+        drop_unlisted(chunk, RELAYED_CHUNK)
     choices = chunk.get("choices")
     if type(choices) is not list:
         return chunk
@@ -231,14 +213,14 @@ def relayed_stripped(chunk: dict[str, Any], want_logprobs: bool, top_k: int) -> 
         if type(choice) is not dict:
             continue
         if not RELAYED_CHOICE.issuperset(choice):
-            _drop(choice, RELAYED_CHOICE)
+            drop_unlisted(choice, RELAYED_CHOICE)
         delta, lp = choice.get("delta"), choice.get("logprobs")
         if type(delta) is dict and not RELAYED_DELTA.issuperset(delta):
-            _drop(delta, RELAYED_DELTA)
+            drop_unlisted(delta, RELAYED_DELTA)
         if lp is None:
             continue
         if type(lp) is dict and not RELAYED_LOGPROBS.issuperset(lp):
-            _drop(lp, RELAYED_LOGPROBS)
+            drop_unlisted(lp, RELAYED_LOGPROBS)
         if not want_logprobs:
             choice["logprobs"] = None
         elif isinstance(lp, dict):
