@@ -93,6 +93,7 @@ __all__ = [
     "calibrate_policy",
     "first_test_level",
     "ltt_threshold",
+    "procedure_threshold",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -330,6 +331,47 @@ def _simultaneous_threshold(
     )
 
 
+def procedure_threshold(
+    scores: FloatArray,
+    errors: npt.NDArray[np.bool_],
+    risk: float,
+    delta: float,
+    procedure: Procedure = "fixed-sequence",
+    *,
+    start: int | None = None,
+    grid: npt.ArrayLike | None = None,
+    reference: npt.ArrayLike | None = None,
+) -> tuple[float, dict[str, Any]]:
+    """The label-based procedure's ``tau`` (one of :data:`PROCEDURES`), and the fields it
+    sets on the :class:`Calibration` record (``start``, ``n_tested``, ``extra``).
+
+    The one place a procedure is chosen: :func:`calibrate` and the repeated-split
+    evaluation both come here. ``start`` and ``grid`` go to :func:`ltt_threshold`;
+    ``reference`` (unlabelled answers' scores) to the conformal threshold only. Raises
+    :class:`InsufficientDataError` where the procedure refuses (no threshold passes, or the
+    conformal threshold shows nothing); :func:`calibrate` adds the labels estimate to its
+    message.
+    """
+    if procedure == "conformal":
+        ref = scores if reference is None else np.r_[scores, np.asarray(reference, np.float64)]
+        tau = conformal_threshold(scores, errors, risk, ref)
+        if not np.isfinite(tau):
+            raise InsufficientDataError(
+                f"the conformal threshold shows nothing at risk {risk}: even the top-scored "
+                f"answers have too many wrong calibration answers at or above them; add "
+                f"calibration data or relax the target.",
+                needed=None,
+            )
+        return tau, {"extra": {"procedure": procedure, "promise": "in expectation",
+                               "reference": int(ref.size)}}  # fmt: skip
+    out = ltt_threshold(scores, errors, risk, delta, start=start, grid=grid, procedure=procedure)
+    fields: dict[str, Any] = {"start": out.start, "n_tested": out.n_tested}
+    if procedure == "simultaneous":
+        level, _ = simultaneous_boundary(int(scores.size), risk, delta)
+        fields["extra"] = {"procedure": procedure, "level": level}
+    return out.tau, fields
+
+
 def calibrate(
     scores: npt.ArrayLike,
     correct: npt.ArrayLike,
@@ -392,33 +434,17 @@ def calibrate(
         }
     if reference is not None and procedure != "conformal":
         raise ConfigError("reference scores are used by procedure='conformal' only")
-    if method == "ltt" and procedure == "conformal":
-        ref = s if reference is None else np.r_[s, np.asarray(reference, dtype=np.float64)]
-        tau = conformal_threshold(s, errors, risk, ref)
-        if not np.isfinite(tau):
-            raise InsufficientDataError(
-                f"the conformal threshold shows nothing at risk {risk}: even the top-scored "
-                f"answers have too many wrong calibration answers at or above them; add "
-                f"calibration data or relax the target.{needed_text(s, errors, risk, delta)}",
-                needed=None,
-            )
-        answered = s >= tau
-        info["extra"] = {"procedure": procedure, "promise": "in expectation",
-                         "reference": int(ref.size)}  # fmt: skip
-    elif method == "ltt":
+    if method == "ltt":
         try:
-            out = ltt_threshold(s, errors, risk, delta, start=start, grid=grid,
-                                procedure=procedure)  # fmt: skip
+            tau, fields = procedure_threshold(
+                s, errors, risk, delta, procedure, start=start, grid=grid, reference=reference
+            )
         except InsufficientDataError as exc:
             raise InsufficientDataError(
                 f"{exc}{needed_text(s, errors, risk, delta)}", needed=exc.needed
             ) from None
-        tau = out.tau
         answered = s >= tau
-        info.update(start=out.start, n_tested=out.n_tested)
-        if procedure == "simultaneous":
-            level, _ = simultaneous_boundary(n, risk, delta)
-            info["extra"] = {"procedure": procedure, "level": level}
+        info.update(fields)
     elif method == "paper":
         if budgets is None or "v" not in info:
             raise ConfigError("method='paper' needs per-answer budgets")

@@ -18,7 +18,6 @@ reruns the whole evaluation on each resample, paired across methods.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,8 +27,7 @@ import numpy.typing as npt
 from scipy import stats
 
 from ._bounds import clopper_pearson_interval
-from ._calibration import Procedure, ltt_threshold
-from ._conformal_selection import conformal_threshold
+from ._calibration import Procedure, procedure_threshold
 from ._errors import ConfigError, InsufficientDataError
 from ._fitted_replay import FittedPath, critical_score, replay_fitted, stop_at
 from ._policy import StreamPolicy, critical_thresholds, replay, running_statistic, shown_at
@@ -288,12 +286,10 @@ def _threshold(
     delta: float,
     procedure: Procedure,
 ) -> float | None:
-    """The procedure's ``tau`` on one calibration half, ``None`` where it refuses."""
-    if procedure == "conformal":
-        tau = conformal_threshold(scores, errors, risk)
-        return tau if math.isfinite(tau) else None
+    """The procedure's ``tau`` on one calibration half
+    (:func:`guardrail._calibration.procedure_threshold`), ``None`` where it refuses."""
     try:
-        return ltt_threshold(scores, errors, risk, delta, procedure=procedure).tau
+        return procedure_threshold(scores, errors, risk, delta, procedure)[0]
     except InsufficientDataError:
         return None
 

@@ -66,7 +66,7 @@ import numpy as np
 import numpy.typing as npt
 
 from guardrail import InsufficientDataError, calibrate
-from guardrail.evaluate import conformal_select, ltt_threshold
+from guardrail.evaluate import conformal_select
 from guardrail.traces import baseline_score
 from studies.tables import binomial_count, page_main
 
@@ -169,15 +169,13 @@ def mapie_threshold(s: FloatArray, err: BoolArray, risk: float, method: str) -> 
 
 
 def threshold(s: FloatArray, err: BoolArray, risk: float, procedure: str) -> float:
-    """The procedure's threshold on the score (``inf``: it refuses)."""
+    """The procedure's threshold on the score (``inf``: it refuses); the library's own
+    procedures are :func:`guardrail.calibrate`'s."""
+    if procedure.startswith("MAPIE"):
+        return mapie_threshold(s, err, risk, procedure)
+    name = "conformal" if procedure == "conformal threshold" else procedure
     try:
-        if procedure.startswith("MAPIE"):
-            return mapie_threshold(s, err, risk, procedure)
-        if procedure == "simultaneous":
-            return ltt_threshold(s, err, risk, DELTA, procedure="simultaneous").tau
-        if procedure == "conformal threshold":
-            return calibrate(s, ~err, risk=risk, delta=DELTA, procedure="conformal").tau
-        return ltt_threshold(s, err, risk, DELTA).tau
+        return calibrate(s, ~err, risk=risk, delta=DELTA, procedure=name).tau
     except InsufficientDataError:
         return float("inf")
 
