@@ -13,7 +13,7 @@ where the fitted rule asks): :meth:`~Aggregate.upper_end` is at least, and
 :func:`guardrail._aggregates.reach_path`.
 
 The bounds' arithmetic is the fitted score's contract with calibration: a certificate's
-replayed bounds (:mod:`guardrail._fitted_replay`) and a monitor's must be the same
+replayed bounds (:mod:`guardrail._fit._replay`) and a monitor's must be the same
 floats, so change it only together with a recalibration.
 """
 

@@ -13,7 +13,7 @@ adapters that make the request apply :attr:`Certificate.context` and warn
 (:class:`ContextMismatchWarning`) when a caller changes a setting that moves the
 answer distribution. ``certificate.monitor()`` gives a fresh per-answer
 :class:`~guardrail.Monitor` of the lift rule (:class:`~guardrail.LiftRule`), or for a
-certificate with a fitted ``statistic`` (:class:`~guardrail._fitted.FittedStatistic`, stored
+certificate with a fitted ``statistic`` (:class:`~guardrail._fit._statistic.FittedStatistic`, stored
 in the JSON as weights, feature names and normalisation) of the fitted rule
 (:class:`~guardrail.FittedRule`). A fitted certificate's ``tau`` is on the
 statistic's scale (log-odds of a correct answer), and its token limit
@@ -49,7 +49,7 @@ from ._certificate_parts import (
     _check_fields,
 )
 from ._errors import ConfigError
-from ._fitted import FittedStatistic
+from ._fit._statistic import FittedStatistic
 from ._monitor import Monitor
 from ._policy import OnMissing, StreamPolicy
 from ._reads import Reads, Skeleton

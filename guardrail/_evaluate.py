@@ -29,7 +29,7 @@ from scipy import stats
 from ._bounds import clopper_pearson_interval
 from ._calibration import Procedure, procedure_threshold
 from ._errors import ConfigError, InsufficientDataError
-from ._fitted_replay import FittedPath, critical_score, replay_fitted, stop_at
+from ._fit._replay import FittedPath, critical_score, replay_fitted, stop_at
 from ._policy import StreamPolicy, critical_thresholds, replay, running_statistic, shown_at
 from ._scores import BASELINES, baseline_score, trace_clipped_lifts
 from ._trace_format import Trace

@@ -19,7 +19,7 @@ Every value is clamped to its range (:func:`base_range`), so that running
 aggregates have known bounds (:mod:`guardrail._aggregates`).
 
 :class:`TokenFeaturizer` computes them one token at a time in pure Python
-(O(k) per token); :func:`guardrail._features_batch.base_features_batch` is its
+(O(k) per token); :func:`guardrail._fit._features_batch.base_features_batch` is its
 numpy batch twin over a whole recorded answer; the tests compare the two at every
 token. The tail sums
 of the power law depend only on its slope, so they are tabulated once per

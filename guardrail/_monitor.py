@@ -32,7 +32,7 @@ from dataclasses import replace
 from typing import Any
 
 from ._errors import ConfigError, GuardrailError, MissingLogprobsError
-from ._fitted import FittedStatistic
+from ._fit._statistic import FittedStatistic
 from ._policy import OnMissing, StreamPolicy
 from ._reads import Reads, Skeleton
 from ._rules import BLOCK, CONTINUE, MISSING, EvidenceRule, FittedRule, LiftRule

@@ -10,7 +10,7 @@ verdict). Each rule declares what it reads (:class:`~guardrail._reads.Reads`) an
   tested by the policy's anytime statistic (:mod:`guardrail._statistics`) exactly as
   :func:`guardrail.replay` replays it; ``tau`` and ``mean``/``lower``/``upper`` are
   **nats** of mean (or lowest-k) lift.
-- :class:`FittedRule`: a :class:`~guardrail._fitted.FittedStatistic` over per-token features;
+- :class:`FittedRule`: a :class:`~guardrail.fitting.FittedStatistic` over per-token features;
   ``tau`` and the numbers are **log-odds** (the score, and its bounds over every
   continuation within the token limit), replayed by :func:`guardrail.fitting.replay_fitted`.
 
@@ -27,8 +27,8 @@ from typing import Any, Protocol
 
 from ._confidence_sequence import BettingConfidenceSequence
 from ._errors import ConfigError
-from ._fitted import FittedStatistic
-from ._fitted_state import EventReader, FittedState
+from ._fit._state import EventReader, FittedState
+from ._fit._statistic import FittedStatistic
 from ._policy import StreamPolicy
 from ._reads import LOGPROB_SLACK, Reads, Skeleton, skeleton_reads
 from ._statistics import ABOVE, BELOW, BettingMean, LowestK, PaperMean

@@ -19,13 +19,11 @@ like any other rule.
 from __future__ import annotations
 
 from ._aggregates import Feature
-from ._fit_options import FitOptions, FitReport
-from ._fit_recipe import fit_certificate
-from ._fitted import (
-    FittedStatistic,
-    preset_features,
-)
-from ._fitted_replay import (
+from ._fit._cv_coverage import Candidate, Deployment, cv_coverage
+from ._fit._logistic import answer_features, fit_statistic, token_ranges
+from ._fit._options import FitOptions, FitReport
+from ._fit._recipe import fit_certificate
+from ._fit._replay import (
     FittedPath,
     block_margins,
     critical_score,
@@ -34,9 +32,11 @@ from ._fitted_replay import (
     stop_at,
     with_margins,
 )
-from ._fitted_state import EventReader, FittedState, RecordedSkeleton, trace_events
-from ._fitting import answer_features, fit_statistic, token_ranges
-from ._selection import Candidate, Deployment, cv_coverage
+from ._fit._state import EventReader, FittedState, RecordedSkeleton, trace_events
+from ._fit._statistic import (
+    FittedStatistic,
+    preset_features,
+)
 
 __all__ = [
     "Candidate",

@@ -1,7 +1,8 @@
-"""The layers: guardrail -> (nothing of ours); adapters and skeleton_store on top of it;
-the command line (adapters.cli) above all three: their public API by its public path, and
-the internals a command shares with the library from the private modules they live in.
-Nothing in the repository but the command line and the tests imports it."""
+"""The layers: guardrail -> (nothing of ours), its fitting package (``guardrail/_fit/``)
+above the rest of the core; adapters and skeleton_store on top of it; the command line
+(adapters.cli) above all three: their public API by its public path, and the internals a
+command shares with the library from the private modules they live in. Nothing in the
+repository but the command line and the tests imports it."""
 
 from __future__ import annotations
 
@@ -85,6 +86,25 @@ def test_the_core_imports_nothing_built_on_it() -> None:
         if module.split(".")[0] in ("adapters", "skeleton_store")
     ]
     assert bad == []
+
+
+FIT_PARTS_THE_CORE_READS = {"guardrail._fit._statistic", "guardrail._fit._state",
+                            "guardrail._fit._replay"}  # fmt: skip
+"""What ``guardrail``'s modules outside the fitting package (``guardrail/_fit/``) and its
+facade :mod:`guardrail.fitting` may import from it: the statistic a certificate stores,
+the state its rule streams, and the replay the evaluation reads. The recipe, its options,
+choices and selection sit above the core."""
+
+
+def test_the_core_reads_of_the_fitting_package_only_what_a_certificate_holds() -> None:
+    bad = []
+    for path, line, module, _ in _imported_modules("guardrail"):
+        inside = Path(path).parent.name == "_fit" or Path(path).name == "fitting.py"
+        if module.startswith("guardrail._fit") and not inside:
+            bad += [] if module in FIT_PARTS_THE_CORE_READS else [f"{path}:{line}: {module}"]
+    assert bad == []
+    init = (ROOT / "guardrail" / "_fit" / "__init__.py").read_text(encoding="utf-8")
+    assert not [n for n in ast.parse(init).body if isinstance(n, (ast.Import, ast.ImportFrom))]
 
 
 def test_the_command_line_imports_public_names_by_their_public_path() -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from guardrail import Certificate, ConfigError, ModelIdentity, Monitor, SkeletonSpec, StreamPolicy
-from guardrail._fitted import DEFAULT_ALTERNATIVES
+from guardrail._fit._statistic import DEFAULT_ALTERNATIVES
 from guardrail._reads import Reads, Skeleton, skeleton_reads
 from guardrail._skeletons import TokenIds, WithTokenIds
 

@@ -35,7 +35,7 @@ class _Given(argparse.Action):
 
 def add_fit_parser(sub: Any) -> None:
     """The ``fit`` subcommand (its defaults: :class:`guardrail.fitting.FitOptions`')."""
-    from guardrail._fitted import DEFAULT_ALTERNATIVES
+    from guardrail._fit._statistic import DEFAULT_ALTERNATIVES
     from guardrail._scores import TRACE_SKELETONS
     from guardrail.fitting import FitOptions
 

@@ -1,12 +1,12 @@
 """The early-block margins of a fitted statistic as ``fit`` and ``calibrate --certificate``
 print them. Replaying each answer with and without them and counting what they cost is
-the library's (:mod:`guardrail._fit_choice`), named here for ``calibrate --certificate``."""
+the library's (:mod:`guardrail._fit._choice`), named here for ``calibrate --certificate``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from guardrail._fit_choice import margins_blocked, replays
+from guardrail._fit._choice import margins_blocked, replays
 
 __all__ = ["early_line", "margins_blocked", "margins_line", "replays"]
 # replays and margins_blocked are the library's (fit_certificate replays and records with

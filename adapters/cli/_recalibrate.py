@@ -3,7 +3,7 @@ on labelled answers of another dataset (or fresh traffic), its statistic held fi
 
 The statistic was fitted on the answers named in the certificate's provenance; tau is
 chosen here, by the same fixed-sequence procedure as everywhere
-(:func:`guardrail._fitted_replay.calibrate_fitted`), on the answers given. The guarantee's
+(:func:`guardrail._fit._replay.calibrate_fitted`), on the answers given. The guarantee's
 argument (``calibrate_fitted``'s docstring) needs those answers to be independent of
 the fitting ones: the command refuses the data the statistic was fitted on, in any
 container (the same file, or its Parquet or JSONL twin: the traces digest of
@@ -71,7 +71,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     """Calibrate ``args.certificate``'s tau on ``args.traces``; write ``args.out``."""
     from adapters._tracefiles._digest import same_traces
     from guardrail import Certificate, InsufficientDataError
-    from guardrail._fitted_replay import calibrate_fitted
+    from guardrail._fit._replay import calibrate_fitted
     from guardrail.evaluate import auroc
 
     from ._margins import margins_blocked, margins_line, replays

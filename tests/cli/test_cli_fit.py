@@ -17,7 +17,7 @@ from adapters._tracefiles._digest import trace_identity
 from adapters.cli import main
 from adapters.cli._progress import Progress
 from guardrail import Certificate, ConfigError, FittedRule, State, TokenEvent
-from guardrail._fitted_state import RecordedSkeleton
+from guardrail._fit._state import RecordedSkeleton
 from guardrail.fitting import FitOptions, fit_certificate
 from guardrail.traces import BASELINES, read_traces
 
@@ -497,8 +497,8 @@ def test_long_answers_add_length_robust_and_scoped_candidates() -> None:
     """Selection's extra candidates for long answers: length-robust aggregates where the
     median answer is long, and a scope's features where the answers use it (real code
     answers: the code block and its numbers; short factoid answers: neither)."""
-    from guardrail._fit_choice import long_answer_sets
-    from guardrail._fitted import moves_one_way
+    from guardrail._fit._choice import long_answer_sets
+    from guardrail._fit._statistic import moves_one_way
     from guardrail.fitting import preset_features
     from guardrail.traces import read_traces
 

@@ -14,7 +14,7 @@ import pytest
 from adapters.cli import main
 from adapters.cli._fit_args import TRAFFIC_EARLY_BLOCK
 from guardrail import Certificate
-from guardrail._fitted_replay import calibrate_fitted, margin_cost
+from guardrail._fit._replay import calibrate_fitted, margin_cost
 from guardrail.fitting import block_margins, replay_fitted
 from guardrail.traces import read_traces
 from guardrail.traces._read import file_sha256

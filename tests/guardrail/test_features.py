@@ -14,7 +14,7 @@ import pytest
 from guardrail import ConfigError, TokenEvent
 from guardrail._aggregates import AGGREGATES, Feature
 from guardrail._features import BASES, TokenFeaturizer, TopKTables, base_range
-from guardrail._features_batch import base_features_batch
+from guardrail._fit._features_batch import base_features_batch
 from guardrail.topk import estimate_entropy_batch, estimate_logz_batch
 from guardrail.traces import read_traces
 
@@ -127,8 +127,8 @@ def test_feature_names_round_trip_and_directions() -> None:
 
 
 def test_events_with_unsorted_alternatives_give_the_sorted_features() -> None:
-    from guardrail._fitted import FittedStatistic
-    from guardrail._fitted_state import EventReader
+    from guardrail._fit._state import EventReader
+    from guardrail._fit._statistic import FittedStatistic
 
     feats = tuple(Feature.parse(n) for n in ("entropy.mean", "margin.min", "logprob.min"))
     stat = FittedStatistic(feats, (1.0, 1.0, 1.0), 0.0, (0.0,) * 3, (1.0,) * 3, 1000)

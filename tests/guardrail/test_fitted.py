@@ -30,8 +30,8 @@ from guardrail import (
     UniformSkeleton,
 )
 from guardrail._aggregates import Feature
-from guardrail._fitted import FEATURE_PRESETS, FittedStatistic, preset_features
-from guardrail._fitted_replay import (
+from guardrail._fit._logistic import answer_features, fit_statistic, token_ranges
+from guardrail._fit._replay import (
     block_margins,
     calibrate_fitted,
     critical_score,
@@ -41,8 +41,8 @@ from guardrail._fitted_replay import (
     stop_at,
     with_margins,
 )
-from guardrail._fitted_state import FittedState, RecordedSkeleton, trace_events
-from guardrail._fitting import answer_features, fit_statistic, token_ranges
+from guardrail._fit._state import FittedState, RecordedSkeleton, trace_events
+from guardrail._fit._statistic import FEATURE_PRESETS, FittedStatistic, preset_features
 from guardrail._reads import Reads, skeleton_reads
 from guardrail.evaluate import ltt_threshold
 from guardrail.traces import Trace, read_traces

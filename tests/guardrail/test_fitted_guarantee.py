@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 from guardrail import InsufficientDataError, StreamPolicy
-from guardrail._fitted_replay import MarginAnswers
+from guardrail._fit._replay import MarginAnswers
 from guardrail.evaluate import ltt_threshold
 from guardrail.fitting import (
     answer_features,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from guardrail import ConfigError
-from guardrail._fitted_replay import margin_scale, margins_from_scores
+from guardrail._fit._replay import margin_scale, margins_from_scores
 
 
 def _walks(rng: np.random.Generator, n: int) -> list[np.ndarray]:

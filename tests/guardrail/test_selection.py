@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from guardrail import ConfigError, StreamPolicy
-from guardrail._selection import select_statistic
+from guardrail._fit._cv_coverage import select_statistic
 from guardrail.evaluate import auroc
 from guardrail.fitting import (
     Candidate,

@@ -153,7 +153,7 @@ def test_the_checks_see_what_they_look_for(tmp_path: Path) -> None:
     script.write_text(
         "import sys\nfrom sys import path\nsys.path.insert(0, '.')\nsys.path[:0] = ['.']\n"
         "sys.path += ['.']\nfrom adapters.cli._fit_args import X\nfrom adapters import cli\n"
-        "import guardrail._fitted_state\nfrom guardrail import _labels\n"
+        "import guardrail._fit._state\nfrom guardrail import _labels\n"
         "from studies import _tables\nimportlib.import_module('adapters._risk._fleet')\n",
         encoding="utf-8",
     )
@@ -162,7 +162,7 @@ def test_the_checks_see_what_they_look_for(tmp_path: Path) -> None:
     private = [m for m in modules if _private(m, (*LIBRARIES, "studies"))]
     assert sorted(private) == [
         "adapters._risk._fleet", "adapters.cli._fit_args", "adapters.cli._fit_args.X",
-        "guardrail._fitted_state", "guardrail._labels", "studies._tables",
+        "guardrail._fit._state", "guardrail._labels", "studies._tables",
     ]  # fmt: skip
     assert "adapters.cli" in modules
     inner = tmp_path / "adapters" / "_guard" / "y.py"

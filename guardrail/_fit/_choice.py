@@ -8,7 +8,7 @@ single scores a user could threshold by hand, as one-feature statistics: the seq
 log-likelihood (``logprob.sum``), the lowest token logprob (``logprob.min``) and, for
 ``form="answer"``, the mean logprob; each with every quantile of
 ``early_block_choices``. Each is scored on the fitting answers only by
-:func:`~guardrail._selection.select_statistic` at the options' ``risk`` and ``delta``,
+:func:`~guardrail._fit._cv_coverage.select_statistic` at the options' ``risk`` and ``delta``,
 replayed as the monitor will stream it (margins, token limit and ``on_length``
 included), the cross-validation repeated :data:`REPEATS` times over; the calibration
 answers are never read.
@@ -32,10 +32,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from ._aggregates import Feature
-from ._errors import ConfigError
-from ._fitted import FittedStatistic, Form, moves_one_way
-from ._fitted_replay import (
+from .._aggregates import Feature
+from .._errors import ConfigError
+from .._policy import StreamPolicy
+from .._scopes import SCOPES, scope_mask
+from .._trace_format import Trace
+from ._cv_coverage import Candidate, Deployment, select_statistic
+from ._logistic import answer_features
+from ._replay import (
     FittedPath,
     margin_cost,
     margin_scale,
@@ -43,14 +47,10 @@ from ._fitted_replay import (
     replay_fitted,
     with_margins,
 )
-from ._fitting import answer_features
-from ._policy import StreamPolicy
-from ._scopes import SCOPES, scope_mask
-from ._selection import Candidate, Deployment, select_statistic
-from ._trace_format import Trace
+from ._statistic import FittedStatistic, Form, moves_one_way
 
 if TYPE_CHECKING:
-    from ._fit_recipe import FitOptions
+    from ._recipe import FitOptions
 
 __all__ = [
     "EARLY_BLOCK_CHOICES",
@@ -224,7 +224,7 @@ def margins_blocked(
     policy: StreamPolicy,
     tau: float,
 ) -> dict[str, int] | None:
-    """:func:`~guardrail._fitted_replay.margin_cost` at ``tau`` as the record keeps it (``None``
+    """:func:`~guardrail._fit._replay.margin_cost` at ``tau`` as the record keeps it (``None``
     for a statistic without margins)."""
     if not stat.block_margins:
         return None

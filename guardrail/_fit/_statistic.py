@@ -21,8 +21,8 @@ end-of-stream decision ``score_T >= tau`` for an answer within the limit.
   upper bound is the current score, so it blocks as soon as the score is below
   ``tau``, at the cost of the features that move either way.
 
-:func:`guardrail._fitting.fit_statistic` fits either form on answer-level features
-computed by the batch twins (:func:`guardrail._fitting.answer_features`); the
+:func:`guardrail._fit._logistic.fit_statistic` fits either form on answer-level features
+computed by the batch twins (:func:`guardrail._fit._logistic.answer_features`); the
 calibration that sets ``tau`` uses other answers (``liftguard fit``).
 """
 
@@ -36,16 +36,16 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from ._aggregates import Feature
-from ._errors import ConfigError
-from ._features import (
+from .._aggregates import Feature
+from .._errors import ConfigError
+from .._features import (
     BASES,
     DEFAULT_TEMPERATURE,
     SOURCES,
     TopKTables,
     base_range,
 )
-from ._reads import Reads
+from .._reads import Reads
 
 __all__ = [
     "DEFAULT_ALTERNATIVES",

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from ._errors import ConfigError
-from ._features import (
+from .._errors import ConfigError
+from .._features import (
     _MASS_FLOOR,
     _N_GRID,
     _RANK_TOL,
@@ -20,7 +20,7 @@ from ._features import (
     TopKTables,
     base_range,
 )
-from ._topk import DEFAULT_R2_MIN
+from .._topk import DEFAULT_R2_MIN
 
 __all__ = ["base_features_batch"]
 

@@ -1,7 +1,7 @@
-"""Fitting a :class:`~guardrail._fitted.FittedStatistic` on labelled traces.
+"""Fitting a :class:`~guardrail._fit._statistic.FittedStatistic` on labelled traces.
 
 :func:`answer_features` computes each trace's answer-level features with the batch
-twins (:mod:`guardrail._features_batch`, :func:`~guardrail._aggregates.aggregate_path`);
+twins (:mod:`guardrail._fit._features_batch`, :func:`~guardrail._aggregates.aggregate_path`);
 :func:`token_ranges` picks clamp ranges for the base features from the training
 tokens; :func:`fit_statistic` fits an L2-regularised logistic regression on the
 standardised features by Newton's method (``form="monotone"``: sign-constrained,
@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._aggregates import Feature, aggregate_path, scoped_path
-from ._errors import ConfigError
-from ._features import BASES, DEFAULT_TEMPERATURE, TopKTables, base_range
+from .._aggregates import Feature, aggregate_path, scoped_path
+from .._errors import ConfigError
+from .._features import BASES, DEFAULT_TEMPERATURE, TopKTables, base_range
+from .._scopes import scope_mask
+from .._trace_format import Trace
 from ._features_batch import base_features_batch
-from ._fitted import DEFAULT_ALTERNATIVES, DEFAULT_L2, FittedStatistic, Form
-from ._scopes import scope_mask
-from ._trace_format import Trace
+from ._statistic import DEFAULT_ALTERNATIVES, DEFAULT_L2, FittedStatistic, Form
 
 __all__ = ["answer_features", "fit_statistic", "token_ranges", "trace_base_features"]
 
@@ -57,7 +57,7 @@ def trace_base_features(
                 f"the lift feature needs 'prompt-free' or a skeleton, got {skeleton!r}"
             )
         else:
-            from ._fitted_state import trace_events
+            from ._state import trace_events
 
             skel = np.array([skeleton.log_prob(e) for e in trace_events(trace)], dtype=np.float64)
     return base_features_batch(

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ._aggregates import Feature
-from ._calibration import PROCEDURES, Procedure
-from ._errors import ConfigError
-from ._fit_choice import EARLY_BLOCK_CHOICES
-from ._fitted import DEFAULT_L2, Form, moves_one_way
+from .._aggregates import Feature
+from .._calibration import PROCEDURES, Procedure
+from .._errors import ConfigError
+from ._choice import EARLY_BLOCK_CHOICES
+from ._statistic import DEFAULT_L2, Form, moves_one_way
 
 __all__ = ["FitOptions", "FitReport"]
 
@@ -58,7 +58,7 @@ class FitOptions:
     """L2 penalty of the fit."""
     select: Literal["none", "coverage"] = "none"
     """``coverage``: choose the statistic by cross-validated coverage at ``risk`` on the
-    fitting answers (:mod:`guardrail._fit_choice`); ``none``: the features as given."""
+    fitting answers (:mod:`guardrail._fit._choice`); ``none``: the features as given."""
     early_block: float | None = 0.99
     """Also block as soon as the score so far plus a margin is below tau: per position,
     this quantile of how far a correct fitting answer's score still rose from there

@@ -1,7 +1,7 @@
 """The fitted statistic, replayed exactly as a :class:`~guardrail.Monitor` of a
 :class:`~guardrail.FittedRule` streams it, and calibrated on the replays.
 
-:class:`~guardrail._fitted_state.FittedState` is the tau-free per-answer object:
+:class:`~guardrail._fit._state.FittedState` is the tau-free per-answer object:
 ``update`` takes one token's base features and returns the score (log-odds);
 ``upper`` / ``lower`` bound the final score over every continuation of at most
 ``max_tokens - t`` more tokens (unbounded when the limit is unknown), term by
@@ -10,8 +10,8 @@ term from each aggregate's reachable interval. The rule blocks when
 tokens, if ``policy.early``), else decides at a clean finish by ``score >= tau``.
 
 :func:`replay_fitted` feeds a recorded answer through the **same objects**
-(:class:`~guardrail._fitted_state.EventReader`,
-:class:`~guardrail._fitted_state.FittedState`), token events built from the trace,
+(:class:`~guardrail._fit._state.EventReader`,
+:class:`~guardrail._fit._state.FittedState`), token events built from the trace,
 so the monitor's verdicts are exactly the replay's at every threshold.
 :func:`critical_score` turns a replay into the largest ``tau`` at which the answer is
 shown: the rule shows it at ``tau`` iff ``critical_score >= tau`` (the early
@@ -37,13 +37,13 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from ._calibration import Calibration, Procedure, calibrate
-from ._errors import ConfigError
-from ._fitted import FittedStatistic
-from ._fitted_state import EventReader, FittedState, RecordedSkeleton, trace_events
-from ._policy import StreamPolicy
-from ._reads import Skeleton
-from ._trace_format import Trace
+from .._calibration import Calibration, Procedure, calibrate
+from .._errors import ConfigError
+from .._policy import StreamPolicy
+from .._reads import Skeleton
+from .._trace_format import Trace
+from ._state import EventReader, FittedState, RecordedSkeleton, trace_events
+from ._statistic import FittedStatistic
 
 __all__ = [
     "FittedPath",
@@ -360,7 +360,7 @@ def with_margins(path: FittedPath, margins: Sequence[float]) -> FittedPath:
     """The replay of the same answer with ``margins`` as the statistic's block margins,
     from its replay without any: the ceiling after token ``t`` (1-based) is the lower of
     the upper bound and the score plus ``margins[t - 1]``, as
-    :meth:`~guardrail._fitted_state.FittedState.ceiling` computes it, so the result
+    :meth:`~guardrail._fit._state.FittedState.ceiling` computes it, so the result
     equals :func:`replay_fitted` of the statistic with those margins."""
     m = np.asarray(margins, dtype=np.float64)
     if m.ndim != 1 or not (np.isfinite(m) & (m >= 0.0)).all():

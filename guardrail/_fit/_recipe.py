@@ -3,10 +3,10 @@
 :func:`fit_certificate` splits the traces by a seeded permutation, fits a logistic
 statistic over per-token features on one part (its clamp ranges, the scopes it reads,
 optionally the statistic chosen by cross-validated coverage, its early-block margins;
-:mod:`guardrail._fit_choice`), calibrates ``tau`` on the disjoint rest by the risk
-control of :func:`~guardrail._fitted_replay.calibrate_fitted`, and returns the
+:mod:`guardrail._fit._choice`), calibrates ``tau`` on the disjoint rest by the risk
+control of :func:`~guardrail._fit._replay.calibrate_fitted`, and returns the
 :class:`~guardrail.Certificate` with a :class:`FitReport` of what it measured
-(:class:`FitOptions` and :class:`FitReport`: :mod:`guardrail._fit_options`).
+(:class:`FitOptions` and :class:`FitReport`: :mod:`guardrail._fit._options`).
 ``liftguard fit`` is this function behind a command line.
 """
 
@@ -20,27 +20,27 @@ from typing import Any
 
 import numpy as np
 
-from ._aggregates import Feature
-from ._calibration_record import Calibration
-from ._certificate import Certificate
-from ._certificate_parts import GenerationContext, ModelIdentity
-from ._errors import ConfigError, InsufficientDataError
-from ._features import SOURCES
-from ._fit_choice import (
+from .._aggregates import Feature
+from .._calibration_record import Calibration
+from .._certificate import Certificate
+from .._certificate_parts import GenerationContext, ModelIdentity
+from .._errors import ConfigError, InsufficientDataError
+from .._features import SOURCES
+from .._policy import StreamPolicy
+from .._skeleton_spec import SkeletonSpec
+from .._trace_format import Trace
+from ._choice import (
     choose_statistic,
     early_margins,
     margins_blocked,
     replays,
     scope_sums,
 )
-from ._fit_options import FitOptions, FitReport
-from ._fitted import DEFAULT_ALTERNATIVES, FittedStatistic, preset_features
-from ._fitted_replay import calibrate_fitted, critical_score, stop_at
-from ._fitting import answer_features, fit_statistic, token_ranges
-from ._policy import StreamPolicy
-from ._selection import Deployment
-from ._skeleton_spec import SkeletonSpec
-from ._trace_format import Trace
+from ._cv_coverage import Deployment
+from ._logistic import answer_features, fit_statistic, token_ranges
+from ._options import FitOptions, FitReport
+from ._replay import calibrate_fitted, critical_score, stop_at
+from ._statistic import DEFAULT_ALTERNATIVES, FittedStatistic, preset_features
 
 __all__ = ["FitOptions", "FitReport", "fit_certificate"]
 
@@ -120,7 +120,7 @@ def fit_certificate(
     reads = [stop_at(p, policy, cal.tau) / t.n_tokens
              for p, t in zip(paths, cal_tr, strict=True) if t.n_tokens]  # fmt: skip
     if cal_tr:
-        from ._evaluate import auroc
+        from .._evaluate import auroc
 
         cal_auroc: float | None = auroc([critical_score(p, policy) for p in paths], correct)
     else:

@@ -37,14 +37,14 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ._aggregates import Feature
-from ._errors import ConfigError
-from ._fitted import DEFAULT_ALTERNATIVES, Form
-from ._fitted_replay import critical_score, margins_from_scores, replay_fitted, with_margins
-from ._fitting import fit_statistic
-from ._policy import StreamPolicy
-from ._reads import Skeleton
-from ._trace_format import Trace
+from .._aggregates import Feature
+from .._errors import ConfigError
+from .._policy import StreamPolicy
+from .._reads import Skeleton
+from .._trace_format import Trace
+from ._logistic import fit_statistic
+from ._replay import critical_score, margins_from_scores, replay_fitted, with_margins
+from ._statistic import DEFAULT_ALTERNATIVES, Form
 
 __all__ = ["Candidate", "CandidateScore", "Deployment", "cv_coverage", "select_statistic"]
 
@@ -190,7 +190,7 @@ def _cv_group(
 ) -> list[CandidateScore]:
     """:func:`cv_coverage` of every candidate in ``group`` (one features and penalty):
     the same folds and splits as each alone, the fits and replays shared."""
-    from ._evaluate import MethodScores, _per_split, auroc  # (scipy: only when selecting)
+    from .._evaluate import MethodScores, _per_split, auroc  # (scipy: only when selecting)
 
     if folds < 2 or splits < 1 or repeats < 1:
         raise ConfigError("folds must be >= 2, splits and repeats >= 1")

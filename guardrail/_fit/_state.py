@@ -4,7 +4,7 @@
 bounds over the continuations the token limit allows; :class:`EventReader` turns a
 :class:`~guardrail.TokenEvent` into the base features the statistic reads (or says
 what is missing). The fitted rule and the replay of recorded answers
-(:mod:`guardrail._rules`, :mod:`guardrail._fitted_replay`) share both, so their
+(:mod:`guardrail._rules`, :mod:`guardrail._fit._replay`) share both, so their
 arithmetic is the same.
 """
 
@@ -17,14 +17,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._aggregate_kinds import AGGREGATE_CLASSES, Aggregate, aggregate_of
-from ._errors import ConfigError
-from ._features import TokenFeaturizer
-from ._fitted import FittedStatistic
-from ._reads import LOGPROB_SLACK, Reads, Skeleton, usable_logprob
-from ._scopes import scope_tracker
-from ._trace_format import CENSORED_LOGPROB, Trace
-from ._verdict import TokenEvent
+from .._aggregate_kinds import AGGREGATE_CLASSES, Aggregate, aggregate_of
+from .._errors import ConfigError
+from .._features import TokenFeaturizer
+from .._reads import LOGPROB_SLACK, Reads, Skeleton, usable_logprob
+from .._scopes import scope_tracker
+from .._trace_format import CENSORED_LOGPROB, Trace
+from .._verdict import TokenEvent
+from ._statistic import FittedStatistic
 
 __all__ = ["EventReader", "FittedState", "RecordedSkeleton", "plan_of", "trace_events"]
 
