@@ -41,6 +41,7 @@ from ._cv_coverage import Candidate, Deployment, select_statistic
 from ._logistic import answer_features
 from ._replay import (
     FittedPath,
+    MarginTail,
     margin_cost,
     margin_scale,
     margins_from_scores,
@@ -239,16 +240,17 @@ def early_margins(
     share: float | None,
     skeleton: Any,
     limit: int,
+    tail: MarginTail = "flat",
 ) -> tuple[tuple[float, ...], dict[str, float]]:
     """The early-block margins of ``quantile`` and ``share``, from one replay of the
-    correct fitting answers, carried forward to the token limit ``limit``
-    (:func:`~guardrail.fitting.margins_from_scores` with ``positions``; the widening read
+    correct fitting answers, carried forward to the token limit ``limit`` by the ``tail``
+    rule (:func:`~guardrail.fitting.margins_from_scores` with ``positions``; the widening read
     on the fitted positions), and ``{"share": S, "scale": c}`` where the share widens the
     per-position margins by ``c > 1`` (``{}`` otherwise: the certificate then reads as one
     fitted per position)."""
     right = [replay_fitted(stat, t, skeleton=skeleton, max_tokens=limit).scores
              for t in fit_tr if t.correct and t.n_tokens]  # fmt: skip
-    margins = margins_from_scores(right, quantile, share=share, positions=limit)
+    margins = margins_from_scores(right, quantile, share=share, positions=limit, tail=tail)
     fitted = margins_from_scores(right, quantile)
     if share is None or not fitted or (scale := margin_scale(right, fitted, share)) <= 1.0:
         return margins, {}

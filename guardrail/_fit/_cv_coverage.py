@@ -43,7 +43,13 @@ from .._policy import StreamPolicy
 from .._reads import Skeleton
 from .._trace_format import Trace
 from ._logistic import fit_statistic
-from ._replay import critical_score, margins_from_scores, replay_fitted, with_margins
+from ._replay import (
+    MarginTail,
+    critical_score,
+    margins_from_scores,
+    replay_fitted,
+    with_margins,
+)
 from ._statistic import DEFAULT_ALTERNATIVES, Form
 
 __all__ = ["Candidate", "CandidateScore", "Deployment", "cv_coverage", "select_statistic"]
@@ -95,6 +101,9 @@ class Deployment:
     early_block_share: float | None = None
     """The share of correct fitting answers the margins are widened never to block
     (:func:`~guardrail.fitting.margins_from_scores`; ``None``: per position only)."""
+    early_block_tail: MarginTail = "flat"
+    """How the margins run past the fitted positions (``tail`` of
+    :func:`~guardrail.fitting.margins_from_scores`)."""
 
 
 @dataclass(frozen=True)
@@ -153,8 +162,8 @@ def _oof_scores(
                 for t in (d.traces[int(i)] for i in np.flatnonzero(train))
                 if t.correct and t.n_tokens
             ]
-            share = d.early_block_share
-            margins = {q: margins_from_scores(right, q, share=share, positions=limit)
+            share, tail = d.early_block_share, d.early_block_tail
+            margins = {q: margins_from_scores(right, q, share=share, positions=limit, tail=tail)
                        for q in quantiles}  # fmt: skip
         for i in np.flatnonzero(test):
             path = replay_fitted(stat, d.traces[int(i)], skeleton=skel, max_tokens=limit)

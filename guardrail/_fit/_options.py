@@ -10,6 +10,7 @@ from .._aggregates import Feature
 from .._calibration import PROCEDURES, Procedure
 from .._errors import ConfigError
 from ._choice import EARLY_BLOCK_CHOICES
+from ._replay import MARGIN_TAILS, MarginTail
 from ._statistic import DEFAULT_L2, Form, moves_one_way
 
 __all__ = ["FitOptions", "FitReport"]
@@ -73,6 +74,13 @@ class FitOptions:
     and 0.4 while a blocked answer stayed read for at most half its tokens at risks 0.2
     and 0.3 (``studies/scope_sums.py``); on TriviaQA's short answers it changes
     nothing measurable."""
+    early_block_tail: MarginTail = "flat"
+    """How the margins run past the positions the correct fitting answers reach (at least
+    20 of them), up to the token limit: ``"flat"``, the largest margin of the last half of
+    the fitted positions; ``"sqrt"``, falling as ``c / sqrt(t)`` (at most the flat one),
+    so that margins fitted on short answers block a longer answer about as early in its
+    length (:func:`~guardrail.fitting.margins_from_scores`; ``python -m
+    studies.margin_rules`` compares the two)."""
     alternatives: int | None = None
     """Alternatives per token the features read (default 5, or all the traces carry when
     fewer)."""
@@ -91,6 +99,9 @@ class FitOptions:
         if self.procedure not in PROCEDURES:
             raise ConfigError(f"procedure must be one of {', '.join(PROCEDURES)}, "
                               f"got {self.procedure!r}")  # fmt: skip
+        if self.early_block_tail not in MARGIN_TAILS:
+            raise ConfigError(f"early_block_tail must be one of {', '.join(MARGIN_TAILS)}, "
+                              f"got {self.early_block_tail!r}")  # fmt: skip
         if not 0.0 <= self.range_quantile < 0.5:
             raise ConfigError("range_quantile must lie in [0, 0.5)")
         if not 0.0 < self.fit_fraction <= 1.0:

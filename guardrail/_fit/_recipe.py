@@ -190,7 +190,8 @@ def _fit(
         deployment = Deployment(fit_tr, StreamPolicy(on_length=opts.on_length), skeleton=skel,
                                 max_tokens=limit, form=opts.form, ranges=ranges,
                                 alternatives=alternatives,
-                                early_block_share=opts.early_block_share)  # fmt: skip
+                                early_block_share=opts.early_block_share,
+                                early_block_tail=opts.early_block_tail)  # fmt: skip
         name = "features" if opts.features is not None else f"group {opts.group}"
         told = None if progress is None else _stage(progress, "selection")
         chosen = choose_statistic(opts, name, fit_tr, feats, deployment, vocab, told)
@@ -205,9 +206,11 @@ def _fit(
                          form=opts.form, l2=l2, ranges=ranges, alternatives=alternatives,
                          info=info)  # fmt: skip
     if early_block is not None:
+        tail = opts.early_block_tail
         margins, widened = early_margins(stat, fit_tr, early_block, opts.early_block_share,
-                                         skel, limit)  # fmt: skip
-        info["early_block"] = {"quantile": early_block, **widened, "positions": len(margins)}
+                                         skel, limit, tail)  # fmt: skip
+        info["early_block"] = {"quantile": early_block, **widened, "positions": len(margins),
+                               **({"tail": tail} if tail != "flat" else {})}  # fmt: skip
         stat = replace(stat, block_margins=margins, info=info)
     return stat, scopes
 
