@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from reference_blas import same_file
 
 from guardrail import (
     Certificate,
@@ -134,17 +135,7 @@ def test_the_shipped_triviaqa_certificates_are_refitted_byte_for_byte(name: str)
                                    context=_context(context), source=str(SHARED / traces),
                                    provenance=given)  # fmt: skip
     assert (report.n_fit, report.n_calibration) == (1000, 1000)
-    _same_bytes(cert.to_json(), shipped, name)
-
-
-def _same_bytes(made: str, shipped: str, name: str) -> None:
-    """``made == shipped``, else the first line that differs (a difference only in the
-    last digits of a number is the floating-point sums of another CPU or BLAS build)."""
-    if made == shipped:
-        return
-    pairs = zip(made.splitlines(), shipped.splitlines(), strict=False)
-    line, (got, want) = next((i, p) for i, p in enumerate(pairs, 1) if p[0] != p[1])
-    pytest.fail(f"{name}: line {line} differs:\n  made    {got}\n  shipped {want}")
+    same_file(cert.to_json(), shipped, name)
 
 
 def test_the_shipped_code_certificate_statistic_is_refitted_byte_for_byte() -> None:
@@ -170,5 +161,5 @@ def test_the_shipped_code_certificate_statistic_is_refitted_byte_for_byte() -> N
     shipped = json.loads((DATA / "qwen_code_certificate.json").read_text(encoding="utf-8"))
     for part in ("statistic", "skeleton", "context", "model", "policy", "format"):
         text = [json.dumps(d[part], indent=2, sort_keys=True) for d in (made, shipped)]
-        _same_bytes(*text, f"qwen_code_certificate.json {part}")
+        same_file(*text, f"qwen_code_certificate.json {part}")
     assert made["provenance"]["fit"] == shipped["provenance"]["fit"]
