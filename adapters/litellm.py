@@ -29,7 +29,9 @@ price list when it is imported otherwise.
 
 from __future__ import annotations
 
-INSTALL_HINT = 'the LiteLLM guardrail needs LiteLLM and its proxy: pip install "liftguard[litellm]"'
+_INSTALL_HINT = (
+    'the LiteLLM guardrail needs LiteLLM and its proxy: pip install "liftguard[litellm]"'
+)
 
 try:
     from ._litellm._config import GuardrailStartupError
@@ -38,12 +40,11 @@ try:
     from ._litellm._wire import BLOCKED_STATUS
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     if exc.name is not None and exc.name.split(".")[0] in ("litellm", "fastapi", "starlette"):
-        raise ImportError(INSTALL_HINT) from exc
+        raise ImportError(_INSTALL_HINT) from exc
     raise
 
 __all__ = [
     "BLOCKED_STATUS",
-    "INSTALL_HINT",
     "GuardrailStartupError",
     "LiftGuardGuardrail",
     "guardrail_check",

@@ -4,15 +4,19 @@
 ``liftguard serve`` runs it from the command line. Point a client's ``base_url``
 at the proxy instead of the model server::
 
-    from adapters.proxy import ProxyConfig, certificate_source, create_app, serve
+    from adapters.proxy import ProxyConfig, Recording, certificate_source, create_app, serve
 
     config = ProxyConfig(
         upstream="http://127.0.0.1:8000/v1",
         certificate=certificate_source("cert.json"),  # or "s3://bucket/store#chat@production"
         mode="buffered",
-        record_dir="traces/",
+        recording=Recording("traces/"),
     )
     serve(config, host="127.0.0.1", port=8080)  # or: uvicorn with create_app(config)
+
+The settings come in small groups, each validated on its own: :class:`Limits` (what a
+request or an answer may take), :class:`Recording` (where every guarded answer is
+written) and :class:`FleetSettings` (the Redis or Valkey server that replicas share).
 
 Each request is forwarded with ``stream=True``, ``logprobs=True`` and the
 alternatives the certificate needs, with the certificate's generation context
@@ -34,20 +38,20 @@ from ._proxy._serve import serve
 
 try:
     from ._proxy._app import create_app
-    from ._proxy._config import DEFAULT_REFUSAL, ProxyConfig
+    from ._proxy._config import FleetSettings, Limits, ProxyConfig, Recording
     from ._serving._certs import StaticCertificate, certificate_source
-    from ._serving._wire import redact_url
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     if exc.name in ("starlette", "uvicorn", "aiohttp", "prometheus_client", "anyio", "pydantic"):
         raise ImportError(_INSTALL_HINT) from exc
     raise
 
 __all__ = [
-    "DEFAULT_REFUSAL",
+    "FleetSettings",
+    "Limits",
     "ProxyConfig",
+    "Recording",
     "StaticCertificate",
     "certificate_source",
     "create_app",
-    "redact_url",
     "serve",
 ]

@@ -37,14 +37,13 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 
-from adapters.proxy import ProxyConfig
+from adapters.proxy import Limits
 from benchmarks.bench_proxy import ProxyProcess, load_note
 from benchmarks.bench_proxy_memory import proc_status, reset_peak
 from benchmarks.loopback import LoopbackServer, Spec
@@ -186,8 +185,7 @@ def _scenario(upstream: str, raw: bytes, n: int, prelude: str) -> dict[str, Any]
 
 
 def run(concurrent: int) -> dict[str, Any]:
-    size = next(f.default for f in fields(ProxyConfig) if f.name == "max_body_bytes")
-    assert isinstance(size, int)
+    size = Limits().max_body_bytes
     out: dict[str, Any] = {
         "generated_by": COMMAND + (f" --concurrent {concurrent}" if concurrent != 8 else ""),
         "concurrent": concurrent,

@@ -127,7 +127,7 @@ def fleet_settings(
     LiteLLM's own Redis settings (``REDIS_URL``, or ``REDIS_HOST`` and ``REDIS_PORT`` with
     ``REDIS_PASSWORD``, ``REDIS_USERNAME``, ``REDIS_SSL``: what its cache and router read);
     ``None``: each worker keeps its own. The namespace derives from ``deployment`` as the
-    proxy's does (:meth:`FleetSettings.of`); LiteLLM has no one upstream to name a
+    proxy's does (:meth:`FleetSettings.namespace_for`); LiteLLM has no one upstream to name a
     deployment by default, so a fleet needs ``fleet_deployment`` (or ``fleet_namespace``):
     two LiteLLM deployments on one Redis never share an alarm unless named alike. A
     :class:`~guardrail.ConfigError` names what is wrong."""
@@ -153,9 +153,9 @@ def fleet_settings(
             "deployment, the same in each of its workers and pods and another in any other "
             "deployment on this Redis (or fleet_namespace, the namespace itself)"
         )
-    return FleetSettings.of(
-        cast(str, url), namespace=namespace, deployment=deployment or "",
-        timeout_s=timeout_s, connect_timeout_s=connect_timeout_s, feedback_ttl_s=feedback_ttl_s,
+    return FleetSettings(
+        cast(str, url), namespace=namespace, deployment=deployment, timeout_s=timeout_s,
+        connect_timeout_s=connect_timeout_s, feedback_ttl_s=feedback_ttl_s,
     )  # fmt: skip
 
 

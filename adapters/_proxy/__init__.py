@@ -2,7 +2,8 @@
 :mod:`adapters.proxy`. It keeps only what is HTTP's: the answer path it shares with the
 LiteLLM guardrail is :mod:`adapters._serving`, the label loop :mod:`adapters._risk`.
 
-- ``_config``: :class:`ProxyConfig`, frozen and validated.
+- ``_config``: :class:`ProxyConfig` and its groups (:class:`Limits`, :class:`Recording`;
+  the fleet's is :mod:`adapters._risk`'s ``FleetSettings``), frozen and validated.
 - ``_app``: the starlette application: routes, lifecycle, the concurrency cap.
 - ``_auth``: the client key check and the upstream's headers.
 - ``_prepared``: a client's chat body made the guarded upstream request.

@@ -85,23 +85,24 @@ class Proxy:
         self.config = config
         self.metrics = ProxyMetrics(registry)
         self.auth = Auth(client_key=config.client_key, upstream_key=config.upstream_key)
+        limits, recording = config.limits, config.recording
         self.upstream = Upstream(
             config.upstream,
-            timeout_s=config.upstream_timeout_s,
-            max_connections=config.max_upstream_connections,
+            timeout_s=limits.upstream_timeout_s,
+            max_connections=limits.max_upstream_connections,
         )
         self.recorder: Recorder | None = None
-        if config.record_dir is not None:
+        if recording is not None:
             self.recorder = open_recorder(
-                config.record_dir,
+                recording.destination,
                 metrics=self.metrics,
-                dataset=config.record_dataset,
-                fmt=config.record_format,
-                max_bytes=config.record_max_bytes,
-                max_age_s=config.record_max_age_s,
-                queue_size=config.record_queue,
-                storage_options=config.record_storage_options,
-                spool=config.record_spool,
+                dataset=recording.dataset,
+                fmt=recording.format,
+                max_bytes=recording.max_bytes,
+                max_age_s=recording.max_age_s,
+                queue_size=recording.queue,
+                storage_options=recording.storage_options,
+                spool=recording.spool,
             )
         entries: dict[str, CertificateSource] = dict(config.model_certificates)
         if config.certificate is not None:
@@ -152,7 +153,8 @@ class Proxy:
     # -- simple endpoints ------------------------------------------------------------------
 
     async def healthz(self, request: Request) -> Response:
-        rec = self.recorder
+        rec, recording = self.recorder, self.config.recording
+        shown = None if rec is None or recording is None else rec.health(recording.destination)
         return JSONResponse(
             {
                 "status": "ok",
@@ -160,7 +162,7 @@ class Proxy:
                 "upstream": redact_url(self.config.upstream),
                 "certificates": self.certificates.labels(),
                 "risk": await self.risk.health(),
-                "recording": None if rec is None else rec.health(self.config.record_dir),
+                "recording": shown,
             }
         )
 
@@ -204,10 +206,10 @@ class Proxy:
     # -- chat completions ------------------------------------------------------------------
 
     async def chat_completions(self, request: Request) -> Response:
-        config = self.config
+        config, limits = self.config, self.config.limits
         try:
             raw = await read_body(
-                request, max_bytes=config.max_body_bytes, timeout_s=config.body_timeout_s
+                request, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s
             )
             size = len(raw)
             body = await parse_chat(raw)
@@ -219,7 +221,7 @@ class Proxy:
             source_for=config.source_for,
             mode=config.mode,
             top_logprobs=config.top_logprobs,
-            max_answer_tokens=config.max_answer_tokens,
+            max_answer_tokens=limits.max_answer_tokens,
             allowed=config.allow_request_fields,
         )
         if isinstance(prepared, Response):
@@ -256,14 +258,14 @@ class Proxy:
             return response
         answer = UpstreamAnswer(
             resp,
-            max_bytes=config.max_answer_bytes,
+            max_bytes=limits.max_answer_bytes,
             secrets=self._secrets(request),
             timeout_s=self.upstream.timeout_s,
         )
         guard = AnswerGuard(
             info,
             prepared.monitor,
-            max_token_chars=config.max_token_chars,
+            max_token_chars=limits.max_token_chars,
             record=self.recorder is not None,
         )
         self.metrics.active_streams.inc()
@@ -319,7 +321,8 @@ def create_app(config: ProxyConfig, *, registry: CollectorRegistry | None = None
         Route(
             "/v1/chat/completions",
             ConcurrencyCap(
-                request_response(keyed(proxy.chat_completions)), config.max_concurrent_requests
+                request_response(keyed(proxy.chat_completions)),
+                config.limits.max_concurrent_requests,
             ),
             methods=["POST"],
         ),

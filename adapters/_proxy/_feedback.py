@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .._risk._feedback import feedback_response
-from .._risk._fleet_watch import FleetRiskWatch, FleetSettings, make_risk_watch
+from .._risk._fleet_watch import FleetRiskWatch, make_risk_watch
 from .._risk._risk_watch import FinishedAnswer, RiskWatch
 from .._serving._certs import CertificateSource
 from .._serving._wire import redact_url
@@ -25,7 +25,7 @@ __all__ = ["ProxyRiskWatch", "clear_latched_alarms"]
 
 class ProxyRiskWatch:
     """The proxy's watch: its model entries, its settings, its metrics (``watch``: the
-    one-process watch, or the fleet's with ``config.redis_url``)."""
+    one-process watch, or the fleet's with ``config.fleet``)."""
 
     def __init__(
         self, config: ProxyConfig, sources: Mapping[str, CertificateSource], metrics: Any
@@ -33,16 +33,8 @@ class ProxyRiskWatch:
         def count(result: str) -> None:
             metrics.feedback.labels(result=result).inc()
 
-        fleet = None
-        if config.redis_url is not None:
-            fleet = FleetSettings.of(
-                config.redis_url,
-                namespace=config.fleet_namespace,
-                deployment=config.fleet_deployment or redact_url(config.upstream),
-                timeout_s=config.fleet_timeout_s,
-                connect_timeout_s=config.fleet_connect_timeout_s,
-                feedback_ttl_s=config.feedback_ttl_s,
-            )
+        fleet = config.fleet
+        if fleet is not None:
             metrics.watch_fleet(lambda: self.blind)
         self.watch: RiskWatch = make_risk_watch(
             sources,
@@ -50,6 +42,7 @@ class ProxyRiskWatch:
             feedback_ids=config.feedback_ids,
             count=count,
             fleet=fleet,
+            deployment=redact_url(config.upstream),
             count_error=lambda op: metrics.fleet_errors.labels(op=op).inc(),
             count_timeout=lambda op: metrics.fleet_timeouts.labels(op=op).inc(),
             count_loss=lambda kind: metrics.fleet_losses.labels(kind=kind).inc(),
@@ -110,9 +103,9 @@ class ProxyRiskWatch:
 
     async def endpoint(self, request: Request) -> Response:
         """``POST /v1/liftguard/feedback``."""
-        config = self._config
+        limits = self._config.limits
         return await feedback_response(
-            [self.watch], request, max_bytes=config.max_body_bytes, timeout_s=config.body_timeout_s
+            [self.watch], request, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s
         )
 
 

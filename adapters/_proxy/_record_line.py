@@ -122,13 +122,14 @@ def record_line(record: AnswerRecord, dataset: str) -> str:
 _DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
-def check_dataset_name(name: object) -> str:
+def check_dataset_name(name: object, field: str = "record_dataset") -> str:
     """``name`` if it is a simple dataset name (it starts the recording files' names, so
     it must keep them inside the recording directory): 1 to 64 letters, digits, ``_``,
-    ``.`` and ``-``, starting with a letter or digit, without ``..``; else a ConfigError."""
+    ``.`` and ``-``, starting with a letter or digit, without ``..``; else a ConfigError
+    naming ``field``."""
     if not isinstance(name, str) or not _DATASET_NAME.fullmatch(name) or ".." in name:
         raise ConfigError(
-            f"record_dataset must be a simple name (1 to 64 letters, digits, '_', '.' or '-', "
+            f"{field} must be a simple name (1 to 64 letters, digits, '_', '.' or '-', "
             f"starting with a letter or digit, no '..'), got {name!r}"
         )
     return name

@@ -53,6 +53,7 @@ from typing import Any
 from guardrail import Certificate, ConfigError, RiskMonitor
 
 from .._serving._certs import CertificateSource
+from .._serving._options import check_fleet_settings
 from ._fleet import (
     IN_FLIGHT,
     FleetAnswer,
@@ -662,33 +663,56 @@ def _fired(record: FleetRecord) -> bool:
 
 @dataclass(frozen=True)
 class FleetSettings:
-    """Where a fleet keeps its state: the Redis (or Valkey) ``url``, the fleet's
-    ``namespace``, the longest wait on a command (``timeout_s``) and on a new connection
-    (``connect_timeout_s``), and how long an answer can be labelled (``feedback_ttl_s``)."""
+    """Where the replicas of a fleet share the answers, the labels and the risk monitors
+    (frozen; a bad value is a :class:`~guardrail.ConfigError` naming the field): every
+    replica that names the same Redis or Valkey server and namespace (the docs' "Several
+    replicas"). A label is taken once whichever replica receives it, and one anytime-valid
+    test per certificate content covers the whole fleet.
+
+    ``url``: the server, ``redis://HOST:PORT/DB``, ``rediss://...`` or ``unix://PATH``.
+    ``namespace``: the fleet's name there; ``None``: derived from ``deployment``, the
+    deployment's name (by default the proxy's upstream URL; :meth:`namespace_for`): two
+    deployments never share an alarm unless given one namespace or deployment name.
+    ``timeout_s``: the longest a command waits; ``connect_timeout_s``: the longest a new
+    connection does; ``feedback_ttl_s``: how long an answer can be labelled (a fleet's
+    answers are kept by the server, so the proxy's ``feedback_ids`` does not apply). The
+    server down or slow never fails or slows a guarded answer: labels get HTTP 503 and
+    the monitors report themselves blind until it answers again.
+
+    Examples
+    --------
+        >>> fleet = FleetSettings("redis://127.0.0.1:6379/0", deployment="chat")
+        >>> fleet.namespace_for("http://llm:8000/v1") == FleetSettings(
+        ...     "redis://other:6379/0", deployment="chat").namespace_for("")
+        True
+    """
 
     url: str
-    namespace: str = "default"
+    namespace: str | None = None
+    deployment: str | None = None
     timeout_s: float = 0.5
-    feedback_ttl_s: int = 7 * 24 * 3600
     connect_timeout_s: float = 5.0
+    feedback_ttl_s: int = 7 * 24 * 3600
 
-    @classmethod
-    def of(
-        cls,
-        url: str,
-        *,
-        namespace: str | None,
-        deployment: str,
-        timeout_s: float,
-        connect_timeout_s: float,
-        feedback_ttl_s: int,
-    ) -> FleetSettings:
-        """The settings of a front end (the proxy, the LiteLLM guardrail): the
-        ``namespace`` given, else the one of ``deployment``
-        (:func:`~._fleet.deployment_namespace`): replicas of one deployment share it, two
-        deployments with the same certificate on one Redis never do."""
-        name = namespace if namespace is not None else deployment_namespace(deployment)
-        return cls(url, name, timeout_s, feedback_ttl_s, connect_timeout_s)
+    def __post_init__(self) -> None:
+        if not isinstance(self.url, str):
+            raise ConfigError(f"fleet.url must be a redis:// URL, got {self.url!r:.80}")
+        check_fleet_settings(
+            self.url, self.namespace, self.timeout_s, self.feedback_ttl_s,
+            deployment=self.deployment, connect_timeout_s=self.connect_timeout_s,
+            names=("fleet.url", "fleet.namespace", "fleet.deployment", "fleet.timeout_s",
+                   "fleet.connect_timeout_s", "fleet.feedback_ttl_s"),
+        )  # fmt: skip
+
+    def namespace_for(self, deployment: str) -> str:
+        """The fleet's namespace: ``namespace`` if given, else the one derived from the
+        ``deployment`` field, else from the ``deployment`` argument (the front end's own
+        default name: the proxy's upstream URL without credentials;
+        :func:`~._fleet.deployment_namespace`). Replicas of one deployment share it, two
+        deployments with the same certificate on one server never do."""
+        if self.namespace is not None:
+            return self.namespace
+        return deployment_namespace(self.deployment if self.deployment is not None else deployment)
 
 
 def make_risk_watch(
@@ -698,18 +722,21 @@ def make_risk_watch(
     feedback_ids: int,
     count: Callable[[str], object],
     fleet: FleetSettings | None = None,
+    deployment: str = "",
     count_error: Callable[[str], object] | None = None,
     count_timeout: Callable[[str], object] | None = None,
     count_loss: Callable[[str], object] | None = None,
 ) -> RiskWatch:
     """The risk watch of a server (the proxy, the LiteLLM guardrail): its own, or with
-    ``fleet`` the one the fleet shares (``feedback_ids`` then does not apply)."""
+    ``fleet`` the one the fleet shares (``feedback_ids`` then does not apply), in its
+    namespace for ``deployment`` (:meth:`FleetSettings.namespace_for`)."""
     if fleet is None:
         return RiskWatch(sources, risk_alpha=risk_alpha, feedback_ids=feedback_ids, count=count)
     client = fleet_client(
         fleet.url, timeout_s=fleet.timeout_s, connect_timeout_s=fleet.connect_timeout_s
     )
-    store = FleetStore(client, namespace=fleet.namespace, answer_ttl_s=fleet.feedback_ttl_s)
+    namespace = fleet.namespace_for(deployment)
+    store = FleetStore(client, namespace=namespace, answer_ttl_s=fleet.feedback_ttl_s)
     return FleetRiskWatch(
         sources, store, risk_alpha=risk_alpha, count=count, count_error=count_error,
         count_timeout=count_timeout, count_loss=count_loss, timeout_s=fleet.timeout_s,

@@ -11,6 +11,7 @@ from guardrail import ConfigError
 
 __all__ = [
     "DEFAULT_REFUSAL",
+    "FLEET_FIELDS",
     "ON_CONTEXT_MISMATCH",
     "check_context_settings",
     "check_fleet_settings",
@@ -68,6 +69,18 @@ def check_risk_settings(risk_alpha: float, feedback_ids: int) -> None:
     integer_at_least("feedback_ids", feedback_ids, 1)
 
 
+FLEET_FIELDS = (
+    "redis_url",
+    "fleet_namespace",
+    "fleet_deployment",
+    "fleet_timeout_s",
+    "fleet_connect_timeout_s",
+    "feedback_ttl_s",
+)
+"""The fleet settings' names in the LiteLLM guardrail's ``config.yaml`` (the URL, the
+namespace, the deployment, the two timeouts, the labelling window): what its errors name."""
+
+
 def check_fleet_settings(
     redis_url: object,
     namespace: object,
@@ -76,22 +89,25 @@ def check_fleet_settings(
     *,
     deployment: object = None,
     connect_timeout_s: float = 5.0,
+    names: tuple[str, str, str, str, str, str] = FLEET_FIELDS,
 ) -> None:
     """The fleet store's settings (the proxy's, the LiteLLM guardrail's), else ConfigError
-    naming the field (a namespace or a deployment ``None``: derived)."""
+    naming the field by its name in ``names`` (in :data:`FLEET_FIELDS`' order; a namespace
+    or a deployment ``None``: derived)."""
+    url_name, namespace_name, deployment_name, timeout_name, connect_name, ttl_name = names
     if redis_url is not None:
         schemes = ("redis://", "rediss://", "unix://", "valkey://", "valkeys://")
         if not isinstance(redis_url, str) or not redis_url.startswith(schemes):
             raise ConfigError(
-                f"redis_url must be a redis://, rediss:// or unix:// URL, got {redis_url!r:.80}"
+                f"{url_name} must be a redis://, rediss:// or unix:// URL, got {redis_url!r:.80}"
             )
-    for name, value in (("fleet_namespace", namespace), ("fleet_deployment", deployment)):
+    for name, value in ((namespace_name, namespace), (deployment_name, deployment)):
         if value is None:  # the namespace: derived from the deployment
             continue
         if not isinstance(value, str) or not value or not value.isprintable():
             raise ConfigError(f"{name} must be a non-empty name, got {value!r:.80}")
         if "{" in value or "}" in value:
             raise ConfigError(f"{name} must not contain braces (it is a Redis hash tag)")
-    check_positive("fleet_timeout_s", timeout_s)
-    check_positive("fleet_connect_timeout_s", connect_timeout_s)
-    integer_at_least("feedback_ttl_s", feedback_ttl_s, 1)
+    check_positive(timeout_name, timeout_s)
+    check_positive(connect_name, connect_timeout_s)
+    integer_at_least(ttl_name, feedback_ttl_s, 1)

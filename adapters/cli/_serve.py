@@ -19,6 +19,15 @@ __all__ = ["add_serve_parser", "cmd_clear_alarm", "cmd_serve"]
 
 UPSTREAM_KEY_ENV = "LIFTGUARD_UPSTREAM_KEY"
 CLIENT_KEY_ENV = "LIFTGUARD_CLIENT_KEY"
+ENVIRONMENT = {
+    UPSTREAM_KEY_ENV: "proxy.upstream_key",
+    CLIENT_KEY_ENV: "proxy.client_key",
+    "LIFTGUARD_REDIS_URL": "fleet.url",
+}
+"""The settings read from the environment, by where they go: ``proxy.NAME`` is
+:class:`~adapters.proxy.ProxyConfig`'s own field ``NAME``, ``limits.NAME``,
+``recording.NAME`` and ``fleet.NAME`` the fields of its groups (the destinations of
+``serve``'s arguments are named the same way); an argument given wins."""
 
 
 def _verdict_lines_to_stderr() -> None:
@@ -33,10 +42,27 @@ def _verdict_lines_to_stderr() -> None:
     logger.propagate = False
 
 
+def _settings(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The settings that ``serve``'s arguments and the environment (:data:`ENVIRONMENT`)
+    give, by group (``"proxy"``: :class:`~adapters.proxy.ProxyConfig`'s own fields): what
+    was not given is left to the configuration's defaults."""
+    values = {dest: value for dest, value in vars(args).items() if "." in dest}
+    for env, dest in ENVIRONMENT.items():
+        if values.get(dest) is None:
+            values[dest] = os.environ.get(env) or None
+    groups: dict[str, dict[str, Any]] = {"proxy": {}, "limits": {}, "recording": {}, "fleet": {}}
+    for dest, value in values.items():
+        if value is not None:
+            group, _, name = dest.partition(".")
+            groups[group][name] = value
+    return groups
+
+
 def _proxy_config(args: argparse.Namespace) -> Any:
-    """The :class:`~adapters.proxy.ProxyConfig` that ``serve``'s arguments describe (a
-    usage error, exit status 2, for a wrong value)."""
-    from adapters.proxy import DEFAULT_REFUSAL, ProxyConfig, certificate_source
+    """The :class:`~adapters.proxy.ProxyConfig` that ``serve``'s arguments and the
+    environment describe (a usage error, exit status 2, for a wrong value, naming the
+    argument or the variable)."""
+    from adapters.proxy import FleetSettings, Limits, ProxyConfig, Recording, certificate_source
     from guardrail import ConfigError
 
     from ._common import CommandError
@@ -51,50 +77,30 @@ def _proxy_config(args: argparse.Namespace) -> Any:
     }
     if default is None and not routes:
         raise CommandError("give --certificate and/or --model-certificate NAME SPEC", status=2)
+    given = _settings(args)
+    proxy, recording, fleet = given["proxy"], given["recording"], given["fleet"]
+    proxy.setdefault("allowed_hosts", _default_hosts(args.host))
     try:
         return ProxyConfig(
-            upstream=args.upstream,
             certificate=default,
             model_certificates=routes,
-            mode=args.mode,
-            on_block=args.on_block,
-            refusal_message=args.refusal_message or DEFAULT_REFUSAL,
-            on_context_mismatch=args.on_context_mismatch,
-            allow_request_fields=tuple(args.allow_request_field or ()),
-            upstream_timeout_s=args.upstream_timeout,
-            upstream_key=os.environ.get(UPSTREAM_KEY_ENV) or None,
-            client_key=os.environ.get(CLIENT_KEY_ENV) or None,
-            top_logprobs=args.top_logprobs,
-            max_token_chars=args.max_token_chars,
-            max_concurrent_requests=args.max_concurrent_requests,
-            max_body_bytes=int(args.max_body_mb * 1024 * 1024),
-            max_answer_tokens=args.max_answer_tokens,
-            max_answer_bytes=int(args.max_answer_mb * 1024 * 1024),
-            allowed_hosts=tuple(args.allowed_host or _default_hosts(args.host)),
-            record_dir=args.record,
-            record_max_bytes=int(args.record_max_mb * 1024 * 1024),
-            record_queue=args.record_queue,
-            record_dataset=args.record_dataset,
-            record_format=args.record_format,
-            record_max_age_s=args.record_max_age,
-            record_storage_options=options,
-            record_spool=args.record_spool,
-            refresh_interval_s=args.refresh_interval,
-            risk_alpha=args.risk_alpha,
-            feedback_ids=args.feedback_ids,
-            redis_url=args.redis,
-            fleet_namespace=args.fleet_namespace,
-            fleet_timeout_s=args.fleet_timeout,
-            feedback_ttl_s=args.feedback_ttl,
-            fleet_deployment=args.fleet_deployment,
-            fleet_connect_timeout_s=args.fleet_connect_timeout,
+            limits=Limits(**given["limits"]),
+            recording=(
+                Recording(**recording, storage_options=options)
+                if "destination" in recording
+                else None
+            ),
+            fleet=FleetSettings(**fleet) if "url" in fleet else None,
+            **proxy,
         )
     except ConfigError as exc:  # every setting here is an argument's value: a usage error
-        raise CommandError(str(exc), status=2) from exc
+        field, sep, rest = str(exc).partition(" ")
+        raise CommandError(args.names.get(field, field) + sep + rest, status=2) from exc
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from adapters.proxy import redact_url, serve
+    from adapters._serving._wire import redact_url
+    from adapters.proxy import serve
 
     from ._common import CommandError
 
@@ -132,7 +138,7 @@ def cmd_clear_alarm(args: argparse.Namespace) -> int:
     from ._common import CommandError
 
     config = _proxy_config(args)
-    if config.redis_url is None:
+    if config.fleet is None:
         raise CommandError("clear-alarm clears a fleet's alarm: give --redis URL", status=2)
     try:
         cleared = asyncio.run(clear_latched_alarms(config, args.model))
@@ -148,6 +154,16 @@ def cmd_clear_alarm(args: argparse.Namespace) -> int:
 
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def _megabytes(text: str) -> int:
+    """The bytes of a size in MiB (``--max-body-mb``): a finite number, at least 1 KiB."""
+    from ._common import positive
+
+    size = int(positive(text) * 1024 * 1024)
+    if size < 1024:
+        raise argparse.ArgumentTypeError(f"expected at least 1 KiB (0.001), got {text!r}")
+    return size
 
 
 def _default_hosts(bind: str) -> list[str]:
@@ -199,246 +215,127 @@ def add_serve_parser(sub: Any) -> None:
 
 
 def _serve_arguments(p: Any, func: Any) -> None:
-    """``serve``'s arguments on the parser ``p``, running ``func``."""
+    """``serve``'s arguments on the parser ``p``, running ``func``. Those of the proxy's
+    configuration are in one table, each stored where it goes (``dest``: ``proxy.NAME``,
+    ``limits.NAME``, ``recording.NAME`` or ``fleet.NAME``, as in :data:`ENVIRONMENT`) and
+    left unset when not given: the configuration's defaults are the only ones."""
     from ._common import integer, non_negative, positive, probability
     from ._skeleton import _StorageOptionAction
 
-    p.add_argument(
-        "--upstream",
-        required=True,
-        metavar="URL",
-        help="the model server's OpenAI base URL, e.g. http://127.0.0.1:8000/v1",
-    )
-    p.add_argument(
-        "--certificate",
-        metavar="CERT.json|STORE_URL#NAME@ALIAS",
-        default=None,
-        help="the certificate of every model without its own (a file, or a store "
-        "alias re-read every --refresh-interval seconds)",
-    )
-    p.add_argument(
-        "--model-certificate",
-        nargs=2,
-        action="append",
-        metavar=("MODEL", "SPEC"),
-        help="the certificate for requests naming MODEL (repeatable)",
-    )
-    p.add_argument(
-        "--storage-option",
-        dest="storage_options",
-        action=_StorageOptionAction,
-        default=None,
-        metavar="KEY=VALUE",
-        help="fsspec option of a store URL and of a --record URL (repeatable, as for "
-        "'skeleton')",
-    )
+    names = {dest.removeprefix("proxy."): f"${env}" for env, dest in ENVIRONMENT.items()}
+
+    def add(rows: tuple[tuple[Any, str, str, Any, dict[str, Any], str], ...]) -> None:
+        for parser, flag, dest, kind, extra, text in rows:
+            if "choices" not in extra:  # named by the flag, as by default
+                extra = {"metavar": flag[2:].upper().replace("-", "_"), **extra}
+            parser.add_argument(flag, dest=dest, type=kind, help=text, **extra)
+            names[dest.removeprefix("proxy.")] = flag  # a field's errors name its argument
+
+    add(((p, "--upstream", "proxy.upstream", None, {"required": True, "metavar": "URL"},
+          "the model server's OpenAI base URL, e.g. http://127.0.0.1:8000/v1"),))  # fmt: skip
+    p.add_argument("--certificate", metavar="CERT.json|STORE_URL#NAME@ALIAS",
+                   help="the certificate of every model without its own (a file, or a store "
+                   "alias re-read every --refresh-interval seconds)")
+    p.add_argument("--model-certificate", nargs=2, action="append", metavar=("MODEL", "SPEC"),
+                   help="the certificate for requests naming MODEL (repeatable)")
+    p.add_argument("--storage-option", dest="storage_options", action=_StorageOptionAction,
+                   metavar="KEY=VALUE", help="fsspec option of a store URL and of a --record "
+                   "URL (repeatable, as for 'skeleton')")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=integer(0), default=8080, help="0: a free port")
-    p.add_argument(
-        "--mode",
-        default="buffered",
-        choices=("buffered", "passthrough", "observe"),
-        help="buffered: send nothing before certification (default); passthrough: "
-        "tokens flow, a block ends the stream; observe: block nothing, report "
-        "verdicts (shadow runs, recording complete answers)",
-    )
-    p.add_argument(
-        "--on-block",
-        default="error",
-        choices=("error", "refusal"),
-        help="end a blocked answer with an error event (HTTP 422 when not "
-        "streamed) or a refusal message (finish_reason content_filter)",
-    )
-    p.add_argument("--refusal-message", default=None, help="the text of --on-block refusal")
-    p.add_argument(
-        "--on-context-mismatch",
-        default="log",
-        choices=("log", "reject"),
-        help="a request that changes a calibrated setting (or sends a field that is not "
-        "on the allowlist): forward it and count it (log), or refuse it with HTTP 400 (reject)",
-    )
-    p.add_argument(
-        "--allow-request-field",
-        action="append",
-        metavar="NAME",
-        help="add a request field to the allowlist of those forwarded without counting as a "
-        "change (repeatable; only for fields that leave the answer distribution as it is)",
-    )
-    p.add_argument(
-        "--upstream-timeout",
-        type=positive,
-        default=60.0,
-        metavar="SECONDS",
-        help="longest wait for the upstream's next bytes; a stalled answer is never certified",
-    )
-    p.add_argument(
-        "--top-logprobs",
-        type=integer(0),
-        default=None,
-        help="alternatives to ask for per token (default: 20 if the skeleton "
-        "reads them, else 1; never less than 1)",
-    )
-    p.add_argument("--max-token-chars", type=integer(1), default=4096)
-    p.add_argument(
-        "--max-concurrent-requests",
-        type=integer(1),
-        default=1024,
-        metavar="N",
-        help="chat requests served at once, body to last byte; more get HTTP 503 overloaded",
-    )
-    p.add_argument(
-        "--max-body-mb", type=positive, default=4.0, help="largest request body (HTTP 413 beyond)"
-    )
-    p.add_argument(
-        "--max-answer-tokens",
-        type=integer(1),
-        default=16_384,
-        help="most tokens read of one answer (also at most the request's own "
-        "limit); past it the answer is blocked and the upstream closed",
-    )
-    p.add_argument(
-        "--max-answer-mb",
-        type=positive,
-        default=8.0,
-        help="most bytes read of one upstream answer, logprobs included",
-    )
-    p.add_argument(
-        "--allowed-host",
-        action="append",
-        metavar="NAME",
-        default=None,
-        help="a Host name the proxy answers to (repeat; '*': any); default: "
-        "loopback names when --host is a loopback address, else any",
-    )
-    p.add_argument(
-        "--record",
-        metavar="DIR|URL",
-        default=None,
-        help="write every guarded answer as a trace line under DIR, or to objects under an "
-        "fsspec URL such as s3://bucket/prefix (with --storage-option), each file uploaded "
-        "whole once finished",
-    )
-    p.add_argument(
-        "--record-format",
-        choices=("jsonl", "parquet"),
-        default="jsonl",
-        help="the recording files' format (parquet: pip install 'liftguard[columnar]')",
-    )
-    p.add_argument(
-        "--record-max-age",
-        type=positive,
-        default=300.0,
-        metavar="SECONDS",
-        help="with a URL or --record-format parquet: publish a file once it is this old, "
-        "so that a quiet proxy's answers still arrive (default 300)",
-    )
-    p.add_argument(
-        "--record-spool",
-        metavar="DIR",
-        default=None,
-        help="with a URL: the local directory where files wait to be uploaded, and where "
-        "the next start finds those a crash left (default: one per destination under "
-        "$XDG_STATE_HOME/liftguard/record-spool)",
-    )
-    p.add_argument(
-        "--record-max-mb", type=positive, default=64.0, help="start a new trace file past this size"
-    )
-    p.add_argument(
-        "--record-queue",
-        type=integer(1),
-        default=10_000,
-        help="answers that may wait to be written; more are dropped and counted",
-    )
-    p.add_argument(
-        "--record-dataset",
-        default="proxy",
-        help="the traces' dataset name and the files' prefix (letters, digits, '_', '.', '-')",
-    )
-    p.add_argument(
-        "--refresh-interval",
-        type=non_negative,
-        default=10.0,
-        metavar="SECONDS",
-        help="re-read store aliases this often (0: never)",
-    )
-    p.add_argument(
-        "--risk-alpha",
-        type=probability,
-        default=0.05,
-        metavar="ALPHA",
-        help="level of the live risk monitors: while a certificate's promise holds, "
-        "its alarm fires with probability at most ALPHA (default 0.05)",
-    )
-    p.add_argument(
-        "--feedback-ids",
-        type=integer(1),
-        default=50_000,
-        metavar="N",
-        help="answers that POST /v1/liftguard/feedback can still label (the "
-        "oldest are dropped; about 0.5 kB each; default 50000)",
-    )
+    seconds, n, many = {"metavar": "SECONDS"}, {"metavar": "N"}, {"action": "append"}
     fleet = p.add_argument_group(
         "several replicas",
         "share the answers, labels and risk monitors with every replica that names the same "
         "Redis or Valkey server and namespace (pip install \"liftguard[fleet]\")",
     )
-    fleet.add_argument(
-        "--redis",
-        metavar="URL",
-        default=os.environ.get("LIFTGUARD_REDIS_URL"),
-        help="redis://HOST:PORT/DB, rediss://... or unix://PATH (default: $LIFTGUARD_REDIS_URL; "
-        "none: one process keeps its own)",
-    )
-    fleet.add_argument(
-        "--fleet-namespace",
-        metavar="NAME",
-        help="the fleet's name in Redis: replicas with the same one share everything "
-        "(default: derived from --fleet-deployment)",
-    )
-    fleet.add_argument(
-        "--fleet-deployment",
-        metavar="NAME",
-        help="the deployment's name, from which the namespace is derived (default: the "
-        "upstream URL): two deployments never share an alarm unless given one name",
-    )
-    fleet.add_argument(
-        "--fleet-timeout",
-        type=positive,
-        default=0.5,
-        metavar="SECONDS",
-        help="the longest a command to Redis waits (default 0.5)",
-    )
-    fleet.add_argument(
-        "--fleet-connect-timeout",
-        type=positive,
-        default=5.0,
-        metavar="SECONDS",
-        help="the longest a new connection to Redis waits (default 5)",
-    )
-    fleet.add_argument(
-        "--feedback-ttl",
-        type=integer(1),
-        default=7 * 24 * 3600,
-        metavar="SECONDS",
-        help="with --redis: how long an answer can be labelled (default 604800, a week)",
-    )
-    p.add_argument(
-        "--log-level",
-        default="warning",
-        choices=("critical", "error", "warning", "info", "debug"),
-        help="uvicorn's log level",
-    )
-    p.add_argument(
-        "--shutdown-grace",
-        type=positive,
-        default=30.0,
-        metavar="SECONDS",
-        help="on SIGTERM/SIGINT, how long answers in flight may finish; 2 s before that, "
-        "those still running end with a proxy_shutdown error event (default 30)",
-    )
-    p.add_argument(
-        "--no-verdict-log",
-        action="store_true",
-        help="do not print the JSON verdict lines on stderr",
-    )
-    p.set_defaults(func=func)
+    settings: tuple[tuple[Any, str, str, Any, dict[str, Any], str], ...] = (
+        (p, "--mode", "proxy.mode", None, {"choices": ("buffered", "passthrough", "observe")},
+         "buffered: send nothing before certification (default); passthrough: tokens flow, "
+         "a block ends the stream; observe: block nothing, report verdicts (shadow runs, "
+         "recording complete answers)"),
+        (p, "--on-block", "proxy.on_block", None, {"choices": ("error", "refusal")},
+         "end a blocked answer with an error event (HTTP 422 when not streamed) or a "
+         "refusal message (finish_reason content_filter)"),
+        (p, "--refusal-message", "proxy.refusal_message", None, {},
+         "the text of --on-block refusal"),
+        (p, "--on-context-mismatch", "proxy.on_context_mismatch", None,
+         {"choices": ("log", "reject")}, "a request that changes a calibrated setting (or "
+         "sends a field that is not on the allowlist): forward it and count it (log), or "
+         "refuse it with HTTP 400 (reject)"),
+        (p, "--allow-request-field", "proxy.allow_request_fields", None,
+         {**many, "metavar": "NAME"}, "add a request field to the allowlist of those "
+         "forwarded without counting as a change (repeatable; only for fields that leave the "
+         "answer distribution as it is)"),
+        (p, "--upstream-timeout", "limits.upstream_timeout_s", positive, seconds,
+         "longest wait for the upstream's next bytes; a stalled answer is never certified"),
+        (p, "--top-logprobs", "proxy.top_logprobs", integer(0), {}, "alternatives to ask for "
+         "per token (default: 20 if the skeleton reads them, else 1; never less than 1)"),
+        (p, "--max-token-chars", "limits.max_token_chars", integer(1), {},
+         "longest text of one token (default 4096)"),
+        (p, "--max-concurrent-requests", "limits.max_concurrent_requests", integer(1), n,
+         "chat requests served at once, body to last byte; more get HTTP 503 overloaded"),
+        (p, "--max-body-mb", "limits.max_body_bytes", _megabytes, {},
+         "largest request body (HTTP 413 beyond; default 4)"),
+        (p, "--max-answer-tokens", "limits.max_answer_tokens", integer(1), {},
+         "most tokens read of one answer (also at most the request's own limit); past it "
+         "the answer is blocked and the upstream closed"),
+        (p, "--max-answer-mb", "limits.max_answer_bytes", _megabytes, {},
+         "most bytes read of one upstream answer, logprobs included (default 8)"),
+        (p, "--allowed-host", "proxy.allowed_hosts", None, {**many, "metavar": "NAME"},
+         "a Host name the proxy answers to (repeat; '*': any); default: loopback names "
+         "when --host is a loopback address, else any"),
+        (p, "--record", "recording.destination", None, {"metavar": "DIR|URL"},
+         "write every guarded answer as a trace line under DIR, or to objects under an "
+         "fsspec URL such as s3://bucket/prefix (with --storage-option), each file uploaded "
+         "whole once finished"),
+        (p, "--record-format", "recording.format", None, {"choices": ("jsonl", "parquet")},
+         "the recording files' format (parquet: pip install 'liftguard[columnar]')"),
+        (p, "--record-max-age", "recording.max_age_s", positive, seconds,
+         "with a URL or --record-format parquet: publish a file once it is this old, so "
+         "that a quiet proxy's answers still arrive (default 300)"),
+        (p, "--record-spool", "recording.spool", None, {"metavar": "DIR"},
+         "with a URL: the local directory where files wait to be uploaded, and where the "
+         "next start finds those a crash left (default: one per destination under "
+         "$XDG_STATE_HOME/liftguard/record-spool)"),
+        (p, "--record-max-mb", "recording.max_bytes", _megabytes, {},
+         "start a new trace file past this size (default 64)"),
+        (p, "--record-queue", "recording.queue", integer(1), {},
+         "answers that may wait to be written; more are dropped and counted"),
+        (p, "--record-dataset", "recording.dataset", None, {},
+         "the traces' dataset name and the files' prefix (letters, digits, '_', '.', '-')"),
+        (p, "--refresh-interval", "proxy.refresh_interval_s", non_negative, seconds,
+         "re-read store aliases this often (0: never)"),
+        (p, "--risk-alpha", "proxy.risk_alpha", probability, {"metavar": "ALPHA"},
+         "level of the live risk monitors: while a certificate's promise holds, its alarm "
+         "fires with probability at most ALPHA (default 0.05)"),
+        (p, "--feedback-ids", "proxy.feedback_ids", integer(1), n,
+         "answers that POST /v1/liftguard/feedback can still label (the oldest are "
+         "dropped; about 0.5 kB each; default 50000)"),
+        (fleet, "--redis", "fleet.url", None, {"metavar": "URL"},
+         "redis://HOST:PORT/DB, rediss://... or unix://PATH (default: $LIFTGUARD_REDIS_URL; "
+         "none: one process keeps its own)"),
+        (fleet, "--fleet-namespace", "fleet.namespace", None, {"metavar": "NAME"},
+         "the fleet's name in Redis: replicas with the same one share everything "
+         "(default: derived from --fleet-deployment)"),
+        (fleet, "--fleet-deployment", "fleet.deployment", None, {"metavar": "NAME"},
+         "the deployment's name, from which the namespace is derived (default: the "
+         "upstream URL): two deployments never share an alarm unless given one name"),
+        (fleet, "--fleet-timeout", "fleet.timeout_s", positive, seconds,
+         "the longest a command to Redis waits (default 0.5)"),
+        (fleet, "--fleet-connect-timeout", "fleet.connect_timeout_s", positive, seconds,
+         "the longest a new connection to Redis waits (default 5)"),
+        (fleet, "--feedback-ttl", "fleet.feedback_ttl_s", integer(1), seconds,
+         "with --redis: how long an answer can be labelled (default 604800, a week)"),
+    )  # fmt: skip
+    add(settings)
+    p.add_argument("--log-level", default="warning",
+                   choices=("critical", "error", "warning", "info", "debug"),
+                   help="uvicorn's log level")
+    p.add_argument("--shutdown-grace", type=positive, default=30.0, metavar="SECONDS",
+                   help="on SIGTERM/SIGINT, how long answers in flight may finish; 2 s before "
+                   "that, those still running end with a proxy_shutdown error event "
+                   "(default 30)")
+    p.add_argument("--no-verdict-log", action="store_true",
+                   help="do not print the JSON verdict lines on stderr")
+    p.set_defaults(func=func, names=names)

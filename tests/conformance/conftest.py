@@ -22,7 +22,7 @@ from proxy_harness import calibrated_certificate, make_certificate, running_prox
 from scripted import CONTEXT, FRONT_ENDS, HAS_LITELLM, TIMEOUT_S, Upstream  # noqa: E402
 from sse_server import serving  # noqa: E402
 
-from adapters.proxy import StaticCertificate  # noqa: E402
+from adapters.proxy import Limits, StaticCertificate  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +50,10 @@ def front_ends(
         for mode in ("buffered", "passthrough"):
             proxy = stack.enter_context(
                 running_proxy(
-                    upstream.base_url, certificate=source, mode=mode, upstream_timeout_s=TIMEOUT_S
+                    upstream.base_url,
+                    certificate=source,
+                    mode=mode,
+                    limits=Limits(upstream_timeout_s=TIMEOUT_S),
                 )
             )
             for stream in (True, False):

@@ -25,7 +25,7 @@ from litellm_harness import running_litellm
 from proxy_harness import GOOD, ROLE, STOP, make_certificate, running_proxy, tokens
 from scripted import CONTEXT, HAS_LITELLM, SYSTEM, TIMEOUT_S, WORDS, Upstream, ask, question_for
 
-from adapters.proxy import StaticCertificate
+from adapters.proxy import Limits, StaticCertificate
 
 CLEAN = [ROLE, *tokens([GOOD] * 3, WORDS), STOP]
 
@@ -103,7 +103,7 @@ def rejecting(
             running_proxy(
                 upstream.base_url, certificate=StaticCertificate(certificate, "conformance"),
                 on_context_mismatch="reject", allow_request_fields=("seed_id",),
-                upstream_timeout_s=TIMEOUT_S,
+                limits=Limits(upstream_timeout_s=TIMEOUT_S),
             )
         )  # fmt: skip
         for stream in (True, False):

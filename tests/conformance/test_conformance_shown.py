@@ -26,7 +26,7 @@ from scripted import CONTEXT, HAS_LITELLM, TIMEOUT_S, WORDS, Upstream, ask, ques
 from sse_server import chat_chunk, token_entry
 from stream_shapes import TRUNCATED_JSON
 
-from adapters.proxy import StaticCertificate
+from adapters.proxy import Limits, StaticCertificate
 
 SECRET = " SECRET"
 EVIL = " EVIL"
@@ -193,8 +193,9 @@ def observing(upstream: Upstream) -> Iterator[dict[bool, HTTPFrontEnd]]:
     """``liftguard serve --mode observe`` (it reports verdicts and blocks nothing), streamed
     and whole: not among the suite's front ends, which all block."""
     source = StaticCertificate(make_certificate(context=CONTEXT), "conformance")
+    limits = Limits(upstream_timeout_s=TIMEOUT_S)
     with running_proxy(
-        upstream.base_url, certificate=source, mode="observe", upstream_timeout_s=TIMEOUT_S
+        upstream.base_url, certificate=source, mode="observe", limits=limits
     ) as proxy:
         url = proxy.base_url
         yield {s: HTTPFrontEnd(f"observe-{s}", url, "k", "test-model", s) for s in (True, False)}

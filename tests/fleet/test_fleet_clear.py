@@ -36,7 +36,7 @@ async def test_an_operator_clears_a_latched_alarm_fleet_wide(
     valkey: ValkeyProcess, cert_path: Path
 ) -> None:
     """The fleet page's command, as written but for its URLs (the certificate a file)."""
-    a, b = (proxy_watch(valkey.url, UPSTREAM, fleet_namespace="chat") for _ in range(2))
+    a, b = (proxy_watch(valkey.url, UPSTREAM, namespace="chat") for _ in range(2))
     key = "liftguard clear-alarm --upstream http://llm:8000/v1 --certificate "
     text = script(block("docs/fleet.md", key + '"s3://certs#chat@production" \\'), {
         "http://llm:8000/v1": UPSTREAM, '"s3://certs#chat@production"': str(cert_path),

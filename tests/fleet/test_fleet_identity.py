@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from importlib.util import find_spec
+from typing import Any
 
 import pytest
 from proxy_harness import calibrated_certificate
@@ -16,7 +17,7 @@ from valkey_process import ValkeyProcess
 from adapters._proxy._config import ProxyConfig
 from adapters._proxy._feedback import ProxyRiskWatch
 from adapters._risk._fleet import FleetStore, deployment_namespace, fleet_client
-from adapters._risk._fleet_watch import FleetRiskWatch
+from adapters._risk._fleet_watch import FleetRiskWatch, FleetSettings
 from adapters._risk._risk_watch import FinishedAnswer
 from adapters._serving._certs import StaticCertificate
 from adapters._serving._metrics import ProxyMetrics
@@ -27,10 +28,12 @@ def finished(rid: str, label: str = "cert.json") -> FinishedAnswer:
     return FinishedAnswer(rid, f"chatcmpl-{rid}", label, True, True, True, False, "certified")
 
 
-def proxy_watch(url: str, upstream: str, **options: object) -> FleetRiskWatch:
+def proxy_watch(url: str, upstream: str, **fleet: Any) -> FleetRiskWatch:
+    """The risk watch of a replica in front of ``upstream`` whose fleet is at ``url``
+    (``fleet``: the other :class:`FleetSettings`)."""
     source = StaticCertificate(CERT, "cert.json")
     config = ProxyConfig(
-        upstream=upstream, certificate=source, redis_url=url, risk_alpha=ALPHA, **options
+        upstream=upstream, certificate=source, risk_alpha=ALPHA, fleet=FleetSettings(url, **fleet)
     )
     watch = ProxyRiskWatch(config, {"*": source}, ProxyMetrics()).watch
     assert isinstance(watch, FleetRiskWatch)
@@ -44,7 +47,7 @@ async def test_two_deployments_with_one_certificate_never_share_an_alarm_by_defa
     a2 = proxy_watch(valkey.url, "http://llm-a:8000/v1")  # a replica of the same deployment
     b = proxy_watch(valkey.url, "http://llm-b:8000/v1")
     named = [
-        proxy_watch(valkey.url, f"http://llm-{x}:8000/v1", fleet_deployment="chat") for x in "ab"
+        proxy_watch(valkey.url, f"http://llm-{x}:8000/v1", deployment="chat") for x in "ab"
     ]
     try:
         assert a.store.prefix == a2.store.prefix != b.store.prefix
@@ -84,18 +87,15 @@ async def test_one_certificate_under_two_file_names_is_one_fleet(valkey: ValkeyP
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("fleet_namespace", ""), ("fleet_deployment", "a{b}"), ("fleet_connect_timeout_s", 0)],
+    [("namespace", ""), ("deployment", "a{b}"), ("connect_timeout_s", 0), ("timeout_s", -1)],
 )
 def test_bad_fleet_settings_name_the_field(field: str, value: object) -> None:
     from guardrail import ConfigError
 
-    with pytest.raises(ConfigError, match=field):
-        ProxyConfig(
-            upstream="http://llm:8000/v1",
-            certificate=StaticCertificate(CERT, "cert.json"),
-            redis_url="redis://127.0.0.1:6379/0",
-            **{field: value},  # type: ignore[arg-type]
-        )
+    with pytest.raises(ConfigError, match=rf"^fleet\.{field} must"):
+        FleetSettings("redis://127.0.0.1:6379/0", **{field: value})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^fleet\.url must"):
+        FleetSettings("http://127.0.0.1:6379/0")
 
 
 async def test_a_litellm_fleet_is_named_by_its_deployment_as_the_proxy_is(
@@ -127,7 +127,7 @@ async def test_a_litellm_fleet_is_named_by_its_deployment_as_the_proxy_is(
     a2 = guardrail(fleet_deployment="chat")  # another worker or pod of it
     b = guardrail(fleet_deployment="code")
     named = guardrail(fleet_namespace="shared")
-    proxy = proxy_watch(valkey.url, "http://llm-a:8000/v1", fleet_deployment="chat")
+    proxy = proxy_watch(valkey.url, "http://llm-a:8000/v1", deployment="chat")
     try:
         assert a.store.prefix == a2.store.prefix == proxy.store.prefix != b.store.prefix
         assert a.store.prefix == f"liftguard:{{{deployment_namespace('chat')}}}"

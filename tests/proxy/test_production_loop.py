@@ -30,7 +30,7 @@ from sse_server import Reply
 from test_proxy_store import s3_store  # noqa: F401 (a fixture: moto's S3 server)
 
 from adapters.cli import main
-from adapters.proxy import certificate_source
+from adapters.proxy import Recording, certificate_source
 from guardrail import Certificate
 from skeleton_store import SkeletonStore
 
@@ -112,8 +112,9 @@ def test_record_label_calibrate_put_promote_reaches_the_running_proxy(
     assert _cli([*put, "--certificate", str(first), "--promote", "production"], capsys) == "1\n"
     upstream.responder = _responder
     source = certificate_source(f"{store}#chat@production")
+    recording = Recording(str(tmp_path / "rec"))
     with running_proxy(
-        upstream.base_url, certificate=source, mode="observe", record_dir=str(tmp_path / "rec")
+        upstream.base_url, certificate=source, mode="observe", recording=recording
     ) as proxy:
         cert_path, before = _record_label_calibrate(proxy, tmp_path, capsys)
         assert _cli([*put, "--certificate", str(cert_path), "--promote", "production"],

@@ -25,7 +25,7 @@ from proxy_harness import (
 )
 from sse_server import Reply, chat_chunk
 
-from adapters.proxy import StaticCertificate
+from adapters.proxy import Limits, StaticCertificate
 from guardrail import TokenEvent
 from guardrail._reads import Reads
 
@@ -156,8 +156,9 @@ async def test_a_bad_body_is_a_400_before_the_upstream(upstream: Upstream, name:
 
 async def test_size_content_type_and_host_are_checked(upstream: Upstream) -> None:
     body = {"model": "test-model", "messages": [{"role": "user", "content": "x" * 5000}]}
+    hosts = ("127.0.0.1", "localhost")
     with running_proxy(
-        upstream.base_url, max_body_bytes=4096, allowed_hosts=("127.0.0.1", "localhost")
+        upstream.base_url, limits=Limits(max_body_bytes=4096), allowed_hosts=hosts
     ) as proxy:
         async with httpx.AsyncClient() as client:
             url = f"{proxy.base_url}/chat/completions"
@@ -219,7 +220,7 @@ async def test_an_upstream_past_the_byte_limit_is_cut_off(upstream: Upstream) ->
     junk = chat_chunk({"content": ""}, {"content": []})
     junk["padding"] = "x" * 4000  # chunks with no token, only bytes
     upstream.replies.put(Reply([ROLE, *([junk] * 20), STOP], delay=0.0, hold_after=10))
-    with running_proxy(upstream.base_url, max_answer_bytes=16 * 1024) as proxy:
+    with running_proxy(upstream.base_url, limits=Limits(max_answer_bytes=16 * 1024)) as proxy:
         client = _client(proxy.base_url)
         with pytest.raises(openai.APIError) as caught:
             stream = await client.chat.completions.create(
@@ -384,7 +385,7 @@ async def test_metrics_need_the_client_key_and_healthz_does_not(upstream: Upstre
 
 
 async def test_a_body_that_never_arrives_is_a_408(upstream: Upstream) -> None:
-    with running_proxy(upstream.base_url, body_timeout_s=0.5) as proxy:
+    with running_proxy(upstream.base_url, limits=Limits(body_timeout_s=0.5)) as proxy:
         host, port = proxy.url.removeprefix("http://").split(":")
         reader, writer = await asyncio.open_connection(host, int(port))
         writer.write(

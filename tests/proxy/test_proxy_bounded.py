@@ -36,6 +36,7 @@ from adapters._serving._request import (
     MAX_VALUES,
     OFF_LOOP_BYTES,
 )
+from adapters.proxy import Limits
 
 QUESTION = {"role": "user", "content": "What is the capital of France?"}
 
@@ -136,7 +137,9 @@ async def test_done_without_a_line_end_is_answered(stream: bool) -> None:
 
 async def test_a_request_past_the_concurrency_cap_is_a_503(upstream: Upstream) -> None:
     upstream.replies.put(Reply([ROLE, *tokens([GOOD] * 6), STOP], hold_after=3, delay=0.0))
-    with running_proxy(upstream.base_url, mode="passthrough", max_concurrent_requests=1) as proxy:
+    with running_proxy(
+        upstream.base_url, mode="passthrough", limits=Limits(max_concurrent_requests=1)
+    ) as proxy:
         async with httpx.AsyncClient(timeout=60) as client:
             body = json.loads(_request(stream=True))
             url = f"{proxy.base_url}/chat/completions"

@@ -24,6 +24,7 @@ from adapters._labels._judge import JUDGE_PROMPT, Judge, JudgeFailure, parse_ver
 from adapters.cli._common import CommandError
 from adapters.cli._label import add_label_parser
 from adapters.cli._serve import add_serve_parser
+from adapters.proxy import Recording
 
 ROOT = Path(__file__).resolve().parents[2]
 CLEAN = [ROLE, *tokens([GOOD] * 5), STOP]
@@ -212,7 +213,7 @@ def test_serve_refuses_a_record_dataset_that_is_not_a_simple_name(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert err.startswith("liftguard serve: error: record_dataset must be a simple name")
+    assert err.startswith("liftguard serve: error: --record-dataset must be a simple name")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cert.json"]  # nothing written
 
 
@@ -224,10 +225,11 @@ def test_a_recorder_takes_only_a_simple_dataset_name(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="record_dataset must be a simple name"):
         Recorder(tmp_path, metrics=ProxyMetrics(), dataset="../x")
     source = StaticCertificate(make_certificate(), "cert")
-    with pytest.raises(ValueError, match="record_dataset must be a simple name"):
-        ProxyConfig(upstream="http://x/v1", certificate=source, record_dataset="a/b")
+    with pytest.raises(ValueError, match=r"recording\.dataset must be a simple name"):
+        Recording(str(tmp_path), dataset="a/b")
     for name in ("proxy", "triviaqa_smollm2", "run-2026.11", "A1"):
-        assert ProxyConfig(upstream="http://x/v1", certificate=source, record_dataset=name)
+        recording = Recording(str(tmp_path), dataset=name)
+        assert ProxyConfig(upstream="http://x/v1", certificate=source, recording=recording)
 
 
 # --- traces label ----------------------------------------------------------------------------
@@ -241,8 +243,9 @@ def recorded(upstream: Upstream, tmp_path: Path) -> Iterator[Path]:
     upstream.replies.put(Reply(paris, delay=0.0))
     upstream.replies.put(Reply(rome, delay=0.0))
     upstream.replies.put(Reply([ROLE, *tokens(FULL), STOP], delay=0.0))
+    recording = Recording(str(tmp_path / "rec"))
     with (
-        running_proxy(upstream.base_url, record_dir=str(tmp_path / "rec"), mode="observe") as p,
+        running_proxy(upstream.base_url, recording=recording, mode="observe") as p,
         openai.OpenAI(base_url=p.base_url, api_key="x", max_retries=0) as client,
     ):
         for question in ("What is the capital of France?", "Capital of France?", "Q3?"):

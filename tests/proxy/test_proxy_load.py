@@ -32,6 +32,8 @@ import openai
 import pytest
 from proxy_harness import ProxyServer, echo_answer, echo_upstream, running_proxy
 
+from adapters.proxy import Recording
+
 STREAMS = 500
 BATCHES = 4
 
@@ -105,7 +107,8 @@ def _counted(module: str) -> bool:
 
 @pytest.mark.slow
 async def test_500_concurrent_streams(tmp_path: Path) -> None:
-    with echo_upstream() as upstream, running_proxy(upstream, record_dir=str(tmp_path)) as proxy:
+    recording = Recording(str(tmp_path))
+    with echo_upstream() as upstream, running_proxy(upstream, recording=recording) as proxy:
         idle = proxy.call(_idle_tasks(proxy))
         sizes = []
         for batch in range(BATCHES):  # batch 0 warms pools, caches, lazily built objects

@@ -23,6 +23,7 @@ from sse_server import Reply
 from adapters._proxy._publish import Publisher
 from adapters._proxy._recording import Recorder
 from adapters._serving._metrics import ProxyMetrics
+from adapters.proxy import Recording
 from adapters.tracefiles import convert_traces, open_trace_objects
 
 CLEAN = [ROLE, *tokens([GOOD] * 5), STOP]
@@ -61,12 +62,14 @@ async def test_every_answer_lands_in_exactly_one_uploaded_object(
     with moto_s3("liftguard-records") as (_, url, options):
         with running_proxy(
             upstream.base_url,
-            record_dir=url,
-            record_format=fmt,
-            record_max_bytes=4096,  # a few answers per object: several rotations
-            record_storage_options=options,
-            record_spool=str(tmp_path / "spool"),
-            record_dataset="chat",
+            recording=Recording(
+                url,
+                format=fmt,  # type: ignore[arg-type]
+                max_bytes=4096,  # a few answers per object: several rotations
+                storage_options=options,
+                spool=str(tmp_path / "spool"),
+                dataset="chat",
+            ),
         ) as p:
             ids = [await _ask(p.base_url, f"question {i}?") for i in range(n)]
             recorder = p.proxy.recorder
@@ -148,7 +151,7 @@ async def test_a_recording_by_the_proxy_reads_the_same_from_parquet(
     upstream: Upstream, tmp_path: Path
 ) -> None:
     jsonl_dir, parquet_dir = tmp_path / "jsonl", tmp_path / "parquet"
-    await _record_three(upstream, record_dir=str(jsonl_dir))
+    await _record_three(upstream, recording=Recording(str(jsonl_dir)))
     (recording,) = jsonl_dir.glob("*.jsonl")
     converted = tmp_path / "recording.parquet"
     convert_traces(str(recording), str(converted))
@@ -156,7 +159,7 @@ async def test_a_recording_by_the_proxy_reads_the_same_from_parquet(
     assert len(jsonl) == 3 and {o["complete"] for o in jsonl} == {True, False}
     assert [o for _, o in open_trace_objects(converted)] == jsonl
     # recorded straight to Parquet (--record-format parquet): the same lines
-    await _record_three(upstream, record_dir=str(parquet_dir), record_format="parquet")
+    await _record_three(upstream, recording=Recording(str(parquet_dir), format="parquet"))
     (direct,) = parquet_dir.glob("*.parquet")
     assert list((parquet_dir / ".spool").iterdir()) == []
 

@@ -13,6 +13,7 @@ from sse_server import Reply
 
 from adapters._proxy._recording import AnswerRecord, Recorder
 from adapters._serving._metrics import ProxyMetrics
+from adapters.proxy import Recording
 
 FULL = [GOOD, GOOD, GOOD, BAD, GOOD, GOOD, GOOD]
 CLEAN = [ROLE, *tokens([GOOD] * 5), STOP]
@@ -46,7 +47,7 @@ async def test_every_answer_is_recorded_as_an_unlabelled_trace_line(
     upstream.replies.put(Reply(list(CLEAN), delay=0.0))
     upstream.replies.put(Reply([ROLE, *tokens(FULL), STOP], delay=0.0))
     upstream.replies.put(Reply([ROLE, *tokens([GOOD] * 3)], delay=0.0, done=False))
-    with running_proxy(upstream.base_url, record_dir=str(tmp_path), record_dataset="demo") as p:
+    with running_proxy(upstream.base_url, recording=Recording(str(tmp_path), dataset="demo")) as p:
         ids = [await _ask(p.base_url, f"question {i}?") for i in range(3)]
     lines = _read(tmp_path)
     assert [line["id"] for line in lines] == ids
@@ -80,7 +81,7 @@ async def test_every_answer_is_recorded_as_an_unlabelled_trace_line(
 async def test_recording_rotates_files_by_size(upstream: Upstream, tmp_path: Path) -> None:
     for _ in range(6):
         upstream.replies.put(Reply(list(CLEAN), delay=0.0))
-    with running_proxy(upstream.base_url, record_dir=str(tmp_path), record_max_bytes=4096) as p:
+    with running_proxy(upstream.base_url, recording=Recording(str(tmp_path), max_bytes=4096)) as p:
         ids = [await _ask(p.base_url, f"question {i}?") for i in range(6)]
     files = sorted(tmp_path.glob("*.jsonl"))
     assert len(files) > 1
@@ -95,7 +96,7 @@ async def test_a_failing_disk_never_fails_a_request(
     blocker.write_text("x")
     for _ in range(3):
         upstream.replies.put(Reply(list(CLEAN), delay=0.0))
-    with running_proxy(upstream.base_url, record_dir=str(blocker / "traces")) as p:
+    with running_proxy(upstream.base_url, recording=Recording(str(blocker / "traces"))) as p:
         ids = [await _ask(p.base_url, f"question {i}?") for i in range(3)]
         for _ in range(3):
             await lines.next()

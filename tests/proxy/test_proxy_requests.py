@@ -21,7 +21,7 @@ from proxy_harness import (
 )
 from sse_server import Reply
 
-from adapters.proxy import StaticCertificate
+from adapters.proxy import Limits, StaticCertificate
 from guardrail import GenerationContext
 
 FULL = [GOOD, GOOD, GOOD, BAD, GOOD, GOOD, GOOD]
@@ -72,7 +72,7 @@ async def test_a_blocked_non_streamed_answer_is_http_422(upstream: Upstream) -> 
 
 async def test_a_stalled_non_streamed_answer_is_http_504(upstream: Upstream) -> None:
     upstream.replies.put(Reply(list(CLEAN), delay=0.0, hold_after=3, stall=True))
-    with running_proxy(upstream.base_url, upstream_timeout_s=0.5) as proxy:
+    with running_proxy(upstream.base_url, limits=Limits(upstream_timeout_s=0.5)) as proxy:
         client = _client(proxy.base_url)
         with pytest.raises(openai.APIStatusError) as caught:
             await client.chat.completions.create(model="test-model", messages=MESSAGES)
@@ -271,7 +271,7 @@ async def test_metrics_healthz_and_one_json_line_per_verdict(
     upstream.replies.put(Reply(list(CLEAN), delay=0.0))
     upstream.replies.put(Reply([ROLE, *tokens(FULL), STOP], delay=0.0))
     upstream.replies.put(Reply(list(CLEAN), delay=0.0, hold_after=3, stall=True))
-    with running_proxy(upstream.base_url, upstream_timeout_s=2.0) as proxy:
+    with running_proxy(upstream.base_url, limits=Limits(upstream_timeout_s=2.0)) as proxy:
         client = _client(proxy.base_url)
         ids = []
         for _ in range(3):

@@ -25,6 +25,8 @@ from proxy_harness import ROLE, STOP, ProxyServer, Upstream, running_proxy, toke
 from sse_server import Reply
 from stream_shapes import CLEAN_TEXT, FULL, SHAPES, Shape
 
+from adapters.proxy import Limits
+
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 
 
@@ -135,7 +137,8 @@ async def test_every_shape_every_client(
     # only the stalled upstream waits for the timeout; the others must never meet it
     timeout = 0.5 if shape.name == "stall" else 60.0
     upstream.replies.put(shape.reply())
-    with running_proxy(upstream.base_url, mode=mode, upstream_timeout_s=timeout) as proxy:
+    limits = Limits(upstream_timeout_s=timeout)
+    with running_proxy(upstream.base_url, mode=mode, limits=limits) as proxy:
         out = await _run(client, proxy)
     record = await upstream.records[-1].finished()
     if shape.type is None:

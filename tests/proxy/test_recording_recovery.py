@@ -288,7 +288,7 @@ def test_the_spool_of_a_url_is_one_per_destination(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from adapters._proxy._spool import spool_directory
-    from adapters.proxy import ProxyConfig, StaticCertificate
+    from adapters.proxy import Recording
     from guardrail import ConfigError
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
@@ -305,10 +305,8 @@ def test_the_spool_of_a_url_is_one_per_destination(
     assert spool_directory("s3://bucket/records", here, str(tmp_path / "mine")) == (
         tmp_path / "mine"
     )
-    cert = StaticCertificate(make_certificate(), "test-cert")
-    with pytest.raises(ConfigError, match="record_spool is for a URL recording"):
-        ProxyConfig(upstream="http://127.0.0.1:1/v1", certificate=cert,
-                    record_dir=str(tmp_path / "rec"), record_spool=str(tmp_path / "s"))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"recording\.spool is for a URL recording"):
+        Recording(str(tmp_path / "rec"), spool=str(tmp_path / "s"))
 
 
 _HOLD_LOCK = """
