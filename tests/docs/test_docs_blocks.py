@@ -76,6 +76,8 @@ RUN: dict[tuple[str, str], str] = {
     ("docs/proxy.md", "$ curl -s http://127.0.0.1:8080/v1/liftguard/feedback -H "
      "'content-type: application/json' \\"): f"{P}::test_proxy_feedback_with_curl",
     ("docs/proxy.md", "# ask.py BASE_URL QUESTIONS.jsonl"): f"{P}::test_proxy_ask_py",
+    ("docs/proxy.md", "from adapters.proxy import Limits, ProxyConfig, Recording, "
+     "certificate_source, create_app"): f"{P}::test_proxy_config_from_python",
     ("docs/proxy.md", "$ liftguard local-server --port 8000 &"): R,
     ("docs/proxy.md", "$ liftguard traces label --traces rec/*.jsonl --references refs.jsonl "
      "--out labelled.jsonl"): R,

@@ -104,6 +104,32 @@ def test_proxy_serve_commands(upstream: SSEServer, here: Path) -> None:
     assert upstream.records[-1].body["top_logprobs"] == 20
 
 
+def test_proxy_config_from_python(
+    upstream: SSEServer, here: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page's ``ProxyConfig`` with its groups, as written but for the upstream's URL:
+    its app serves an answer and records it where ``Recording`` says."""
+    from proxy_harness import ProxyServer
+
+    monkeypatch.chdir(here)
+    text = script(block("docs/proxy.md", "from adapters.proxy import Limits, ProxyConfig, "
+                        "Recording, certificate_source, create_app"),
+                  {"http://127.0.0.1:8000/v1": upstream.base_url})  # fmt: skip
+    names: dict[str, object] = {}
+    exec(compile(text, "<docs/proxy.md>", "exec"), names)
+    config = names["config"]
+    assert config.limits.max_body_bytes == 1024 * 1024  # type: ignore[attr-defined]
+    assert config.limits.max_answer_tokens == 16_384  # type: ignore[attr-defined]
+    with ProxyServer(config) as proxy:  # type: ignore[arg-type]
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="unused", max_retries=0)
+        answer = client.chat.completions.create(
+            model="smollm2", messages=[{"role": "user", "content": "Gold?"}]
+        )
+    assert answer.model_extra["liftguard"]["state"] == "certified"  # type: ignore[index]
+    (recording,) = (here / "traces").glob("chat-*.jsonl")
+    assert json.loads(recording.read_text().splitlines()[0])["answer"] == "Au."
+
+
 def test_proxy_feedback_with_curl(upstream: SSEServer, here: Path) -> None:
     """A label of a certified answer, sent with the page's curl command, reaches the
     certificate's live risk monitor; the reply has the fields the page shows."""
