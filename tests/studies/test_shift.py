@@ -28,6 +28,7 @@ def test_the_page_is_the_saved_run() -> None:
     assert study.COMMAND in written.splitlines()[0] and "do not edit" in written.splitlines()[0]
     assert written == study.render(saved), f"stale: run `{study.COMMAND} --docs-only`"
     assert list(saved["variants"]) == list(study.VARIANTS)
+    assert saved["margin_variants"] == study.MARGIN_VARIANTS
     assert saved["blocked_read_limit"] == study.BLOCKED_READ_LIMIT
     assert saved["baselines"] == list(BASELINES)
     kinds = {s["kind"] for s in saved["shifts"]}
@@ -35,7 +36,18 @@ def test_the_page_is_the_saved_run() -> None:
     assert len(saved["shifts"]) == 8
     for s in saved["shifts"]:
         assert s["risks"] == [f"{r:g}" for r in study.RISKS[s["target_task"]]]
-        assert set(s["methods"]) == set(study.VARIANTS) | set(BASELINES)
+        assert set(s["methods"]) == set(study.VARIANTS) | set(study.MARGIN_VARIANTS) | set(
+            BASELINES
+        )
+        for v in study.MARGIN_VARIANTS:  # the certificate's statistic: its AUROC, its own reads
+            entry = s["methods"][v]
+            assert entry["auroc"] == s["methods"][study.CERTIFICATE]["auroc"]
+            for r in s["risks"]:
+                mean, floor = entry["blocked_read"][r], entry["blocked_read_floor"][r]
+                assert (floor is None) == (entry["coverage"][r] == 0.0)
+                if mean is not None:
+                    calibrated = saved["splits"] - entry["refused"][r]
+                    assert f"{100 * mean:.0f}% (" in written and calibrated >= 1
         best = s["methods"][s["best_auroc"]]["auroc"]
         assert best == max(s["methods"][b]["auroc"] for b in BASELINES)
         for name, m in s["methods"].items():
