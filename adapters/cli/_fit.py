@@ -113,6 +113,7 @@ def fit_options(args: argparse.Namespace) -> Any:
             early_block=args.early_block,
             early_block_choices=early,
             early_block_share=args.early_block_share,
+            early_block_tail=args.early_block_tail,
             alternatives=args.alternatives,
             range_quantile=args.range_quantile,
             on_length=args.on_length,

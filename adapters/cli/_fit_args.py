@@ -150,6 +150,15 @@ def add_fit_parser(sub: Any) -> None:
         "'none': the per-position quantile alone)",
     )
     p.add_argument(
+        "--early-block-tail",
+        choices=("flat", "sqrt"),
+        default=default.early_block_tail,
+        help="the early-block margins past the positions 20 correct fitting answers reach, "
+        "up to the token limit: 'flat', the largest margin of the last half of those "
+        "positions; 'sqrt', falling as c/sqrt(t), so that margins fitted on short answers "
+        f"block a longer one about as early in its length (default {default.early_block_tail})",
+    )
+    p.add_argument(
         "--alternatives",
         type=integer(1),
         default=None,

@@ -35,7 +35,8 @@ def early_line(early: Any) -> str:
         if share is not None
         else ""
     )
+    tail = ", falling as c/sqrt(t) past the fitted positions" if early.get("tail") else ""
     return (
         f"  early block      margins for the first {early['positions']} tokens (quantile "
-        f"{early['quantile']:g} of a correct answer's later rise{widened})\n"
+        f"{early['quantile']:g} of a correct answer's later rise{widened}{tail})\n"
     )

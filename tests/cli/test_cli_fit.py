@@ -161,6 +161,27 @@ def test_fit_early_block_sets_margins_from_the_correct_fitting_answers(
         assert "--early-block" in err and "Traceback" not in err
 
 
+def test_fit_early_block_tail_sqrt_lowers_the_margins_past_the_fitted_positions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, flat_out = tmp_path / "sqrt.json", tmp_path / "flat.json"
+    nq = str(FIXTURES / "traces_gemma3_nq_sample.jsonl")  # 20 correct answers of 40
+    args = ["fit", "--traces", nq, "--fit-fraction", "1", "--max-tokens", "256"]
+    assert main([*args, "--out", str(flat_out)]) == 0
+    assert "c/sqrt(t)" not in capsys.readouterr().out
+    assert main([*args, "--out", str(out), "--early-block-tail", "sqrt"]) == 0
+    assert "falling as c/sqrt(t) past the fitted positions" in capsys.readouterr().out
+    flat, sqrt = Certificate.load(flat_out).statistic, Certificate.load(out).statistic
+    assert flat is not None and sqrt is not None
+    assert sqrt.info["early_block"]["tail"] == "sqrt" and "tail" not in flat.info["early_block"]
+    assert len(sqrt.block_margins) == len(flat.block_margins) == 256
+    assert all(s <= f for s, f in zip(sqrt.block_margins, flat.block_margins, strict=True))
+    assert sqrt.block_margins[-1] < flat.block_margins[-1]
+    with pytest.raises(SystemExit) as exc:
+        main([*args, "--out", str(out), "--early-block-tail", "linear"])
+    assert exc.value.code == 2 and "--early-block-tail" in capsys.readouterr().err
+
+
 def test_fit_takes_an_explicit_feature_list(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
