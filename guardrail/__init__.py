@@ -42,7 +42,7 @@ from ._errors import (
     MissingLogprobsError,
     StreamTruncated,
 )
-from ._guarded import Guarded, GuardedText
+from ._gate import Gate, TextGate
 from ._monitor import Monitor
 from ._policy import StreamPolicy
 from ._risk_monitor import RiskMonitor
@@ -60,9 +60,8 @@ __all__ = [
     "ConfigError",
     "ContextMismatchWarning",
     "FittedRule",
+    "Gate",
     "GenerationContext",
-    "Guarded",
-    "GuardedText",
     "GuardrailBlocked",
     "GuardrailError",
     "InsufficientDataError",
@@ -77,6 +76,7 @@ __all__ = [
     "StreamPolicy",
     "StreamTruncated",
     "TemperatureSkeleton",
+    "TextGate",
     "TokenEvent",
     "UniformSkeleton",
     "VectorSkeleton",

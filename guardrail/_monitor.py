@@ -1,4 +1,4 @@
-"""One answer's monitor: :class:`Monitor` (what of it may be shown: :mod:`guardrail._guarded`).
+"""One answer's monitor: :class:`Monitor` (what of it may be shown: :mod:`guardrail._gate`).
 
 A :class:`Monitor` owns one streamed answer's lifecycle and applies one evidence rule
 (:mod:`guardrail._rules`: :class:`~guardrail.LiftRule` or

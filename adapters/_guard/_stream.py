@@ -3,7 +3,7 @@
 :class:`GuardStep` is the whole decision logic and does no I/O: each provider
 item (a chunk or an event) is parsed into :class:`~guardrail.TokenEvent` objects
 and the text it shows, every event goes to the monitor, and
-:class:`~guardrail.Guarded` says which units (by default the text each item adds)
+:class:`~guardrail.Gate` says which units (by default the text each item adds)
 may be shown now. The loops
 :func:`aguard` / :func:`guard` only iterate, yield and close the upstream
 stream: after a BLOCK (so that the server stops generating), after an error
@@ -27,7 +27,7 @@ from typing import Any, Generic, Literal, TypeVar, overload
 from guardrail import (
     Cause,
     ConfigError,
-    Guarded,
+    Gate,
     GuardrailBlocked,
     Monitor,
     State,
@@ -62,7 +62,7 @@ class GuardStep(Generic[U]):
 
     Each item is parsed once (``parse``) and ``unit(item, parts)`` gives what the
     caller shows of it: by default the text it adds (a ``GuardStep[str]``); the proxy
-    gives the chunk itself. :class:`~guardrail.Guarded` holds and releases those
+    gives the chunk itself. :class:`~guardrail.Gate` holds and releases those
     units per ``mode``; :meth:`feed` and :meth:`end` return the units released now.
     ``hold_finish``: the unit of an item that carries a finish reason (and every one
     after it) is held until :meth:`end`, which releases it only with a certified
@@ -139,7 +139,7 @@ class GuardStep(Generic[U]):
         self._monitor, self._parse, self.on_block = monitor, parse, on_block
         self._unit: Callable[[Any, ChunkParts], U] = _text if unit is None else unit  # type: ignore[assignment]
         # validates mode (and early=False for "final")
-        self._held: Guarded[U] = Guarded(monitor, mode, enforce=enforce)
+        self._held: Gate[U] = Gate(monitor, mode, enforce=enforce)
         self._hold_finish = hold_finish
         self.blocked: Verdict | None = None
         self.finish_reason: str | None = None

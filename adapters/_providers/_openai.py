@@ -154,7 +154,7 @@ def guard_chat_stream(
     logprobs=True, top_logprobs=k)`` (any async iterable of chunks or chunk dicts
     works). Each token goes to ``monitor`` (one monitor per answer, with a
     skeleton), or to a fresh ``certificate.monitor()``;
-    :class:`~guardrail.GuardedText` decides what is shown:
+    :class:`~guardrail.TextGate` decides what is shown:
     ``"buffered"`` holds the text until CERTIFIED, ``"passthrough"`` shows it at
     once, ``"final"`` releases it at the end iff certified (``early=False``).
 

@@ -29,9 +29,9 @@ from guardrail import (
     Calibration,
     Certificate,
     ConfigError,
-    GuardedText,
     Monitor,
     State,
+    TextGate,
     Verdict,
 )
 from guardrail.traces import is_correct
@@ -155,7 +155,7 @@ def run_question(
     (default: it names one of ``references``)."""
     monitor = certificate.monitor(skeleton=skeleton, exact_entropy=True, max_tokens=max_tokens)
     system = certificate.context.system_prompt
-    guard = GuardedText(monitor, mode)  # type: ignore[arg-type]
+    gate = TextGate(monitor, mode)  # type: ignore[arg-type]
     start = time.perf_counter()
     shown, answer, n, stopped = "", "", 0, False
     screen.line(f"Q: {question}")
@@ -166,8 +166,8 @@ def run_question(
         verdict = monitor.update(tok.event(i))  # the local model gives exact entropies too
         answer += tok.text
         n += 1
-        shown += guard.push(tok.text, verdict)
-        held = "" if mode == "passthrough" else f"  [{len(guard.pending)} chars held]"
+        shown += gate.push(tok.text, verdict)
+        held = "" if mode == "passthrough" else f"  [{len(gate.pending)} chars held]"
         screen.status(f"A: {shown.strip()}{held}  | {_evidence(verdict, monitor)}")
         if verdict.state is State.BLOCKED:
             stopped = True
@@ -176,7 +176,7 @@ def run_question(
     # calibration's on_length="answer"), an end-of-generation token is "stop"
     at_limit = n >= max_tokens and not stopped
     final = monitor.finish("length" if n >= max_tokens else "stop")
-    shown += guard.close(final)
+    shown += gate.close(final)
     seconds = time.perf_counter() - start
     withheld, whole = "", n
     if final.state is State.BLOCKED:  # after the verdict: what would the model have said?

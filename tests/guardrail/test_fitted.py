@@ -19,13 +19,13 @@ from guardrail import (
     ConfigError,
     FittedRule,
     GenerationContext,
-    GuardedText,
     MissingLogprobsError,
     ModelIdentity,
     Monitor,
     SkeletonSpec,
     State,
     StreamPolicy,
+    TextGate,
     TokenEvent,
     UniformSkeleton,
 )
@@ -476,13 +476,13 @@ def test_missing_inputs_follow_the_policy_and_streams_end_like_certificate_monit
         mon.update(replace(good, index=3))
 
 
-def test_guarded_text_and_the_stream_step_accept_a_fitted_monitor() -> None:
+def test_the_text_gate_and_the_stream_step_accept_a_fitted_monitor() -> None:
     from adapters._guard._stream import GuardStep
 
     t = next(t for t in _traces(SAMPLES[1]) if t.correct)
     stat = _fitted(SAMPLES[1], "api")
     events = trace_events(t)
-    text = GuardedText(Monitor.fitted(stat, StreamPolicy(on_length="answer"), -50.0), "buffered")
+    text = TextGate(Monitor.fitted(stat, StreamPolicy(on_length="answer"), -50.0), "buffered")
     assert text.mode == "buffered"
 
     def parse(item: TokenEvent) -> tuple[list[TokenEvent], str, str | None, bool]:
@@ -583,7 +583,7 @@ def test_a_token_past_the_limit_overturns_an_early_certification() -> None:
     assert mon.finish("stop").state is State.CERTIFIED
     # in buffered mode the text released at certification stays shown; nothing after it
     mon = cert.monitor(skeleton=RecordedSkeleton([-1.0] * 40))
-    text = GuardedText(mon, "buffered")
+    text = TextGate(mon, "buffered")
     shown = "".join(text.push(f"<{i}>", mon.update(_confident(i))) for i in range(30))
     assert shown == "".join(f"<{i}>" for i in range(24)) and text.blocked
 

@@ -12,12 +12,12 @@ from scipy import stats
 from guardrail import (
     Cause,
     ConfigError,
-    GuardedText,
     GuardrailError,
     MissingLogprobsError,
     Monitor,
     State,
     StreamPolicy,
+    TextGate,
     TokenEvent,
     UniformSkeleton,
     Verdict,
@@ -353,10 +353,10 @@ TEXT = ["The ", "answer ", "is ", "42."]
 
 def test_passthrough_shows_tokens_at_once_until_blocked() -> None:
     mon = Monitor.lift(StreamPolicy(), 1.0)
-    g = GuardedText(mon, "passthrough")
+    g = TextGate(mon, "passthrough")
     assert [g.push(s, _v(st)) for s, st in zip(TEXT, SCRIPT, strict=True)] == TEXT
     assert g.close(_v(State.CERTIFIED, final=True)) == ""
-    g = GuardedText(mon, "passthrough")
+    g = TextGate(mon, "passthrough")
     out = [
         g.push(s, _v(st)) for s, st in zip(TEXT, [State.CONTINUE, State.BLOCKED] * 2, strict=True)
     ]
@@ -365,7 +365,7 @@ def test_passthrough_shows_tokens_at_once_until_blocked() -> None:
 
 
 def test_buffered_releases_on_certification_then_flows() -> None:
-    g = GuardedText(Monitor.lift(StreamPolicy(), 1.0), "buffered")
+    g = TextGate(Monitor.lift(StreamPolicy(), 1.0), "buffered")
     out = [g.push(s, _v(st)) for s, st in zip(TEXT, SCRIPT, strict=True)]
     assert out == ["", "", "The answer is ", "42."]
     assert g.close(_v(State.CERTIFIED, final=True)) == "" and g.pending == ""
@@ -373,7 +373,7 @@ def test_buffered_releases_on_certification_then_flows() -> None:
 
 def test_buffered_never_leaks_after_block() -> None:
     script = [State.CONTINUE, State.CONTINUE, State.BLOCKED, State.CERTIFIED]
-    g = GuardedText(Monitor.lift(StreamPolicy(), 1.0))
+    g = TextGate(Monitor.lift(StreamPolicy(), 1.0))
     assert g.mode == "buffered"
     assert [g.push(s, _v(st)) for s, st in zip(TEXT, script, strict=True)] == [""] * 4
     assert g.blocked and g.pending == ""
@@ -382,7 +382,7 @@ def test_buffered_never_leaks_after_block() -> None:
 
 def test_buffered_undecided_stream_is_released_by_the_final_verdict() -> None:
     for final, expected in ((State.CERTIFIED, "The answer is 42."), (State.BLOCKED, "")):
-        g = GuardedText(Monitor.lift(StreamPolicy(), 1.0), "buffered")
+        g = TextGate(Monitor.lift(StreamPolicy(), 1.0), "buffered")
         assert [g.push(s, _v(State.CONTINUE)) for s in TEXT] == [""] * 4
         assert g.pending == "The answer is 42."
         with pytest.raises(GuardrailError, match="final verdict"):
@@ -395,13 +395,13 @@ def test_buffered_undecided_stream_is_released_by_the_final_verdict() -> None:
 
 def test_final_mode_holds_everything_and_needs_a_final_only_policy() -> None:
     with pytest.raises(ConfigError, match=r"StreamPolicy\(early=False\)"):
-        GuardedText(Monitor.lift(StreamPolicy(), 1.0), "final")
+        TextGate(Monitor.lift(StreamPolicy(), 1.0), "final")
     with pytest.raises(ConfigError, match="mode"):
-        GuardedText(Monitor.lift(StreamPolicy(), 1.0), "eager")  # type: ignore[arg-type]
+        TextGate(Monitor.lift(StreamPolicy(), 1.0), "eager")  # type: ignore[arg-type]
     policy = StreamPolicy(early=False)
     for lift, expected in ((5.0, "The answer is 42."), (0.2, "")):
         mon = Monitor.lift(policy, 1.0)
-        g = GuardedText(mon, "final")
+        g = TextGate(mon, "final")
         assert [g.push(s, mon.update_evidence(lift)) for s in TEXT] == [""] * 4
         assert g.close() == expected  # close() finishes the monitor
         assert mon.verdict.final
@@ -416,7 +416,7 @@ def test_modes_on_real_monitor_runs(mode: str) -> None:
         x = _lifts(rng)
         words = [f"w{i} " for i in range(x.size)]
         mon = Monitor.lift(policy, float(rng.choice([1.0, 4.0])))
-        g = GuardedText(mon, mode)  # type: ignore[arg-type]
+        g = TextGate(mon, mode)  # type: ignore[arg-type]
         shown = "".join(
             g.push(w, mon.update_evidence(float(xi))) for w, xi in zip(words, x, strict=True)
         )

@@ -1,5 +1,5 @@
-"""What of a streamed answer may be shown now: :class:`Guarded`, over any unit, and
-:class:`GuardedText`, over text.
+"""What of a streamed answer may be shown now: :class:`Gate`, over any unit, and
+:class:`TextGate`, over text.
 
 A stream step holds back and releases the provider's own units (a chunk, an event's
 text, a token), never text re-cut to fit: the caller gives each unit with the verdict
@@ -16,13 +16,13 @@ from ._verdict import State, Verdict
 if TYPE_CHECKING:
     from ._monitor import Monitor
 
-__all__ = ["Guarded", "GuardedText", "StreamMode"]
+__all__ = ["Gate", "StreamMode", "TextGate"]
 
 StreamMode = Literal["passthrough", "buffered", "final"]
 U = TypeVar("U")
 
 
-class Guarded(Generic[U]):
+class Gate(Generic[U]):
     """Which units of a streamed answer may be shown now, per streaming mode (pure, no I/O).
 
     ``passthrough``: each unit at once; nothing from a BLOCKED verdict on (its unit
@@ -37,12 +37,12 @@ class Guarded(Generic[U]):
     Examples
     --------
         >>> monitor = Monitor.lift(StreamPolicy(), tau=2.0, skeleton=UniformSkeleton(1000))
-        >>> guarded = Guarded(monitor, "buffered")
-        >>> guarded.push("Par", monitor.update(TokenEvent("Par", logprob=-0.1)))
+        >>> gate = Gate(monitor, "buffered")
+        >>> gate.push("Par", monitor.update(TokenEvent("Par", logprob=-0.1)))
         []
-        >>> guarded.push("is", monitor.update(TokenEvent("is", logprob=-0.2)))
+        >>> gate.push("is", monitor.update(TokenEvent("is", logprob=-0.2)))
         []
-        >>> guarded.close(monitor.finish())
+        >>> gate.close(monitor.finish())
         ['Par', 'is']
     """
 
@@ -129,14 +129,14 @@ class Guarded(Generic[U]):
         return out
 
 
-class GuardedText:
-    """What of a streamed answer's text may be shown now: :class:`Guarded` over text
+class TextGate:
+    """What of a streamed answer's text may be shown now: :class:`Gate` over text
     pieces, joined (the modes as there).
 
     Examples
     --------
         >>> monitor = Monitor.lift(StreamPolicy(), tau=2.0, skeleton=UniformSkeleton(1000))
-        >>> text = GuardedText(monitor, "buffered")
+        >>> text = TextGate(monitor, "buffered")
         >>> text.push("Par", monitor.update(TokenEvent("Par", logprob=-0.1)))
         ''
         >>> text.push("is", monitor.update(TokenEvent("is", logprob=-0.2)))
@@ -148,7 +148,7 @@ class GuardedText:
     __slots__ = ("_units",)
 
     def __init__(self, monitor: Monitor, mode: StreamMode = "buffered") -> None:
-        self._units: Guarded[str] = Guarded(monitor, mode)
+        self._units: Gate[str] = Gate(monitor, mode)
 
     @property
     def mode(self) -> StreamMode:
