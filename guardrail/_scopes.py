@@ -25,7 +25,8 @@ scope       the tokens in it
 
 Whether a token is in a scope depends only on its own text and the text before it, so a
 monitor knows it when the token arrives: :func:`scope_tracker` gives the streaming
-object (``update(text) -> bool``, O(length of the token's text)); :func:`scope_mask` is its
+object (``update(text) -> bool``, O(length of the token's text); its value, read again as
+``value``, is whether the token just taken is in the scope); :func:`scope_mask` is its
 batch twin over a whole answer's token texts, written independently (regular
 expressions over the joined text); the tests compare the two at every token.
 """
@@ -57,6 +58,7 @@ _MARKER_MAX = 10
 """The longest text ``_MARKER`` matches (``answer   :``)."""
 _FENCE_LINE = re.compile(r"^[ \t]*```[^\n]*\n", re.M)
 _DIGIT = re.compile(r"[0-9]")
+_digit = _DIGIT.search
 
 
 class FinalAnswerScope:
@@ -70,26 +72,30 @@ class FinalAnswerScope:
         [False, False, False, False, True]
     """
 
-    __slots__ = ("found", "tail")
+    __slots__ = ("tail", "value")
 
     def __init__(self) -> None:
-        self.found = False
-        self.tail = ""
+        self.value = False
+        """Whether the last token taken is in the scope (False before any)."""
+        self.tail: str | None = ""  # None: the first marker ended in the last token
 
     def update(self, text: str) -> bool:
-        """Whether the token with ``text`` is in the scope (then take it in)."""
-        inside = self.found
-        if not inside:
-            tail = self.tail
-            # a match that ends in this token starts at most _MARKER_MAX - 1 characters
-            # before it; one more character before that is the lookbehind's context
-            kept = len(tail) > _MARKER_MAX
-            buf = tail + text
-            if _MARKER.search(buf, 1 if kept else 0) is not None:
-                self.found = True
-            else:
-                self.tail = buf[-(_MARKER_MAX + 1) :]
-        return inside
+        """Take the token with ``text``; :attr:`value`, whether it is in the scope."""
+        if self.value:
+            return True
+        tail = self.tail
+        if tail is None:  # this token starts after the marker
+            self.value = True
+            return True
+        # a match that ends in this token starts at most _MARKER_MAX - 1 characters
+        # before it; one more character before that is the lookbehind's context
+        kept = len(tail) > _MARKER_MAX
+        buf = tail + text
+        if _MARKER.search(buf, 1 if kept else 0) is not None:
+            self.tail = None
+        else:
+            self.tail = buf[-(_MARKER_MAX + 1) :]
+        return False
 
 
 class CodeScope:
@@ -102,28 +108,34 @@ class CodeScope:
         [False, False, False, True, True, True]
     """
 
-    __slots__ = ("head", "inside")
+    __slots__ = ("head", "inside", "value")
 
     def __init__(self) -> None:
-        self.inside = False
+        self.inside = False  # whether the next token starts inside a block
         self.head = ""  # the current line's leading blanks and first three other characters
+        self.value = False
+        """Whether the last token taken is in the scope (False before any)."""
 
     def update(self, text: str) -> bool:
-        """Whether the token with ``text`` is in the scope (then take it in)."""
-        inside = self.inside
+        """Take the token with ``text``; :attr:`value`, whether it is in the scope."""
+        inside = self.value = self.inside
+        head = self.head
+        if "\n" not in text and len(head.lstrip(" \t")) >= 3:
+            return inside  # inside a line whose start is known: nothing to keep
         for ch in text:
             if ch == "\n":
-                if self.head.lstrip(" \t").startswith("```"):
+                if head.lstrip(" \t").startswith("```"):
                     self.inside = not self.inside
-                self.head = ""
-            elif len(self.head.lstrip(" \t")) < 3:
-                self.head += ch
+                head = ""
+            elif len(head.lstrip(" \t")) < 3:
+                head += ch
+        self.head = head
         return inside
 
 
 class NumberScope:
     """Streaming ``number`` scope: whether each token's text has an ASCII digit. Keeps
-    nothing between tokens.
+    nothing between tokens but that.
 
     Examples
     --------
@@ -132,11 +144,16 @@ class NumberScope:
         [True, False, True, False, False, True, True, False]
     """
 
-    __slots__ = ()
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = False
+        """Whether the last token taken is in the scope (False before any)."""
 
     def update(self, text: str) -> bool:
-        """Whether the token with ``text`` is in the scope."""
-        return any("0" <= ch <= "9" for ch in text)
+        """Take the token with ``text``; :attr:`value`, whether it is in the scope."""
+        self.value = found = _digit(text) is not None
+        return found
 
 
 def scope_tracker(scope: str) -> FinalAnswerScope | CodeScope | NumberScope:
