@@ -3,12 +3,13 @@
 Each class keeps one aggregate of one base feature in O(1) per token:
 :meth:`~Aggregate.update` adds a token's value (already clamped to the base's
 range ``[lo, hi]``) and returns the aggregate, which :attr:`~Aggregate.value`
-then holds. For the fitted rule's early verdicts each also says whether it
-:attr:`~Aggregate.rises` or :attr:`~Aggregate.falls` as tokens arrive, and what
-it can reach after at most ``m`` more tokens (``m`` may be ``inf``; ``m >= 1``
-where the fitted rule asks): :meth:`~Aggregate.upper_end` is at least, and
-:meth:`~Aggregate.lower_end` at most, the value any such continuation ends with
-(stopping now included). The batch twins are
+then holds (the contract of :mod:`guardrail._streaming`; :attr:`~Aggregate.start`
+before the first token, or a scoped feature's empty value). For the fitted rule's
+early verdicts each also says whether it :attr:`~Aggregate.rises` or
+:attr:`~Aggregate.falls` as tokens arrive, and what it can reach after at most ``m``
+more tokens (``m`` may be ``inf``; ``m >= 1`` where the fitted rule asks):
+:meth:`~Aggregate.upper_end` is at least, and :meth:`~Aggregate.lower_end` at most, the
+value any such continuation ends with (stopping now included). The batch twins are
 :func:`guardrail._aggregates.aggregate_path` and
 :func:`guardrail._aggregates.reach_path`.
 
@@ -58,7 +59,10 @@ class Aggregate:
     """
 
     __slots__ = ("hi", "lo", "value")
+    value: float
+    """The aggregate after the tokens so far (what :meth:`update` returned last)."""
     start = math.nan
+    """:attr:`value` before the first token."""
 
     def __init__(self, lo: float, hi: float) -> None:
         if not (lo <= hi):
@@ -66,6 +70,7 @@ class Aggregate:
         self.lo, self.hi, self.value = float(lo), float(hi), self.start
 
     def update(self, x: float) -> float:
+        """Add one token's value; the aggregate after it (:attr:`value`)."""
         raise NotImplementedError
 
     @property

@@ -18,10 +18,11 @@ class BettingConfidenceSequence:
 
     The grid is ``clip * (1..G) / (G + 1)``; a candidate whose ``K+`` (``K-``)
     reaches ``2/delta`` is excluded from below (above) for good, and only the
-    candidates still inside are updated. :meth:`update` returns ``(lower,
-    upper)``: as :func:`guardrail._boundaries.betting_confidence_sequence` times ``clip``
-    while that hull is not empty, else one grid cell wide. Conservative to the
-    grid; a confidence sequence for a mean shared by all tokens.
+    candidates still inside are updated. Its value (:meth:`update`'s return,
+    :attr:`value`) is the interval ``(lower, upper)``: as
+    :func:`guardrail._boundaries.betting_confidence_sequence` times ``clip`` while that hull
+    is not empty, else one grid cell wide; ``(0, clip)`` before any lift. Conservative
+    to the grid; a confidence sequence for a mean shared by all tokens.
 
     Examples
     --------
@@ -67,7 +68,8 @@ class BettingConfidenceSequence:
         self._total = self._sq = 0.0
 
     def update(self, x: float) -> tuple[float, float]:
-        """Bet on ``x`` at every candidate still inside; the bounds ``(lower, upper)``."""
+        """Bet on ``x`` at every candidate still inside; :attr:`value`, the bounds
+        ``(lower, upper)``."""
         t = self._t + 1
         self._t = t
         xs = x / self._clip
@@ -97,6 +99,11 @@ class BettingConfidenceSequence:
         self._sq += dev * dev
         b, grid = self._clip, self._grid
         return (grid[lo - 1] * b if lo else 0.0), (grid[hi] * b if hi < len(grid) else b)
+
+    @property
+    def value(self) -> tuple[float, float]:
+        """``(lower, upper)``: :attr:`lower` and :attr:`upper` (``(0, clip)`` before any lift)."""
+        return self.lower, self.upper
 
     @property
     def t(self) -> int:

@@ -169,7 +169,8 @@ def _count(name: str, value: object) -> int:
 class _Detector:
     """The restarted betting e-process for "``P(x_i = 1 | past) <= level`` for every ``i``"
     (see the module docstring), and the same bets at each level of ``grid`` (its lower
-    bound); :func:`_detector_path` is its batch twin."""
+    bound). Its value (:meth:`update`'s return, :attr:`value`) is :attr:`log_e`;
+    :func:`_detector_path` is its batch twin."""
 
     __slots__ = (
         "_caps",
@@ -205,7 +206,7 @@ class _Detector:
         return self._p, self._log_w, self._log_s, self.log_e
 
     def update(self, x: bool) -> FloatArray:
-        """Take one event (``True`` = the event the level bounds); return :attr:`log_e`."""
+        """Take one event (``True`` = the event the level bounds); :attr:`value`."""
         level, n = self._level, self.n
         xv = 1.0 if x else 0.0
         if n % self._spacing == 0:
@@ -216,6 +217,11 @@ class _Detector:
         self.n = n + 1
         total = np.logaddexp.reduce(self._log_w + self._log_s, axis=-1)
         self.log_e = total - math.log(self._rates.size)
+        return self.log_e
+
+    @property
+    def value(self) -> FloatArray:
+        """:attr:`log_e` (zeros before any event)."""
         return self.log_e
 
 
@@ -263,7 +269,8 @@ class RiskMonitor:
     with the certificate's own target and expected coverage. Feed each labelled shown
     answer, in the order shown, with ``update(correct=...)``; :attr:`alarm` is True once
     the data show that shown answers are wrong with probability above ``target`` (and
-    stays True). If each shown answer's conditional error probability is at most
+    stays True). It is the monitor's value: ``update`` returns it and :attr:`value`
+    reads it again. If each shown answer's conditional error probability is at most
     ``target``, whatever came before, the alarm fires with probability at most ``alpha``
     over any horizon; after a drift it fires within a few hundred labels, however long
     the good history before it. The argument is in ``guardrail/_risk_monitor.py``'s
@@ -471,6 +478,11 @@ class RiskMonitor:
     def alarm(self) -> bool:
         """The realised risk has been shown to exceed the target (sticky)."""
         return self.alarm_at is not None
+
+    @property
+    def value(self) -> bool:
+        """:attr:`alarm`, what :meth:`update` returns (False before any label)."""
+        return self.alarm
 
     @property
     def coverage_warning(self) -> bool:

@@ -3,15 +3,16 @@
 Each object takes one clipped lift ``x`` in ``[0, clip]`` per ``update(x)``
 (not checked: :class:`~guardrail.LiftRule` validates its input) in
 O(1) pure-Python time (O(k) for :class:`LowestK`, O(grid) for
-:class:`BettingConfidenceSequence`) and shows its state as read-only
-properties. Its batch twin is a pure numpy function of a whole recorded answer
+:class:`BettingConfidenceSequence`), returns its value, which ``value`` reads again
+(the contract of :mod:`guardrail._streaming`), and shows the rest of its state as
+read-only properties. Its batch twin is a pure numpy function of a whole recorded answer
 that gives the same state after every token; the tests compare the two at
 every step.
 
 - :class:`BettingMean`: ``log K+`` and ``log K-`` at ``m = tau/B`` (the ``betting``
-  boundary); twin :func:`betting_mean_path`.
-- :class:`PaperMean`: the mean and ``mean -/+ r_t`` in ``[0, B]`` (the ``paper``
-  boundary); twin :func:`paper_mean_path`.
+  boundary); its value is which of them is at ``2/delta`` now; twin :func:`betting_mean_path`.
+- :class:`PaperMean`: the mean and its interval ``mean -/+ r_t`` in ``[0, B]`` (the
+  ``paper`` boundary), which is its value; twin :func:`paper_mean_path`.
 - :class:`LowestK`: the mean of the ``k`` lowest lifts (``"min"`` is ``k = 1``,
   ``"lowest"`` is ``lowest_k``); twin :func:`lowest_k_path`.
 - :class:`BettingConfidenceSequence`: bounds from the wealth on a grid of means
@@ -48,9 +49,9 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 ABOVE = 1
-"""Bit of :meth:`BettingMean.update`'s result: ``K+`` reached ``2/delta`` (mean > tau shown)."""
+"""Bit of :attr:`BettingMean.value`: ``K+`` is at ``2/delta`` (mean > tau shown)."""
 BELOW = 2
-"""Bit of :meth:`BettingMean.update`'s result: ``K-`` reached ``2/delta`` (mean < tau shown)."""
+"""Bit of :attr:`BettingMean.value`: ``K-`` is at ``2/delta`` (mean < tau shown)."""
 
 
 def _check_clip(clip: float) -> None:
@@ -73,8 +74,9 @@ class BettingMean:
     ``log K+ = sum log(1 + min(l_i, cap/m) (x_i/B - m))`` (evidence mean > tau) and
     ``log K- = sum log(1 - min(l_i, cap/(1-m)) (x_i/B - m))`` (evidence mean < tau),
     with the predictable plug-in bet ``l_i`` of :func:`guardrail._boundaries.betting_bets`.
-    :meth:`update` returns which wealth is at least ``2/delta`` now: a sum of
-    :data:`ABOVE` and :data:`BELOW` (0 if neither).
+    Its value (:meth:`update`'s return, :attr:`value`) is which wealth is at least
+    ``2/delta`` now: a sum of :data:`ABOVE` and :data:`BELOW` (0 if neither, as before
+    any lift).
 
     Examples
     --------
@@ -115,7 +117,7 @@ class BettingMean:
         self._total = self._sq = self._up = self._down = 0.0
 
     def update(self, x: float) -> int:
-        """Bet on ``x``, then update the plug-in variance; which wealth is at ``2/delta``."""
+        """Bet on ``x``, then update the plug-in variance; :attr:`value`."""
         t = self._t + 1
         self._t = t
         xs = x / self._clip
@@ -134,6 +136,12 @@ class BettingMean:
         if up >= thr:  # literals: ABOVE | BELOW, ABOVE, BELOW, neither
             return 3 if down >= thr else 1
         return 2 if down >= thr else 0
+
+    @property
+    def value(self) -> int:
+        """Which wealth is at ``2/delta`` now: :data:`ABOVE` | :data:`BELOW`, 0 if neither."""
+        thr = self._thr
+        return (ABOVE if self._up >= thr else 0) | (BELOW if self._down >= thr else 0)
 
     @property
     def t(self) -> int:
@@ -182,8 +190,9 @@ class PaperMean:
     """Running mean with the paper's sub-gamma LIL radius (``delta`` split over two sides).
 
     ``r_t = sqrt(2 v level / t) + c level / t``, ``level = log(1 + log t) + log(2/delta)``
-    (:func:`guardrail._boundaries.paper_radius` at ``delta/2``). :meth:`update` returns
-    ``(lower, upper) = (mean - r_t, mean + r_t)`` clamped to ``[0, clip]``; for
+    (:func:`guardrail._boundaries.paper_radius` at ``delta/2``). Its value (:meth:`update`'s
+    return, :attr:`value`) is the interval ``(lower, upper) = (mean - r_t, mean + r_t)``
+    clamped to ``[0, clip]`` (``(0, clip)`` before any lift); for
     ``0 < tau < clip`` the mean is shown above ``tau`` iff ``lower > tau`` and
     below iff ``upper < tau``, clamped or not.
 
@@ -207,7 +216,7 @@ class PaperMean:
         self._t, self._total = 0, 0.0
 
     def update(self, x: float) -> tuple[float, float]:
-        """Add ``x``; the clamped bounds ``(lower, upper)``."""
+        """Add ``x``; :attr:`value`, the clamped bounds ``(lower, upper)``."""
         t = self._t + 1
         self._t = t
         total = self._total + x
@@ -217,6 +226,11 @@ class PaperMean:
         r = sqrt(self._v2 * level / t) + self._c * level / t
         lower, upper, b = mean - r, mean + r, self._clip
         return (lower if lower > 0.0 else 0.0), (upper if upper < b else b)
+
+    @property
+    def value(self) -> tuple[float, float]:
+        """``(lower, upper)``: :attr:`lower` and :attr:`upper` (``(0, clip)`` before any lift)."""
+        return self.lower, self.upper
 
     @property
     def t(self) -> int:
@@ -265,7 +279,7 @@ class LowestK:
     """Mean of the ``k`` lowest lifts so far, missing ones counted as ``clip`` (``k=1``: the min).
 
     The value only falls as lifts arrive; it is ``clip`` before the first one.
-    :meth:`update` returns it.
+    :meth:`update` returns it; :attr:`value` reads it.
 
     Examples
     --------
@@ -307,6 +321,7 @@ class LowestK:
 
     @property
     def value(self) -> float:
+        """The mean of the ``k`` lowest lifts so far (``clip`` before any)."""
         return self._value
 
     @property

@@ -161,7 +161,7 @@ class FittedState:
 
     def update(self, values: Sequence[float], text: str = "") -> float:
         """Add one token's base features (in ``statistic.bases`` order) and its ``text``
-        (read by scoped features only); the score."""
+        (read by scoped features only); :attr:`value`, the score."""
         xs = [
             lo if x < lo else (hi if x > hi else x)
             for (lo, hi), x in zip(self._clamp, values, strict=True)
@@ -178,6 +178,11 @@ class FittedState:
                 s += c * (agg.update(xs[i] if i >= 0 else 0.0) if inside[si] else agg.value)
         self.score = s
         return s
+
+    @property
+    def value(self) -> float:
+        """The fitted score after the tokens so far, :attr:`score` (NaN before any)."""
+        return self.score
 
     @property
     def limit(self) -> int | None:
