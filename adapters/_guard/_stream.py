@@ -1,6 +1,6 @@
 """Provider-neutral guarding of a token stream: one pure step, thin sync/async loops.
 
-:class:`GuardStep` is the whole decision logic and does no I/O: each provider
+:class:`StreamStep` is the whole decision logic and does no I/O: each provider
 item (a chunk or an event) is parsed into :class:`~guardrail.TokenEvent` objects
 and the text it shows, every event goes to the monitor, and
 :class:`~guardrail.Gate` says which units (by default the text each item adds)
@@ -41,7 +41,7 @@ from ._openai_events import ChunkParts
 from ._shown import ReadText
 
 __all__ = [
-    "DEFAULT_MAX_TOKEN_CHARS", "GuardStep", "Mode", "OnBlock", "Parser", "aclose_upstream",
+    "DEFAULT_MAX_TOKEN_CHARS", "Mode", "OnBlock", "Parser", "StreamStep", "aclose_upstream",
     "aguard", "close_upstream", "guard",
 ]  # fmt: skip
 
@@ -57,11 +57,11 @@ DEFAULT_MAX_TOKEN_CHARS = 4096
 hundred characters); a longer one is a malformed stream, not an answer."""
 
 
-class GuardStep(Generic[U]):
+class StreamStep(Generic[U]):
     """Feed provider items to ``monitor``; say which of their units may be shown (pure, no I/O).
 
     Each item is parsed once (``parse``) and ``unit(item, parts)`` gives what the
-    caller shows of it: by default the text it adds (a ``GuardStep[str]``); the proxy
+    caller shows of it: by default the text it adds (a ``StreamStep[str]``); the proxy
     gives the chunk itself. :class:`~guardrail.Gate` holds and releases those
     units per ``mode``; :meth:`feed` and :meth:`end` return the units released now.
     ``hold_finish``: the unit of an item that carries a finish reason (and every one
@@ -93,7 +93,7 @@ class GuardStep(Generic[U]):
 
     @overload
     def __init__(
-        self: GuardStep[str],
+        self: StreamStep[str],
         monitor: Monitor,
         mode: Mode,
         on_block: OnBlock,
@@ -339,7 +339,7 @@ def _malformed(exc: ValueError) -> ProviderFormatError:
 
 
 async def aguard(
-    stream: AsyncIterable[Any], step: GuardStep[str], *, in_thread: bool = False
+    stream: AsyncIterable[Any], step: StreamStep[str], *, in_thread: bool = False
 ) -> AsyncGenerator[str, None]:
     """Async loop around ``step``; the upstream stream is closed on every exit path.
 
@@ -371,7 +371,7 @@ async def aguard(
     step.outcome()
 
 
-def guard(stream: Iterable[Any], step: GuardStep[str]) -> Generator[str, None, None]:
+def guard(stream: Iterable[Any], step: StreamStep[str]) -> Generator[str, None, None]:
     """Sync twin of :func:`aguard` (same step, same order)."""
     items = iter(stream)
     try:

@@ -9,8 +9,8 @@ for the logprobs and alternatives the certificate reads. Unlike the proxy it kee
 the client asked: LiteLLM hands a streamed answer to the iterator hook and a whole one to the
 success hook.
 
-:class:`Answer` is the serving core's guarded answer
-(:class:`~adapters._serving._answer.GuardedAnswer`, as the proxy's) over LiteLLM's chunk
+:class:`Answer` is the serving core's answer
+(:class:`~adapters._serving._answer.ServedAnswer`, as the proxy's) over LiteLLM's chunk
 objects: the chunk with ``finish_reason`` is released only with a certified final verdict,
 and what the client did not ask for (logprobs, alternatives past its ``top_logprobs``) is
 stripped from every chunk it gets, as is every field the serving core does not relay
@@ -27,7 +27,7 @@ from guardrail import Certificate
 
 from .._guard._settings import pack_extra_body
 from .._guard._stream import DEFAULT_MAX_TOKEN_CHARS, Mode
-from .._serving._answer import GuardedAnswer
+from .._serving._answer import ServedAnswer
 from .._serving._prepare import (
     DEFAULT_MAX_ANSWER_TOKENS,
     LITELLM_FIX,
@@ -93,8 +93,8 @@ def prepare_request(
     )  # fmt: skip
 
 
-class Answer(GuardedAnswer[Any]):
-    """The serving core's guarded answer (:class:`~adapters._serving._answer.GuardedAnswer`)
+class Answer(ServedAnswer[Any]):
+    """The serving core's answer (:class:`~adapters._serving._answer.ServedAnswer`)
     over LiteLLM's chunk objects (or :func:`completion_chunk` of a whole response): each
     released chunk stripped of what the client did not ask for. ``join`` (LiteLLM's chunk
     class) joins the text chunks released at the end into one."""

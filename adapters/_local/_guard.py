@@ -3,7 +3,7 @@ everything a fitted statistic reads (logprobs, ``top_k`` alternatives and exact 
 
 :func:`guarded_generate` is also the method ``LocalModel.guarded_generate``: the
 model's greedy tokens, each with its exact entropy, go through the adapters'
-:class:`~adapters._guard._stream.GuardStep`.
+:class:`~adapters._guard._stream.StreamStep`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from guardrail import Certificate, ConfigError, Monitor
 from .._guard._context import Supplies, monitor_for
 from .._guard._openai_events import ChunkParts
 from .._guard._settings import warn_mismatch
-from .._guard._stream import GuardStep, Mode, OnBlock, guard
+from .._guard._stream import Mode, OnBlock, StreamStep, guard
 
 if TYPE_CHECKING:
     from ._model import LocalModel, LocalToken
@@ -65,7 +65,7 @@ def guarded_generate(
     starts on the first iteration."""
     limit = _token_limit(certificate, max_tokens)
     monitor = monitor_for(monitor, certificate, local_supplies(model), max_tokens=limit)
-    step = GuardStep(monitor, mode, on_block, _LocalTokens().parse)
+    step = StreamStep(monitor, mode, on_block, _LocalTokens().parse)
     return guard(_answer(model, prompt, limit, add_bos), step)
 
 

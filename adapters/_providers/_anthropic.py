@@ -42,7 +42,7 @@ from guardrail import Certificate, ConfigError, Monitor, TokenEvent
 from .._errors import ProviderFormatError
 from .._guard._context import Supplies, monitor_for
 from .._guard._openai_events import ChunkParts
-from .._guard._stream import GuardStep, Mode, OnBlock, aguard, guard
+from .._guard._stream import Mode, OnBlock, StreamStep, aguard, guard
 from .._local._model import SMOLLM2_SYSTEM, smollm2_chat_prompt
 from ._scorer import LocalTextScorer
 
@@ -143,8 +143,8 @@ def _event_text(event: Any) -> str:
     return text
 
 
-class _ScoredStep(GuardStep[str]):
-    """:class:`GuardStep` whose parser scores text deltas with a :class:`LocalTextScorer`."""
+class _ScoredStep(StreamStep[str]):
+    """:class:`StreamStep` whose parser scores text deltas with a :class:`LocalTextScorer`."""
 
     __slots__ = ("_scorer",)
 
@@ -308,7 +308,7 @@ def guarded_message(
 
 
 async def _stream_message(
-    client: Any, step: GuardStep[str], kwargs: dict[str, Any]
+    client: Any, step: StreamStep[str], kwargs: dict[str, Any]
 ) -> AsyncGenerator[str, None]:
     stream = await cast(Any, client).messages.create(**kwargs)
     async with contextlib.aclosing(aguard(stream, step, in_thread=True)) as texts:

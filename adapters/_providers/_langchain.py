@@ -50,7 +50,7 @@ from .._guard._settings import request_limit, top_logprobs_problem, warn_mismatc
 from .._guard._stream import (
     DEFAULT_MAX_TOKEN_CHARS,
     EMPTY_STREAM_REASON,
-    GuardStep,
+    StreamStep,
     blocked_error,
     check_max_token_chars,
 )
@@ -215,7 +215,7 @@ class LiftGuardCallbackHandler(IgnoresOtherEvents, BaseCallbackHandler):
         is not assumed. The step's units are ignored: a callback cannot hold text back."""
         limit = self._limits.pop(run_id, None)
         monitor = self._guard.monitor(max_tokens=limit)
-        step = GuardStep(
+        step = StreamStep(
             monitor, self.mode, "raise", _given, max_token_chars=self._max_chars, max_tokens=limit
         )
         return Run(step)

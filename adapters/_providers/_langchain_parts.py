@@ -13,7 +13,7 @@ from guardrail import Cause, Certificate, GuardrailBlocked, TokenEvent, Verdict
 from .._guard._context import Supplies, check_supplies
 from .._guard._openai_events import ChunkParts, _bad, _list_or_none, _segment
 from .._guard._settings import Mismatch, context_mismatches
-from .._guard._stream import GuardStep, blocked_error
+from .._guard._stream import StreamStep, blocked_error
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
@@ -261,10 +261,10 @@ def given(parts: ChunkParts) -> ChunkParts:
 
 
 class Run:
-    """One run the handler watches: its :class:`GuardStep` and what the handler knows
+    """One run the handler watches: its :class:`StreamStep` and what the handler knows
     beyond one chunk (text fed yet, a tool call seen)."""
 
     __slots__ = ("fed", "step", "tool_call")
 
-    def __init__(self, step: GuardStep[str]) -> None:
+    def __init__(self, step: StreamStep[str]) -> None:
         self.step, self.fed, self.tool_call = step, False, False

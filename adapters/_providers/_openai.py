@@ -40,10 +40,10 @@ from .._guard._settings import (
 )
 from .._guard._stream import (
     DEFAULT_MAX_TOKEN_CHARS,
-    GuardStep,
     Mode,
     OnBlock,
     Parser,
+    StreamStep,
     aguard,
     guard,
 )
@@ -129,13 +129,13 @@ def _stream_step(
     mode: Mode,
     on_block: OnBlock,
     max_token_chars: int,
-) -> GuardStep[str]:
+) -> StreamStep[str]:
     """The step of :func:`guard_chat_stream` and its sync twin (checked now)."""
     monitor = monitor_for(monitor, certificate, _stream_supplies(top_logprobs))
     parse = _chunk_parser(monitor)
     if top_logprobs is None and monitor.reads.alternatives:
         parse = _FirstToken(parse, monitor)
-    return GuardStep(monitor, mode, on_block, parse, max_token_chars=max_token_chars)
+    return StreamStep(monitor, mode, on_block, parse, max_token_chars=max_token_chars)
 
 
 def guard_chat_stream(
@@ -351,7 +351,7 @@ async def guarded_chat_completion(
     monitor = monitor_for(monitor, certificate, supplies, max_tokens=limit)
     if applied is not None:
         kwargs = _with_context(applied, kwargs)
-    step = GuardStep(
+    step = StreamStep(
         monitor, mode, on_block, _chunk_parser(monitor), max_token_chars=max_token_chars,
         max_tokens=limit,
     )  # fmt: skip

@@ -1,5 +1,5 @@
 """One guarded answer as the proxy keeps it: the serving core's
-:class:`~adapters._serving._answer.GuardedAnswer` (the modes, the held finish chunk, the
+:class:`~adapters._serving._answer.ServedAnswer` (the modes, the held finish chunk, the
 token limit) over decoded JSON chunks, with what the proxy records of it.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 from guardrail import Monitor
 
 from .._guard._openai_events import ChunkParts
-from .._serving._answer import GuardedAnswer
+from .._serving._answer import ServedAnswer
 from .._serving._prepare import GuardedRequest
 from .._serving._wire import MAX_ID_CHARS, relayed_stripped
 
@@ -30,8 +30,8 @@ class RequestInfo(GuardedRequest):
     settings: dict[str, Any] = field(default_factory=dict)
 
 
-class AnswerGuard(GuardedAnswer[dict[str, Any]]):
-    """The serving core's guarded answer (:class:`~adapters._serving._answer.GuardedAnswer`)
+class AnswerGuard(ServedAnswer[dict[str, Any]]):
+    """The serving core's answer (:class:`~adapters._serving._answer.ServedAnswer`)
     over decoded JSON chunks, as the proxy keeps it: with what it records of the answer, the
     upstream's completion id, and a verdict-only chunk for an answer released without a
     finish chunk. ``monitor`` is the answer's fresh ``certificate.monitor()``.

@@ -2,7 +2,7 @@
 assembled from a guarded stream, the refusal chunk and the in-stream error that end a
 blocked answer, the non-streamed blocked reply, the upstream's own error passed on, and
 the recorder's line of a finished answer. Shapes only: no I/O, no guarding (that is
-:mod:`._answers` over the serving core's :class:`~adapters._serving._answer.GuardedAnswer`).
+:mod:`._answers` over the serving core's :class:`~adapters._serving._answer.ServedAnswer`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One guarded answer as a server front end keeps it, sans I/O: upstream chunks in, the
 chunks the client may see out.
 
-:class:`GuardedAnswer` drives the adapters' :class:`~adapters._guard._stream.GuardStep`
+:class:`ServedAnswer` drives the adapters' :class:`~adapters._guard._stream.StreamStep`
 (every stream-ending rule lives there) with the chunks themselves as the units it holds and
 releases, so that the client gets the upstream's own chunks (ids, roles, finish reasons)
 minus what it did not ask for, and minus every field the guard does not read (the rule, and
@@ -31,23 +31,23 @@ from typing import Any, Generic, TypeVar
 from guardrail import Cause, Monitor, State, Verdict
 
 from .._guard._openai_events import ChunkParts, chat_chunk_parts
-from .._guard._stream import DEFAULT_MAX_TOKEN_CHARS, GuardStep, Mode
+from .._guard._stream import DEFAULT_MAX_TOKEN_CHARS, Mode, StreamStep
 from ._prepare import GuardedRequest
 from ._wire import VERDICT_FIELD, verdict_info
 
-__all__ = ["GuardedAnswer", "has_finish"]
+__all__ = ["ServedAnswer", "has_finish"]
 
 C = TypeVar("C")
 
 
-class GuardedAnswer(Generic[C]):
+class ServedAnswer(Generic[C]):
     """Feed upstream chunks (dicts or objects); get the chunks to send now.
 
     ``monitor``: the answer's fresh monitor (by default ``request.monitor()``, the
     certificate's, told the request's token limit). The step parses each chunk once and
     holds it as the client will get it (:meth:`strip`: without the alternatives it did not
     ask for; in buffered mode an answer is held whole, and alternatives are most of its
-    bytes). :meth:`feed` and :meth:`end` raise what :class:`GuardStep` raises
+    bytes). :meth:`feed` and :meth:`end` raise what :class:`StreamStep` raises
     (``ProviderFormatError`` for a malformed chunk, ``MissingLogprobsError``); the front
     end then ends the answer with :meth:`fail`. ``blocked`` is True once the answer must
     end with the block.
@@ -58,7 +58,7 @@ class GuardedAnswer(Generic[C]):
         >>> from adapters._serving._prepare import GuardedRequest
         >>> cert = Certificate(StreamPolicy(aggregate="min"), 2.5,
         ...                    SkeletonSpec("uniform", {"vocab_size": 1000}), ModelIdentity("m"))
-        >>> answer = GuardedAnswer(GuardedRequest("req-1", cert, "v1", "buffered", max_tokens=4))
+        >>> answer = ServedAnswer(GuardedRequest("req-1", cert, "v1", "buffered", max_tokens=4))
         >>> def chunk(text, finish=None):
         ...     entry = {"token": text, "logprob": -0.1, "bytes": None, "top_logprobs": []}
         ...     return {"choices": [{"index": 0, "delta": {"content": text},
@@ -83,7 +83,7 @@ class GuardedAnswer(Generic[C]):
         parse = partial(chat_chunk_parts, with_top=self.monitor.reads.uses_alternatives)
         self.observe = request.mode == "observe"
         mode: Mode = "buffered" if request.mode == "buffered" else "passthrough"
-        self.step: GuardStep[C] = GuardStep(
+        self.step: StreamStep[C] = StreamStep(
             self.monitor, mode, "stop", parse, unit=self._unit, max_token_chars=max_token_chars,
             hold_finish=True, enforce=not self.observe, max_tokens=request.max_tokens,
         )  # fmt: skip

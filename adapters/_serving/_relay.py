@@ -2,7 +2,7 @@
 
 **The text shown is the text read.** Every front end (the proxy, the LiteLLM guardrail, the
 SDK adapters, the LangChain handler) drives the one stream step
-(:class:`~adapters._guard._stream.GuardStep`), which holds three rules:
+(:class:`~adapters._guard._stream.StreamStep`), which holds three rules:
 
 - the text an item shows (``delta.content``, a whole answer's ``content``) must be the
   text of the tokens whose logprobs the guard scored (``logprobs.content``), compared as

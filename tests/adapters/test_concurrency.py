@@ -26,7 +26,7 @@ its own verdict, verdict token and text, and the server must have served each
 request once (certified answers read to the end).
 
 Memory, after a batch of 500 and again after a second batch of 500 on the same
-client: no ``Monitor``, ``GuardStep``, ``Gate`` or ``TextGate`` is alive
+client: no ``Monitor``, ``StreamStep``, ``Gate`` or ``TextGate`` is alive
 (counted with ``gc``: these classes have ``__slots__`` without ``__weakref__``,
 so they cannot be weak-referenced), no type of ``gc``-tracked object grew by 50
 or more, and ``sys.getallocatedblocks()`` grew by less than 2 blocks per
@@ -57,7 +57,7 @@ import pytest
 from sse_server import Reply, SSEServer
 
 from adapters import guard_chat_stream, guarded_chat_completion
-from adapters._guard._stream import GuardStep
+from adapters._guard._stream import StreamStep
 from guardrail import (
     Gate,
     GuardrailBlocked,
@@ -353,7 +353,7 @@ def census() -> Counter[type]:
 async def test_500_concurrent_streams_keep_their_own_outcome_and_free_their_monitors(
     server: ServerProcess, client: openai.AsyncOpenAI
 ) -> None:
-    watched = (Monitor, GuardStep, Gate, TextGate)
+    watched = (Monitor, StreamStep, Gate, TextGate)
     await settle()
     before = census()  # other tests of the session may have left some
     first, peak_first = await batch(client, server, range(N))

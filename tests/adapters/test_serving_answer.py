@@ -1,4 +1,4 @@
-"""The serving core's guarded answer (``adapters._serving._answer.GuardedAnswer``): its
+"""The serving core's answer (``adapters._serving._answer.ServedAnswer``): its
 docstring example runs, both server front ends use it, and observe mode ends an answer
 at its token limit."""
 
@@ -10,7 +10,7 @@ from typing import Any
 import adapters._serving._answer as answer_module
 from adapters._litellm._answer import Answer
 from adapters._proxy._guarded import AnswerGuard
-from adapters._serving._answer import GuardedAnswer
+from adapters._serving._answer import ServedAnswer
 from adapters._serving._prepare import GuardedRequest
 from guardrail import Certificate, ModelIdentity, SkeletonSpec, StreamPolicy
 
@@ -35,11 +35,11 @@ def test_the_docstring_example_runs() -> None:
 
 
 def test_both_server_front_ends_guard_with_the_one_class() -> None:
-    assert issubclass(AnswerGuard, GuardedAnswer) and issubclass(Answer, GuardedAnswer)
+    assert issubclass(AnswerGuard, ServedAnswer) and issubclass(Answer, ServedAnswer)
 
 
 def test_observe_mode_shows_everything_but_ends_at_the_token_limit() -> None:
-    answer: GuardedAnswer[dict[str, Any]] = GuardedAnswer(
+    answer: ServedAnswer[dict[str, Any]] = ServedAnswer(
         GuardedRequest("r", _cert(), "v1", "observe", max_tokens=3)
     )
     shown = [c for t in ("a", "b", "c") for c in answer.feed(_chunk(t))]
@@ -53,7 +53,7 @@ def test_a_dict_chunk_gets_the_verdict_on_a_copy() -> None:
     """The proxy keeps the upstream's chunk dicts (the recorder reads them): the verdict goes
     on a copy, in every mode that releases the finish chunk at the end."""
     for mode in ("buffered", "passthrough"):
-        answer: GuardedAnswer[dict[str, Any]] = GuardedAnswer(
+        answer: ServedAnswer[dict[str, Any]] = ServedAnswer(
             GuardedRequest("r", _cert(), "v1", mode, max_tokens=8)
         )
         answer.feed(_chunk("Paris"))

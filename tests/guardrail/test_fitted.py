@@ -477,7 +477,7 @@ def test_missing_inputs_follow_the_policy_and_streams_end_like_certificate_monit
 
 
 def test_the_text_gate_and_the_stream_step_accept_a_fitted_monitor() -> None:
-    from adapters._guard._stream import GuardStep
+    from adapters._guard._stream import StreamStep
 
     t = next(t for t in _traces(SAMPLES[1]) if t.correct)
     stat = _fitted(SAMPLES[1], "api")
@@ -488,7 +488,7 @@ def test_the_text_gate_and_the_stream_step_accept_a_fitted_monitor() -> None:
     def parse(item: TokenEvent) -> tuple[list[TokenEvent], str, str | None, bool]:
         return [item], item.text, ("stop" if item.index == t.n_tokens - 1 else None), False
 
-    step = GuardStep(Monitor.fitted(stat, StreamPolicy(on_length="answer"), -50.0), "buffered",
+    step = StreamStep(Monitor.fitted(stat, StreamPolicy(on_length="answer"), -50.0), "buffered",
                      "raise", parse)  # type: ignore[arg-type]  # fmt: skip
     shown = "".join(piece for e in events for piece in step.feed(e)) + "".join(step.end())
     assert shown == "".join(t.token_texts) and step.blocked is None
