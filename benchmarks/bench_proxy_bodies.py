@@ -48,9 +48,8 @@ from benchmarks.bench_proxy import ProxyProcess, load_note
 from benchmarks.bench_proxy_memory import proc_status, reset_peak
 from benchmarks.loopback import LoopbackServer, Spec
 
-MAX_VALUES, MAX_CONTAINERS = 500_000, 100_000
-"""The proxy's limits on the values and the objects of a body, as ``docs/proxy.md`` gives
-them (the benchmark's test checks them against the proxy's own)."""
+MAX_VALUES, MAX_CONTAINERS = Limits().max_json_values, Limits().max_json_containers
+"""The proxy's default limits on the values and the objects of a body."""
 ROOT = Path(__file__).resolve().parents[1]
 SAVED = ROOT / "benchmarks" / "results" / "proxy_bodies.json"
 OUT = ROOT / "docs" / "results" / "proxy_bodies.md"

@@ -212,7 +212,9 @@ class Proxy:
                 request, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s
             )
             size = len(raw)
-            body = await parse_chat(raw)
+            body = await parse_chat(
+                raw, max_values=limits.max_json_values, max_containers=limits.max_json_containers
+            )
             del raw  # (held to the answer's end otherwise: up to max_body_bytes a request)
         except BadRequest as exc:
             return error_response(exc.status, str(exc), code=exc.code, param=exc.param)

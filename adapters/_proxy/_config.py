@@ -22,6 +22,7 @@ from .._serving._options import (
     integer_at_least,
 )
 from .._serving._prepare import DEFAULT_MAX_ANSWER_TOKENS
+from .._serving._request import MAX_CONTAINERS, MAX_VALUES
 from .._tracefiles._files import is_url
 from ._recording import check_dataset_name
 from ._upstream import DEFAULT_MAX_ANSWER_BYTES
@@ -76,6 +77,8 @@ class Limits:
     max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS
     max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
     max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS
+    max_json_values: int = MAX_VALUES
+    max_json_containers: int = MAX_CONTAINERS
 
     def __post_init__(self) -> None:
         check_positive("limits.upstream_timeout_s", self.upstream_timeout_s)
@@ -86,6 +89,8 @@ class Limits:
         integer_at_least("limits.max_answer_tokens", self.max_answer_tokens, 1)
         integer_at_least("limits.max_answer_bytes", self.max_answer_bytes, 1024)
         integer_at_least("limits.max_token_chars", self.max_token_chars, 1)
+        integer_at_least("limits.max_json_values", self.max_json_values, 1)
+        integer_at_least("limits.max_json_containers", self.max_json_containers, 1)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@
 JSON (HTTP 415 for another content type: a web page's cross-origin "simple"
 POST is ``text/plain``, and a JSON POST needs a CORS preflight the proxy never
 grants). :func:`parse_json` refuses, before it decodes, a body of more values than
-:data:`MAX_VALUES` or more objects and lists than :data:`MAX_CONTAINERS` (counted
+:data:`MAX_VALUES` or more objects and lists than :data:`MAX_CONTAINERS` (by default; counted
 from its separators and brackets: a body of tiny values would cost seconds and
 hundreds of megabytes as Python objects), and then what Python's decoder accepts
 but the wire must not carry: ``NaN``/``Infinity`` and numbers that overflow to them,
@@ -56,13 +56,17 @@ T = TypeVar("T")
 
 MAX_DEPTH = 64
 """Deepest nesting of objects and lists a request may have (OpenAI's own are < 10 deep)."""
-MAX_VALUES = 500_000
-"""Most values a request may hold, counted before it is decoded as its separators (``,``
-and ``:``, those inside strings too, so a long text full of commas counts more than it
-holds): a 4 MiB body of tiny values holds two million."""
-MAX_CONTAINERS = 100_000
-"""Most objects and lists a request may hold, counted before it is decoded as its opening
-brackets (those inside strings too)."""
+MAX_VALUES = 250_000
+"""Most values a request may hold by default (``Limits.max_json_values``), counted before
+it is decoded as its separators (``,`` and ``:``, those inside strings too, so a long text
+full of commas counts more than it holds): a 4 MiB body of tiny values holds two million.
+Decoding holds the GIL for the whole body, whatever thread runs it, at about 0.16 us a
+string: at this limit and :data:`MAX_CONTAINERS` the costliest body the proxy accepts
+decodes in about 50 ms, so the event loop (``/healthz``, every other answer) waits at most
+that long behind it (``benchmarks/bench_proxy_bodies.py``)."""
+MAX_CONTAINERS = 50_000
+"""Most objects and lists a request may hold by default (``Limits.max_json_containers``),
+counted before it is decoded as its opening brackets (those inside strings too)."""
 MAX_MESSAGES = 4096
 """Most messages one request may carry."""
 MAX_CONTENT_PARTS = 1024
@@ -142,19 +146,22 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def parse_json(raw: bytes) -> Any:
-    """The body as JSON, refusing too many values or containers (before it is decoded),
-    non-finite numbers, deep nesting and lone surrogates.
+def parse_json(
+    raw: bytes, *, max_values: int = MAX_VALUES, max_containers: int = MAX_CONTAINERS
+) -> Any:
+    """The body as JSON, refusing more than ``max_values`` values or ``max_containers``
+    objects and lists (counted before it is decoded), non-finite numbers, deep nesting and
+    lone surrogates.
 
     >>> parse_json(b'{"a": [1, 2]}')
     {'a': [1, 2]}
     """
     values = raw.count(b",") + raw.count(b":") + 1
     containers = raw.count(b"{") + raw.count(b"[")
-    if values > MAX_VALUES or containers > MAX_CONTAINERS:
+    if values > max_values or containers > max_containers:
         raise BadRequest(
-            f"the request holds more than {MAX_VALUES} values or {MAX_CONTAINERS} objects "
-            "and lists",
+            f"the request holds more than {max_values} values or {max_containers} objects "
+            "and lists (counted as its separators and brackets, those inside strings too)",
             status=413, code="request_too_large",
         )  # fmt: skip
     try:
@@ -299,10 +306,18 @@ async def off_loop(work: Callable[[], T], size: int, lane: str = "decode") -> T:
     return await anyio.to_thread.run_sync(work, limiter=limiter)
 
 
-async def parse_chat(raw: bytes) -> dict[str, Any]:
-    """A chat request's body decoded (:func:`parse_json`) and checked
-    (:func:`validate_chat`), off the event loop when it is large (:func:`off_loop`)."""
-    return await off_loop(lambda: validate_chat(parse_json(raw)), len(raw))
+async def parse_chat(
+    raw: bytes, *, max_values: int = MAX_VALUES, max_containers: int = MAX_CONTAINERS
+) -> dict[str, Any]:
+    """A chat request's body decoded (:func:`parse_json`, within ``max_values`` and
+    ``max_containers``) and checked (:func:`validate_chat`), off the event loop when it is
+    large (:func:`off_loop`)."""
+
+    def work() -> dict[str, Any]:
+        body = parse_json(raw, max_values=max_values, max_containers=max_containers)
+        return validate_chat(body)
+
+    return await off_loop(work, len(raw))
 
 
 def validate_chat(body: Any) -> dict[str, Any]:

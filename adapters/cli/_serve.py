@@ -277,6 +277,12 @@ def _serve_arguments(p: Any, func: Any) -> None:
          "chat requests served at once, body to last byte; more get HTTP 503 overloaded"),
         (p, "--max-body-mb", "limits.max_body_bytes", _megabytes, {},
          "largest request body (HTTP 413 beyond; default 4)"),
+        (p, "--max-json-values", "limits.max_json_values", integer(1), {},
+         "most values in a request body, counted as its , and : before it is decoded (HTTP "
+         "413 beyond; default 250,000)"),
+        (p, "--max-json-containers", "limits.max_json_containers", integer(1), {},
+         "most objects and lists in a request body, counted as its { and [ (HTTP 413 "
+         "beyond; default 50,000)"),
         (p, "--max-answer-tokens", "limits.max_answer_tokens", integer(1), {},
          "most tokens read of one answer (also at most the request's own limit); past it "
          "the answer is blocked and the upstream closed"),
