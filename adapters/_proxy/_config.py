@@ -54,7 +54,11 @@ class Limits:
 
     ``upstream_timeout_s``: the longest wait for the upstream to connect or send the next
     bytes; a stalled upstream ends the answer (never certified). ``max_body_bytes`` of a
-    request body (HTTP 413), read within ``body_timeout_s`` (HTTP 408);
+    request body (HTTP 413), read within ``body_timeout_s`` (HTTP 408), holding at most
+    ``max_json_values`` values and ``max_json_containers`` objects and lists (counted
+    before it is decoded as its separators and brackets, those inside strings too; HTTP
+    413: decoding holds the GIL for the whole body, and these bound how long the event
+    loop can wait behind one);
     ``max_concurrent_requests`` chat requests at once, from the body's first byte to the
     answer's last (HTTP 503 ``overloaded`` with ``Retry-After`` past it);
     ``max_upstream_connections`` open to the upstream at once; ``max_answer_tokens`` and
