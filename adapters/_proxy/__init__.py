@@ -9,8 +9,9 @@ LiteLLM guardrail is :mod:`adapters._serving`, the label loop :mod:`adapters._ri
 - ``_prepared``: a client's chat body made the guarded upstream request.
 - ``_upstream``: the aiohttp client and the server-sent-events decoder; ``_body``: an
   upstream body read in parts, each read ended after a stall.
-- ``_guarded``: one guarded answer as the proxy keeps it, sans I/O.
-- ``_answers``: the answer loop, upstream chunks through the guard to the client.
+- ``_answer``: one answer as the proxy keeps it (:class:`ProxyAnswer`), sans I/O.
+- ``_relay_loop``: :class:`RelayLoop`, the upstream's chunks through the answer to the
+  client.
 - ``_replies``: what is sent back (verdict headers, the assembled whole answer, the
   refusal and the in-stream error of a blocked one, the upstream's own error).
 - ``_feedback``: the proxy's risk watch (its model entries, settings and metrics).

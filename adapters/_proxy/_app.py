@@ -1,7 +1,7 @@
 """The starlette application: routes and lifecycle.
 
 Routes: ``POST /v1/chat/completions`` (guarded; each answer then runs in the
-:class:`~adapters._proxy._answers.AnswerLoop`), ``GET /v1/models`` (passed
+:class:`~adapters._proxy._relay_loop.RelayLoop`), ``GET /v1/models`` (passed
 through), ``POST /v1/liftguard/feedback`` (labels for the risk monitors,
 :mod:`~adapters._risk._feedback`), ``GET /healthz``, ``GET /metrics``
 (Prometheus). The app's lifespan starts the upstream client, the recorder thread
@@ -43,13 +43,13 @@ from .._serving._wire import (
     header_value,
     redact_url,
 )
-from ._answers import AnswerLoop
+from ._answer import ProxyAnswer
 from ._auth import Auth
 from ._config import ProxyConfig
 from ._feedback import ProxyRiskWatch
-from ._guarded import AnswerGuard
 from ._prepared import prepare
 from ._recording import Recorder, open_recorder
+from ._relay_loop import RelayLoop
 from ._replies import upstream_status_response
 from ._upstream import (
     MAX_SIDE_BODY_BYTES,
@@ -111,7 +111,7 @@ class Proxy:
             check_upstream(source.current()[0], config.top_logprobs)
         self.certificates = CertificateTable(entries, self.metrics)
         self.risk = ProxyRiskWatch(config, self.certificates.sources, self.metrics)
-        self.answers = AnswerLoop(config, self.metrics, self.recorder, self.risk)
+        self.relay = RelayLoop(config, self.metrics, self.recorder, self.risk)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -258,23 +258,23 @@ class Proxy:
             response = upstream_status_response(resp.status, raw, media, info.model)
             response.headers.update(relayed_headers(resp.headers, self._secrets(request)))
             return response
-        answer = UpstreamAnswer(
+        upstream = UpstreamAnswer(
             resp,
             max_bytes=limits.max_answer_bytes,
             secrets=self._secrets(request),
             timeout_s=self.upstream.timeout_s,
         )
-        guard = AnswerGuard(
+        answer = ProxyAnswer(
             info,
             prepared.monitor,
             max_token_chars=limits.max_token_chars,
             record=self.recorder is not None,
         )
         self.metrics.active_streams.inc()
-        self.risk.answer_started(guard)
+        self.risk.answer_started(answer)
         if info.stream:
             return StreamingResponse(
-                self.answers.sse(guard, answer),
+                self.relay.sse(answer, upstream),
                 media_type="text/event-stream",
                 headers={
                     HEADER_REQUEST_ID: info.request_id,
@@ -282,12 +282,12 @@ class Proxy:
                     HEADER_MODE: info.mode,
                     "cache-control": "no-cache",
                 },
-                background=BackgroundTask(self.answers.finish, guard, answer),
+                background=BackgroundTask(self.relay.finish, answer, upstream),
             )
-        return await self.answers.complete(guard, answer, request)
+        return await self.relay.complete(answer, upstream, request)
 
     def _log(self, record: dict[str, Any]) -> None:
-        self.answers.log(record)
+        self.relay.log(record)
 
 
 class ConcurrencyCap:

@@ -15,7 +15,7 @@ from .._risk._fleet_watch import FleetRiskWatch, make_risk_watch
 from .._risk._risk_watch import FinishedAnswer, RiskWatch
 from .._serving._certs import CertificateSource
 from .._serving._wire import redact_url
-from ._guarded import AnswerGuard
+from ._answer import ProxyAnswer
 
 if TYPE_CHECKING:
     from ._config import ProxyConfig
@@ -74,16 +74,16 @@ class ProxyRiskWatch:
     async def refresh(self) -> None:
         await self.watch.refresh()
 
-    def answer_started(self, guard: AnswerGuard) -> None:
+    def answer_started(self, answer: ProxyAnswer) -> None:
         """Once per proxied answer, before its id reaches the client (see
         :meth:`RiskWatch.begin`)."""
-        entry = self._config.entry_for(guard.info.model)
+        entry = self._config.entry_for(answer.info.model)
         if entry is not None:
-            self.watch.begin(entry, guard.info.request_id)
+            self.watch.begin(entry, answer.info.request_id)
 
-    def answer_finished(self, guard: AnswerGuard) -> None:
+    def answer_finished(self, answer: ProxyAnswer) -> None:
         """Once per proxied answer, after its verdict (see :meth:`RiskWatch.take`)."""
-        info = guard.info
+        info = answer.info
         entry = self._config.entry_for(info.model)
         if entry is None:
             return
@@ -91,13 +91,13 @@ class ProxyRiskWatch:
             entry,
             FinishedAnswer(
                 info.request_id,
-                guard.completion_id,
+                answer.completion_id,
                 info.label,
-                guard.certified,
-                guard.error is None,
+                answer.certified,
+                answer.error is None,
                 info.covered,
                 bool(info.mismatches),
-                guard.verdict.cause.value,
+                answer.verdict.cause.value,
             ),
         )
 

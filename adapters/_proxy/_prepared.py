@@ -9,7 +9,7 @@ proxy's ``top_logprobs``, or exact entropies, which no Chat Completions stream
 carries) is refused before anything is sent (HTTP 500, ``liftguard_config_error``:
 the proxy is misconfigured, not the request). The route itself is
 :meth:`adapters._proxy._app.Proxy.chat_completions`; the answer's loop is
-:mod:`._answers`, and what it sends back is shaped in :mod:`._replies`.
+:mod:`._relay_loop`, and what it sends back is shaped in :mod:`._replies`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from guardrail import ConfigError, Monitor
 
 from .._serving._prepare import RequestError, prepare_upstream
 from .._serving._wire import error_response
-from ._guarded import RequestInfo
+from ._answer import RequestInfo
 
 __all__ = ["Prepared", "prepare"]
 

@@ -2,7 +2,7 @@
 assembled from a guarded stream, the refusal chunk and the in-stream error that end a
 blocked answer, the non-streamed blocked reply, the upstream's own error passed on, and
 the recorder's line of a finished answer. Shapes only: no I/O, no guarding (that is
-:mod:`._answers` over the serving core's :class:`~adapters._serving._answer.ServedAnswer`).
+:mod:`._relay_loop` over the serving core's :class:`~adapters._serving._answer.ServedAnswer`).
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from .._serving._wire import (
     error_response,
     header_value,
 )
-from ._guarded import _index, chunk_frame
+from ._answer import _index, chunk_frame
 from ._recording import AnswerRecord
 
 if TYPE_CHECKING:
-    from ._guarded import AnswerGuard
+    from ._answer import ProxyAnswer
 
 __all__ = [
     "answer_record",
@@ -71,8 +71,8 @@ def upstream_status_response(status: int, raw: bytes, media_type: str, model: An
     return Response(raw, status_code=status, media_type=media_type or "application/json")
 
 
-def verdict_headers(guard: AnswerGuard) -> dict[str, str]:
-    info, verdict = guard.info, guard.verdict
+def verdict_headers(answer: ProxyAnswer) -> dict[str, str]:
+    info, verdict = answer.info, answer.verdict
     return {
         HEADER_REQUEST_ID: info.request_id,
         HEADER_CERTIFICATE: header_value(info.label),
@@ -83,26 +83,26 @@ def verdict_headers(guard: AnswerGuard) -> dict[str, str]:
     }
 
 
-def blocked_response(guard: AnswerGuard, on_block: str, refusal: str) -> JSONResponse:
+def blocked_response(answer: ProxyAnswer, on_block: str, refusal: str) -> JSONResponse:
     """A non-streamed answer that is not certified: 502/504 for an upstream failure,
     else 422 (``on_block="error"``) or the refusal (``"refusal"``)."""
-    headers, verdict = verdict_headers(guard), guard.verdict_field()
-    if guard.error is not None and guard.error.startswith(_NOT_JUDGED):
-        status = {"upstream_timeout": 504, "proxy_shutdown": 503}.get(guard.error, 502)
+    headers, verdict = verdict_headers(answer), answer.verdict_field()
+    if answer.error is not None and answer.error.startswith(_NOT_JUDGED):
+        status = {"upstream_timeout": 504, "proxy_shutdown": 503}.get(answer.error, 502)
         return error_response(
-            status, guard.verdict.reason, UPSTREAM_TYPE, guard.error, headers=headers,
+            status, answer.verdict.reason, UPSTREAM_TYPE, answer.error, headers=headers,
             verdict=verdict,
         )  # fmt: skip
     if on_block == "refusal":
-        chunk = refusal_chunk(guard, refusal)
-        return JSONResponse(assemble([chunk], guard), headers=headers)
-    cause = guard.verdict.cause.value
-    message = f"liftguard {guard.verdict.reason}"
+        chunk = refusal_chunk(answer, refusal)
+        return JSONResponse(assemble([chunk], answer), headers=headers)
+    cause = answer.verdict.cause.value
+    message = f"liftguard {answer.verdict.reason}"
     return error_response(422, message, BLOCKED_TYPE, cause, headers=headers, verdict=verdict)
 
 
 def refusal_chunk(
-    guard: AnswerGuard, refusal: str, like: dict[str, Any] | None = None
+    answer: ProxyAnswer, refusal: str, like: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The chunk that ends a blocked answer with ``refusal`` (finish ``content_filter``)."""
     choice = {
@@ -112,13 +112,13 @@ def refusal_chunk(
         "finish_reason": "content_filter",
     }
     return {
-        **chunk_frame(guard.info, like),
+        **chunk_frame(answer.info, like),
         "choices": [choice],
-        VERDICT_FIELD: guard.verdict_field(),
+        VERDICT_FIELD: answer.verdict_field(),
     }
 
 
-def assemble(chunks: list[dict[str, Any]], guard: AnswerGuard) -> dict[str, Any]:
+def assemble(chunks: list[dict[str, Any]], answer: ProxyAnswer) -> dict[str, Any]:
     """One ``chat.completion`` object from the chunks of a guarded answer."""
     first = chunks[0] if chunks else {}
     content: list[str] = []
@@ -153,13 +153,13 @@ def assemble(chunks: list[dict[str, Any]], guard: AnswerGuard) -> dict[str, Any]
     if calls:  # only in observe mode: an answer with a tool call is never certified
         message["tool_calls"] = [calls[i] for i in sorted(calls)]
     logprobs_out = None
-    if guard.info.want_logprobs:
+    if answer.info.want_logprobs:
         logprobs_out = {"content": lp["content"], "refusal": lp["refusal"] or None}
     out: dict[str, Any] = {
-        "id": first.get("id", f"chatcmpl-{guard.info.request_id}"),
+        "id": first.get("id", f"chatcmpl-{answer.info.request_id}"),
         "object": "chat.completion",
         "created": first.get("created", int(time.time())),
-        "model": first.get("model", guard.info.model),
+        "model": first.get("model", answer.info.model),
         "choices": [
             {"index": 0, "message": message, "logprobs": logprobs_out, "finish_reason": finish}
         ],
@@ -168,7 +168,7 @@ def assemble(chunks: list[dict[str, Any]], guard: AnswerGuard) -> dict[str, Any]
         out["system_fingerprint"] = first["system_fingerprint"]
     if usage is not None:
         out["usage"] = usage
-    out[VERDICT_FIELD] = guard.verdict_field()
+    out[VERDICT_FIELD] = answer.verdict_field()
     return out
 
 
@@ -194,23 +194,25 @@ _NOT_JUDGED = ("upstream_", "malformed", "proxy_")
 shutdown), as against a block."""
 
 
-def error_event(guard: AnswerGuard) -> dict[str, Any]:
+def error_event(answer: ProxyAnswer) -> dict[str, Any]:
     """The in-stream error that ends an answer that is not certified."""
-    verdict = guard.verdict
-    if guard.error is not None and guard.error.startswith(_NOT_JUDGED):
-        return error_body(verdict.reason, UPSTREAM_TYPE, guard.error, verdict=guard.verdict_field())
+    verdict = answer.verdict
+    if answer.error is not None and answer.error.startswith(_NOT_JUDGED):
+        return error_body(
+            verdict.reason, UPSTREAM_TYPE, answer.error, verdict=answer.verdict_field()
+        )
     cause = verdict.cause.value
     return error_body(
         f"liftguard {verdict.reason}",
         BLOCKED_TYPE,
         cause,
-        verdict=guard.verdict_field(),
+        verdict=answer.verdict_field(),
     )
 
 
-def answer_record(guard: AnswerGuard, verdict: dict[str, Any]) -> AnswerRecord:
+def answer_record(answer: ProxyAnswer, verdict: dict[str, Any]) -> AnswerRecord:
     """What the recorder writes of a finished answer."""
-    info = guard.info
+    info = answer.info
     cert = info.certificate
     vocab = cert.model.vocab_size or cert.skeleton.params.get("vocab_size")
     return AnswerRecord(
@@ -220,9 +222,9 @@ def answer_record(guard: AnswerGuard, verdict: dict[str, Any]) -> AnswerRecord:
         top_k=info.upstream_top,
         messages=info.messages,
         settings=info.settings,
-        text=guard.text,
-        entries=guard.entries,
-        finish_reason=guard.finish_reason,
-        complete=guard.ended and guard.error is None and guard.finish_reason is not None,
+        text=answer.text,
+        entries=answer.entries,
+        finish_reason=answer.finish_reason,
+        complete=answer.ended and answer.error is None and answer.finish_reason is not None,
         verdict=verdict,
     )

@@ -72,7 +72,7 @@ def serve(
                 drains: set[asyncio.Task[int]] = set()
 
                 def drain() -> None:
-                    drains.add(loop.create_task(app.state.proxy.answers.drain()))
+                    drains.add(loop.create_task(app.state.proxy.relay.drain()))
 
                 timer = loop.call_later(max(shutdown_grace_s - DRAIN_MARGIN_S, 0.0), drain)
                 try:

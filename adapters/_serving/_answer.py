@@ -7,7 +7,7 @@ releases, so that the client gets the upstream's own chunks (ids, roles, finish 
 minus what it did not ask for, and minus every field the guard does not read (the rule, and
 the allowlist of relayed fields, in :mod:`._relay`: the text shown is the text read). Both
 server front ends use it: the proxy with decoded JSON
-chunks (:class:`~adapters._proxy._guarded.AnswerGuard`), the LiteLLM guardrail with
+chunks (:class:`~adapters._proxy._answer.ProxyAnswer`), the LiteLLM guardrail with
 LiteLLM's chunk objects (:class:`~adapters._litellm._answer.Answer`). Per the request's
 ``mode``:
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import adapters._serving._answer as answer_module
 from adapters._litellm._answer import Answer
-from adapters._proxy._guarded import AnswerGuard
+from adapters._proxy._answer import ProxyAnswer
 from adapters._serving._answer import ServedAnswer
 from adapters._serving._prepare import GuardedRequest
 from guardrail import Certificate, ModelIdentity, SkeletonSpec, StreamPolicy
@@ -35,7 +35,7 @@ def test_the_docstring_example_runs() -> None:
 
 
 def test_both_server_front_ends_guard_with_the_one_class() -> None:
-    assert issubclass(AnswerGuard, ServedAnswer) and issubclass(Answer, ServedAnswer)
+    assert issubclass(ProxyAnswer, ServedAnswer) and issubclass(Answer, ServedAnswer)
 
 
 def test_observe_mode_shows_everything_but_ends_at_the_token_limit() -> None:

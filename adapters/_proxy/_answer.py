@@ -16,7 +16,7 @@ from .._serving._answer import ServedAnswer
 from .._serving._prepare import GuardedRequest
 from .._serving._wire import MAX_ID_CHARS, relayed_stripped
 
-__all__ = ["AnswerGuard", "RequestInfo", "chunk_frame"]
+__all__ = ["ProxyAnswer", "RequestInfo", "chunk_frame"]
 
 
 @dataclass
@@ -30,7 +30,7 @@ class RequestInfo(GuardedRequest):
     settings: dict[str, Any] = field(default_factory=dict)
 
 
-class AnswerGuard(ServedAnswer[dict[str, Any]]):
+class ProxyAnswer(ServedAnswer[dict[str, Any]]):
     """The serving core's answer (:class:`~adapters._serving._answer.ServedAnswer`)
     over decoded JSON chunks, as the proxy keeps it: with what it records of the answer, the
     upstream's completion id, and a verdict-only chunk for an answer released without a
@@ -54,7 +54,7 @@ class AnswerGuard(ServedAnswer[dict[str, Any]]):
         self.entries: list[Any] = []
         self.finalized = False
         self.draining = False
-        """The proxy is shutting down and ended this answer (:meth:`AnswerLoop.drain`)."""
+        """The proxy is shutting down and ended this answer (:meth:`RelayLoop.drain`)."""
         self.busy_s = 0.0
         self._upstream_id: str | None = None  # the first chunk's "id" ("" for none usable)
 

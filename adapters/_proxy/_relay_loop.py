@@ -1,8 +1,8 @@
-"""The guarded answer loop: upstream chunks through the answer's guard to the client.
+"""The relay loop: the upstream's chunks through the answer to the client.
 
-:class:`AnswerLoop` reads the upstream's events, feeds each chunk to the answer's
-:class:`AnswerGuard` (in a worker thread when the certificate scores with a local
-model), and writes what the guard releases: as server-sent events for a stream,
+:class:`RelayLoop` reads the upstream's events, feeds each chunk to the answer's
+:class:`~._answer.ProxyAnswer` (in a worker thread when the certificate scores with a local
+model), and writes what the answer releases: as server-sent events for a stream,
 or as one JSON answer. Once per answer it counts, logs and records the verdict, and
 hands it to the risk monitors (:class:`~._feedback.ProxyRiskWatch`).
 """
@@ -26,9 +26,9 @@ from .._errors import ProviderFormatError
 from .._serving._metrics import ProxyMetrics
 from .._serving._redact import redact_text
 from .._serving._wire import DONE, merge_released, sse
+from ._answer import ProxyAnswer
 from ._config import ProxyConfig
 from ._feedback import ProxyRiskWatch
-from ._guarded import AnswerGuard
 from ._recording import Recorder
 from ._replies import (
     answer_record,
@@ -40,7 +40,7 @@ from ._replies import (
 )
 from ._upstream import TOO_LARGE, UpstreamAnswer, UpstreamFailure, decode_chunk
 
-__all__ = ["SCORING_THREADS", "SHUTDOWN", "AnswerLoop"]
+__all__ = ["SCORING_THREADS", "SHUTDOWN", "RelayLoop"]
 
 logger = logging.getLogger(__name__)
 SCORING_THREADS = 4
@@ -54,8 +54,8 @@ verdict_logger = logging.getLogger("adapters.proxy.verdicts")
 """One JSON line per verdict (INFO); the command line prints them on stderr."""
 
 
-class AnswerLoop:
-    """The per-answer work of one proxy: guard, write, count, log and record."""
+class RelayLoop:
+    """The per-answer work of one proxy: relay, write, count, log and record."""
 
     def __init__(
         self,
@@ -66,7 +66,7 @@ class AnswerLoop:
     ) -> None:
         self.config, self.metrics, self.recorder, self.risk = config, metrics, recorder, risk
         self._scoring = anyio.CapacityLimiter(SCORING_THREADS)
-        self._active: dict[AnswerGuard, UpstreamAnswer] = {}
+        self._active: dict[ProxyAnswer, UpstreamAnswer] = {}
         self._draining = False
 
     async def drain(self) -> int:
@@ -76,31 +76,31 @@ class AnswerLoop:
         ended the same way. How many were in flight."""
         self._draining = True
         active = list(self._active.items())
-        for guard, upstream in active:
-            guard.draining = True
+        for answer, upstream in active:
+            answer.draining = True
             await upstream.interrupt()
         return len(active)
 
-    async def _step(self, guard: AnswerGuard, chunk: dict[str, Any] | None) -> list[Any]:
-        """``guard.feed(chunk)`` (``guard.end()`` for None), in a worker thread when the
+    async def _step(self, answer: ProxyAnswer, chunk: dict[str, Any] | None) -> list[Any]:
+        """``answer.feed(chunk)`` (``answer.end()`` for None), in a worker thread when the
         certificate scores with a local model, so that the event loop never waits on it
         (other requests, ``/healthz`` and shutdown stay responsive)."""
-        if not guard.heavy:
-            return guard.end() if chunk is None else guard.feed(chunk)
-        call = guard.end if chunk is None else partial(guard.feed, chunk)
+        if not answer.heavy:
+            return answer.end() if chunk is None else answer.feed(chunk)
+        call = answer.end if chunk is None else partial(answer.feed, chunk)
         return await anyio.to_thread.run_sync(call, limiter=self._scoring)
 
-    async def _guarded(
-        self, guard: AnswerGuard, upstream: UpstreamAnswer
+    async def _released(
+        self, answer: ProxyAnswer, upstream: UpstreamAnswer
     ) -> AsyncGenerator[list[dict[str, Any]], None]:
         """The chunks the client may see, in batches (a buffer released at certification
         goes out in one write). The upstream is closed at once on a block or a failure;
         after a clean end its connection is kept for reuse (see :meth:`_finish`)."""
         clock = time.perf_counter
-        feed = None if guard.heavy else guard.feed  # (no coroutine per chunk for a light one)
-        self._active[guard] = upstream
+        feed = None if answer.heavy else answer.feed  # (no coroutine per chunk for a light one)
+        self._active[answer] = upstream
         if self._draining:
-            guard.draining = True
+            answer.draining = True
             await upstream.interrupt()
         try:
             async for event, data in upstream.events:
@@ -108,67 +108,67 @@ class AnswerLoop:
                 chunk = decode_chunk(event, data)
                 if chunk is None:
                     break
-                out = feed(chunk) if feed is not None else await self._step(guard, chunk)
-                guard.busy_s += clock() - t0
-                if guard.blocked:
+                out = feed(chunk) if feed is not None else await self._step(answer, chunk)
+                answer.busy_s += clock() - t0
+                if answer.blocked:
                     return  # (nothing is released on a block; past the token limit too)
                 if out:
                     yield out
             upstream.clean = True
-            out = await self._step(guard, None)
+            out = await self._step(answer, None)
             if out:
                 yield out
         except UpstreamFailure as exc:
-            if guard.draining:
-                guard.fail(SHUTDOWN, SHUTDOWN_REASON)
+            if answer.draining:
+                answer.fail(SHUTDOWN, SHUTDOWN_REASON)
                 return
             self.metrics.upstream_errors.labels(kind=exc.kind).inc()
             # past the byte cap: no Cause names a byte cap, and the nearest is an answer too
             # long to judge (the error, upstream_too_large, says which cap it met)
             cause = Cause.OVER_TOKEN_LIMIT if exc.kind == TOO_LARGE else Cause.TRUNCATED
-            guard.fail(exc.kind, redact_text(str(exc), upstream.secrets), cause)
+            answer.fail(exc.kind, redact_text(str(exc), upstream.secrets), cause)
         except ProviderFormatError as exc:
             self.metrics.upstream_errors.labels(kind="malformed_chunk").inc()
-            guard.fail("malformed_chunk", str(exc))
+            answer.fail("malformed_chunk", str(exc))
         except MissingLogprobsError as exc:
-            guard.fail("missing_logprobs", str(exc), Cause.MISSING_LOGPROBS)
+            answer.fail("missing_logprobs", str(exc), Cause.MISSING_LOGPROBS)
         except GuardrailError as exc:
-            logger.error("request %s: the guard failed: %s", guard.info.request_id, exc)
-            guard.fail("guard_error", str(exc), Cause.NO_VERDICT)
+            logger.error("request %s: the guard failed: %s", answer.info.request_id, exc)
+            answer.fail("guard_error", str(exc), Cause.NO_VERDICT)
         finally:
-            self._active.pop(guard, None)
+            self._active.pop(answer, None)
             if not upstream.clean:
                 await upstream.close()
 
-    async def sse(self, guard: AnswerGuard, upstream: UpstreamAnswer) -> AsyncIterator[bytes]:
+    async def sse(self, answer: ProxyAnswer, upstream: UpstreamAnswer) -> AsyncIterator[bytes]:
         clock = time.perf_counter
-        chunks = self._guarded(guard, upstream)
+        chunks = self._released(answer, upstream)
         try:
             last: dict[str, Any] | None = None
             async for batch in chunks:
                 t0 = clock()
                 data = b"".join([sse(chunk) for chunk in merge_released(batch)])
-                guard.busy_s += clock() - t0
+                answer.busy_s += clock() - t0
                 last = batch[-1]
                 yield data
-            if not guard.blocked:
+            if not answer.blocked:
                 yield DONE
-            elif guard.error is None and self.config.on_block == "refusal":
-                yield sse(refusal_chunk(guard, self.config.refusal_message, last))
+            elif answer.error is None and self.config.on_block == "refusal":
+                yield sse(refusal_chunk(answer, self.config.refusal_message, last))
                 yield DONE
             else:
-                yield sse(error_event(guard))
+                yield sse(error_event(answer))
         finally:
             with anyio.CancelScope(shield=True):
                 await chunks.aclose()
-                await self.finish(guard, upstream)
+                await self.finish(answer, upstream)
 
     async def complete(
-        self, guard: AnswerGuard, upstream: UpstreamAnswer, request: Request
+        self, answer: ProxyAnswer, upstream: UpstreamAnswer, request: Request
     ) -> Response:
         """The whole answer, decided; a client that disconnects meanwhile ends it at once
         (the upstream is closed, the answer counted as abandoned, never certified)."""
-        chunks = self._guarded(guard, upstream)
+        chunks = self._released(answer, upstream)
         out: list[dict[str, Any]] = []
         try:
             async with anyio.create_task_group() as tasks:
@@ -185,39 +185,39 @@ class AnswerLoop:
         finally:
             with anyio.CancelScope(shield=True):
                 await chunks.aclose()
-                await self.finish(guard, upstream)
-        if guard.blocked:
-            return blocked_response(guard, self.config.on_block, self.config.refusal_message)
-        return JSONResponse(assemble(out, guard), headers=verdict_headers(guard))
+                await self.finish(answer, upstream)
+        if answer.blocked:
+            return blocked_response(answer, self.config.on_block, self.config.refusal_message)
+        return JSONResponse(assemble(out, answer), headers=verdict_headers(answer))
 
-    async def finish(self, guard: AnswerGuard, upstream: UpstreamAnswer) -> None:
+    async def finish(self, answer: ProxyAnswer, upstream: UpstreamAnswer) -> None:
         """Once per answer: close the upstream (after ``[DONE]``, reading the rest of its
         body first, briefly, so that the connection goes back to the pool); count, log
         and record the verdict; hand it to the risk monitors."""
         await upstream.finish()
-        if guard.finalized:
+        if answer.finalized:
             return
-        guard.finalized = True
+        answer.finalized = True
         self.metrics.active_streams.dec()
-        if not guard.ended and not guard.blocked:
+        if not answer.ended and not answer.blocked:
             self.metrics.client_disconnects.inc()
-            guard.fail("client_closed", "the client closed the connection before the end")
-        m, verdict = self.metrics, guard.verdict
+            answer.fail("client_closed", "the client closed the connection before the end")
+        m, verdict = self.metrics, answer.verdict
         m.verdicts.labels(state=verdict.state.value, cause=verdict.cause.value).inc()
         m.verdict_tokens.observe(verdict.t)
-        if guard.tokens_read:
-            m.tokens_read.inc(guard.tokens_read)
-            m.latency_per_token.observe(guard.busy_s / guard.tokens_read)
-        field = guard.verdict_field()
-        info = guard.info
+        if answer.tokens_read:
+            m.tokens_read.inc(answer.tokens_read)
+            m.latency_per_token.observe(answer.busy_s / answer.tokens_read)
+        field = answer.verdict_field()
+        info = answer.info
         self.log(
             {"event": "verdict", **field, "model": info.model, "stream": info.stream,
-             "finish_reason": guard.finish_reason}
+             "finish_reason": answer.finish_reason}
         )  # fmt: skip
         if self.recorder is not None:
-            self.recorder.submit(answer_record(guard, field))
+            self.recorder.submit(answer_record(answer, field))
         if self.risk is not None:
-            self.risk.answer_finished(guard)
+            self.risk.answer_finished(answer)
 
     def log(self, record: dict[str, Any]) -> None:
         if verdict_logger.isEnabledFor(logging.INFO):
