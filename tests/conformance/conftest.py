@@ -4,25 +4,17 @@ harnesses."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import contextlib
+from collections.abc import Iterator
 
-_TESTS = Path(__file__).resolve().parents[1]
-for _part in ("adapters", "proxy"):
-    if str(_TESTS / _part) not in sys.path:
-        sys.path.insert(0, str(_TESTS / _part))
+import pytest
+from frontends import SDK, FrontEnd, HTTPFrontEnd, LangChain
+from litellm_harness import running_litellm
+from proxy_harness import calibrated_certificate, make_certificate, running_proxy
+from scripted import CONTEXT, FRONT_ENDS, HAS_LITELLM, TIMEOUT_S, Upstream
+from sse_server import serving
 
-import contextlib  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
-
-import pytest  # noqa: E402
-from frontends import SDK, FrontEnd, HTTPFrontEnd, LangChain  # noqa: E402
-from litellm_harness import running_litellm  # noqa: E402
-from proxy_harness import calibrated_certificate, make_certificate, running_proxy  # noqa: E402
-from scripted import CONTEXT, FRONT_ENDS, HAS_LITELLM, TIMEOUT_S, Upstream  # noqa: E402
-from sse_server import serving  # noqa: E402
-
-from adapters.proxy import Limits, StaticCertificate  # noqa: E402
+from adapters.proxy import Limits, StaticCertificate
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 
 :class:`Upstream` answers each request by its last user message: a list of events
 (``events[question]``) or an adversarial shape (``shapes[question]``, see
-``tests/proxy/stream_shapes.py``), streamed, or made one ``chat.completion`` when the request
+``tests/stream_shapes.py``), streamed, or made one ``chat.completion`` when the request
 is not streamed (LiteLLM's whole answers) with the shape's fault kept (:func:`whole`).
 """
 

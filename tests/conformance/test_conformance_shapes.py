@@ -1,4 +1,4 @@
-"""Every adversarial upstream stream shape (``tests/proxy/stream_shapes.py``) through every
+"""Every adversarial upstream stream shape (``tests/stream_shapes.py``) through every
 front end: a JSON event cut off, an error event mid-answer, a stalled upstream (met by each
 front end's upstream timeout, ``scripted.TIMEOUT_S``), a token too large to take, a token
 whose text cannot be read, a stream with no event, a refusal, a content filter, a finish at

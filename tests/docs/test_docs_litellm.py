@@ -2,7 +2,7 @@
 upstream's URL filled in: the scripted upstream of ``tests/docs/docs_upstream.py``, with the
 certificate shipped for the bundled SmolLM2 as ``cert.json`` beside it), started by the
 page's own shell commands (``--port 4000`` replaced by a free port; the environment of
-``tests/adapters/litellm_harness.py`` keeps LiteLLM off the network), then the page's two
+``tests/litellm_harness.py`` keeps LiteLLM off the network), then the page's two
 client blocks, with ``KEY`` (the master key the shell made) and ``messages`` defined.
 Registered in ``tests/docs/test_docs_blocks.py``."""
 

@@ -7,14 +7,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from proxy_harness import Upstream, calibrated_certificate, scripted_upstream
+from valkey_process import ValkeyProcess
 
-_TESTS = Path(__file__).resolve().parents[1]
-for _part in ("", "adapters", "proxy", "fleet"):  # ("": markdown_blocks, of the docs tests)
-    if str(_TESTS / _part) not in sys.path:
-        sys.path.insert(0, str(_TESTS / _part))
-
-from proxy_harness import Upstream, calibrated_certificate, scripted_upstream  # noqa: E402
-from valkey_process import ValkeyProcess  # noqa: E402
+_PROXY_TESTS = str(Path(__file__).resolve().parents[1] / "proxy")
+if _PROXY_TESTS not in sys.path:  # (the fleet tests run test_proxy_cli's ServeProcess)
+    sys.path.insert(0, _PROXY_TESTS)
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """The proxy asks the upstream for what its certificate reads, and refuses a certificate
 no Chat Completions upstream can feed before anything is sent.
 
-Fitted certificates come from ``tests/adapters/fitted_certs.py`` (fitted on the
+Fitted certificates come from ``tests/fitted_certs.py`` (fitted on the
 committed NQ-Open sample; they read 5 alternatives per token, and group ``local``
 exact entropies). A refused certificate is the proxy's misconfiguration, not the
 client's: HTTP 500 with ``liftguard_config_error``, and the upstream sees no request.

@@ -3,7 +3,7 @@
 
 The timer is fired by hand here (never by waiting), on aiohttp's real stream reader, so
 that each case is decided by the order of events alone. That a stalled upstream ends its
-answer through the proxy is ``stall`` in ``tests/proxy/stream_shapes.py``.
+answer through the proxy is ``stall`` in ``tests/stream_shapes.py``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ master key, offline (no model price list fetched, no telemetry), and waits for
   (LiteLLM's model-level ``guardrails``), buffered with ``on_block: error``, passthrough with
   ``on_block: error``, buffered with ``on_block: refusal``.
 
-The certificate is the proxy tests' (``tests/proxy/proxy_harness.py``): a token at ``GOOD``
+The certificate is the proxy tests' (``tests/proxy_harness.py``): a token at ``GOOD``
 passes, one at ``BAD`` blocks at once, and a clean answer is certified only at its end; its
 generation context sets ``temperature=0`` (filled in where a client leaves it unset).
 """
@@ -34,11 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import openai
-from sse_server import Record, Reply, SSEServer
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "proxy"))
-
 from proxy_harness import make_certificate
+from sse_server import Record, Reply, SSEServer
 
 from guardrail import Certificate, GenerationContext
 

@@ -6,7 +6,7 @@
   client can connect at once (uvicorn accepts once its lifespan has started;
   nothing waits on a timer). Leaving the ``with`` block stops it cleanly
   (lifespan shutdown: upstream client closed, recorder drained).
-- :class:`Upstream`: the adapters' scripted SSE server (``tests/adapters/sse_server.py``)
+- :class:`Upstream`: the adapters' scripted SSE server (``tests/sse_server.py``)
   that also records each request's headers and answers ``GET /v1/models``.
 - :func:`echo_upstream`: an asyncio (uvicorn) upstream whose answer is made of the
   request's own words, for many concurrent streams (the scripted server's
@@ -27,10 +27,8 @@ import json
 import logging
 import queue
 import socket
-import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,7 +36,6 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "adapters"))
 
 import uvicorn
 from sse_server import SSEServer, _Handler, chat_chunk, serving, token_entry

@@ -18,7 +18,7 @@ from guardrail.traces import read_traces
 
 __all__ = ["SAMPLE", "certificate", "fitted"]
 
-SAMPLE = Path(__file__).parents[1] / "fixtures" / "traces_smollm2_nq_sample.jsonl"
+SAMPLE = Path(__file__).parent / "fixtures" / "traces_smollm2_nq_sample.jsonl"
 
 
 @cache
