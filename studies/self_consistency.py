@@ -139,6 +139,8 @@ SAMPLES = ROOT / "benchmarks" / "traces" / "gsm8k_qwen25coder_samples.jsonl"
 SAVED = ROOT / "benchmarks" / "results" / "self_consistency.json"
 PAGE = ROOT / "docs" / "results" / "self_consistency.md"
 REPORT = "python -m studies.self_consistency report"
+N_CAL = 100
+"""Calibration answers per split by default (fewer where fewer questions are sampled)."""
 ESCALATE = (0.25, 0.75)
 """The band of the fitting answers' certificate scores (quantiles) that is escalated."""
 
@@ -253,7 +255,8 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
             row.update({f"{key}_{risk:g}": v for key, v in
                         _coverage(score, ok, args.n_cal, risk, seed=11).items()})  # fmt: skip
         rows.append(row)
-    return {"generated_by": REPORT, "questions": len(sampled), "samples": k,
+    command = REPORT if args.n_cal == N_CAL else f"{REPORT} --n-cal {args.n_cal}"
+    return {"generated_by": command, "questions": len(sampled), "samples": k,
             "accuracy": float(ok.mean()), "n_cal": args.n_cal, "splits": SPLITS,
             "escalated": float(inside.mean()), "fitted_on": len(rest), "rows": rows}  # fmt: skip
 
@@ -300,7 +303,7 @@ def main(argv: list[str] | None = None) -> None:
     r = sub.add_parser("report", help="the peers side by side on the sampled questions")
     r.add_argument("--samples-file", default=str(SAMPLES), help="the samples (``sample``'s --out)")
     r.add_argument("--traces", default=str(GSM8K), help="greedy GSM8K traces")
-    r.add_argument("--n-cal", type=int, default=100, help="calibration answers per split")
+    r.add_argument("--n-cal", type=int, default=N_CAL, help="calibration answers per split")
     r.add_argument("--docs-only", action="store_true", help="rewrite the page from the JSON")
     args = p.parse_args(argv)
     if args.cmd == "sample":

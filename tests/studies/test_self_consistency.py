@@ -83,3 +83,20 @@ def test_escalation_samples_only_the_middle_band_and_keeps_the_bands_in_order() 
     assert inside.tolist() == [False, True, True, True, False, False]
     # above the band first (by the single score), then the band by agreement, then below
     assert sorted(range(6), key=lambda i: -score[i]) == [5, 0, 3, 1, 2, 4]
+
+
+def test_the_page_is_the_saved_report_of_the_committed_samples() -> None:
+    """``docs/results/self_consistency.md`` is what ``report`` renders from its saved JSON,
+    the results page includes it, and the report covers the first questions of the
+    committed samples (the sampler resumes, so the file may hold more than was reported)."""
+    saved = json.loads(study.SAVED.read_text(encoding="utf-8"))
+    page = study.PAGE.read_text(encoding="utf-8")
+    assert saved["generated_by"] in page.splitlines()[0]
+    assert saved["generated_by"].startswith(study.REPORT)
+    assert page == study.render(saved), f"stale: run `{study.REPORT} --docs-only`"
+    index = (ROOT / "docs" / "results" / "index.md").read_text(encoding="utf-8")
+    assert '--8<-- "results/self_consistency.md"' in index
+    samples = ROOT / "benchmarks" / "traces" / "gsm8k_qwen25coder_samples.jsonl"
+    lines = [json.loads(x) for x in samples.read_text(encoding="utf-8").splitlines() if x]
+    assert saved["questions"] <= len(lines)
+    assert {len(line["samples"]) for line in lines} == {saved["samples"]}
