@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import numpy as np
+from bench_scripts import assert_page_current
 
 from guardrail import StreamPolicy
 from guardrail.fitting import FittedPath, critical_score, margins_from_scores, with_margins
@@ -21,11 +22,7 @@ def _saved() -> dict[str, Any]:
 
 
 def test_the_page_is_the_saved_run() -> None:
-    saved = _saved()
-    assert saved["generated_by"] == study.COMMAND
-    written = study.PAGE.read_text(encoding="utf-8")
-    assert study.COMMAND in written.splitlines()[0] and "do not edit" in written.splitlines()[0]
-    assert written == study.render(saved), f"stale: run `{study.COMMAND} --docs-only`"
+    saved = assert_page_current(study, "fitting.md")
     assert saved["rules"] == list(study.RULES) and saved["reference"] == study.REFERENCE
     assert len(saved["shifts"]) == 8
     for s in saved["shifts"]:
