@@ -1,6 +1,7 @@
 """The guard proxy: an OpenAI-compatible server that guards every answer it relays.
 
-``pip install "liftguard[serve]"`` (starlette, uvicorn, aiohttp, prometheus-client);
+``pip install "liftguard[serve]"`` (starlette, uvicorn with httptools and uvloop, aiohttp,
+prometheus-client);
 ``liftguard serve`` runs it from the command line. Point a client's ``base_url``
 at the proxy instead of the model server::
 
