@@ -28,6 +28,11 @@ TRACES_HELP = (
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     if args.margins_from is None and args.early_block is not None:
         raise CommandError("--early-block sets the quantile of --margins-from's margins", status=2)
+    if args.margins_from is None and args.early_block_tail is not None:
+        raise CommandError(
+            "--early-block-tail sets how --margins-from's margins run on: give --margins-from",
+            status=2,
+        )
     if args.certificate is None and args.margins_from is not None:
         raise CommandError(
             "--margins-from sets a fitted certificate's margins: give --certificate", status=2
@@ -198,6 +203,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="with --margins-from: the quantile of how far an answer's score still rose "
         "from each position (default 0.95)",
+    )
+    p.add_argument(
+        "--early-block-tail",
+        choices=("flat", "sqrt"),
+        default=None,
+        help="with --margins-from: carry the margins on to the certificate's token limit "
+        "past the positions 20 traffic answers reach, 'flat' (the largest of the last half) "
+        "or 'sqrt' (falling as c/sqrt(t), as fit's --early-block-tail); default: they end "
+        "there",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_calibrate, rule_defaults={a.dest: a.default for a in p._actions})

@@ -14,7 +14,9 @@ files' sha256 and digests.
 ``--margins-from TRAFFIC`` first sets the statistic's early-block margins from every
 answer of ``TRAFFIC`` (:func:`guardrail.fitting.block_margins` with ``answers="all"``;
 labels are not read, so recorded traffic serves as it is), at ``--early-block``'s quantile
-(default :data:`~adapters.cli._fit_args.TRAFFIC_EARLY_BLOCK`). The margins are then part
+(default :data:`~adapters.cli._fit_args.TRAFFIC_EARLY_BLOCK`), ending where fewer than 20
+traffic answers still run, or carried on to the token limit with ``--early-block-tail``
+(``flat`` or ``sqrt``, as ``fit``'s). The margins are then part
 of the rule calibration replays; they must be fixed before it, so answers that are
 calibration answers (the same data in any container, or a calibration answer's id) are
 refused.
@@ -245,8 +247,15 @@ def _traffic_margins(
         )
     quantile = TRAFFIC_EARLY_BLOCK if args.early_block is None else args.early_block
     limit = cert.context.max_tokens
+    tail = args.early_block_tail
+    if tail is not None and limit is None:
+        raise CommandError(
+            "--early-block-tail carries the margins on to the token limit, and the "
+            "certificate's context sets none (max_tokens)"
+        )
+    carry: dict[str, Any] = {} if tail is None else {"positions": limit, "tail": tail}
     margins = block_margins(stat, traffic, quantile, skeleton=skeleton, max_tokens=limit,
-                            answers="all")  # fmt: skip
+                            answers="all", **carry)  # fmt: skip
     n_answers = sum(1 for t in traffic if t.n_tokens)
     if not margins:
         raise CommandError(
@@ -257,6 +266,7 @@ def _traffic_margins(
     record = {
         "quantile": quantile,
         "positions": len(margins),
+        **({} if tail is None else {"tail": tail}),
         "answers": "all",
         "n_answers": n_answers,
         "traces": Path(path).name,

@@ -226,6 +226,32 @@ def test_margins_from_traffic_are_every_answers_rises_and_calibration_replays_th
     assert got["quantile"] == TRAFFIC_EARLY_BLOCK and got["traces_sha256"] == file_sha256(traffic)
 
 
+def test_margins_from_traffic_carry_on_to_the_token_limit_with_a_tail(
+    fitted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    traffic = _unlabelled(NQ, tmp_path / "traffic.jsonl")
+    out = tmp_path / "out.json"
+    base = ["calibrate", "--traces", TQ, "--certificate", str(fitted), "--risk", "0.7",
+            "--delta", "0.3", "--margins-from", str(traffic), "--early-block", "0.5"]  # fmt: skip
+    before = Certificate.load(fitted)
+    assert before.statistic is not None
+    limit = before.context.max_tokens
+    assert limit is not None
+    for tail in ("flat", "sqrt"):
+        assert main([*base, "--early-block-tail", tail, "--out", str(out)]) == 0
+        capsys.readouterr()
+        after = Certificate.load(out)
+        assert after.statistic is not None
+        want = block_margins(before.statistic, read_traces(NQ), 0.5, max_tokens=limit,
+                             answers="all", positions=limit, tail=tail)  # fmt: skip
+        assert after.statistic.block_margins == want and len(want) == limit
+        assert after.statistic.info["early_block"]["tail"] == tail
+    # a tail without --margins-from is a usage error
+    assert main(["calibrate", "--traces", TQ, "--certificate", str(fitted), "--risk", "0.7",
+                 "--early-block-tail", "sqrt", "--out", str(out)]) == 2  # fmt: skip
+    assert "--early-block-tail" in capsys.readouterr().err
+
+
 def test_margins_from_calibration_answers_are_refused(
     fitted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
