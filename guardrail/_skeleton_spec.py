@@ -218,6 +218,23 @@ class SkeletonSpec:
             return cls("prompt_free", {"vocab_size": vocab_size})
         raise ConfigError(f"no streaming skeleton for the trace skeleton {name!r}")
 
+    def with_vocab_size(self, vocab_size: int) -> SkeletonSpec:
+        """This spec recording the traces' ``vocab_size``: itself where it records that
+        size already, a :class:`ConfigError` (``records vocab_size ...; the traces have
+        ...``) where it records another.
+
+        Examples
+        --------
+            >>> SkeletonSpec("uniform").with_vocab_size(49152).params["vocab_size"]
+            49152
+        """
+        given = self.params.get("vocab_size")
+        if given is None:
+            return SkeletonSpec(self.kind, {**self.params, "vocab_size": vocab_size})
+        if given != vocab_size:
+            raise ConfigError(f"records vocab_size {given}; the traces have {vocab_size}")
+        return self
+
     @classmethod
     def of(cls, skeleton: object) -> SkeletonSpec:
         """The spec of a skeleton object: its ``to_spec()``, or for an object without one

@@ -65,14 +65,10 @@ def _spec_from_file(path: str, name: str, kind: str, vocab_size: int) -> Skeleto
         raise CommandError(
             f"--skeleton-spec: {path} is a {spec.kind!r} spec; --skeleton {name} needs {kind!r}"
         )
-    vocab = spec.params.get("vocab_size")
-    if vocab is None:
-        return SkeletonSpec(spec.kind, {**spec.params, "vocab_size": vocab_size})
-    if vocab != vocab_size:
-        raise CommandError(
-            f"--skeleton-spec: {path} records vocab_size {vocab}; the traces have {vocab_size}"
-        )
-    return spec
+    try:
+        return spec.with_vocab_size(vocab_size)
+    except ConfigError as exc:
+        raise CommandError(f"--skeleton-spec: {path} {exc}") from None
 
 
 def read_context(path: str | None) -> GenerationContext:

@@ -282,14 +282,10 @@ def _split(
 
 def _with_vocab(spec: SkeletonSpec, vocab: int, where: str) -> SkeletonSpec:
     """``spec`` recording the traces' vocabulary size (refused if it records another)."""
-    given = spec.params.get("vocab_size")
-    if given is None:
-        return SkeletonSpec(spec.kind, {**spec.params, "vocab_size": vocab})
-    if given != vocab:
-        raise ConfigError(
-            f"{where}skeleton_spec records vocab_size {given}; the traces have {vocab}"
-        )
-    return spec
+    try:
+        return spec.with_vocab_size(vocab)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}skeleton_spec {exc}") from None
 
 
 def _ids_sha256(ids: list[str]) -> str:
