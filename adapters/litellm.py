@@ -37,14 +37,12 @@ try:
     from ._litellm._config import GuardrailStartupError
     from ._litellm._guardrail import LiftGuardGuardrail
     from ._litellm._startup import GuardrailCheck as _GuardrailCheck
-    from ._litellm._wire import BLOCKED_STATUS
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     if exc.name is not None and exc.name.split(".")[0] in ("litellm", "fastapi", "starlette"):
         raise ImportError(_INSTALL_HINT) from exc
     raise
 
 __all__ = [
-    "BLOCKED_STATUS",
     "GuardrailStartupError",
     "LiftGuardGuardrail",
     "guardrail_check",

@@ -17,7 +17,9 @@ at the proxy instead of the model server::
 
 The settings come in small groups, each validated on its own: :class:`Limits` (what a
 request or an answer may take), :class:`Recording` (where every guarded answer is
-written) and :class:`FleetSettings` (the Redis or Valkey server that replicas share).
+written) and :class:`FleetSettings` (the Redis or Valkey server that replicas share). A
+host that serves answers itself runs a fleet replica in its own process
+(:meth:`FleetSettings.replica`), handing it a :class:`FinishedAnswer` per answer.
 
 Each request is forwarded with ``stream=True``, ``logprobs=True`` and the
 alternatives the certificate needs, with the certificate's generation context
@@ -40,6 +42,7 @@ from ._proxy._serve import serve
 try:
     from ._proxy._app import create_app
     from ._proxy._config import FleetSettings, Limits, ProxyConfig, Recording
+    from ._risk._risk_watch import FinishedAnswer
     from ._serving._certs import StaticCertificate, certificate_source
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     if exc.name in ("starlette", "uvicorn", "aiohttp", "prometheus_client", "anyio", "pydantic"):
@@ -47,6 +50,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise
 
 __all__ = [
+    "FinishedAnswer",
     "FleetSettings",
     "Limits",
     "ProxyConfig",

@@ -14,7 +14,7 @@ streams of labelled shown answers (True = wrong): *drift*, error rate 0.2 for 1,
 then 0.4 (up to 2,000 more), ``--runs`` runs; *boundary*, error rate 0.3 (the target) for
 3,000 labels, twice as many runs (false alarms). In each run:
 
-- **fleet**: three :class:`FleetRiskWatch` replicas on the Valkey server, a fresh namespace
+- **fleet**: three replicas (``FleetSettings.replica``) on the Valkey server, a fresh namespace
   each run. Answer ``i`` is taken by replica ``i % 3`` (its record and verdict written to
   Redis off the request path, in blocks of 250 answers), its label sent to replica
   ``(i + 1) % 3`` through ``alabel`` (the path ``POST /v1/liftguard/feedback`` takes: find

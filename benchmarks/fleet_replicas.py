@@ -2,12 +2,14 @@
 three replicas and the start-up part's, and the start-up part's fleet state written as
 the replicas write it.
 
-The only module of ``benchmarks/`` that reaches the fleet's private modules: the replica
-(``FleetRiskWatch``), its store and its record have no public name, and the measurements
-need them in-process (some 70,000 labels a default alarm run, the alarm read from every
-replica's monitor and compared with one process's to the bit; a start-up record written
-with ten million labels' counts). They stay gathered here until a public way to build a
-replica exists (``PENDING`` in ``tests/studies/test_layout.py``).
+A replica is :meth:`adapters.proxy.FleetSettings.replica` (what ``liftguard serve
+--redis`` runs), fed :class:`adapters.proxy.FinishedAnswer` records: the measurements
+need the replicas in-process (some 70,000 labels a default alarm run, the alarm read
+from every replica's monitor and compared with one process's to the bit). The start-up
+part's state of ten million labels is a fleet record exported by a replica, its counts
+advanced, and imported where the replicas will read it (``import_record``), with the
+keys around it (history, audit stream, answers) written where the docs' "Several
+replicas" says they live.
 """
 
 from __future__ import annotations
@@ -15,45 +17,54 @@ from __future__ import annotations
 import dataclasses
 import json
 import secrets
+import uuid
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from adapters._risk._fleet import RECENT, FleetRecord, FleetStore, fleet_client
-from adapters._risk._fleet_watch import FleetRiskWatch
-from adapters._risk._risk_watch import FinishedAnswer
-from adapters.proxy import StaticCertificate
+from adapters.proxy import FinishedAnswer, FleetSettings, StaticCertificate
 from guardrail import Certificate, RiskMonitor
 
-__all__ = ["Fill", "FleetRiskWatch", "advanced", "fill", "finished", "monitor_of", "replica"]
+__all__ = ["Fill", "advanced", "fill", "finished", "key", "monitor_of", "replica"]
+
+LABEL = "bench"
+"""The certificate's label (its version's name in the answers and the records)."""
+RECENT, HISTORY, AUDIT = 64, 16_384, 100_000
+"""What the fleet keeps of a version (docs/fleet.md): the chain values of a record's last
+64 changes, its history's last 16,384 changes, an audit stream of about 100,000 labels."""
 
 
 def replica(
     url: str, namespace: str, cert: Certificate, alpha: float,
     count_error: Callable[[str], object] | None = None,
-) -> FleetRiskWatch:  # fmt: skip
-    """A replica's risk watch (what ``liftguard serve --redis`` runs) on the server at
-    ``url``, in ``namespace``, guarding every entry (``*``) with ``cert`` at level
-    ``alpha``; failed calls to Redis go to ``count_error``."""
-    return FleetRiskWatch(
-        {"*": StaticCertificate(cert, "bench")},
-        FleetStore(fleet_client(url, timeout_s=5.0), namespace=namespace),
-        risk_alpha=alpha,
-        timeout_s=5.0,
-        count_error=count_error,
+) -> Any:  # fmt: skip
+    """A replica (:meth:`FleetSettings.replica`, what ``liftguard serve --redis`` runs) on
+    the server at ``url``, in ``namespace``, guarding every entry (``*``) with ``cert`` at
+    level ``alpha``, every call to Redis waiting up to 5 s; failed calls go to
+    ``count_error``."""
+    fleet = FleetSettings(url, namespace=namespace, timeout_s=5.0)
+    return fleet.replica(
+        {"*": StaticCertificate(cert, LABEL)}, risk_alpha=alpha, count_error=count_error
     )
 
 
-def monitor_of(replica: FleetRiskWatch) -> RiskMonitor:
+def monitor_of(replica: Any) -> RiskMonitor:
     """The replica's own copy of the fleet's monitor (its ``*`` entry's)."""
-    held = replica._watches["*"].monitor
+    held: RiskMonitor | None = replica.monitor("*")
     assert held is not None
     return held
 
 
 def finished(rid: str) -> FinishedAnswer:
     """Answer ``rid``: certified (shown), decided, under the calibrated context."""
-    return FinishedAnswer(rid, f"chatcmpl-{rid}", "bench", True, True, True, False, "certified")
+    return FinishedAnswer(rid, f"chatcmpl-{rid}", LABEL, True, True, True, False, "certified")
+
+
+def key(namespace: str, kind: str, name: str) -> str:
+    """The fleet's key of kind ``kind`` (``a``, ``m``, ``h``, ``x``: docs/fleet.md's table)
+    named ``name`` in ``namespace``."""
+    return f"liftguard:{{{namespace}}}:{kind}:{name}"
 
 
 def advanced(state: bytes, by: int, errors: int, answers: int, shown: int) -> bytes:
@@ -90,52 +101,70 @@ class Fill:
     chunk: int
 
 
+async def _first_record(url: str, cert: Certificate, alpha: float, client: Any) -> bytes:
+    """A version's first record (one verdict counted) as a replica exports it, written in a
+    namespace of its own that is then removed."""
+    scratch = f"bench-first-{uuid.uuid4().hex}"
+    first = replica(url, scratch, cert, alpha)
+    try:
+        first.take("*", finished("first"))
+        await first.drain()
+        record: bytes | None = await first.export_record("*")
+    finally:
+        await first.aclose()
+    async for name in client.scan_iter(match=key(scratch, "*", "*")):
+        await client.delete(name)
+    assert record is not None
+    return record
+
+
 async def fill(url: str, namespace: str, cert: Certificate, n: int, how: Fill) -> str:
     """A fleet's state after ``n`` labels in ``namespace`` (see ``fleet_startup.py``);
     the record's key."""
     import redis.asyncio as aioredis
 
-    writer = replica(url, namespace, cert, how.alpha)
-    watch = writer._watches["*"]
-    monitor = writer.new_monitor(cert, 0)
-    fed = min(n, how.fed)
-    rng = np.random.default_rng([how.seed, 3, n])
-    for wrong, shown in zip(rng.random(fed) < how.before, rng.random(fed) < how.shown,
-                            strict=True):  # fmt: skip
-        monitor.update_shown(bool(shown))
-        monitor.update(correct=not bool(wrong))
-    state = monitor.to_bytes()
-    if n > fed:
-        by = (n - fed) // monitor.spacing * monitor.spacing
-        state = advanced(state, by, round(by * how.before), by, round(by * how.shown))
-    store = writer.store
-    chains = tuple(secrets.token_hex(8) for _ in range(min(n, RECENT)))
-    record = dataclasses.replace(
-        FleetRecord.first(watch.version, state), seq=n, chain=chains[-1], recent=chains
-    )
-    assert await store.commit(None, record) == "ok"
     client = aioredis.from_url(url)
+    writer = replica(url, namespace, cert, how.alpha)
     try:
-        history = store.key("h", watch.version)
-        for start in range(max(0, n - store.history_len), n - 1, how.chunk):
+        monitor = writer.new_monitor(cert, 0)
+        fed = min(n, how.fed)
+        rng = np.random.default_rng([how.seed, 3, n])
+        for wrong, shown in zip(rng.random(fed) < how.before, rng.random(fed) < how.shown,
+                                strict=True):  # fmt: skip
+            monitor.update_shown(bool(shown))
+            monitor.update(correct=not bool(wrong))
+        state = monitor.to_bytes()
+        if n > fed:
+            by = (n - fed) // monitor.spacing * monitor.spacing
+            state = advanced(state, by, round(by * how.before), by, round(by * how.shown))
+        raw, _ = (await _first_record(url, cert, how.alpha, client)).split(b"\n", 1)
+        head = json.loads(raw)  # the record's head: its version, test, change count, chain
+        chains = [secrets.token_hex(8) for _ in range(min(n, RECENT))]
+        head.update(seq=n, chain=chains[-1], recent=chains)
+        raw = json.dumps(head, separators=(",", ":")).encode("utf-8")
+        await writer.import_record("*", raw + b"\n" + state)
+        version, test = head["version"], head["test"]
+        history = key(namespace, "h", version)
+        for start in range(max(0, n - HISTORY), n - 1, how.chunk):
             seqs = range(start + 1, min(n, start + 1 + how.chunk))
             await client.zadd(history, {f"{i}:{secrets.token_hex(8)}": i for i in seqs})
-        for start in range(max(0, n - max(how.kept, store.audit_len)), n, how.chunk):
+        ttl = FleetSettings(url).feedback_ttl_s
+        for start in range(max(0, n - max(how.kept, AUDIT)), n, how.chunk):
             pipe = client.pipeline(transaction=False)
             for i in range(start, min(n, start + how.chunk)):
                 rid = f"old{i}"
                 if i >= n - how.kept:
-                    pipe.hset(store.key("a", rid), mapping={
-                        "entry": "*", "label": "bench", "version": watch.version,
-                        "status": "shown", "cause": "certified",
-                        "completion": f"chatcmpl-{rid}", "test": record.test, "labelled": "1",
+                    pipe.hset(key(namespace, "a", rid), mapping={
+                        "entry": "*", "label": LABEL, "version": version, "status": "shown",
+                        "cause": "certified", "completion": f"chatcmpl-{rid}", "test": test,
+                        "labelled": "1",
                     })  # fmt: skip
-                    pipe.expire(store.key("a", rid), store.answer_ttl_s)
-                if i >= n - store.audit_len:
-                    pipe.xadd(store.key("x", watch.version), {"id": rid, "correct": "1"},
-                              maxlen=store.audit_len, approximate=True)  # fmt: skip
+                    pipe.expire(key(namespace, "a", rid), ttl)
+                if i >= n - AUDIT:
+                    pipe.xadd(key(namespace, "x", version), {"id": rid, "correct": "1"},
+                              maxlen=AUDIT, approximate=True)  # fmt: skip
             await pipe.execute()
     finally:
         await client.aclose()
         await writer.aclose()
-    return store.key("m", watch.version)
+    return key(namespace, "m", version)

@@ -9,7 +9,8 @@ state of a fleet that took ``n`` labels, written as the replicas write it:
   advanced to ``n`` in its serialised state, so the record holds what one fed ``n`` labels
   holds, in the same bytes (the state is constant in size: feeding ten million labels one
   by one would take hours and change nothing a start reads); its change count is ``n``,
-  with its last 64 chain values;
+  with its last 64 chain values (a replica's exported record, so edited, and imported:
+  ``export_record``, ``import_record``);
 - the record's history (the last ``history_len`` changes), the audit stream of labels
   (trimmed to ``audit_len``) and the answers kept for their labels (the latest
   ``min(n, KEPT)``: older ones' hashes expire after ``--feedback-ttl``), each as full as
@@ -17,8 +18,9 @@ state of a fleet that took ``n`` labels, written as the replicas write it:
 
 Then, ``REPEATS`` times:
 
-- **start**: a new replica (``FleetRiskWatch``) reads the record (``refresh()``), keeps a
-  new answer and takes its label: the time from its construction to that label's reply;
+- **start**: a new replica (``FleetSettings.replica``) reads the record (``refresh()``),
+  keeps a new answer and takes its label: the time from its construction to that label's
+  reply;
 - **loss**: the record is deleted (an eviction) and the replica's next ``refresh()``
   detects it and starts the next test: that call's time.
 
@@ -52,11 +54,10 @@ from typing import Any
 import httpx
 import openai
 
-from benchmarks import fleet_replicas
 from benchmarks.bench_proxy import read_answer
 from benchmarks.fleet_latency import ServeProcess, label
 from benchmarks.fleet_page import ALPHA, BEFORE, SEED
-from benchmarks.fleet_replicas import Fill, FleetRiskWatch, fill, finished
+from benchmarks.fleet_replicas import Fill, fill, finished, replica
 from benchmarks.loopback import LoopbackServer, Spec
 from guardrail import Certificate
 from studies.tables import Progress
@@ -79,10 +80,6 @@ LATE_IMPORTS = {
                                "the replica serves"),
 }  # fmt: skip
 """Module a replica imports after it listens -> what it had imported before, what for."""
-
-
-def _replica(url: str, namespace: str, cert: Certificate) -> FleetRiskWatch:
-    return fleet_replicas.replica(url, namespace, cert, ALPHA)
 
 
 class _Ticker:
@@ -114,11 +111,11 @@ async def _once(url: str, namespace: str, cert: Certificate, key: str, i: int) -
 
     with _Ticker() as start_ticks:
         started = time.perf_counter()
-        replica = _replica(url, namespace, cert)
-        await replica.refresh()
-        replica.take("*", finished(f"new{i}"))
-        await replica.drain()
-        reply = await replica.alabel(f"new{i}", True)
+        started_replica = replica(url, namespace, cert, ALPHA)
+        await started_replica.refresh()
+        started_replica.take("*", finished(f"new{i}"))
+        await started_replica.drain()
+        reply = await started_replica.alabel(f"new{i}", True)
         start_s = time.perf_counter() - started
     assert reply["labels"] >= 1, reply
     client = aioredis.from_url(url)
@@ -127,14 +124,14 @@ async def _once(url: str, namespace: str, cert: Certificate, key: str, i: int) -
         await client.delete(key)
         with _Ticker() as loss_ticks:
             started = time.perf_counter()
-            await replica.refresh()
+            await started_replica.refresh()
             loss_s = time.perf_counter() - started
-        assert replica.health()["*"]["restarts"] >= 1
+        assert started_replica.health()["*"]["restarts"] >= 1
         await client.delete(key)
         await client.hset(key, mapping=record)  # the next repeat starts from the n labels
     finally:
         await client.aclose()
-        await replica.aclose()
+        await started_replica.aclose()
     return {
         "start_s": start_s,
         "start_stall_s": start_ticks.worst,

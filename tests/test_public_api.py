@@ -64,9 +64,9 @@ BUDGET = {
     "guardrail.vsd": 5,
     "adapters": 24,
     "adapters.cli": 1,
-    "adapters.litellm": 4,
+    "adapters.litellm": 3,
     "adapters.local": 8,
-    "adapters.proxy": 8,
+    "adapters.proxy": 9,
     "adapters.tracefiles": 4,
     "skeleton_store": 12,
 }
@@ -206,6 +206,7 @@ def test_proxy_public_names_are_pinned() -> None:
     import adapters.proxy
 
     assert adapters.proxy.__all__ == [
+        "FinishedAnswer",
         "FleetSettings",
         "Limits",
         "ProxyConfig",
@@ -231,7 +232,7 @@ def test_litellm_public_names_are_pinned() -> None:
     import adapters.litellm
 
     assert adapters.litellm.__all__ == [
-        "BLOCKED_STATUS", "GuardrailStartupError", "LiftGuardGuardrail", "guardrail_check",
+        "GuardrailStartupError", "LiftGuardGuardrail", "guardrail_check",
     ]  # fmt: skip
     for name in adapters.litellm.__all__:
         assert hasattr(adapters.litellm, name), name

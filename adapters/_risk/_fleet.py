@@ -332,6 +332,19 @@ class FleetRecord:
         return self.read_sum or _checksum(self.version, self.body())
 
     @classmethod
+    def parse(cls, version: str, body: bytes) -> FleetRecord:
+        """The record of ``version`` that ``body`` (:meth:`body`'s bytes, from anywhere)
+        holds, whose state a monitor can hold; ``ValueError`` otherwise."""
+        record = cls.decode(version, _checksum(version, body), body)
+        if not record.recent or record.recent[-1] != record.chain or record.seq < 1:
+            raise ValueError("unreadable (its change count or chain values do not fit)")
+        try:
+            record.monitor()
+        except ValueError as exc:
+            raise ValueError(f"unreadable (its state: {exc})"[:200]) from None
+        return replace(record, read_sum="", parsed=None)
+
+    @classmethod
     def decode(cls, version: str, checksum: str, body: bytes) -> FleetRecord:
         """The record of ``version`` that ``body`` holds; ``ValueError`` for a foreign
         value (a checksum that does not match, another version's, another format)."""

@@ -53,7 +53,7 @@ from typing import Any
 from guardrail import Certificate, ConfigError, RiskMonitor
 
 from .._serving._certs import CertificateSource
-from .._serving._options import check_fleet_settings
+from .._serving._options import check_fleet_settings, check_risk_settings
 from ._fleet import (
     IN_FLIGHT,
     FleetAnswer,
@@ -624,6 +624,49 @@ class FleetRiskWatch(RiskWatch):
         await self._change(entry, watch, None, op="clear", latched=False)
         return True
 
+    async def export_record(self, entry: str) -> bytes | None:
+        """An operator's: the fleet's record of ``entry``'s certificate version in force,
+        as its bytes (``None``: there is none, or what is there is not a record). They are
+        a JSON line (``format``, ``version``, ``test``, ``seq``, ``chain``, ``recent``,
+        ``restarts``, ``latched``, ``losses``, ``cause``: see the docs' "Several replicas")
+        and the monitor's state (:meth:`guardrail.RiskMonitor.to_bytes`):
+        :meth:`import_record` writes them back, in this or another server or namespace (a
+        deployment that moves takes its test with it). FeedbackRefused (503) when Redis
+        does not answer; ``KeyError`` for an entry this replica does not watch."""
+        with self._lock:
+            watch = self._watch(entry)
+        if watch.monitor is None:  # uncalibrated: no record
+            return None
+        found = await self._call("read", self.store.read(watch.version, None))
+        return None if found is None or found.record is None else found.record.body()
+
+    async def import_record(self, entry: str, record: bytes) -> None:
+        """An operator's: write ``record`` (:meth:`export_record`'s bytes) as the fleet's
+        record of ``entry``'s certificate version in force, where the version has none yet
+        (before the replicas of a moved deployment start: a replica that held another
+        record sees this one as a loss). The fleet's test then goes on from that state, its
+        alarm and restarts included. ConfigError when the record is unreadable or of
+        another version (another certificate content, model entry or ``risk_alpha``), or
+        when the version has a record (or answers kept for a test of its own) already;
+        FeedbackRefused (503) when Redis does not answer; ``KeyError`` for an entry this
+        replica does not watch."""
+        with self._lock:
+            watch = self._watch(entry)
+        if watch.monitor is None:
+            raise ConfigError(f"model entry {entry!r}: its certificate is not calibrated")
+        try:
+            new = FleetRecord.parse(watch.version, record)
+        except ValueError as exc:
+            raise ConfigError(f"model entry {entry!r}: the record is {exc}") from None
+        async with self._changing.setdefault(watch.version, asyncio.Lock()):
+            out = await self._call("import", self.store.commit(None, new))
+        if out != "ok":
+            raise ConfigError(
+                f"model entry {entry!r}: the fleet holds its certificate version's record (or "
+                "answers kept for a test of its own) already: import into a namespace "
+                "without it"
+            )
+
     # -- reports ---------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
@@ -714,6 +757,52 @@ class FleetSettings:
             return self.namespace
         return deployment_namespace(self.deployment if self.deployment is not None else deployment)
 
+    def replica(
+        self,
+        certificates: Mapping[str, CertificateSource],
+        *,
+        risk_alpha: float = 0.05,
+        deployment: str = "",
+        count: Callable[[str], object] | None = None,
+        count_error: Callable[[str], object] | None = None,
+        count_timeout: Callable[[str], object] | None = None,
+        count_loss: Callable[[str], object] | None = None,
+    ) -> FleetRiskWatch:
+        """A replica of this fleet in this process: what ``liftguard serve --redis`` and
+        the LiteLLM guardrail run, for a host that serves answers itself.
+        ``certificates``: the certificate of each model entry (``"*"``: the default;
+        :class:`StaticCertificate` or :func:`certificate_source`); ``risk_alpha``: the
+        monitors' false-alarm level (the replicas of a fleet share it); ``deployment``:
+        the name the namespace derives from when ``namespace`` is not set
+        (:meth:`namespace_for`). ``count(result)``, ``count_error(op)``,
+        ``count_timeout(op)`` and ``count_loss(kind)`` are called once per label sent
+        (``accepted`` or its refusal's code), per failed or dropped call to Redis, per
+        call that timed out and per loss detected (the proxy's metrics).
+
+        In an event loop: ``begin(entry, request_id)`` when an answer starts,
+        ``take(entry, FinishedAnswer(...))`` when its verdict is final (written to Redis
+        in the background; ``await drain()`` waits for the writes), ``await
+        alabel(answer_id, correct)`` for a label (the reply
+        ``POST /v1/liftguard/feedback`` sends, or FeedbackRefused with its HTTP status
+        and code), ``await refresh()`` to read what other replicas took (``await
+        start()`` does it every second), ``monitor(entry)``, ``health()`` and
+        ``states()`` to report, ``await aclose()`` at the end.
+
+        See the docs' "Several replicas" for an example.
+        """
+        check_risk_settings(risk_alpha, 1)
+        client = fleet_client(
+            self.url, timeout_s=self.timeout_s, connect_timeout_s=self.connect_timeout_s
+        )
+        store = FleetStore(
+            client, namespace=self.namespace_for(deployment), answer_ttl_s=self.feedback_ttl_s
+        )
+        return FleetRiskWatch(
+            certificates, store, risk_alpha=risk_alpha, count=count, count_error=count_error,
+            count_timeout=count_timeout, count_loss=count_loss, timeout_s=self.timeout_s,
+            connect_timeout_s=self.connect_timeout_s,
+        )  # fmt: skip
+
 
 def make_risk_watch(
     sources: Mapping[str, CertificateSource],
@@ -732,15 +821,9 @@ def make_risk_watch(
     namespace for ``deployment`` (:meth:`FleetSettings.namespace_for`)."""
     if fleet is None:
         return RiskWatch(sources, risk_alpha=risk_alpha, feedback_ids=feedback_ids, count=count)
-    client = fleet_client(
-        fleet.url, timeout_s=fleet.timeout_s, connect_timeout_s=fleet.connect_timeout_s
-    )
-    namespace = fleet.namespace_for(deployment)
-    store = FleetStore(client, namespace=namespace, answer_ttl_s=fleet.feedback_ttl_s)
-    return FleetRiskWatch(
-        sources, store, risk_alpha=risk_alpha, count=count, count_error=count_error,
-        count_timeout=count_timeout, count_loss=count_loss, timeout_s=fleet.timeout_s,
-        connect_timeout_s=fleet.connect_timeout_s,
+    return fleet.replica(
+        sources, risk_alpha=risk_alpha, deployment=deployment, count=count,
+        count_error=count_error, count_timeout=count_timeout, count_loss=count_loss,
     )  # fmt: skip
 
 

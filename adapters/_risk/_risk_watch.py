@@ -88,12 +88,28 @@ class _Watch:
 
 @dataclass(frozen=True)
 class FinishedAnswer:
-    """What the watch takes of one answer once its verdict is final.
+    """What a risk watch takes of one answer once its verdict is final (``take(entry,
+    answer)``; the proxy and the LiteLLM guardrail make one per answer, and so does a
+    host that serves answers through a fleet replica of its own,
+    :meth:`FleetSettings.replica`).
 
-    ``decided``: the certificate decided it (it ended, or the certificate blocked it),
-    not an upstream failure or a client gone; ``covered``: under a context the
-    certificate was calibrated for (``mismatched``: a setting the client changed);
-    ``label``: the certificate version that judged it; ``cause``: the verdict's cause."""
+    ``request_id``: the id a label names (``x-liftguard-request-id``); ``completion_id``:
+    the ``id`` the client got (a label may name it instead); ``label``: the certificate
+    version that judged it (the label its certificate source's ``current()`` gave with
+    it: an answer of a version no longer in force cannot be labelled); ``certified``:
+    shown as certified (only those can be labelled); ``decided``: the certificate decided
+    it (it ended, or the certificate blocked it), not an upstream failure or a client
+    gone; ``covered``: under a context the certificate was calibrated for
+    (``mismatched``: a setting the client changed); ``cause``: the verdict's cause (a
+    :class:`guardrail.Cause` value).
+
+    Examples
+    --------
+        >>> answer = FinishedAnswer("r1", "chatcmpl-1", "cert.json", certified=True,
+        ...     decided=True, covered=True, mismatched=False, cause="certified")
+        >>> answer.certified
+        True
+    """
 
     request_id: str
     completion_id: str
@@ -190,6 +206,17 @@ class RiskWatch:
             )
         self._watches[entry] = new
         return new
+
+    def monitor(self, entry: str) -> RiskMonitor | None:
+        """A copy of the risk monitor of model entry ``entry``'s certificate version in
+        force, as this watch holds it now (``None``: the certificate is not calibrated);
+        a fleet replica's is the one in the fleet's record it read last (:meth:`refresh`
+        first for the latest). ``KeyError`` for an entry it does not watch."""
+        if entry not in self._sources:
+            raise KeyError(entry)
+        with self._lock:
+            held = self._watch(entry).monitor
+            return None if held is None else RiskMonitor.from_bytes(held.to_bytes())
 
     def new_monitor(self, certificate: Certificate, restarts: int) -> RiskMonitor:
         """A fresh monitor of ``certificate``'s promise for its test number ``restarts``

@@ -44,6 +44,8 @@ RUN: dict[tuple[str, str], str] = {
     ("docs/checking.md", "<|im_start|>system"): f"{C}::test_checking_prompts",
     ("docs/checking.md", "def check(answer: str, task: dict) -> bool | None: ..."):
         f"{C}::test_checking_own_check",
+    ("docs/fleet.md", "import asyncio"):
+        "tests/fleet/test_fleet_replica.py::test_the_fleet_page_host_example",
     ("docs/fitting.md", "liftguard calibrate --traces answers.jsonl --risk 0.3 --delta 0.05 "
      "--out cal.json"): f"{C}::test_fitting_calibrate",
     ("docs/fitting.md", "liftguard calibrate: answers.jsonl"):

@@ -13,9 +13,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 LIBRARIES = ("adapters", "guardrail", "skeleton_store")
 SCRIPTS = ("studies", "benchmarks")
-PENDING = {"benchmarks/fleet_replicas.py"}
-"""Exempt from the private-import check only: the fleet benchmark's in-process replicas
-(``FleetRiskWatch``, its store and record, which have no public name yet). Only shrinks."""
+PENDING: set[str] = set()
+"""Exempt from the private-import check only (none now). Only shrinks."""
 DATA = {"results", "traces"}
 """What ``benchmarks/`` holds besides the scripts: the saved runs, the committed traces."""
 
