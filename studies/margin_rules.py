@@ -25,13 +25,13 @@ The rules (:data:`RULES`; the rise of an answer from position ``t`` is its final
 minus its score after ``t`` tokens; ``share`` is ``FitOptions().early_block_share``, 0.9,
 and the quantile ``FitOptions().early_block``, 0.99):
 
-- *per position, flat tail* (``fit``'s default today): per position the quantile of the
-  rises where at least 20 answers reach, widened by one factor until ``share`` of the
-  answers never rise past it; past those positions the largest margin of their last half
+- *per position, flat tail*: per position the quantile of the rises where at least 20
+  answers reach, widened by one factor until ``share`` of the answers never rise past it;
+  past those positions the largest margin of their last half
   (:func:`guardrail.fitting.margins_from_scores` with ``positions``).
-- *per position, sqrt tail*: the same per position; past them ``c / sqrt(t)`` (at most the
-  flat tail), ``c`` the ``share`` quantile over the answers of their largest
-  ``rise(j) * sqrt(j)`` over the first half of their positions
+- *per position, sqrt tail* (``fit``'s default): the same per position; past them
+  ``c / sqrt(t)`` (at most the flat tail), ``c`` the ``share`` quantile over the answers
+  of their largest ``rise(j) * sqrt(j)`` over the first half of their positions
   (``margins_from_scores(..., tail="sqrt")``).
 - *envelope c/sqrt(t)*: ``c / sqrt(t)`` at every position, ``c`` the ``share`` quantile
   over the answers of their largest ``rise(t) * sqrt(t)``, so that ``share`` of them never
@@ -97,8 +97,8 @@ def _given(value: float | None, name: str) -> float:
 
 QUANTILE = _given(FitOptions().early_block, "early_block")
 SHARE = _given(FitOptions().early_block_share, "early_block_share")
-REFERENCE = "per position, flat tail"
-"""The rule ``fit`` uses today: the reference of the floors and of the coverage cost."""
+REFERENCE = "per position, sqrt tail"
+"""The rule ``fit`` uses by default: the reference of the floors and of the coverage cost."""
 
 FloatArray = npt.NDArray[np.float64]
 Margins = tuple[float, ...]
@@ -143,8 +143,8 @@ def spread(right: Sequence[FloatArray]) -> Margins:
 
 
 RULES: dict[str, Callable[[Sequence[FloatArray]], Margins]] = {
-    REFERENCE: lambda right: per_position(right, "flat"),
-    "per position, sqrt tail": lambda right: per_position(right, "sqrt"),
+    "per position, flat tail": lambda right: per_position(right, "flat"),
+    REFERENCE: lambda right: per_position(right, "sqrt"),
     "envelope c/sqrt(t)": lambda right: envelope(right, 0.5),
     "envelope c/t": lambda right: envelope(right, 1.0),
     "constant": constant,

@@ -101,6 +101,7 @@ def run(_traces_dir: str) -> dict[str, Any]:
         run_liftguard(["fit", "--traces", str(paths["fit"]), "--fit-fraction", "1",
                        "--context", str(CONTEXT), "--skeleton-spec", str(spec),
                        "--early-block-share", "none",  # per position, as it was made
+                       "--early-block-tail", "flat",  # carried flat, as it was made
                        "--scopes", "none",  # the preset alone, as it was made
                        "--out", str(fitted)])  # fmt: skip
         run_liftguard(["calibrate", "--certificate", str(fitted), "--traces",

@@ -26,12 +26,12 @@ A second fitted row, ``certificate (length-free features)``, is the same fit wit
 (:data:`VARIANTS`): the candidate for a statistic that does not lean on features growing
 with the answer's length. It is a candidate measured here, not a default.
 
-A third fitted row, ``certificate (sqrt-tail margins)``, is the default certificate with
-``FitOptions(early_block_tail="sqrt")`` (:data:`MARGIN_VARIANTS`): the same statistic,
-whose early-block margins fall as ``c / sqrt(t)`` past the positions the source answers
-reach instead of carrying their last half's largest flat to the token limit. It differs
-only in when it blocks, so it is in the coverage and read-share tables only
-(``python -m studies.margin_rules`` compares more margin rules).
+A third fitted row, ``certificate (flat-tail margins)``, is the default certificate with
+``FitOptions(early_block_tail="flat")`` (:data:`MARGIN_VARIANTS`): the same statistic,
+whose early-block margins carry their last half's largest flat to the token limit past
+the positions the source answers reach, instead of the default's fall as
+``c / sqrt(t)``. It differs only in when it blocks, so it is in the coverage and
+read-share tables only (``python -m studies.margin_rules`` compares more margin rules).
 
 Per shift, on the target answers: the default certificate fitted on the source
 (``fit_certificate(source, FitOptions(fit_fraction=1.0, max_tokens=512))``: every default
@@ -112,8 +112,8 @@ length, the default's mapped one for one: each sum a mean (``entropy.sum`` is dr
 beside the ``entropy.mean`` already there; each scope's ``logprob.sum`` is that scope's
 mean, for both scopes whatever the source), the count below log 0.9 the share below it,
 the length dropped; the minima and maxima kept."""
-SQRT_TAIL = "certificate (sqrt-tail margins)"
-MARGIN_VARIANTS: dict[str, Literal["flat", "sqrt"]] = {SQRT_TAIL: "sqrt"}
+FLAT_TAIL = "certificate (flat-tail margins)"
+MARGIN_VARIANTS: dict[str, Literal["flat", "sqrt"]] = {FLAT_TAIL: "flat"}
 """Fitted rows of the default features that differ from ``certificate`` in their
 early-block margins only: ``FitOptions(early_block_tail=...)``."""
 

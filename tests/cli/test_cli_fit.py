@@ -122,7 +122,10 @@ def test_fit_early_block_sets_margins_from_the_correct_fitting_answers(
 ) -> None:
     out = tmp_path / "c.json"
     nq = str(FIXTURES / "traces_gemma3_nq_sample.jsonl")  # 20 correct answers of 40
-    args = ["fit", "--traces", nq, "--out", str(out), "--fit-fraction", "1"]
+    # the flat tail: every margin one factor of the per-position one (the sqrt tail's are
+    # at most that: the next test)
+    args = ["fit", "--traces", nq, "--out", str(out), "--fit-fraction", "1",
+            "--early-block-tail", "flat"]  # fmt: skip
     assert main([*args, "--early-block", "0.95"]) == 0
     printed = capsys.readouterr().out
     stat = Certificate.load(out).statistic
@@ -167,9 +170,9 @@ def test_fit_early_block_tail_sqrt_lowers_the_margins_past_the_fitted_positions(
     out, flat_out = tmp_path / "sqrt.json", tmp_path / "flat.json"
     nq = str(FIXTURES / "traces_gemma3_nq_sample.jsonl")  # 20 correct answers of 40
     args = ["fit", "--traces", nq, "--fit-fraction", "1", "--max-tokens", "256"]
-    assert main([*args, "--out", str(flat_out)]) == 0
+    assert main([*args, "--out", str(flat_out), "--early-block-tail", "flat"]) == 0
     assert "c/sqrt(t)" not in capsys.readouterr().out
-    assert main([*args, "--out", str(out), "--early-block-tail", "sqrt"]) == 0
+    assert main([*args, "--out", str(out)]) == 0  # the default
     assert "falling as c/sqrt(t) past the fitted positions" in capsys.readouterr().out
     flat, sqrt = Certificate.load(flat_out).statistic, Certificate.load(out).statistic
     assert flat is not None and sqrt is not None

@@ -106,7 +106,12 @@ TRIVIAQA = {
     "smollm2_fitted_certificate.json": (
         "triviaqa_smollm2.jsonl",
         "smollm2_context.json",
-        FitOptions(early_block_share=None, scopes=(), model_id="smollm2-135m-instruct-q4_1"),
+        FitOptions(
+            early_block_share=None,
+            early_block_tail="flat",
+            scopes=(),
+            model_id="smollm2-135m-instruct-q4_1",
+        ),
     ),
     "qwen_fitted_certificate.json": (
         "triviaqa_qwen25coder.jsonl",
@@ -152,7 +157,9 @@ def test_the_shipped_code_certificate_statistic_is_refitted_byte_for_byte() -> N
     start = prompt.index("<|im_start|>user\n") + len("<|im_start|>user\n")
     prefix = prompt[:start] + prompt[prompt.index("<|im_end|>", start) :]
     spec = SkeletonSpec("prompt_free", {"model": "qwen", "prefix": prefix})  # + the vocabulary
-    options = FitOptions(fit_fraction=1.0, early_block_share=None, scopes=())
+    options = FitOptions(
+        fit_fraction=1.0, early_block_share=None, early_block_tail="flat", scopes=()
+    )
     cert, report = fit_certificate(traces, options, context=_context("qwen_code_context.json"),
                                    skeleton_spec=spec,
                                    source="mbpp_qwen25coder_fit.jsonl")  # fmt: skip
