@@ -6,9 +6,10 @@ calibrated on another, against every single score on the same target.
 
 Writes ``benchmarks/results/shift.json`` and ``docs/results/shift.md``.
 
-Data: the committed answers of Qwen2.5-Coder-1.5B-Instruct only, 500 MBPP
+Data: the answers of Qwen2.5-Coder-1.5B-Instruct, the committed 500 MBPP
 (``benchmarks/traces/mbpp_qwen25coder.jsonl.xz``) and 600 GSM8K
-(``benchmarks/traces/gsm8k_qwen25coder/``), generated with a 512-token limit.
+(``benchmarks/traces/gsm8k_qwen25coder/``), generated with a 512-token limit, and for
+the short-answer shifts the shared TriviaQA ones.
 
 Shifts (source -> target):
 
@@ -20,6 +21,12 @@ Shifts (source -> target):
   longer, and the reverse (:func:`length_halves`).
 - *task family*: fit on all of one task's answers, test on all of the other's (MBPP ->
   GSM8K, GSM8K -> MBPP).
+- *short answers to long*: fit on the same model's 2,000 answers to TriviaQA questions
+  (``../shared/data/traces/triviaqa_qwen25coder.jsonl``, a few words each, 64-token
+  limit, no code or numbers scope), test on all of each long-answer task's (TriviaQA ->
+  MBPP, TriviaQA -> GSM8K): a certificate fitted where labels are cheap, run where
+  answers are long. Those traces are not in the repository; the study needs them
+  (``--docs-only`` does not).
 
 A second fitted row, ``certificate (length-free features)``, is the same fit with
 ``FitOptions(features=...)`` restricted to per-token means, rates, minima and maxima
@@ -70,7 +77,7 @@ import numpy.typing as npt
 
 from guardrail.evaluate import MethodScores, auroc, evaluate_methods, fitted_method
 from guardrail.fitting import Feature, FitOptions, fit_certificate
-from guardrail.traces import BASELINES, Trace, baseline_score, parse_trace_lines
+from guardrail.traces import BASELINES, Trace, baseline_score, parse_trace_lines, read_traces
 from studies.tables import page_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,6 +88,8 @@ TRACES = {
     "MBPP": ROOT / "benchmarks" / "traces" / "mbpp_qwen25coder.jsonl.xz",
     "GSM8K": ROOT / "benchmarks" / "traces" / "gsm8k_qwen25coder",
 }
+SHORT = ROOT.parent / "shared" / "data" / "traces" / "triviaqa_qwen25coder.jsonl"
+"""The same model's answers to TriviaQA questions: the short-answer source."""
 MAX_TOKENS = 512
 """The token limit both sets of answers were generated with."""
 SEED, SPLIT_SEED, SPLITS, DELTA, BOOTSTRAP = 0, 7, 50, 0.05, 1000
@@ -148,8 +157,11 @@ def length_halves(lengths: Sequence[int], seed: int = SEED) -> tuple[IntArray, I
     return np.sort(order[: n // 2]), np.sort(order[n // 2 :])
 
 
-def shifts(data: dict[str, list[Trace]]) -> list[tuple[str, str, str, list[Trace], list[Trace]]]:
-    """``(kind, name, target task, source, target)`` for every shift."""
+def shifts(
+    data: dict[str, list[Trace]], short_answers: list[Trace] | None = None
+) -> list[tuple[str, str, str, list[Trace], list[Trace]]]:
+    """``(kind, name, target task, source, target)`` for every shift; with the
+    ``short_answers`` (TriviaQA's), the shifts from them to each task too."""
     out = []
     for task, traces in data.items():
         a, b = random_halves(len(traces))
@@ -163,6 +175,9 @@ def shifts(data: dict[str, list[Trace]]) -> list[tuple[str, str, str, list[Trace
     (t1, x1), (t2, x2) = data.items()
     out.append(("task family", f"{t1} -> {t2}", t2, x1, x2))
     out.append(("task family", f"{t2} -> {t1}", t1, x2, x1))
+    for task, traces in data.items() if short_answers is not None else ():
+        out.append(("short answers to long", f"TriviaQA -> {task}", task, short_answers,
+                    traces))  # fmt: skip
     return out
 
 
@@ -282,8 +297,11 @@ def run() -> dict[str, Any]:
     from tqdm import tqdm  # type: ignore[import-untyped]  # no stubs in the lock
 
     quiet = not sys.stderr.isatty()
+    if not SHORT.exists():
+        raise SystemExit(f"the short-answer shifts need the shared TriviaQA traces ({SHORT}); "
+                         "--docs-only rewrites the page from the saved run")  # fmt: skip
     data = {task: read(path) for task, path in TRACES.items()}
-    todo = shifts(data)
+    todo = shifts(data, read_traces(SHORT))
     rows = []
     with tqdm(total=len(todo), unit="shift", disable=quiet) as bar:
         for kind, name, task, source, target in todo:

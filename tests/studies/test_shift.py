@@ -30,8 +30,8 @@ def test_the_page_is_the_saved_run() -> None:
     assert saved["blocked_read_limit"] == study.BLOCKED_READ_LIMIT
     assert saved["baselines"] == list(BASELINES)
     kinds = {s["kind"] for s in saved["shifts"]}
-    assert kinds == {"in-domain", "answer length", "task family"}
-    assert len(saved["shifts"]) == 8
+    assert kinds == {"in-domain", "answer length", "task family", "short answers to long"}
+    assert len(saved["shifts"]) == 10
     for s in saved["shifts"]:
         assert s["risks"] == [f"{r:g}" for r in study.RISKS[s["target_task"]]]
         assert set(s["methods"]) == set(study.VARIANTS) | set(study.MARGIN_VARIANTS) | set(
