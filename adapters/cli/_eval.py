@@ -85,6 +85,15 @@ def _check_certificate(
         )
 
 
+def _warn_if_far(cert: Any, traces: list[Any]) -> None:
+    """Warn (stderr) when the certificate's statistic would extrapolate on the traces."""
+    from guardrail._fit._extrapolation import farthest_feature
+
+    far = farthest_feature(cert.statistic, traces, cert.replay_skeleton())
+    if far is not None and far.far:
+        print(f"liftguard eval: warning: {far.warning()}", file=sys.stderr)
+
+
 def _certificate_needs(cert: Any) -> tuple[tuple[str, ...], str]:
     """The optional trace fields that replaying ``cert``'s fitted statistic reads."""
     req = cert.statistic.requires
@@ -210,6 +219,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             unavailable["certificate"] = _unavailable(few, (), args.splits)
             why.setdefault(few, []).append("certificate")
         else:
+            _warn_if_far(cert, traces)
             progress.step("liftguard eval: replaying the certificate")
             limit = _replay_limit(cert, traces)
             methods.append(fitted_method(traces, cert, progress=progress, max_tokens=limit))

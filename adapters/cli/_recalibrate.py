@@ -73,6 +73,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     """Calibrate ``args.certificate``'s tau on ``args.traces``; write ``args.out``."""
     from adapters._tracefiles._digest import same_traces
     from guardrail import Certificate, InsufficientDataError
+    from guardrail._fit._extrapolation import farthest_feature
     from guardrail._fit._replay import calibrate_fitted
     from guardrail.evaluate import auroc
 
@@ -107,6 +108,9 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
             file=sys.stderr,
         )
     skeleton = cert.replay_skeleton()
+    far = farthest_feature(stat, traces, skeleton)
+    if far is not None and far.far:
+        print(f"liftguard calibrate: warning: {far.warning()}", file=sys.stderr)
     traffic = None
     if args.margins_from is not None:
         stat, traffic = _traffic_margins(args, cert, skeleton, traces, identity)
@@ -164,7 +168,9 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         "calibration_auroc": cal.extra["calibration_auroc"],
         "margins_blocked": cost,
         "margins_from": traffic,
-    }
+        "extrapolation": None if far is None else {"feature": far.feature,
+                                                   "median_z": far.median_z, "far": far.far},
+    }  # fmt: skip
     if getattr(args, "json", False):
         print(json.dumps(summary, indent=2, sort_keys=True))
         return 0

@@ -17,5 +17,7 @@ that hold or stream a fitted statistic import the module they need without the r
 - ``_state``: the per-answer state a :class:`~guardrail.FittedRule` streams, and the reading
   of its features from token events;
 - ``_replay``: the exact replay of recorded answers through that state, the critical
-  scores, the calibration on them and the early-block margins.
+  scores, the calibration on them and the early-block margins;
+- ``_extrapolation``: how far a fitted statistic's features lie, on other answers, from
+  the fitting answers' (the warning of ``calibrate`` and ``eval``).
 """

@@ -5,6 +5,7 @@ sample, calibrated on its TriviaQA sample)."""
 from __future__ import annotations
 
 import json
+import lzma
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from guardrail.fitting import block_margins, replay_fitted
 from guardrail.traces import read_traces
 from guardrail.traces._read import file_sha256
 
+ROOT = Path(__file__).parents[2]
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 NQ = str(FIXTURES / "traces_gemma3_nq_sample.jsonl")
 TQ = str(FIXTURES / "traces_gemma3_sample.jsonl")
@@ -305,3 +307,41 @@ def test_calibrate_and_eval_report_one_auroc_for_one_statistic_on_one_file(
     assert main(["eval", *args, "--splits", "2", "--json"]) == 0
     evaluated = json.loads(capsys.readouterr().out)["methods"]["certificate"]["auroc"]
     assert calibrated == evaluated
+
+
+def test_calibrating_on_answers_far_longer_than_the_fitting_ones_warns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fitted on the shortest half of the committed MBPP answers (about 23 tokens), the
+    statistic extrapolates on GSM8K's (about 285): ``calibrate`` and ``eval`` say so, and
+    stay quiet on the other short MBPP answers."""
+    traces = ROOT / "benchmarks" / "traces"
+    mbpp = lzma.decompress((traces / "mbpp_qwen25coder.jsonl.xz").read_bytes()).decode()
+    lines = mbpp.splitlines()
+    order = sorted(range(len(lines)), key=lambda i: (len(json.loads(lines[i])["tokens"]), i))
+    short = [lines[i] for i in order[: len(lines) // 2]]
+    gsm8k = lzma.decompress(sorted(traces.glob("gsm8k_qwen25coder/*.xz"))[0].read_bytes())
+    files = {"fit": short[0::2], "short": short[1::2],
+             "long": gsm8k.decode().splitlines()[:120]}  # fmt: skip
+    for name, part in files.items():
+        (tmp_path / f"{name}.jsonl").write_text("\n".join(part) + "\n", encoding="utf-8")
+    fitted = tmp_path / "fitted.json"
+    args = ["fit", "--traces", str(tmp_path / "fit.jsonl"), "--group", "api", "--fit-fraction",
+            "1", "--early-block", "None", "--out", str(fitted)]  # fmt: skip
+    assert main(args) == 0
+    capsys.readouterr()
+    calibrate = ["calibrate", "--certificate", str(fitted), "--risk", "0.9"]
+    short = tmp_path / "short_cal.json"
+    assert main([*calibrate, "--traces", str(tmp_path / "short.jsonl"), "--json",
+                 "--out", str(short)]) == 0  # fmt: skip
+    got = capsys.readouterr()
+    assert not json.loads(got.out)["extrapolation"]["far"] and "extrapolates" not in got.err
+    # the long answers run past the fitting answers' token limit as well: nothing is shown
+    # and the calibration refuses, after the warning that says why the ranking is suspect
+    main([*calibrate, "--traces", str(tmp_path / "long.jsonl"), "--out", str(short)])
+    err = capsys.readouterr().err
+    assert "liftguard calibrate: warning: the statistic extrapolates on these answers: " \
+           "their length.count lies a median of" in err and "Traceback" not in err  # fmt: skip
+    eval_args = ["eval", "--certificate", str(fitted), "--risk", "0.9", "--splits", "2"]
+    main([*eval_args, "--traces", str(tmp_path / "long.jsonl")])
+    assert "liftguard eval: warning: the statistic extrapolates" in capsys.readouterr().err
