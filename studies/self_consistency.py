@@ -35,7 +35,12 @@ puts the peers side by side on the sampled questions and writes
 - **escalation**: single pass first; an answer whose certificate score lies in the
   middle half of the fitting answers' scores (cut-offs from the fitting answers, no
   labels) is sampled and ranked by self-consistency between the two bands; only those
-  answers pay for samples.
+  answers pay for samples;
+- **escalation around the threshold**, per risk: the band is the quarter of the fitting
+  answers' scores centred on where that risk's threshold falls among them (the score
+  above which the fitting answers' error rate is at most the risk, read with the
+  fitting answers' labels: :func:`threshold_band`), so only the answers whose single
+  pass is undecided at that risk pay for samples.
 
 Each is scored on the sampled questions: AUROC (95% bootstrap interval over questions),
 the in-sample ceiling at risk 0.2 and 0.3, and coverage over 200 random splits into
@@ -143,6 +148,23 @@ N_CAL = 100
 """Calibration answers per split by default (fewer where fewer questions are sampled)."""
 ESCALATE = (0.25, 0.75)
 """The band of the fitting answers' certificate scores (quantiles) that is escalated."""
+ESCALATE_AROUND = 0.25
+"""The share of the fitting answers' scores escalated around a risk's threshold."""
+
+
+def threshold_band(scores: Any, correct: Any, risk: float, width: float) -> tuple[float, float]:
+    """The scores bounding the ``width`` share of ``scores`` centred (in rank) on the
+    threshold the labelled answers give at ``risk``: the top share whose error rate is at
+    most ``risk`` (:func:`studies.calibration_power.ceiling`), the band clipped to the
+    scores' range."""
+    import numpy as np
+
+    from studies.calibration_power import ceiling
+
+    s = np.asarray(scores, dtype=np.float64)
+    at = 1.0 - ceiling(s, 1.0 - np.asarray(correct, dtype=np.float64), risk)
+    lo, hi = np.quantile(s, [max(0.0, at - width / 2), min(1.0, at + width / 2)])
+    return float(lo), float(hi)
 
 
 def agreement(line: dict[str, Any]) -> float:
@@ -245,12 +267,23 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
         f"self-consistency ({k} samples)": (_ranked(consistency, nll), all_tokens),
         "escalation (certificate, then samples)": (esc, greedy_tokens + inside * sampled_tokens),
     }  # fmt: skip
+    rest_ok = np.array([bool(t.correct) for t in rest])
+    around: dict[float, float] = {}
+    for risk in RISKS:  # one row per risk: its band is that risk's
+        band = threshold_band(band_scores, rest_ok, risk, ESCALATE_AROUND)
+        esc_r, inside_r = escalated(cert_score, consistency, band)
+        methods[f"escalation around the {risk:g} threshold"] = (
+            esc_r, greedy_tokens + inside_r * sampled_tokens)
+        around[risk] = float(inside_r.mean())
     rows = []
     for name, (score, tokens) in methods.items():
         row: dict[str, Any] = {"method": name, "auroc": auroc(score, ok),
                                "auroc_interval": _auroc_interval(score, ok, 3),
                                "tokens": float(tokens.mean())}  # fmt: skip
-        for risk in RISKS:
+        risks = [r for r in RISKS if name == f"escalation around the {r:g} threshold"] or RISKS
+        if len(risks) == 1:
+            row["risk"] = risks[0]
+        for risk in risks:
             row[f"ceiling_{risk:g}"] = ceiling(score, (~ok).astype(float), risk)
             row.update({f"{key}_{risk:g}": v for key, v in
                         _coverage(score, ok, args.n_cal, risk, seed=11).items()})  # fmt: skip
@@ -258,7 +291,9 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
     command = REPORT if args.n_cal == N_CAL else f"{REPORT} --n-cal {args.n_cal}"
     return {"generated_by": command, "questions": len(sampled), "samples": k,
             "accuracy": float(ok.mean()), "n_cal": args.n_cal, "splits": SPLITS,
-            "escalated": float(inside.mean()), "fitted_on": len(rest), "rows": rows}  # fmt: skip
+            "escalated": float(inside.mean()),
+            "escalated_around": {f"{r:g}": v for r, v in around.items()},
+            "fitted_on": len(rest), "rows": rows}  # fmt: skip
 
 
 def render(saved: dict[str, Any]) -> str:
@@ -270,7 +305,10 @@ def render(saved: dict[str, Any]) -> str:
              f"{saved['samples']} samples each; the certificate fitted on the other "
              f"{saved['fitted_on']} answers; coverage over {saved['splits']} splits of "
              f"{saved['n_cal']} calibration answers and the rest test. The escalation "
-             f"sampled {saved['escalated']:.0%} of the questions.", ""]  # fmt: skip
+             f"sampled {saved['escalated']:.0%} of the questions"
+             + "".join(f"; around the {r} threshold, {v:.0%}"
+                       for r, v in saved.get("escalated_around", {}).items())
+             + ".", ""]  # fmt: skip
     for risk in RISKS:
         r = f"{risk:g}"
         lines += [f"**Risk {r}**", "",
@@ -279,6 +317,8 @@ def render(saved: dict[str, Any]) -> str:
                   "| wrong among shown, in expectation |",
                   "|---|---:|---|---:|---:|---:|---:|---:|"]  # fmt: skip
         for row in saved["rows"]:
+            if row.get("risk", risk) != risk:
+                continue
             lo, hi = row["auroc_interval"]
             lines.append(
                 f"| {row['method']} | {row['tokens']:.0f} | {row['auroc']:.3f} [{lo:.3f}, "
