@@ -204,7 +204,7 @@ class TokenFeaturizer:
             x = np.log(np.arange(1, k + 1, dtype=np.float64))
             xc = x - x.mean() if k else x
             log_s, ratio = self._tables.lists(k)
-            got = (xc.tolist(), float(xc @ xc), log_s, ratio, math.log(self._vocab - k))
+            got = (xc.tolist(), float((xc * xc).sum()), log_s, ratio, math.log(self._vocab - k))
             self._per_k[k] = got
         return got
 

@@ -195,7 +195,7 @@ def _fit(
         x = np.log(np.arange(1, k + 1, dtype=np.float64))
         xc = x - x.mean()
         yc = lp - lp.mean(axis=1, keepdims=True)
-        slope = yc @ xc / (xc @ xc)
+        slope = (yc * xc).sum(axis=1) / (xc * xc).sum()  # not BLAS: one order on every CPU
         ss_tot = (yc * yc).sum(axis=1)
         ok = ss_tot > 0
         r2[ok] = 1.0 - ((yc - slope[:, None] * xc) ** 2).sum(axis=1)[ok] / ss_tot[ok]

@@ -93,7 +93,7 @@ def _tail_batch(top: FloatArray, vocab_size: int, tables: TopKTables) -> _Tail:
         syx = (top * xc).sum(axis=1)
         syy = (top * top).sum(axis=1) - k * mean * mean
         ok = syy > 0
-        slope = syx / float(xc @ xc)
+        slope = syx / float((xc * xc).sum())  # not BLAS: one order on every CPU
         with np.errstate(divide="ignore", invalid="ignore"):
             power = ok & (slope * syx / np.where(ok, syy, 1.0) > DEFAULT_R2_MIN)
         b = np.where(ok, np.minimum(slope, 0.0), 0.0)

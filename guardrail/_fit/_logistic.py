@@ -165,6 +165,50 @@ def token_ranges(
     return out
 
 
+# The fit adds its products without BLAS: a BLAS library picks its kernels by CPU, and
+# another CPU family adds the same products in another order, so a fitted number would
+# differ in its last digits from one machine to the next. numpy's elementwise products
+# and its own reductions add in one order everywhere (tests/guardrail/test_fit_certificate.py
+# refits under several kernels); what still moves with the CPU is numpy's exp and log,
+# which take AVX-512 paths where the CPU has them (tests/reference_cpu.py).
+
+
+def _rows_dot(a: FloatArray, w: FloatArray) -> FloatArray:
+    """``a @ w``, each row's products added in one order on every CPU."""
+    return np.asarray(np.add.reduce(a * w, axis=1), dtype=np.float64)
+
+
+def _cols_dot(a: FloatArray, v: FloatArray) -> FloatArray:
+    """``a.T @ v``, added in one order on every CPU."""
+    return np.asarray(np.add.reduce(a * v[:, None], axis=0), dtype=np.float64)
+
+
+def _gram(a: FloatArray, weights: FloatArray) -> FloatArray:
+    """``a.T @ diag(weights) @ a``, added in one order on every CPU."""
+    b = a * weights[:, None]
+    return np.stack([_cols_dot(b, a[:, j]) for j in range(a.shape[1])])
+
+
+def _solve(h: FloatArray, g: FloatArray) -> FloatArray:
+    """``h^-1 g`` by Gaussian elimination with partial pivoting in Python floats (the
+    systems are at most a few dozen unknowns; LAPACK would bring BLAS back)."""
+    n = len(g)
+    m = [[float(v) for v in row] + [float(gi)] for row, gi in zip(h, g, strict=True)]
+    for c in range(n):
+        pivot = max(range(c, n), key=lambda r: abs(m[r][c]))
+        if m[pivot][c] == 0.0:
+            raise np.linalg.LinAlgError("singular matrix")
+        m[c], m[pivot] = m[pivot], m[c]
+        for r in range(c + 1, n):
+            f = m[r][c] / m[c][c]
+            if f:
+                m[r] = [x - f * y for x, y in zip(m[r], m[c], strict=True)]
+    out = [0.0] * n
+    for r in range(n - 1, -1, -1):
+        out[r] = (m[r][n] - math.fsum(m[r][j] * out[j] for j in range(r + 1, n))) / m[r][r]
+    return np.asarray(out, dtype=np.float64)
+
+
 def _logistic_newton(z: FloatArray, y: FloatArray, l2: float) -> FloatArray:
     n, d = z.shape
     a = np.c_[np.ones(n), z]
@@ -172,10 +216,10 @@ def _logistic_newton(z: FloatArray, y: FloatArray, l2: float) -> FloatArray:
     w = np.zeros(d + 1)
     w[0] = math.log((y.mean() + 1e-9) / (1.0 - y.mean() + 1e-9))
     for _ in range(100):
-        p = 1.0 / (1.0 + np.exp(-(a @ w)))
-        grad = a.T @ (p - y) + pen * w
-        hess = (a * (p * (1.0 - p))[:, None]).T @ a + np.diag(pen)
-        step = np.linalg.solve(hess, grad)
+        p = 1.0 / (1.0 + np.exp(-_rows_dot(a, w)))
+        grad = _cols_dot(a, p - y) + pen * w
+        hess = _gram(a, p * (1.0 - p)) + np.diag(pen)
+        step = _solve(hess, grad)
         w -= step
         if np.abs(step).max() < 1e-10:
             break
@@ -190,10 +234,10 @@ def _logistic_signed(z: FloatArray, y: FloatArray, l2: float, signs: Sequence[in
     pen = np.r_[0.0, np.full(d, l2)]
 
     def loss(w: FloatArray) -> tuple[float, FloatArray]:
-        s = a @ w
-        val = float(np.logaddexp(0.0, s).sum() - y @ s + 0.5 * (pen * w * w).sum())
+        s = _rows_dot(a, w)
+        val = float(np.logaddexp(0.0, s).sum() - (y * s).sum() + 0.5 * (pen * w * w).sum())
         p = 1.0 / (1.0 + np.exp(-s))
-        return val, a.T @ (p - y) + pen * w
+        return val, _cols_dot(a, p - y) + pen * w
 
     bounds = [(None, None)] + [
         (0.0, None) if sg > 0 else ((None, 0.0) if sg < 0 else (None, None)) for sg in signs

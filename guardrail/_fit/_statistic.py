@@ -327,7 +327,8 @@ class FittedStatistic:
         and AUROC; the streaming path is :class:`~guardrail.fitting.FittedState`)."""
         x = np.atleast_2d(np.asarray(features, dtype=np.float64))
         z = (x - np.asarray(self.center)) / np.asarray(self.scale)
-        return np.asarray(self.intercept + z @ np.asarray(self.weights), dtype=np.float64)
+        w = np.asarray(self.weights)  # products added without BLAS: one order on every CPU
+        return np.asarray(self.intercept + (z * w).sum(axis=1), dtype=np.float64)
 
     def to_dict(self) -> dict[str, Any]:
         return {

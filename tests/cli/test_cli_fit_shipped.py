@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from reference_blas import same_file
+from reference_cpu import same_file
 
 from adapters.cli import main
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from reference_blas import same_file
+from reference_cpu import same_file
 
 from guardrail import (
     Certificate,
@@ -170,3 +170,31 @@ def test_the_shipped_code_certificate_statistic_is_refitted_byte_for_byte() -> N
         text = [json.dumps(d[part], indent=2, sort_keys=True) for d in (made, shipped)]
         same_file(*text, f"qwen_code_certificate.json {part}")
     assert made["provenance"]["fit"] == shipped["provenance"]["fit"]
+
+
+_REFIT = """
+import hashlib, json, lzma, sys
+from guardrail.fitting import FitOptions, fit_certificate
+from guardrail.traces import parse_trace_lines
+raw = lzma.decompress(open(sys.argv[1], "rb").read()).decode().splitlines()[:160]
+cert, _ = fit_certificate(list(parse_trace_lines(raw)), FitOptions(group="api", risk=0.9))
+print(hashlib.sha256(cert.to_json().encode()).hexdigest())
+"""
+
+
+def test_the_fit_adds_its_products_in_one_order_whatever_the_blas_kernels() -> None:
+    """The fit reads no BLAS: under each of OpenBLAS's kernel families (AVX-512, AVX2, SSE3)
+    the same traces give the same certificate, byte for byte (a matrix product through
+    BLAS sums in the kernel's order and moves the last digits)."""
+    import os
+    import subprocess
+    import sys
+
+    traces = ROOT / "benchmarks" / "traces" / "mbpp_qwen25coder.jsonl.xz"
+    made = set()
+    for kernels in ("SkylakeX", "Haswell", "Prescott"):
+        env = {**os.environ, "OPENBLAS_CORETYPE": kernels}
+        out = subprocess.run([sys.executable, "-c", _REFIT, str(traces)], env=env, cwd=ROOT,
+                             capture_output=True, text=True, check=True, timeout=600)  # fmt: skip
+        made.add(out.stdout.strip())
+    assert len(made) == 1, made

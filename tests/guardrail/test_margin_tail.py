@@ -130,13 +130,13 @@ def test_fit_certificate_takes_the_tail_and_records_it() -> None:
         traces = list(parse_trace_lines(src, source=MBPP.name))[:200]
     limit = 512
     base = FitOptions(fit_fraction=1.0, max_tokens=limit)
-    flat, flat_report = fit_certificate(traces, base)
-    sqrt, report = fit_certificate(traces, replace(base, early_block_tail="sqrt"))
+    flat, flat_report = fit_certificate(traces, replace(base, early_block_tail="flat"))
+    sqrt, report = fit_certificate(traces, base)  # the default
     assert flat.statistic is not None and sqrt.statistic is not None
     m_flat, m_sqrt = flat.statistic.block_margins, sqrt.statistic.block_margins
     assert len(m_flat) == len(m_sqrt) == limit
     fitted = flat_report.early_block
-    assert fitted is not None and "tail" not in fitted  # the default records no tail
+    assert fitted is not None and "tail" not in fitted  # the flat tail records none
     assert report.early_block is not None and report.early_block["tail"] == "sqrt"
     n = next(i for i in range(limit) if m_sqrt[i] != m_flat[i])  # where the tails part
     assert 20 < n < limit / 4 and m_sqrt[:n] == m_flat[:n]
