@@ -201,3 +201,29 @@ def make_verdict(
     s8(v, fin)
     s9(v, cause)
     return v
+
+
+_EVENT_SET: tuple[Any, ...] = tuple(
+    TokenEvent.__dict__[f].__set__
+    for f in ("text", "logprob", "token_id", "bytes", "top_logprobs", "index", "entropy")
+)
+
+
+def make_event(
+    text: str,
+    logprob: float | None,
+    raw: bytes | None = None,
+    top: tuple[tuple[str | int, float], ...] = (),
+) -> TokenEvent:
+    """``TokenEvent(text, logprob, bytes=raw, top_logprobs=top)`` via the slot descriptors,
+    skipping the slower frozen ``__init__`` (a stream reader builds one per token)."""
+    e = object.__new__(TokenEvent)
+    s0, s1, s2, s3, s4, s5, s6 = _EVENT_SET
+    s0(e, text)
+    s1(e, logprob)
+    s2(e, None)
+    s3(e, raw)
+    s4(e, top)
+    s5(e, None)
+    s6(e, None)
+    return e

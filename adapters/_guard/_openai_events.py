@@ -38,9 +38,11 @@ Wrong types raise :class:`~adapters.ProviderFormatError` naming the field.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from guardrail import TokenEvent
+from guardrail._verdict import make_event
 
 from .._errors import ProviderFormatError
 
@@ -53,6 +55,10 @@ __all__ = [
 _MISSING: Any = object()
 _NOT_TEXT = ("tool_calls", "function_call", "audio")
 """Delta fields of content that is not text with logprobs (any non-empty value blocks)."""
+_CHOICE_FIELDS = itemgetter("index", "finish_reason", "delta", "logprobs")
+_ENTRY_FIELDS = itemgetter("token", "logprob", "bytes")
+_TEXT_ONLY = frozenset(("role", "content"))
+"""A delta with no field besides these has no refusal and no content of :data:`_NOT_TEXT`."""
 
 
 class ChunkParts(NamedTuple):
@@ -193,7 +199,7 @@ def _token_events(
             _top_logprobs(top, f"{field}[{i}].top_logprobs") if with_top and top is not None
             else ()
         )  # fmt: skip
-        append(TokenEvent(text=token, logprob=logprob, bytes=raw, top_logprobs=alternatives))
+        append(make_event(token, logprob, raw, alternatives))
     return events
 
 
@@ -238,10 +244,13 @@ def _plain_chunk_parts(chunk: dict[str, Any], with_top: bool) -> ChunkParts | No
     ch = choices[0]
     if len(choices) != 1 or type(ch) is not dict:
         return None
-    index = ch.get("index")
+    try:  # (one C call for a choice with the four fields, as OpenAI sends it)
+        index, finish, delta, logprobs = _CHOICE_FIELDS(ch)
+    except KeyError:
+        index, finish, delta = ch.get("index"), ch.get("finish_reason"), ch.get("delta")
+        logprobs = ch.get("logprobs")
     if type(index) is not int or index != 0:
         return None
-    finish, delta, logprobs = ch.get("finish_reason"), ch.get("delta"), ch.get("logprobs")
     if type(delta) is not dict or not (finish is None or type(finish) is str):
         return None
     entries = None
@@ -251,10 +260,10 @@ def _plain_chunk_parts(chunk: dict[str, Any], with_top: bool) -> ChunkParts | No
         entries = logprobs.get("content")
     get = delta.get
     text = get("content")
-    if (
-        not (text is None or type(text) is str)
-        or not (entries is None or type(entries) is list)
-        or get("refusal")
+    if not (text is None or type(text) is str) or not (entries is None or type(entries) is list):
+        return None
+    if not _TEXT_ONLY.issuperset(delta) and (  # (one C call for the common delta)
+        get("refusal")
         or get("tool_calls")  # (the fields of _NOT_TEXT, spelled out: this runs per token)
         or get("function_call")
         or get("audio")
@@ -282,8 +291,10 @@ def _plain_events(entries: list[Any]) -> list[TokenEvent] | None:
     for entry in entries:
         if type(entry) is not dict:
             return None
-        get = entry.get
-        token, logprob, raw = get("token"), get("logprob"), get("bytes")
+        try:  # (one C call for an entry with the three fields)
+            token, logprob, raw = _ENTRY_FIELDS(entry)
+        except KeyError:
+            token, logprob, raw = entry.get("token"), entry.get("logprob"), entry.get("bytes")
         if type(token) is not str or type(logprob) is not float:
             return None
         if raw is not None:
@@ -293,7 +304,7 @@ def _plain_events(entries: list[Any]) -> list[TokenEvent] | None:
                 raw = bytes(raw)
             except ValueError:  # outside 0..255
                 return None
-        append(TokenEvent(text=token, logprob=logprob, bytes=raw))
+        append(make_event(token, logprob, raw))
     return events
 
 

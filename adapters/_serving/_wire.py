@@ -231,6 +231,7 @@ def relayed_stripped(chunk: dict[str, Any], want_logprobs: bool, top_k: int) -> 
 _PLAIN_CHOICE = frozenset(("index", "delta", "logprobs", "finish_reason"))
 _PLAIN_DELTA = frozenset(("role", "content", "refusal"))
 _PLAIN_LP = frozenset(("content", "refusal"))
+_CHOICE_FIELDS = itemgetter("index", "delta", "logprobs", "finish_reason")
 
 
 def _plain(chunk: dict[str, Any]) -> tuple[dict[str, Any], str, Any] | None:
@@ -243,16 +244,19 @@ def _plain(chunk: dict[str, Any]) -> tuple[dict[str, Any], str, Any] | None:
     choice = choices[0]
     if type(choice) is not dict or not _PLAIN_CHOICE.issuperset(choice):
         return None
-    get = choice.get
-    delta = get("delta")
-    if type(delta) is not dict or get("finish_reason") is not None or get("index") != 0:
+    try:  # (one C call for a choice with the four fields: this runs per chunk released)
+        index, delta, lp, finish = _CHOICE_FIELDS(choice)
+    except KeyError:
+        get = choice.get
+        index, delta, lp, finish = get("index"), get("delta"), get("logprobs"), \
+            get("finish_reason")  # fmt: skip
+    if type(delta) is not dict or finish is not None or index != 0:
         return None
     if not _PLAIN_DELTA.issuperset(delta) or delta.get("refusal") is not None:
         return None
     text = delta.get("content")
     if text is not None and type(text) is not str:
         return None
-    lp = get("logprobs")
     if lp is None:
         return delta, text or "", None
     if type(lp) is not dict or lp.get("refusal") is not None or not _PLAIN_LP.issuperset(lp):
@@ -312,9 +316,8 @@ class _Run:
 
     def takes(self, chunk: dict[str, Any], parts: tuple[dict[str, Any], str, Any]) -> bool:
         """Add ``chunk`` if it can join the run (an empty run takes nothing)."""
-        if not self.chunks or "role" in parts[0]:
-            return False
-        if len(chunk) != len(self.chunks[0]):
+        chunks = self.chunks
+        if not chunks or "role" in parts[0] or len(chunk) != len(chunks[0]):
             return False
         if self.frame is not None:
             getter, values = self.frame
@@ -323,11 +326,17 @@ class _Run:
                     return False
             except KeyError:
                 return False
-        kind = _kind(parts)
+        _, text, entries = parts  # (_kind and _add inline: this runs per chunk released)
+        kind = None if not text and not entries else entries is not None
         if kind is not None and self.with_entries not in (None, kind):
             return False
-        self.chunks.append(chunk)
-        self._add(parts, kind)
+        chunks.append(chunk)
+        self.texts.append(text)
+        if entries is not None:
+            self.entries += entries
+            self.any_logprobs = True
+        if kind is not None:
+            self.with_entries = kind
         return True
 
     def _add(self, parts: tuple[dict[str, Any], str, Any], kind: bool | None) -> None:
