@@ -92,10 +92,11 @@ class RelayLoop:
 
     async def _released(
         self, answer: ProxyAnswer, upstream: UpstreamAnswer
-    ) -> AsyncGenerator[list[dict[str, Any]], None]:
-        """The chunks the client may see, in batches (a buffer released at certification
-        goes out in one write). The upstream is closed at once on a block or a failure;
-        after a clean end its connection is kept for reuse (see :meth:`_finish`)."""
+    ) -> AsyncGenerator[list[list[dict[str, Any]]], None]:
+        """The chunks the client may see, in groups of batches: what the events of one
+        network read release goes out in one write (a buffer released at certification is
+        one batch). The upstream is closed at once on a block or a failure; after a clean
+        end its connection is kept for reuse (see :meth:`_finish`)."""
         clock = time.perf_counter
         feed = None if answer.heavy else answer.feed  # (no coroutine per chunk for a light one)
         self._active[answer] = upstream
@@ -103,21 +104,40 @@ class RelayLoop:
             answer.draining = True
             await upstream.interrupt()
         try:
-            async for event, data in upstream.events:
+            async for batch in upstream.batches:
                 t0 = clock()
-                chunk = decode_chunk(event, data)
-                if chunk is None:
-                    break
-                out = feed(chunk) if feed is not None else await self._step(answer, chunk)
+                ended, error = False, None
+                out: list[list[dict[str, Any]]] = []
+                try:
+                    for event, data in batch:
+                        chunk = decode_chunk(event, data)
+                        if chunk is None:
+                            ended = True
+                            break
+                        released = feed(chunk) if feed else await self._step(answer, chunk)
+                        if answer.blocked:
+                            break  # (nothing is released on a block; past the token limit too)
+                        if released:
+                            out.append(released)
+                            if feed is None:  # scored in a thread: each released when scored
+                                answer.busy_s += clock() - t0
+                                yield out
+                                out, t0 = [], clock()
+                except Exception as exc:  # raised after what this read released before it
+                    error = exc  # (sent first, as chunk by chunk)
                 answer.busy_s += clock() - t0
-                if answer.blocked:
-                    return  # (nothing is released on a block; past the token limit too)
                 if out:
                     yield out
+                if error is not None:
+                    raise error
+                if answer.blocked:
+                    return
+                if ended:
+                    break
             upstream.clean = True
-            out = await self._step(answer, None)
-            if out:
-                yield out
+            released = await self._step(answer, None)
+            if released:
+                yield [released]
         except UpstreamFailure as exc:
             if answer.draining:
                 answer.fail(SHUTDOWN, SHUTDOWN_REASON)
@@ -145,11 +165,11 @@ class RelayLoop:
         chunks = self._released(answer, upstream)
         try:
             last: dict[str, Any] | None = None
-            async for batch in chunks:
+            async for batches in chunks:
                 t0 = clock()
-                data = b"".join([sse(chunk) for chunk in merge_released(batch)])
+                data = b"".join([sse(c) for batch in batches for c in merge_released(batch)])
                 answer.busy_s += clock() - t0
-                last = batch[-1]
+                last = batches[-1][-1]
                 yield data
             if not answer.blocked:
                 yield DONE
@@ -179,8 +199,9 @@ class RelayLoop:
                     tasks.cancel_scope.cancel()
 
                 tasks.start_soon(watch)
-                async for batch in chunks:
-                    out += batch
+                async for batches in chunks:
+                    for batch in batches:
+                        out += batch
                 tasks.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):

@@ -36,6 +36,7 @@ __all__ = [
     "decode_chunk",
     "describe_failure",
     "encode_json",
+    "event_batches",
     "events",
     "is_timeout",
     "read_capped",
@@ -220,7 +221,8 @@ class UpstreamAnswer:
         timeout_s: float | None = None,
     ) -> None:
         self.response = response
-        self.events = events(body_parts(response, timeout_s), max_bytes, timeout_s)
+        self.batches = event_batches(body_parts(response, timeout_s), max_bytes, timeout_s)
+        """The events, a list per network read (:func:`event_batches`)."""
         self.secrets = secrets or []
         """What no failure message may carry (an upstream's error event may echo its key)."""
         self.clean = False  # ``[DONE]`` or the end of the body was reached
@@ -234,9 +236,14 @@ class UpstreamAnswer:
         if self._closed:
             return
         with anyio.CancelScope(shield=True):
-            await self.events.aclose()
+            await self.batches.aclose()
             self.response.close()
         self._closed = True
+
+    @property
+    def events(self) -> AsyncGenerator[Event, None]:
+        """The events one by one (of :attr:`batches`)."""
+        return _each(self.batches)
 
     async def interrupt(self) -> None:
         """Close the connection under the answer being read (from another task): the reader
@@ -254,8 +261,8 @@ class UpstreamAnswer:
                 with anyio.move_on_after(limit_s):
                     try:
                         n = 0
-                        async for _ in self.events:
-                            n += 1
+                        async for batch in self.batches:
+                            n += len(batch)
                             if n > 16:
                                 break
                     except UpstreamFailure:
@@ -271,19 +278,33 @@ def _too_large(max_bytes: int) -> UpstreamFailure:
     )
 
 
-async def events(
+def events(
+    body: AsyncIterable[bytes], max_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+    timeout_s: float | None = None,
+) -> AsyncGenerator[Event, None]:  # fmt: skip
+    """The server-sent events of a response ``body`` one by one (:func:`event_batches`)."""
+    return _each(event_batches(body, max_bytes, timeout_s))
+
+
+async def _each(batches: AsyncGenerator[list[Event], None]) -> AsyncGenerator[Event, None]:
+    async for batch in batches:
+        for event in batch:
+            yield event
+
+
+async def event_batches(
     body: AsyncIterable[bytes],
     max_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     timeout_s: float | None = None,
-) -> AsyncGenerator[Event, None]:
-    """The server-sent events of a response ``body`` (its parts as they arrive, decoded):
-    ``(event name, data bytes)``, comments and ids skipped, the data as the bytes it came
-    as (lines split on ``\n``, ``\r\n`` or ``\r``). A stall (``upstream_timeout``, after
-    ``timeout_s``), a broken connection (``upstream_transport``) or more than
-    ``max_bytes`` in all, one endless line included (``upstream_too_large``, so that an
-    upstream that never stops cannot make the proxy hold it whole) is an
-    :class:`UpstreamFailure`. One pass, one generator, no generator per line: this runs
-    for every chunk of every answer."""
+) -> AsyncGenerator[list[Event], None]:
+    """The server-sent events of a response ``body`` (its parts as they arrive, decoded), a
+    list per part (a burst read at once is one list, its chunks then one write): ``(event
+    name, data bytes)``, comments and ids skipped, the data as the bytes it came as (lines
+    split on ``\n``, ``\r\n`` or ``\r``). A stall (``upstream_timeout``, after
+    ``timeout_s``), a broken connection (``upstream_transport``) or more than ``max_bytes``
+    in all, one endless line included (``upstream_too_large``, so that an upstream that
+    never stops cannot make the proxy hold it whole) is an :class:`UpstreamFailure`. One
+    pass, no generator per line: this runs for every chunk of every answer."""
     try:
         read = 0
         buffer = bytearray()
@@ -302,15 +323,18 @@ async def events(
             else:
                 lines = bytes(buffer).split(b"\n")
                 buffer = bytearray(lines.pop())
+            ready: list[Event] = []
             for line in lines:
                 if not line:
                     if data:
-                        yield event, data[0] if len(data) == 1 else b"\n".join(data)
+                        ready.append((event, data[0] if len(data) == 1 else b"\n".join(data)))
                     data, event = [], None
                 elif line.startswith(b"data:"):
                     data.append(line[6:] if line.startswith(b"data: ") else line[5:])
                 elif line.startswith(b"event:"):
                     event = line[6:].decode("utf-8", "replace").strip()
+            if ready:
+                yield ready
         if buffer:  # a last line without its end
             line = bytes(buffer).rstrip(b"\r")
             if line.startswith(b"data:"):
@@ -318,7 +342,7 @@ async def events(
             elif line.startswith(b"event:"):
                 event = line[6:].decode("utf-8", "replace").strip()
         if data:  # the last event without its blank line: as the openai SDK, still read it
-            yield event, b"\n".join(data)
+            yield [(event, b"\n".join(data))]
     except (TimeoutError, asyncio.TimeoutError) as exc:
         after = "?" if timeout_s is None else timeout_s
         raise UpstreamFailure(

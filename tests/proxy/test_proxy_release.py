@@ -14,6 +14,7 @@ batches.
 from __future__ import annotations
 
 import copy
+import json
 import random
 from typing import Any
 
@@ -75,6 +76,27 @@ async def test_passthrough_still_sends_every_chunk_as_it_came(upstream: Upstream
         chunks = await _chunks(proxy.base_url)
     assert [c.choices[0].delta.content or "" for c in chunks] == ["", *WORDS, ""]
     assert (chunks[-1].model_extra or {})["liftguard"]["state"] == "certified"
+
+
+async def test_passthrough_sends_what_a_burst_released_before_a_malformed_chunk(
+    upstream: Upstream,
+) -> None:
+    # (the events one network read brings go out in one write: the chunks before the fault
+    # still go out, then the error event; the whole body is one HTTP chunk here)
+    body = b"".join(b"data: %s\n\n" % json.dumps(e).encode() for e in [ROLE, *tokens([GOOD] * 4)])
+    upstream.replies.put(Reply([], delay=0.0, tail=body + b'data: {"choices": [\n\n', done=False))
+    shown: list[str] = []
+    with running_proxy(upstream.base_url, mode="passthrough") as proxy:
+        client = openai.AsyncOpenAI(base_url=proxy.base_url, api_key="k", max_retries=0)
+        stream = await client.chat.completions.create(
+            model="test-model", messages=MESSAGES, stream=True
+        )
+        with pytest.raises(openai.APIError) as caught:
+            async for chunk in stream:
+                shown.append(chunk.choices[0].delta.content or "")
+        await client.close()
+    assert shown == ["", *WORDS[:4]]
+    assert caught.value.code == "malformed_chunk"
 
 
 # --- the function ------------------------------------------------------------------------

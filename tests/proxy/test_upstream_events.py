@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from adapters._proxy._upstream import UpstreamFailure, decode_chunk, events
+from adapters._proxy._upstream import UpstreamFailure, decode_chunk, event_batches, events
 
 
 async def _parts(parts: list[bytes]) -> AsyncIterator[bytes]:
@@ -88,6 +88,13 @@ async def test_random_bodies_match_the_reference() -> None:
     for _ in range(300):
         body = b"".join(rng.choice(pieces) for _ in range(rng.randint(1, 30)))
         assert await _read(_split(body, rng)) == _reference(body), body
+
+
+async def test_the_events_a_read_completes_come_as_one_batch() -> None:
+    # (the proxy writes what one batch releases at once: a burst is one write, not one each)
+    parts = [b"data: a\n\ndata: b\n\ndata: c", b"\n\n: comment\n\n", b"data: d\n\ndata: e"]
+    batches = [batch async for batch in event_batches(_parts(parts))]
+    assert batches == [[(None, b"a"), (None, b"b")], [(None, b"c")], [(None, b"d")], [(None, b"e")]]
 
 
 async def test_too_many_bytes_fail_however_they_come() -> None:
