@@ -326,17 +326,11 @@ class _Run:
                     return False
             except KeyError:
                 return False
-        _, text, entries = parts  # (_kind and _add inline: this runs per chunk released)
-        kind = None if not text and not entries else entries is not None
+        kind = _kind(parts)
         if kind is not None and self.with_entries not in (None, kind):
             return False
         chunks.append(chunk)
-        self.texts.append(text)
-        if entries is not None:
-            self.entries += entries
-            self.any_logprobs = True
-        if kind is not None:
-            self.with_entries = kind
+        self._add(parts, kind)
         return True
 
     def _add(self, parts: tuple[dict[str, Any], str, Any], kind: bool | None) -> None:
