@@ -103,6 +103,7 @@ def run(_traces_dir: str) -> dict[str, Any]:
                        "--early-block-share", "none",  # per position, as it was made
                        "--early-block-tail", "flat",  # carried flat, as it was made
                        "--scopes", "none",  # the preset alone, as it was made
+                       "--feature-clamps", "none",  # unclamped, as it was made
                        "--out", str(fitted)])  # fmt: skip
         run_liftguard(["calibrate", "--certificate", str(fitted), "--traces",
                                  str(paths["calibrate"]), "--risk", f"{RISK:g}", "--delta",

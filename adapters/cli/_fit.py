@@ -114,6 +114,7 @@ def fit_options(args: argparse.Namespace) -> Any:
             early_block_choices=early,
             early_block_share=args.early_block_share,
             early_block_tail=args.early_block_tail,
+            clamp_features=args.feature_clamps == "fit",
             alternatives=args.alternatives,
             range_quantile=args.range_quantile,
             on_length=args.on_length,

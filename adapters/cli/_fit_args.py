@@ -159,6 +159,14 @@ def add_fit_parser(sub: Any) -> None:
         f"block a longer one about as early in its length (default {default.early_block_tail})",
     )
     p.add_argument(
+        "--feature-clamps",
+        choices=("fit", "none"),
+        default="fit" if default.clamp_features else "none",
+        help="hold each answer-level feature to the range it spans on the fitting answers "
+        "('fit', the default: a statistic fitted on short answers then ranks long ones "
+        "instead of extrapolating their sums and counts) or not ('none': as fits before)",
+    )
+    p.add_argument(
         "--alternatives",
         type=integer(1),
         default=None,

@@ -169,7 +169,8 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         "margins_blocked": cost,
         "margins_from": traffic,
         "extrapolation": None if far is None else {"feature": far.feature,
-                                                   "median_z": far.median_z, "far": far.far},
+                                                   "median_z": far.median_z, "far": far.far,
+                                                   "clamped": far.clamped},
     }  # fmt: skip
     if getattr(args, "json", False):
         print(json.dumps(summary, indent=2, sort_keys=True))

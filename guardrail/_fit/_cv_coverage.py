@@ -104,6 +104,9 @@ class Deployment:
     early_block_tail: MarginTail = "flat"
     """How the margins run past the fitted positions (``tail`` of
     :func:`~guardrail.fitting.margins_from_scores`)."""
+    clamp: bool = True
+    """Whether each candidate holds its features to their fitting range (``clamp`` of
+    :func:`~guardrail.fitting.fit_statistic`)."""
 
 
 @dataclass(frozen=True)
@@ -152,7 +155,8 @@ def _oof_scores(
             continue
         d = deployment
         stat = fit_statistic(x[train], y[train], feats, vocab_size=vocab_size, l2=l2,
-                             form=d.form, ranges=d.ranges, alternatives=d.alternatives)  # fmt: skip
+                             form=d.form, ranges=d.ranges, alternatives=d.alternatives,
+                             clamp=d.clamp)  # fmt: skip
         skel, limit = d.skeleton, d.max_tokens
         margins: dict[float, tuple[float, ...]] = {}
         quantiles = {c.early_block for c in group if c.early_block is not None}

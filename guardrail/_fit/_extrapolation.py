@@ -3,10 +3,12 @@ on them lie farthest, in the fitting answers' standard deviations, from its fitt
 
 A logistic statistic is fitted on the range of answers it saw. Fitted on TriviaQA's answers
 (a median of 2 tokens) and run on GSM8K's (285), its sums and counts sit a hundred standard
-deviations out and it ranks the answers at chance (``python -m studies.shift``). The check
-reads nothing but the statistic's own normalisation (``center``, ``scale``) and the new
-answers' features, so ``liftguard calibrate --certificate`` can say so before a user relies
-on the ranking.
+deviations out; unclamped, it ranked the answers at chance (``python -m studies.shift``).
+A statistic with clamps (the default fit) holds such a feature at its fitting range's edge
+and ranks by the others, which held its ranking there, but that rests on features it was
+fitted beside, not on answers like these. The check reads nothing but the statistic's own
+normalisation (``center``, ``scale``) and the new answers' features, so ``liftguard
+calibrate --certificate`` can say so before a user relies on the ranking.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ class Extrapolation:
     feature: str
     median_z: float
     answers: int
+    clamped: bool = False
+    """Whether the statistic holds its features to their fitting range (it does not
+    extrapolate; the feature stops telling these answers apart)."""
 
     @property
     def far(self) -> bool:
@@ -44,12 +49,22 @@ class Extrapolation:
 
     def warning(self) -> str:
         """One line for a user: what lies how far out, and what to do."""
+        where = (
+            f"their {self.feature} lies a median of {self.median_z:.0f} standard deviations "
+            "from the fitting answers' mean"
+        )
+        if self.clamped:
+            return (
+                f"these answers lie outside what the statistic was fitted on: {where}, "
+                "where the statistic holds it at its fitting range's edge and ranks by its "
+                "other features; fit on answers like these (or compare with 'liftguard "
+                "eval --certificate')"
+            )
         return (
-            f"the statistic extrapolates on these answers: their {self.feature} lies a "
-            f"median of {self.median_z:.0f} standard deviations from the fitting answers' "
-            "mean, and a statistic fitted on much shorter or otherwise unlike answers can "
-            "rank them worse than a single score; fit on answers like these (or compare "
-            "with 'liftguard eval --certificate')"
+            f"the statistic extrapolates on these answers: {where}, and a statistic "
+            "fitted on much shorter or otherwise unlike answers can rank them worse than a "
+            "single score; fit on answers like these (or compare with 'liftguard eval "
+            "--certificate')"
         )
 
 
@@ -81,4 +96,4 @@ def farthest_feature(
     z = np.abs((x - np.asarray(stat.center)) / np.asarray(stat.scale))
     median = np.nanmedian(z, axis=0)
     j = int(np.nanargmax(median))
-    return Extrapolation(stat.features[j].name, float(median[j]), len(kept))
+    return Extrapolation(stat.features[j].name, float(median[j]), len(kept), bool(stat.clamps))

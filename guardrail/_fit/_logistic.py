@@ -268,9 +268,14 @@ def fit_statistic(
     ranges: Mapping[str, tuple[float, float]] | None = None,
     alternatives: int = DEFAULT_ALTERNATIVES,
     info: Mapping[str, Any] | None = None,
+    clamp: bool = True,
 ) -> FittedStatistic:
     """Fit the logistic statistic on answer-level features ``x`` (rows of
     :func:`answer_features`; empty answers are left out) and labels ``correct``.
+
+    With ``clamp`` (the default), the statistic holds each feature to the range it spans
+    on these answers (:attr:`~guardrail.fitting.FittedStatistic.clamps`), so that it never
+    extrapolates its terms to answers unlike them.
 
     ``form="monotone"`` constrains each weight's sign so that its term can only fall
     as tokens arrive (features that move either way get weight 0). Of ``ranges``, the
@@ -315,6 +320,7 @@ def fit_statistic(
     else:
         raise ConfigError(f"form must be 'answer' or 'monotone', got {form!r}")
     meta = {"model": "logistic", "l2": l2, "n": int(y.size), "n_correct": int(y.sum())}
+    lows, highs = xs.min(axis=0).tolist(), xs.max(axis=0).tolist()
     return FittedStatistic(
         features=feats,
         weights=tuple(float(v) for v in w[1:]),
@@ -327,4 +333,5 @@ def fit_statistic(
         alternatives=alternatives,
         ranges={b: r for b, r in (ranges or {}).items() if b in {f.base for f in feats}},
         info={**meta, **dict(info or {})},
+        clamps=tuple(zip(lows, highs, strict=True)) if clamp else (),
     )

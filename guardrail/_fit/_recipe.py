@@ -191,7 +191,8 @@ def _fit(
                                 max_tokens=limit, form=opts.form, ranges=ranges,
                                 alternatives=alternatives,
                                 early_block_share=opts.early_block_share,
-                                early_block_tail=opts.early_block_tail)  # fmt: skip
+                                early_block_tail=opts.early_block_tail,
+                                clamp=opts.clamp_features)  # fmt: skip
         name = "features" if opts.features is not None else f"group {opts.group}"
         told = None if progress is None else _stage(progress, "selection")
         chosen = choose_statistic(opts, name, fit_tr, feats, deployment, vocab, told)
@@ -204,7 +205,7 @@ def _fit(
         info["scopes"] = scopes
     stat = fit_statistic(x, [bool(t.correct) for t in fit_tr], feats, vocab_size=vocab,
                          form=opts.form, l2=l2, ranges=ranges, alternatives=alternatives,
-                         info=info)  # fmt: skip
+                         info=info, clamp=opts.clamp_features)  # fmt: skip
     if early_block is not None:
         tail = opts.early_block_tail
         margins, widened = early_margins(stat, fit_tr, early_block, opts.early_block_share,

@@ -31,13 +31,14 @@ __all__ = ["EventReader", "FittedState", "RecordedSkeleton", "plan_of", "trace_e
 
 class _Plan:
     """What every answer's state of one statistic shares, compiled once: the bases and
-    their clamp ranges, how to build each nonzero term's aggregate (in feature order),
-    the order the score sums them in, the terms each bound visits, and the featurizer
-    (its tail tables)."""
+    their clamp ranges, how to build each nonzero term's aggregate (in feature order) and
+    the interval it is held to, the order the score sums them in, the terms each bound
+    visits, and the featurizer (its tail tables)."""
 
     __slots__ = (
         "b0",
         "bases",
+        "clamps",
         "down",
         "featurizer",
         "lengths",
@@ -55,10 +56,11 @@ class _Plan:
         self.b0, self.bases, self.requires = b0, statistic.bases, statistic.requires
         self.ranges = [statistic.range_of(b) for b in self.bases]
         self.makers: list[tuple[type[Aggregate], tuple[float, ...], float]] = []
+        self.clamps: list[tuple[float, float]] = []  # per maker
         every: list[tuple[int, Aggregate, float, int]] = []  # (term index, proto, c, base)
         self.scopes = tuple(dict.fromkeys(f.scope for f in statistic.features if f.scope))
         self.scoped: list[tuple[int, float, int, int]] = []  # (term index, c, base, scope)
-        for f, c in zip(statistic.features, coefs, strict=True):
+        for j, (f, c) in enumerate(zip(statistic.features, coefs, strict=True)):
             if c == 0.0:
                 continue
             bi = -1 if f.base == "length" else self.bases.index(f.base)
@@ -69,6 +71,7 @@ class _Plan:
                 self.scoped.append((len(self.makers), c, bi, self.scopes.index(f.scope)))
             every.append((len(self.makers), proto, c, bi))
             self.makers.append((type(proto), args, proto.value))
+            self.clamps.append(statistic.clamp_of(j))
         scoped = {j for j, *_ in self.scoped}
         terms = [term for term in every if term[0] not in scoped]
         # the score sums the terms class by class (AGGREGATE_CLASSES), each in feature order
@@ -95,7 +98,13 @@ def plan_of(statistic: FittedStatistic) -> _Plan:
     return plan
 
 
-_Ends = list[tuple[float, Callable[[float], float], Aggregate]]
+_Ends = list[tuple[float, Callable[[float], float], Aggregate, float, float]]
+
+
+def _held(v: float, clamp: tuple[float, float]) -> float:
+    """``v`` held to the interval ``clamp``."""
+    lo, hi = clamp
+    return lo if v < lo else (hi if v > hi else v)
 
 
 class FittedState:
@@ -144,15 +153,18 @@ class FittedState:
         self.aggregates: tuple[Aggregate, ...] = tuple(aggs)
         """The nonzero terms' aggregates, in the statistic's feature order."""
         self._clamp = plan.ranges
-        self._terms = [(c, aggs[j].update, bi) for j, c, bi in plan.summed]
-        self._lengths = [(c, aggs[j].update) for j, c in plan.lengths]
-        self._scoped = [(c, aggs[j], bi, si) for j, c, bi, si in plan.scoped]
+        held = plan.clamps  # each term's (lo, hi): unbounded where the statistic has none
+        self._terms = [(c, aggs[j].update, bi, *held[j]) for j, c, bi in plan.summed]
+        self._lengths = [(c, aggs[j].update, held[j]) for j, c in plan.lengths]
+        self._scoped = [(c, aggs[j], bi, si, held[j]) for j, c, bi, si in plan.scoped]
         self._trackers = [scope_tracker(name) for name in plan.scopes]
         self._up: _Ends = [
-            (c, aggs[j].upper_end if top else aggs[j].lower_end, aggs[j]) for j, c, top in plan.up
+            (c, aggs[j].upper_end if top else aggs[j].lower_end, aggs[j], *held[j])
+            for j, c, top in plan.up
         ]
         self._down: _Ends = [
-            (c, aggs[j].upper_end if top else aggs[j].lower_end, aggs[j]) for j, c, top in plan.down
+            (c, aggs[j].upper_end if top else aggs[j].lower_end, aggs[j], *held[j])
+            for j, c, top in plan.down
         ]
         self._b0, self._limit = plan.b0, max_tokens
         self._margins = statistic.block_margins
@@ -168,14 +180,16 @@ class FittedState:
         ]
         self.t += 1
         s = self._b0
-        for c, update, i in self._terms:
-            s += c * update(xs[i])
-        for c, update_length in self._lengths:
-            s += c * update_length(0.0)
+        for c, update, i, lo, hi in self._terms:  # each aggregate held to its clamp
+            v = update(xs[i])
+            s += c * (lo if v < lo else (hi if v > hi else v))
+        for c, update_length, clamp in self._lengths:
+            s += c * _held(update_length(0.0), clamp)
         if self._trackers:
             inside = [tracker.update(text) for tracker in self._trackers]
-            for c, agg, i, si in self._scoped:
-                s += c * (agg.update(xs[i] if i >= 0 else 0.0) if inside[si] else agg.value)
+            for c, agg, i, si, clamp in self._scoped:
+                v = agg.update(xs[i] if i >= 0 else 0.0) if inside[si] else agg.value
+                s += c * _held(v, clamp)
         self.score = s
         return s
 
@@ -217,8 +231,12 @@ class FittedState:
         m, s = self._remaining(), self.score
         if m == 0.0:
             return s
-        for c, end, agg in terms:
-            s += c * (end(m) - agg.value)
+        for c, end, agg, lo, hi in terms:  # a clamp is monotone: the ends map to its ends
+            e, v = end(m), agg.value
+            s += c * (
+                (lo if e < lo else (hi if e > hi else e))
+                - (lo if v < lo else (hi if v > hi else v))
+            )
         return s
 
 

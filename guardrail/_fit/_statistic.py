@@ -7,6 +7,14 @@ per-token features (:mod:`guardrail._features`, :mod:`guardrail._aggregates`):
 a :class:`~guardrail.Certificate` as JSON (feature names, weights,
 normalisation; never pickle) and costs O(number of features) per token.
 
+Each feature is first held to the range it spanned on the fitting answers
+(``clamps``): a linear score read far outside that range extrapolates, and the
+sums and counts of answers ten or a hundred times longer than the fitting ones
+would outweigh every other term (a statistic fitted on two-token answers ranked
+300-token ones at chance). Held at the edge, such a feature stops moving and the
+others rank. A clamp is monotone, so each term's reachable interval maps to its
+clamped interval and the early verdicts below stay exact.
+
 Two forms (``form``), both streamed by :class:`~guardrail.FittedRule`
 with an **exact** early verdict: after each token the monitor bounds the score
 over every continuation the token limit allows (each aggregate's reachable
@@ -144,6 +152,23 @@ def _finite_list(values: Any, where: str, n: int | None = None) -> tuple[float, 
     return tuple(out)
 
 
+def _checked_clamps(values: Any, n: int) -> tuple[tuple[float, float], ...]:
+    where = "statistic.clamps"
+    if not isinstance(values, list | tuple):
+        raise ConfigError(f"{where}: expected a list of [lo, hi] pairs")
+    if not values:
+        return ()
+    if len(values) != n:
+        raise ConfigError(f"{where}: expected {n} pairs (one per feature), got {len(values)}")
+    out = []
+    for j, pair in enumerate(values):
+        lo, hi = _finite_list(pair, f"{where}[{j}]", 2)
+        if lo > hi:
+            raise ConfigError(f"{where}[{j}]: expected lo <= hi, got [{lo:g}, {hi:g}]")
+        out.append((lo, hi))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class FittedStatistic:
     """Log-odds of a correct answer from answer-level features (frozen; validated).
@@ -176,6 +201,10 @@ class FittedStatistic:
     alternatives: int = DEFAULT_ALTERNATIVES
     ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     info: Mapping[str, Any] = field(default_factory=dict)
+    clamps: tuple[tuple[float, float], ...] = ()
+    """One ``(lo, hi)`` per feature: the range its values spanned on the fitting answers,
+    to which it is held before it is weighted (none: ``()``, as in a statistic fitted
+    before clamps were)."""
     block_margins: tuple[float, ...] = ()
     """Early blocks by position: after ``t`` tokens the rule also blocks when the score
     plus ``block_margins[t - 1]`` (>= 0) is below tau (none past the end; see
@@ -223,6 +252,7 @@ class FittedStatistic:
         if not isinstance(self.info, Mapping):
             raise ConfigError("statistic.info: expected an object")
         put(self, "info", dict(self.info))
+        put(self, "clamps", _checked_clamps(self.clamps, n))
         put(self, "block_margins", _finite_list(self.block_margins, "statistic.block_margins"))
         if any(m < 0.0 for m in self.block_margins):
             raise ConfigError("statistic.block_margins: every margin must be >= 0")
@@ -288,6 +318,11 @@ class FittedStatistic:
         )
         return name or "api"
 
+    def clamp_of(self, j: int) -> tuple[float, float]:
+        """The interval feature ``j`` is held to (unbounded where the statistic has no
+        clamps)."""
+        return self.clamps[j] if self.clamps else (-math.inf, math.inf)
+
     def coefficients(self) -> tuple[float, tuple[float, ...]]:
         """``(b0, c)`` with ``score = b0 + sum_j c_j a_j`` on the raw aggregates."""
         c = tuple(w / s for w, s in zip(self.weights, self.scale, strict=True))
@@ -303,7 +338,7 @@ class FittedStatistic:
         b0, coefs = self.coefficients()
         lo_s = hi_s = b0
         n = float(max_tokens)
-        for f, c in zip(self.features, coefs, strict=True):
+        for j, (f, c) in enumerate(zip(self.features, coefs, strict=True)):
             if f.base == "length":
                 a, b = (1.0, n) if f.aggregate == "count" else (math.log(2.0), math.log1p(n))
             elif f.aggregate == "sum":
@@ -318,6 +353,8 @@ class FittedStatistic:
             if f.scope is not None:  # an empty scope reads its empty value
                 e = 0.0 if f.base == "length" else f.empty(*self.range_of(f.base))
                 a, b = min(a, e), max(b, e)
+            lo_c, hi_c = self.clamp_of(j)
+            a, b = min(max(a, lo_c), hi_c), min(max(b, lo_c), hi_c)
             lo_s += min(c * a, c * b)
             hi_s += max(c * a, c * b)
         return lo_s, hi_s
@@ -326,12 +363,15 @@ class FittedStatistic:
         """The log-odds of answer-level feature rows ``(n, features)`` (batch; for fitting
         and AUROC; the streaming path is :class:`~guardrail.fitting.FittedState`)."""
         x = np.atleast_2d(np.asarray(features, dtype=np.float64))
+        if self.clamps:
+            lo, hi = np.asarray(self.clamps).T
+            x = np.minimum(np.maximum(x, lo), hi)  # (NaN rows stay NaN)
         z = (x - np.asarray(self.center)) / np.asarray(self.scale)
         w = np.asarray(self.weights)  # products added without BLAS: one order on every CPU
         return np.asarray(self.intercept + (z * w).sum(axis=1), dtype=np.float64)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "kind": "logistic",
             "features": [f.name for f in self.features],
             "weights": list(self.weights),
@@ -345,7 +385,12 @@ class FittedStatistic:
             "ranges": {b: list(r) for b, r in self.ranges.items()},
             "group": self.group,
             "info": dict(self.info),
-        } | ({"block_margins": list(self.block_margins)} if self.block_margins else {})
+        }
+        if self.clamps:  # (none: the JSON of a statistic fitted before clamps, unchanged)
+            out["clamps"] = [list(r) for r in self.clamps]
+        if self.block_margins:
+            out["block_margins"] = list(self.block_margins)
+        return out
 
     @classmethod
     def from_dict(cls, data: Any) -> FittedStatistic:
@@ -366,6 +411,7 @@ class FittedStatistic:
             "ranges",
             "group",
             "info",
+            "clamps",
             "block_margins",
         }
         unknown = sorted(set(data) - known)
@@ -391,6 +437,7 @@ class FittedStatistic:
             alternatives=data.get("alternatives", DEFAULT_ALTERNATIVES),
             ranges=data.get("ranges", {}),
             info=data.get("info", {}),
+            clamps=data.get("clamps", ()),
             block_margins=data.get("block_margins", ()),
         )
         if "group" in data and data["group"] != out.group:

@@ -124,7 +124,7 @@ def test_shipped_fitted_certificate_is_reproduced_by_its_documented_command(
     args = ["fit", "--traces", str(SHARED / "triviaqa_smollm2.jsonl")]
     args += ["--context", str(data / "smollm2_context.json")]
     args += ["--model-id", "smollm2-135m-instruct-q4_1", "--early-block-share", "none"]
-    args += ["--early-block-tail", "flat", "--scopes", "none"]
+    args += ["--early-block-tail", "flat", "--scopes", "none", "--feature-clamps", "none"]
     assert main([*args, "--out", str(out)]) == 0
     made = Certificate.load(out)
     assert made.statistic is not None and shipped.statistic is not None

@@ -313,8 +313,9 @@ def test_calibrating_on_answers_far_longer_than_the_fitting_ones_warns(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Fitted on the shortest half of the committed MBPP answers (about 23 tokens), the
-    statistic extrapolates on GSM8K's (about 285): ``calibrate`` and ``eval`` say so, and
-    stay quiet on the other short MBPP answers."""
+    statistic reads GSM8K's (about 285) far outside its fitting range: ``calibrate`` and
+    ``eval`` say so (that it extrapolates, for a statistic fitted without clamps), and stay
+    quiet on the other short MBPP answers."""
     traces = ROOT / "benchmarks" / "traces"
     mbpp = lzma.decompress((traces / "mbpp_qwen25coder.jsonl.xz").read_bytes()).decode()
     lines = mbpp.splitlines()
@@ -340,8 +341,17 @@ def test_calibrating_on_answers_far_longer_than_the_fitting_ones_warns(
     # and the calibration refuses, after the warning that says why the ranking is suspect
     main([*calibrate, "--traces", str(tmp_path / "long.jsonl"), "--out", str(short)])
     err = capsys.readouterr().err
-    assert "liftguard calibrate: warning: the statistic extrapolates on these answers: " \
-           "their length.count lies a median of" in err and "Traceback" not in err  # fmt: skip
+    assert "liftguard calibrate: warning: these answers lie outside what the statistic was " \
+           "fitted on: their length.count lies a median of" in err  # fmt: skip
+    assert "holds it at its fitting range's edge" in err and "Traceback" not in err
     eval_args = ["eval", "--certificate", str(fitted), "--risk", "0.9", "--splits", "2"]
     main([*eval_args, "--traces", str(tmp_path / "long.jsonl")])
-    assert "liftguard eval: warning: the statistic extrapolates" in capsys.readouterr().err
+    assert "liftguard eval: warning: these answers lie outside" in capsys.readouterr().err
+    assert main([*args, "--feature-clamps", "none"]) == 0  # as fitted before clamps
+    capsys.readouterr()
+    main([*calibrate, "--traces", str(tmp_path / "long.jsonl"), "--out", str(short)])
+    assert "liftguard calibrate: warning: the statistic extrapolates on these answers: " \
+           "their length.count lies a median of" in capsys.readouterr().err  # fmt: skip
+    assert main([*calibrate, "--traces", str(tmp_path / "short.jsonl"), "--json",
+                 "--out", str(short)]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["extrapolation"]["clamped"] is False

@@ -109,6 +109,7 @@ TRIVIAQA = {
         FitOptions(
             early_block_share=None,
             early_block_tail="flat",
+            clamp_features=False,
             scopes=(),
             model_id="smollm2-135m-instruct-q4_1",
         ),
@@ -157,9 +158,8 @@ def test_the_shipped_code_certificate_statistic_is_refitted_byte_for_byte() -> N
     start = prompt.index("<|im_start|>user\n") + len("<|im_start|>user\n")
     prefix = prompt[:start] + prompt[prompt.index("<|im_end|>", start) :]
     spec = SkeletonSpec("prompt_free", {"model": "qwen", "prefix": prefix})  # + the vocabulary
-    options = FitOptions(
-        fit_fraction=1.0, early_block_share=None, early_block_tail="flat", scopes=()
-    )
+    options = FitOptions(fit_fraction=1.0, early_block_share=None, early_block_tail="flat",
+                         scopes=(), clamp_features=False)  # fmt: skip
     cert, report = fit_certificate(traces, options, context=_context("qwen_code_context.json"),
                                    skeleton_spec=spec,
                                    source="mbpp_qwen25coder_fit.jsonl")  # fmt: skip

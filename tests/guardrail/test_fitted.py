@@ -57,8 +57,14 @@ def _traces(sample: str) -> tuple[Trace, ...]:
 
 
 @cache
-def _fitted(sample: str, group: str = "lift", form: str = "answer") -> FittedStatistic:
+def _fitted(
+    sample: str, group: str = "lift", form: str = "answer", short: bool = False
+) -> FittedStatistic:
+    """The sample's statistic; with ``short``, fitted on its shorter half only, so that its
+    clamps bind on the longer answers."""
     traces = _traces(sample)
+    if short:
+        traces = _shorter_half(sample)
     feats = preset_features(group, form)  # type: ignore[arg-type]
     bases = [f.base for f in feats if f.base != "length"]
     ranges = token_ranges(traces, bases, skeleton="prompt-free")
@@ -66,6 +72,11 @@ def _fitted(sample: str, group: str = "lift", form: str = "answer") -> FittedSta
     correct = [bool(t.correct) for t in traces]
     return fit_statistic(x, correct, feats, vocab_size=traces[0].vocab_size, form=form,  # type: ignore[arg-type]
                          ranges=ranges, l2=1.0)  # fmt: skip
+
+
+def _shorter_half(sample: str) -> tuple[Trace, ...]:
+    traces = sorted(_traces(sample), key=lambda t: t.n_tokens)
+    return tuple(traces[: len(traces) // 2])
 
 
 def _certificate(stat: FittedStatistic, tau: float = 0.0, **context: Any) -> Certificate:
@@ -127,6 +138,11 @@ def test_statistic_json_round_trips_inside_a_certificate(tmp_path: Path) -> None
     assert data["statistic"]["group"] == "lift" and data["statistic"]["kind"] == "logistic"
     assert data["statistic"]["features"] == list(FEATURE_PRESETS["lift"])
     assert "block_margins" not in data["statistic"]  # none: the JSON is as before
+    assert data["statistic"]["clamps"] == [list(r) for r in stat.clamps]
+    unclamped = replace(stat, clamps=())
+    cert = _certificate(unclamped, 0.25, max_tokens=24)
+    assert "clamps" not in cert.to_dict()["statistic"]  # a statistic fitted before clamps
+    assert Certificate.from_dict(cert.to_dict()).statistic == unclamped
     gated = replace(stat, block_margins=(3.0, 1.5, 0.25))
     cert = _certificate(gated, 0.25, max_tokens=24)
     cert.save(path)
@@ -154,6 +170,10 @@ def test_statistic_json_round_trips_inside_a_certificate(tmp_path: Path) -> None
         ({"block_margins": [1.0, math.nan]}, "statistic.block_margins"),
         ({"block_margins": 2.0}, "statistic.block_margins"),
         ({"block_margins": [1.0, -0.5]}, "every margin must be >= 0"),
+        ({"clamps": [[0.0, 1.0]]}, r"statistic.clamps: expected \d+ pairs"),
+        ({"clamps": {"a": 1}}, "statistic.clamps: expected a list"),
+        ({"clamps": [[1.0, 0.0]] * 8}, r"statistic.clamps\[0\]: expected lo <= hi"),
+        ({"clamps": [[0.0, math.inf]] * 8}, r"statistic.clamps\[0\]: expected finite"),
     ],
 )
 def test_invalid_statistics_are_config_errors_naming_the_field(
@@ -222,15 +242,17 @@ POLICIES = [
 
 
 @pytest.mark.parametrize("sample", SAMPLES)
-@pytest.mark.parametrize(("group", "form", "margins"), [
-    ("lift", "answer", False), ("api", "answer", False), ("lift", "monotone", False),
-    ("lift", "answer", True),  # with early-block margins
+@pytest.mark.parametrize(("group", "form", "margins", "short"), [
+    ("lift", "answer", False, False), ("api", "answer", False, False),
+    ("lift", "monotone", False, False),
+    ("lift", "answer", True, False),  # with early-block margins
+    ("lift", "answer", False, True), ("lift", "monotone", False, True),  # clamps that bind
 ])  # fmt: skip
 @pytest.mark.parametrize("limit", [None, 24, 3])
 def test_monitor_equals_replay_token_by_token_at_many_thresholds(
-    sample: str, group: str, form: str, margins: bool, limit: int | None
+    sample: str, group: str, form: str, margins: bool, short: bool, limit: int | None
 ) -> None:
-    stat = _fitted(sample, group, form)
+    stat = _fitted(sample, group, form, short)
     traces = _traces(sample)
     if margins:  # early blocks by position, from the sample's own correct answers
         got = block_margins(stat, traces, 0.5, skeleton="prompt-free", max_tokens=limit,
@@ -356,8 +378,11 @@ def test_a_margin_blocks_early_and_calibration_sees_the_same_block() -> None:
 
 
 @pytest.mark.parametrize("sample", SAMPLES)
-def test_within_the_limit_the_bounds_hold_and_early_verdicts_change_nothing(sample: str) -> None:
-    stat = _fitted(sample)
+@pytest.mark.parametrize("short", [False, True])
+def test_within_the_limit_the_bounds_hold_and_early_verdicts_change_nothing(
+    sample: str, short: bool
+) -> None:
+    stat = _fitted(sample, short=short)
     policy = StreamPolicy(on_length="answer")
     for t in _traces(sample):
         if not t.n_tokens:
@@ -370,8 +395,9 @@ def test_within_the_limit_the_bounds_hold_and_early_verdicts_change_nothing(samp
 
 def test_score_bounds_hold_every_score_any_answer_within_the_limit_reaches() -> None:
     """Random answers whose token values sit at the clamp ends or anywhere between, for a
-    statistic of every aggregate kind with weights of both signs: every running score lies
-    within ``score_bounds``, and the extremes come close to them."""
+    statistic of every aggregate kind with weights of both signs, its answer-level
+    features held to random intervals or not: every running score lies within
+    ``score_bounds``, and the extremes come close to them."""
     names = ["logprob.mean", "logprob.sum", "logprob.min", "logprob.max", "logprob.first",
              "logprob.lowest2", "logprob.count_below@-0.7", "logprob.frac_below@-0.1",
              "lift.sum", "lift.mean", "length.count", "length.log"]  # fmt: skip
@@ -379,11 +405,13 @@ def test_score_bounds_hold_every_score_any_answer_within_the_limit_reaches() -> 
     rng = np.random.default_rng(3)
     ranges = {"logprob": (-6.0, 0.0), "lift": (-2.0, 3.0)}
     limit = 7
-    for _ in range(20):
+    for trial in range(30):
         w = rng.normal(size=len(feats))
+        ends = np.sort(rng.uniform(-8.0, 4.0, (len(feats), 2)))  # binding ones, mostly
+        clamps = () if trial % 3 == 0 else tuple((float(a), float(b)) for a, b in ends)
         stat = FittedStatistic(feats, tuple(w), 0.3, tuple(rng.normal(size=len(feats))),
                                tuple(rng.uniform(0.5, 2.0, size=len(feats))), vocab_size=100,
-                               ranges=ranges)  # fmt: skip
+                               ranges=ranges, clamps=clamps)  # fmt: skip
         lo, hi = stat.score_bounds(limit)
         for _ in range(200):
             state = FittedState(stat, limit)
@@ -408,11 +436,17 @@ def test_score_bounds_hold_every_score_any_answer_within_the_limit_reaches() -> 
         stat.score_bounds(0)
 
 
-def test_answers_are_scored_as_the_batch_twins_score_them() -> None:
-    stat = _fitted(SAMPLES[0])
+@pytest.mark.parametrize("short", [False, True])
+def test_answers_are_scored_as_the_batch_twins_score_them(short: bool) -> None:
+    stat = _fitted(SAMPLES[0], short=short)
     traces = _traces(SAMPLES[0])
     x = answer_features(traces, stat.features, skeleton="prompt-free", ranges=stat.ranges)
     batch = stat.score(x)
+    lo, hi = np.asarray(stat.clamps).T
+    outside = np.isfinite(x).all(axis=1) & ((x < lo) | (x > hi)).any(axis=1)
+    assert outside.any() == short  # fitted on the shorter half, the longer answers exceed it
+    if short:  # and there the clamps change the score
+        assert not np.allclose(batch[outside], replace(stat, clamps=()).score(x[outside]))
     for t, want in zip(traces, batch, strict=True):
         path = replay_fitted(stat, t, skeleton="prompt-free", max_tokens=24)
         if t.n_tokens:
