@@ -28,12 +28,16 @@ Shifts (source -> target):
   answers are long. Those traces are not in the repository; the study needs them
   (``--docs-only`` does not).
 
-A second fitted row, ``certificate (length-free features)``, is the same fit with
-``FitOptions(features=...)`` restricted to per-token means, rates, minima and maxima
-(:data:`VARIANTS`): the candidate for a statistic that does not lean on features growing
-with the answer's length. It is a candidate measured here, not a default.
+A second fitted row, ``certificate (unclamped features)``, is the default fit with
+``FitOptions(clamp_features=False)``: its answer-level features are not held to the
+range they span on the source answers, as every fit was before clamps became the
+default (:attr:`guardrail.fitting.FittedStatistic.clamps`). A third,
+``certificate (length-free features)``, is the same fit with ``FitOptions(features=...)``
+restricted to per-token means, rates, minima and maxima (:data:`VARIANTS`): the
+candidate for a statistic that does not lean on features growing with the answer's
+length. Both are measured here, not defaults.
 
-A third fitted row, ``certificate (flat-tail margins)``, is the default certificate with
+A last fitted row, ``certificate (flat-tail margins)``, is the default certificate with
 ``FitOptions(early_block_tail="flat")`` (:data:`MARGIN_VARIANTS`): the same statistic,
 whose early-block margins carry their last half's largest flat to the token limit past
 the positions the source answers reach, instead of the default's fall as
@@ -100,27 +104,32 @@ BLOCKED_READ_LIMIT = 0.5
 """The criterion on early blocks: a blocked answer read for at most this share of its
 tokens (mean over the blocked test answers of the splits that calibrated)."""
 CERTIFICATE = "certificate"
+UNCLAMPED = "certificate (unclamped features)"
 LENGTH_FREE = "certificate (length-free features)"
 _NINE = repr(math.log(0.9))
-VARIANTS: dict[str, tuple[str, ...] | None] = {
-    CERTIFICATE: None,
-    LENGTH_FREE: (
-        "logprob.min",
-        f"logprob.frac_below@{_NINE}",
-        "entropy.mean",
-        "lift.min",
-        "lift.max",
-        "lift.mean",
-        "code:logprob.mean",
-        "number:logprob.mean",
-    ),
+VARIANTS: dict[str, dict[str, Any]] = {
+    CERTIFICATE: {},
+    UNCLAMPED: {"clamp_features": False},
+    LENGTH_FREE: {
+        "features": [
+            "logprob.min",
+            f"logprob.frac_below@{_NINE}",
+            "entropy.mean",
+            "lift.min",
+            "lift.max",
+            "lift.mean",
+            "code:logprob.mean",
+            "number:logprob.mean",
+        ]
+    },
 }
-"""The fitted rows: the default features (``None``: the ``lift`` preset and the scopes'
-log-likelihoods), and the candidate that reads no feature growing with the answer's
-length, the default's mapped one for one: each sum a mean (``entropy.sum`` is dropped
-beside the ``entropy.mean`` already there; each scope's ``logprob.sum`` is that scope's
-mean, for both scopes whatever the source), the count below log 0.9 the share below it,
-the length dropped; the minima and maxima kept."""
+"""The fitted rows, each the :class:`~guardrail.fitting.FitOptions` it changes from the
+default fit: the default (the ``lift`` preset and the scopes' log-likelihoods, each
+feature held to its fitting range); the same unclamped; and the candidate that reads no
+feature growing with the answer's length, the default's mapped one for one: each sum a
+mean (``entropy.sum`` is dropped beside the ``entropy.mean`` already there; each scope's
+``logprob.sum`` is that scope's mean, for both scopes whatever the source), the count
+below log 0.9 the share below it, the length dropped; the minima and maxima kept."""
 FLAT_TAIL = "certificate (flat-tail margins)"
 MARGIN_VARIANTS: dict[str, Literal["flat", "sqrt"]] = {FLAT_TAIL: "flat"}
 """Fitted rows of the default features that differ from ``certificate`` in their
@@ -218,10 +227,11 @@ def measure(
 ) -> dict[str, Any]:  # fmt: skip
     ok = np.array([bool(t.correct) for t in target])
     fitted: list[MethodScores] = []
-    for label, feats in VARIANTS.items():
+    for label, change in VARIANTS.items():
         progress(f"{name}: fit {label}")
-        features = None if feats is None else tuple(Feature.parse(f) for f in feats)
-        opts = FitOptions(fit_fraction=1.0, max_tokens=MAX_TOKENS, features=features)
+        if "features" in change:
+            change = {**change, "features": tuple(Feature.parse(f) for f in change["features"])}
+        opts = FitOptions(fit_fraction=1.0, max_tokens=MAX_TOKENS, **change)
         cert, _ = fit_certificate(source, opts)
         fitted.append(fitted_method(target, cert, label, max_tokens=MAX_TOKENS))
     for label, tail in MARGIN_VARIANTS.items():
@@ -308,8 +318,7 @@ def run() -> dict[str, Any]:
             rows.append(measure(kind, name, task, source, target, bar.set_description))
             bar.update()
     return {
-        "generated_by": COMMAND, "variants": {k: list(v) if v else None
-                                              for k, v in VARIANTS.items()},
+        "generated_by": COMMAND, "variants": VARIANTS,
         "margin_variants": dict(MARGIN_VARIANTS),
         "baselines": list(BASELINES), "splits": SPLITS, "split_seed": SPLIT_SEED,
         "delta": DELTA, "bootstrap": BOOTSTRAP, "max_tokens": MAX_TOKENS,

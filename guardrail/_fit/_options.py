@@ -90,8 +90,8 @@ class FitOptions:
     a statistic fitted on the same model's two-token TriviaQA answers ranked its MBPP and
     GSM8K answers at chance (AUROC 0.535 and 0.481, against 0.746 and 0.751 for the
     summed log-probability), its sums and counts extrapolated a hundredfold; with it,
-    0.751 and 0.764. In-domain it changes the AUROC by at most 0.001
-    (``python -m studies.shift``)."""
+    0.751 and 0.764. In-domain it changes the AUROC by at most 0.001; its coverage under
+    the other shifts is mixed (``python -m studies.shift``, ``docs/results/shift.md``)."""
     alternatives: int | None = None
     """Alternatives per token the features read (default 5, or all the traces carry when
     fewer)."""
