@@ -221,7 +221,8 @@ class UpstreamAnswer:
         timeout_s: float | None = None,
     ) -> None:
         self.response = response
-        self.batches = event_batches(body_parts(response, timeout_s), max_bytes, timeout_s)
+        self._body = body_parts(response, timeout_s)
+        self.batches = event_batches(self._body, max_bytes, timeout_s)
         """The events, a list per network read (:func:`event_batches`)."""
         self.secrets = secrets or []
         """What no failure message may carry (an upstream's error event may echo its key)."""
@@ -237,6 +238,7 @@ class UpstreamAnswer:
             return
         with anyio.CancelScope(shield=True):
             await self.batches.aclose()
+            await self._body.aclose()  # (else the collector finalizes it: a task per answer)
             self.response.close()
         self._closed = True
 
