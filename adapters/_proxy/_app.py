@@ -23,7 +23,7 @@ from starlette.background import BackgroundTask
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, request_response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -46,6 +46,7 @@ from .._serving._wire import (
 from ._answer import ProxyAnswer
 from ._auth import Auth
 from ._config import ProxyConfig
+from ._event_stream import EventStream
 from ._feedback import ProxyRiskWatch
 from ._prepared import prepare
 from ._recording import Recorder, open_recorder
@@ -273,7 +274,7 @@ class Proxy:
         self.metrics.active_streams.inc()
         self.risk.answer_started(answer)
         if info.stream:
-            return StreamingResponse(
+            return EventStream(
                 self.relay.sse(answer, upstream),
                 media_type="text/event-stream",
                 headers={
