@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -24,7 +24,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route, request_response
+from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._guard._settings import mismatch_kind
@@ -315,6 +315,19 @@ class ConcurrencyCap:
             self.active -= 1
 
 
+def endpoint(handler: Callable[[Request], Awaitable[Response]]) -> ASGIApp:
+    """``handler`` as an ASGI app: Starlette's ``request_response`` without the exception
+    wrapper of its own, which wraps ``send`` once more for every message of the response.
+    The app's ExceptionMiddleware wraps every route with the same handlers, so an exception
+    meets the same handling one layer out."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        response = await handler(Request(scope, receive, send))
+        await response(scope, receive, send)
+
+    return app
+
+
 def create_app(config: ProxyConfig, *, registry: CollectorRegistry | None = None) -> Starlette:
     """The ASGI application of a guard proxy (serve it with uvicorn; ``app.state.proxy``
     is its :class:`Proxy`). ``registry``: where its metrics live (a new one by default)."""
@@ -324,7 +337,7 @@ def create_app(config: ProxyConfig, *, registry: CollectorRegistry | None = None
         Route(
             "/v1/chat/completions",
             ConcurrencyCap(
-                request_response(keyed(proxy.chat_completions)),
+                endpoint(keyed(proxy.chat_completions)),
                 config.limits.max_concurrent_requests,
             ),
             methods=["POST"],
