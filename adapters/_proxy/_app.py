@@ -262,7 +262,7 @@ class Proxy:
         upstream = UpstreamAnswer(
             resp,
             max_bytes=limits.max_answer_bytes,
-            secrets=self._secrets(request),
+            secrets=partial(self._secrets, request),
             timeout_s=self.upstream.timeout_s,
         )
         answer = ProxyAnswer(
