@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -23,8 +23,8 @@ from starlette.background import BackgroundTask
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route, request_response
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._guard._settings import mismatch_kind
@@ -46,6 +46,7 @@ from .._serving._wire import (
 from ._answer import ProxyAnswer
 from ._auth import Auth
 from ._config import ProxyConfig
+from ._event_stream import EventStream
 from ._feedback import ProxyRiskWatch
 from ._prepared import prepare
 from ._recording import Recorder, open_recorder
@@ -261,7 +262,7 @@ class Proxy:
         upstream = UpstreamAnswer(
             resp,
             max_bytes=limits.max_answer_bytes,
-            secrets=self._secrets(request),
+            secrets=partial(self._secrets, request),
             timeout_s=self.upstream.timeout_s,
         )
         answer = ProxyAnswer(
@@ -273,7 +274,7 @@ class Proxy:
         self.metrics.active_streams.inc()
         self.risk.answer_started(answer)
         if info.stream:
-            return StreamingResponse(
+            return EventStream(
                 self.relay.sse(answer, upstream),
                 media_type="text/event-stream",
                 headers={
@@ -314,6 +315,19 @@ class ConcurrencyCap:
             self.active -= 1
 
 
+def endpoint(handler: Callable[[Request], Awaitable[Response]]) -> ASGIApp:
+    """``handler`` as an ASGI app: Starlette's ``request_response`` without the exception
+    wrapper of its own, which wraps ``send`` once more for every message of the response.
+    The app's ExceptionMiddleware wraps every route with the same handlers, so an exception
+    meets the same handling one layer out."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        response = await handler(Request(scope, receive, send))
+        await response(scope, receive, send)
+
+    return app
+
+
 def create_app(config: ProxyConfig, *, registry: CollectorRegistry | None = None) -> Starlette:
     """The ASGI application of a guard proxy (serve it with uvicorn; ``app.state.proxy``
     is its :class:`Proxy`). ``registry``: where its metrics live (a new one by default)."""
@@ -323,7 +337,7 @@ def create_app(config: ProxyConfig, *, registry: CollectorRegistry | None = None
         Route(
             "/v1/chat/completions",
             ConcurrencyCap(
-                request_response(keyed(proxy.chat_completions)),
+                endpoint(keyed(proxy.chat_completions)),
                 config.limits.max_concurrent_requests,
             ),
             methods=["POST"],

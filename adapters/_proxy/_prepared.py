@@ -14,7 +14,7 @@ the proxy is misconfigured, not the request). The route itself is
 
 from __future__ import annotations
 
-import uuid
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,21 @@ __all__ = ["Prepared", "prepare"]
 
 _SETTINGS = ("model", "temperature", "top_p", "max_tokens", "max_completion_tokens", "stop",
              "repeat_penalty", "seed")  # fmt: skip
+
+
+def request_id() -> str:
+    """A new request id: ``lg-`` and the first 20 hex digits of a random UUID (version 4),
+    made from its 10 bytes without the :class:`uuid.UUID` (per request, it cost more than
+    the random bytes).
+
+    >>> rid = request_id()
+    >>> len(rid), rid[:3], rid[15], rid[19] in "89ab"
+    (23, 'lg-', '4', True)
+    """
+    raw = bytearray(os.urandom(10))
+    raw[6] = raw[6] & 0x0F | 0x40  # the version, 4
+    raw[8] = raw[8] & 0x3F | 0x80  # the variant, RFC 4122
+    return f"lg-{raw.hex()}"
 
 
 @dataclass
@@ -76,7 +91,7 @@ def prepare(
     if body.get("stream") and isinstance(body.get("stream_options"), dict):
         out["stream_options"] = body["stream_options"]
     info = RequestInfo.of(
-        ask, certificate, label, request_id=f"lg-{uuid.uuid4().hex[:20]}", mode=mode,
+        ask, certificate, label, request_id=request_id(), mode=mode,
         max_answer_tokens=max_answer_tokens, model=str(model),
         stream=bool(body.get("stream", False)),
         messages=list(out.get("messages", body["messages"])),

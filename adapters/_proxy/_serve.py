@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import signal
 import socket
@@ -80,10 +81,16 @@ def serve(
                 finally:
                     timer.cancel()
 
+        # uvicorn builds each response's access-log line (the client's address, the path
+        # quoted) before its logger drops it: at a level above INFO, no access log at all
+        level = uvicorn.config.LOG_LEVELS.get(log_level.lower(), logging.INFO)
         server = DrainingServer(
             uvicorn.Config(
-                app, log_level=log_level, timeout_graceful_shutdown=math.ceil(shutdown_grace_s),
+                app,
+                log_level=log_level,
+                timeout_graceful_shutdown=math.ceil(shutdown_grace_s),
                 backlog=2048,
+                access_log=level <= logging.INFO,
             )
         )
         with _signals_consumed():

@@ -17,7 +17,7 @@ import asyncio
 import base64
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -217,16 +217,25 @@ class UpstreamAnswer:
         response: aiohttp.ClientResponse,
         *,
         max_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
-        secrets: list[str] | None = None,
+        secrets: list[str] | Callable[[], list[str]] | None = None,
         timeout_s: float | None = None,
     ) -> None:
+        """``secrets``: the list of :attr:`secrets`, or what makes it (called when a failure
+        message needs it: most answers never do)."""
         self.response = response
-        self.batches = event_batches(body_parts(response, timeout_s), max_bytes, timeout_s)
+        self._body = body_parts(response, timeout_s)
+        self.batches = event_batches(self._body, max_bytes, timeout_s)
         """The events, a list per network read (:func:`event_batches`)."""
-        self.secrets = secrets or []
-        """What no failure message may carry (an upstream's error event may echo its key)."""
+        self._secrets = secrets
         self.clean = False  # ``[DONE]`` or the end of the body was reached
         self._closed = False
+
+    @property
+    def secrets(self) -> list[str]:
+        """What no failure message may carry (an upstream's error event may echo its key)."""
+        if callable(self._secrets):
+            self._secrets = self._secrets()
+        return self._secrets or []
 
     async def close(self) -> None:
         """Close now (a block, a failure): the upstream sees the connection close (unless
@@ -237,6 +246,7 @@ class UpstreamAnswer:
             return
         with anyio.CancelScope(shield=True):
             await self.batches.aclose()
+            await self._body.aclose()  # (else the collector finalizes it: a task per answer)
             self.response.close()
         self._closed = True
 

@@ -177,11 +177,26 @@ def check_upstream(
     or more if the rule reads more) can feed it: a :class:`~guardrail.ConfigError`
     naming the fix otherwise (``fix``: the front end's, ``{k}`` filled in). For a server's
     start and every request."""
+    key = (id(certificate), top_logprobs, fix)
+    checked = _CHECKED.get(key)
+    if checked is not None and checked[0] is certificate:
+        return checked[1]
     asked = top_logprobs
     if asked is None:
         asked = max(DEFAULT_UPSTREAM_TOP, certificate.reads.alternatives)
     source = f"the upstream's Chat Completions stream (the guard asks for top_logprobs={asked})"
-    return check_supplies(certificate, Supplies(source, alternatives=asked, fix=fix))
+    reads = check_supplies(certificate, Supplies(source, alternatives=asked, fix=fix))
+    if len(_CHECKED) >= _CHECKED_MAX:
+        _CHECKED.clear()
+    _CHECKED[key] = (certificate, reads)
+    return reads
+
+
+_CHECKED: dict[tuple[int, int | None, str], tuple[Certificate, Reads]] = {}
+"""The certificates :func:`check_upstream` passed, by identity (a certificate is frozen, so
+its check holds for as long as it is served; a refreshed one is a new object): the check
+runs once per certificate, not once per request. A failed check is not kept."""
+_CHECKED_MAX = 64
 
 
 def prepare_upstream(
