@@ -1,5 +1,6 @@
 """Testing thresholds and comparing rules on recorded answers: the Learn-then-Test
-threshold (:func:`ltt_threshold`), conformal selection (:func:`conformal_select`), AUROC,
+threshold (:func:`ltt_threshold`), conformal selection (:func:`conformal_select`), the
+escalation to samples (:class:`Escalation`, :func:`in_sample_ceiling`), AUROC,
 and the repeated-split evaluation behind ``liftguard eval`` (:func:`evaluate_methods` over
 the rules :func:`lift_method` and :func:`fitted_method` build, each a
 :class:`MethodScores` of :func:`critical_thresholds`).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from ._calibration import ltt_threshold
 from ._conformal_selection import ConformalSelection, conformal_select
+from ._escalation import Escalation, in_sample_ceiling
 from ._evaluate import (
     MethodScores,
     auroc,
@@ -24,12 +26,14 @@ from ._policy import (
 
 __all__ = [
     "ConformalSelection",
+    "Escalation",
     "MethodScores",
     "auroc",
     "conformal_select",
     "critical_thresholds",
     "evaluate_methods",
     "fitted_method",
+    "in_sample_ceiling",
     "lift_method",
     "ltt_threshold",
 ]

@@ -40,7 +40,11 @@ puts the peers side by side on the sampled questions and writes
   answers' scores centred on where that risk's threshold falls among them (the score
   above which the fitting answers' error rate is at most the risk, read with the
   fitting answers' labels: :func:`threshold_band`), so only the answers whose single
-  pass is undecided at that risk pay for samples.
+  pass is undecided at that risk pay for samples;
+- **escalation between the thresholds**, per risk: the library's band
+  (:meth:`guardrail.evaluate.Escalation.band` on the fitting answers), from the lowest
+  score a threshold chosen with their labels would show up to the threshold the
+  high-probability calibration certifies on them.
 
 Each is scored on the sampled questions: AUROC (95% bootstrap interval over questions),
 the in-sample ceiling at risk 0.2 and 0.3, and coverage over 200 random splits into
@@ -155,23 +159,23 @@ ESCALATE_AROUND = 0.25
 def threshold_band(scores: Any, correct: Any, risk: float, width: float) -> tuple[float, float]:
     """The scores bounding the ``width`` share of ``scores`` centred (in rank) on the
     threshold the labelled answers give at ``risk``: the top share whose error rate is at
-    most ``risk`` (:func:`studies.calibration_power.ceiling`), the band clipped to the
+    most ``risk`` (:func:`guardrail.evaluate.in_sample_ceiling`), the band clipped to the
     scores' range."""
     import numpy as np
 
-    from studies.calibration_power import ceiling
+    from guardrail.evaluate import in_sample_ceiling
 
     s = np.asarray(scores, dtype=np.float64)
-    at = 1.0 - ceiling(s, 1.0 - np.asarray(correct, dtype=np.float64), risk)
+    at = 1.0 - in_sample_ceiling(s, ~np.asarray(correct, dtype=bool), risk)
     lo, hi = np.quantile(s, [max(0.0, at - width / 2), min(1.0, at + width / 2)])
     return float(lo), float(hi)
 
 
 def agreement(line: dict[str, Any]) -> float:
     """Share of a question's samples whose final number equals the greedy answer's."""
-    greedy = line["greedy_final"]
-    finals = [s["final"] for s in line["samples"]]
-    return float(sum(greedy is not None and f == greedy for f in finals) / len(finals))
+    from guardrail.evaluate import Escalation
+
+    return Escalation.agreement(line["greedy_final"], [s["final"] for s in line["samples"]])
 
 
 def _ranked(primary: Any, tie_break: Any) -> Any:
@@ -185,16 +189,16 @@ def _ranked(primary: Any, tie_break: Any) -> Any:
 
 
 def escalated(single: Any, consistency: Any, band: tuple[float, float]) -> tuple[Any, Any]:
-    """The escalation's score and which answers it sampled: above the band the single
-    pass decides (ranked first), below it too (ranked last), inside it self-consistency."""
+    """The escalation's score (:meth:`guardrail.evaluate.Escalation.scores`) and which
+    answers it sampled: above the band the single pass decides (ranked first), below it
+    too (ranked last), inside it self-consistency."""
     import numpy as np
 
+    from guardrail.evaluate import Escalation
+
+    rule = Escalation(low=band[0], high=band[1], tau=np.inf, risk=1.0, delta=1.0)
     s = np.asarray(single, dtype=np.float64)
-    lo, hi = band
-    inside = (s >= lo) & (s <= hi)
-    score = np.where(s > hi, 2.0 + _ranked(s, s) * 0.5, np.where(s < lo, -1.0 + _ranked(s, s) * 0.5,
-                     _ranked(np.asarray(consistency, dtype=np.float64), s)))  # fmt: skip
-    return score, inside
+    return rule.scores(s, consistency), (s >= band[0]) & (s <= band[1])
 
 
 def _coverage(score: Any, ok: Any, n_cal: int, risk: float, seed: int) -> dict[str, float]:
@@ -234,7 +238,7 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
     """Every peer on the sampled questions (see the module docstring)."""
     import numpy as np
 
-    from guardrail.evaluate import auroc, fitted_method
+    from guardrail.evaluate import Escalation, auroc, fitted_method
     from guardrail.fitting import FitOptions, fit_certificate
     from guardrail.traces import baseline_score, parse_trace
     from studies.calibration_power import ceiling
@@ -269,18 +273,26 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
     }  # fmt: skip
     rest_ok = np.array([bool(t.correct) for t in rest])
     around: dict[float, float] = {}
+    between: dict[float, float] = {}
+    per_risk: dict[str, float] = {}  # the rows that belong to one risk
     for risk in RISKS:  # one row per risk: its band is that risk's
         band = threshold_band(band_scores, rest_ok, risk, ESCALATE_AROUND)
         esc_r, inside_r = escalated(cert_score, consistency, band)
-        methods[f"escalation around the {risk:g} threshold"] = (
-            esc_r, greedy_tokens + inside_r * sampled_tokens)
+        name = f"escalation around the {risk:g} threshold"
+        methods[name], per_risk[name] = (esc_r, greedy_tokens + inside_r * sampled_tokens), risk
         around[risk] = float(inside_r.mean())
+        esc_b, inside_b = escalated(
+            cert_score, consistency, Escalation.band(band_scores, rest_ok, risk)
+        )
+        name = f"escalation between the {risk:g} thresholds (`Escalation.band`)"
+        methods[name], per_risk[name] = (esc_b, greedy_tokens + inside_b * sampled_tokens), risk
+        between[risk] = float(inside_b.mean())
     rows = []
     for name, (score, tokens) in methods.items():
         row: dict[str, Any] = {"method": name, "auroc": auroc(score, ok),
                                "auroc_interval": _auroc_interval(score, ok, 3),
                                "tokens": float(tokens.mean())}  # fmt: skip
-        risks = [r for r in RISKS if name == f"escalation around the {r:g} threshold"] or RISKS
+        risks = [per_risk[name]] if name in per_risk else RISKS
         if len(risks) == 1:
             row["risk"] = risks[0]
         for risk in risks:
@@ -293,6 +305,7 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
             "accuracy": float(ok.mean()), "n_cal": args.n_cal, "splits": SPLITS,
             "escalated": float(inside.mean()),
             "escalated_around": {f"{r:g}": v for r, v in around.items()},
+            "escalated_between": {f"{r:g}": v for r, v in between.items()},
             "fitted_on": len(rest), "rows": rows}  # fmt: skip
 
 
@@ -308,7 +321,13 @@ def render(saved: dict[str, Any]) -> str:
              f"sampled {saved['escalated']:.0%} of the questions"
              + "".join(f"; around the {r} threshold, {v:.0%}"
                        for r, v in saved.get("escalated_around", {}).items())
-             + ".", ""]  # fmt: skip
+             + "".join(f"; between the {r} thresholds, {v:.0%}"
+                       for r, v in saved.get("escalated_between", {}).items())
+             + ". *Between the thresholds*: the band of `guardrail.evaluate.Escalation.band` "
+             "on the fitting answers, from the lowest score a threshold chosen with their labels "
+             "would show up to the threshold the high-probability calibration certifies on them "
+             f"(with {saved['fitted_on']} fitting answers, narrower than {saved['n_cal']} "
+             "calibration labels would call for).", ""]  # fmt: skip
     for risk in RISKS:
         r = f"{risk:g}"
         lines += [f"**Risk {r}**", "",

@@ -55,7 +55,7 @@ def test_all_imports_are_exported(name: str) -> None:
 
 BUDGET = {
     "guardrail": 29,
-    "guardrail.evaluate": 9,
+    "guardrail.evaluate": 11,
     "guardrail.fitting": 23,
     "guardrail.paper": 1,
     "guardrail.stats": 3,
@@ -75,7 +75,7 @@ they hold (what the README, the docs, the examples, the studies and the benchmar
 the rest stays in the private module where it lives. A new public name is a decision: its
 module's budget goes up here in the same change, within :data:`TOTAL`."""
 
-TOTAL = 150
+TOTAL = 152
 """The most public names in all (httpx exports 70)."""
 
 
@@ -293,12 +293,14 @@ def test_public_submodules_are_pinned() -> None:
     ]
     assert guardrail.evaluate.__all__ == [
         "ConformalSelection",
+        "Escalation",
         "MethodScores",
         "auroc",
         "conformal_select",
         "critical_thresholds",
-        "evaluate_methods",
+            "evaluate_methods",
         "fitted_method",
+        "in_sample_ceiling",
         "lift_method",
         "ltt_threshold",
     ]
