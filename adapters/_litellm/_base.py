@@ -11,9 +11,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
+import httpx
 from litellm.integrations.custom_guardrail import CustomGuardrail
 
-from guardrail import ConfigError, GuardrailError, State
+from guardrail import Cause, ConfigError, GuardrailError, State
 
 from .._guard._stream import DEFAULT_MAX_TOKEN_CHARS, check_max_token_chars
 from .._risk._fleet_watch import FleetRiskWatch, make_risk_watch
@@ -25,10 +26,17 @@ from .._serving._options import (
     check_positive,
     check_risk_settings,
 )
-from .._serving._prepare import DEFAULT_MAX_ANSWER_TOKENS, LITELLM_FIX, check_upstream
+from .._serving._prepare import (
+    DEFAULT_MAX_ANSWER_BYTES,
+    DEFAULT_MAX_ANSWER_TOKENS,
+    LITELLM_FIX,
+    TOO_LARGE,
+    check_upstream,
+)
 from .._serving._wire import UPSTREAM_TYPE, error_body
 from . import _feedback as _litellm_feedback
 from ._answer import Answer, GuardedRequest
+from ._capped import AnswerTooLarge, capped_client, unbounded_reason
 from ._config import (
     LITELLM_REQUEST_FIELDS,
     check_known_settings,
@@ -60,6 +68,7 @@ class GuardrailBase(CustomGuardrail):  # type: ignore[misc]  # (litellm is not t
         top_logprobs: int | None = None,
         max_token_chars: int = DEFAULT_MAX_TOKEN_CHARS,
         max_answer_tokens: int = DEFAULT_MAX_ANSWER_TOKENS,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
         max_pending_requests: int = MAX_PENDING,
         on_context_mismatch: str = "log",
         allow_request_fields: Sequence[str] = (),
@@ -83,6 +92,7 @@ class GuardrailBase(CustomGuardrail):  # type: ignore[misc]  # (litellm is not t
             refusal_message=refusal_message,
             top_logprobs=top_logprobs,
             max_answer_tokens=max_answer_tokens,
+            max_answer_bytes=max_answer_bytes,
         )
         allowed = check_context_settings(on_context_mismatch, allow_request_fields)
         check_risk_settings(risk_alpha, feedback_ids)
@@ -110,6 +120,9 @@ class GuardrailBase(CustomGuardrail):  # type: ignore[misc]  # (litellm is not t
         self.top_logprobs = top_logprobs
         self.max_token_chars = check_max_token_chars(max_token_chars)
         self.max_answer_tokens = max_answer_tokens
+        self.max_answer_bytes = max_answer_bytes
+        self._whole_http: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None
+        self._unbounded_logged: set[str] = set()
         self.on_context_mismatch = on_context_mismatch
         self.allowed_fields = frozenset(allowed) | LITELLM_REQUEST_FIELDS
         # refused now, not per request
@@ -168,6 +181,60 @@ class GuardrailBase(CustomGuardrail):  # type: ignore[misc]  # (litellm is not t
     def _request(self, data: dict[str, Any]) -> GuardedRequest | None:
         """The request the pre-call hook prepared for ``data`` (:mod:`._pending`), taken."""
         return self._pending.take(data)
+
+    def _bound_whole(self, data: dict[str, Any]) -> None:
+        """Send the attempt ``data`` of a guarded whole answer (LiteLLM's call, after the
+        deployment's merge) with a client that reads at most ``max_answer_bytes`` of the
+        upstream's body (:mod:`._capped`); an attempt that client cannot carry goes as
+        before, logged once per model and reason."""
+        from litellm import get_llm_provider
+        from litellm.secret_managers.main import get_secret_bool
+
+        try:
+            provider = str(get_llm_provider(
+                model=data.get("model"), custom_llm_provider=data.get("custom_llm_provider"),
+                api_base=data.get("api_base"),
+            )[1])  # fmt: skip
+        except Exception as exc:  # (LiteLLM raises on a model it cannot place: so will the call)
+            provider = f"unknown ({type(exc).__name__})"
+        base_handler = bool(get_secret_bool("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER"))
+        reason = unbounded_reason(data, provider, base_handler=base_handler)
+        if reason is None:
+            data["client"] = capped_client(
+                self._http(data.get("shared_session")), self.max_answer_bytes,
+                api_key=data["api_key"], base_url=data["api_base"],
+            )  # fmt: skip
+            return
+        seen = f"{data.get('model')}: {reason}"
+        if seen not in self._unbounded_logged and len(self._unbounded_logged) < 1024:
+            self._unbounded_logged.add(seen)
+            logger.warning(
+                "liftguard guardrail %s: a whole (non-streamed) answer of %s is read unbounded "
+                "(max_answer_bytes does not apply: %s); ask with stream: true",
+                self.name, data.get("model"), reason,
+            )  # fmt: skip
+
+    def _http(self, shared_session: Any) -> httpx.AsyncClient:
+        """LiteLLM's own HTTP client for OpenAI (its TLS, proxy and connection settings; the
+        proxy's shared session), one per event loop, made on first use."""
+        from litellm.llms.openai.common_utils import BaseOpenAILLM
+
+        loop = asyncio.get_running_loop()
+        if self._whole_http is None or self._whole_http[0] is not loop:
+            http = BaseOpenAILLM.get_async_http_client(shared_session)
+            self._whole_http = (loop, http if http is not None else httpx.AsyncClient())
+        return self._whole_http[1]
+
+    def _cut_whole(self, request: GuardedRequest, cut: AnswerTooLarge) -> GuardrailHTTPError:
+        """A whole answer cut at ``max_answer_bytes``: blocked, as the proxy blocks an answer
+        past its ``max_answer_bytes`` (cause ``over_token_limit``; HTTP 502, code
+        ``upstream_too_large``: the bytes were cut before they were read)."""
+        answer = Answer(request, max_token_chars=self.max_token_chars)
+        answer.fail(TOO_LARGE, cut.message, Cause.OVER_TOKEN_LIMIT)
+        self._finished(answer, None, decided=True)
+        logger.info("answer %s blocked: %s", request.request_id, cut.message)
+        body = error_body(cut.message, UPSTREAM_TYPE, TOO_LARGE, verdict=answer.verdict_field())
+        return GuardrailHTTPError(502, body)
 
     def _step(self, answer: Answer, step: Callable[[], list[Any]]) -> list[Any]:
         """``step()``; a malformed chunk (or a missing logprob under policy ``error``) ends

@@ -26,6 +26,7 @@ from guardrail import ConfigError, GuardrailError
 from .._risk._fleet_watch import FleetSettings
 from .._serving._certs import CertificateSource
 from .._serving._options import check_fleet_settings
+from .._serving._prepare import DEFAULT_MAX_ANSWER_BYTES
 
 __all__ = [
     "LITELLM_REQUEST_FIELDS",
@@ -54,6 +55,7 @@ def check_settings(
     refusal_message: object,
     top_logprobs: object,
     max_answer_tokens: object,
+    max_answer_bytes: object = DEFAULT_MAX_ANSWER_BYTES,
 ) -> None:
     """Each of the guardrail's own settings, or a :class:`~guardrail.ConfigError` naming it."""
     if certificate is None:
@@ -68,6 +70,8 @@ def check_settings(
         raise ConfigError(f"top_logprobs must be an integer in 0..20, got {top_logprobs!r}")
     if not _int_in(max_answer_tokens, 1, None):
         raise ConfigError(f"max_answer_tokens must be an integer >= 1, got {max_answer_tokens!r}")
+    if not _int_in(max_answer_bytes, 1024, None):
+        raise ConfigError(f"max_answer_bytes must be an integer >= 1024, got {max_answer_bytes!r}")
 
 
 def _int_in(value: object, low: int, high: int | None) -> bool:

@@ -17,7 +17,10 @@ Checked against litellm 1.110.2 (the version the ``litellm`` extra pins):
   status (``openai.UnprocessableEntityError`` for 422); the exception's ``type``
   attribute becomes ``error.type`` and its ``detail`` ``error.provider_specific_fields``.
 - ``async_post_call_success_hook`` gets a non-streamed ``ModelResponse``; an attribute
-  set on it reaches the client as a field of the completion.
+  set on it reaches the client as a field of the completion. LiteLLM reads its body to the
+  end before: ``async_pre_call_deployment_hook`` runs for each attempt, after the router
+  merged the deployment's ``api_base`` and ``api_key`` into it, and a ``client`` it sets
+  there is the one LiteLLM's OpenAI handler reads the answer with (:mod:`._capped`).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from ._answer import (
     upstream_finish_reasons,
 )
 from ._base import GuardrailBase
+from ._capped import found_cut
 from ._config import GuardrailStartupError
 from ._pending import new_request_id
 from ._wire import (
@@ -93,7 +97,10 @@ class LiftGuardGuardrail(GuardrailBase):
     (``refusal_message``, ``finish_reason`` ``content_filter``). ``top_logprobs``: per-token
     alternatives asked of the upstream (``None``: 20, or more if the certificate reads more).
     ``max_answer_tokens`` (16,384, at most the request's own limit): an answer past it is
-    blocked there (cause ``over_token_limit``). ``max_pending_requests`` (10,000): the most
+    blocked there (cause ``over_token_limit``). ``max_answer_bytes`` (8 MiB, the proxy's): the
+    most bytes read of a whole (non-streamed) answer's body, which LiteLLM reads before any
+    hook sees it; past them the answer is blocked (``over_token_limit``, HTTP 502
+    ``upstream_too_large``) and the connection closed. ``max_pending_requests`` (10,000): the most
     requests kept between the pre-call hook and their answer, each under a key the guardrail
     mints (:mod:`adapters._litellm._pending`); an answer whose request is not kept (forgotten
     past the bound, or never prepared) is refused (HTTP 503), never passed through. A guarded
@@ -204,6 +211,21 @@ class LiftGuardGuardrail(GuardrailBase):
         self.risk.begin(self.name, request_id)  # a label before the verdict: come back later
         return data
 
+    async def async_pre_call_deployment_hook(
+        self, kwargs: dict[str, Any], call_type: Any
+    ) -> dict[str, Any]:
+        """LiteLLM's own deployment-level step (``CustomGuardrail``'s), then: an attempt of a
+        guarded whole (non-streamed) answer is sent with a client that reads at most
+        ``max_answer_bytes`` of the upstream's body (:meth:`_bound_whole`): LiteLLM reads
+        such a body to its end before any post-call hook sees it."""
+        done = await super().async_pre_call_deployment_hook(kwargs, call_type)
+        data = done if isinstance(done, dict) else kwargs
+        chat = getattr(call_type, "value", call_type) == "acompletion"
+        # (a whole answer of a request this guardrail prepared: a stream is capped as it comes)
+        if chat and data.get("stream") is not True and self._pending.peek(data) is not None:
+            self._bound_whole(data)
+        return data
+
     async def refresh(self) -> bool:
         """Re-read the certificate's origin now (a store alias; a file never changes);
         True if a new version is in force (it gets a fresh risk monitor). A failure keeps
@@ -242,10 +264,14 @@ class LiftGuardGuardrail(GuardrailBase):
     ) -> GuardrailHTTPError | None:
         """A guarded request that failed before a post-call hook took its answer: an upstream
         failure reaches the client as :func:`upstream_failure` (LiteLLM's error text may echo
-        the upstream's key), an error of the guardrail's own as it is."""
+        the upstream's key), a whole answer cut at ``max_answer_bytes`` blocked
+        (:meth:`_cut_whole`), an error of the guardrail's own as it is."""
         request = self._request(request_data)
         if request is None or is_http_error(original_exception):
             return None
+        cut = found_cut(original_exception)
+        if cut is not None:
+            return self._cut_whole(request, cut)
         return upstream_failure(original_exception)
 
     # -- streamed answers --------------------------------------------------------------------

@@ -21,11 +21,10 @@ from .._serving._options import (
     check_risk_settings,
     integer_at_least,
 )
-from .._serving._prepare import DEFAULT_MAX_ANSWER_TOKENS
+from .._serving._prepare import DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_ANSWER_TOKENS
 from .._serving._request import MAX_CONTAINERS, MAX_VALUES
 from .._tracefiles._files import is_url
 from ._recording import check_dataset_name
-from ._upstream import DEFAULT_MAX_ANSWER_BYTES
 
 __all__ = [
     "DEFAULT_REFUSAL",

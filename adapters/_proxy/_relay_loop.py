@@ -24,6 +24,7 @@ from guardrail import Cause, GuardrailError, MissingLogprobsError
 
 from .._errors import ProviderFormatError
 from .._serving._metrics import ProxyMetrics
+from .._serving._prepare import TOO_LARGE
 from .._serving._redact import redact_text
 from .._serving._wire import DONE, merge_released, sse
 from ._answer import ProxyAnswer
@@ -38,7 +39,7 @@ from ._replies import (
     refusal_chunk,
     verdict_headers,
 )
-from ._upstream import TOO_LARGE, UpstreamAnswer, UpstreamFailure, decode_chunk
+from ._upstream import UpstreamAnswer, UpstreamFailure, decode_chunk
 
 __all__ = ["SCORING_THREADS", "SHUTDOWN", "RelayLoop"]
 

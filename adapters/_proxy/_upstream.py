@@ -24,6 +24,7 @@ import aiohttp
 import anyio
 from yarl import URL
 
+from .._serving._prepare import DEFAULT_MAX_ANSWER_BYTES, TOO_LARGE
 from .._serving._wire import loads
 from ._body import body_parts, read_capped
 
@@ -56,13 +57,8 @@ _STALE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 KEEPALIVE_S = 5.0
 """How long an idle upstream connection is kept for the next request."""
 
-TOO_LARGE = "upstream_too_large"
-"""The failure of an answer that sent more bytes than the proxy reads of one answer
-(``max_answer_bytes``; a byte cap only: the token limit is the monitor's)."""
 MAX_SIDE_BODY_BYTES = 1024 * 1024
 """Most bytes read of an upstream body that is not an answer: an error body, a model list."""
-DEFAULT_MAX_ANSWER_BYTES = 8 * 1024 * 1024
-"""Most bytes one upstream answer may send (its events with their logprobs)."""
 
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode

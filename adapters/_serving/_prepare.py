@@ -31,10 +31,12 @@ from .._guard._settings import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_ANSWER_BYTES",
     "DEFAULT_MAX_ANSWER_TOKENS",
     "DEFAULT_UPSTREAM_TOP",
     "LITELLM_FIX",
     "PROXY_FIX",
+    "TOO_LARGE",
     "GuardedRequest",
     "RequestError",
     "UpstreamRequest",
@@ -49,6 +51,12 @@ DEFAULT_UPSTREAM_TOP = 20
 DEFAULT_MAX_ANSWER_TOKENS = 16_384
 """Most tokens a server front end reads of one answer (less when the request's own limit is
 lower): an upstream that ignores the limit has its answer blocked past it."""
+DEFAULT_MAX_ANSWER_BYTES = 8 * 1024 * 1024
+"""Most bytes a server front end reads of one upstream answer (its events or its whole body,
+logprobs included)."""
+TOO_LARGE = "upstream_too_large"
+"""The failure of an answer that sent more bytes than a server front end reads of one answer
+(a byte cap only: the token limit is the monitor's)."""
 _ASKED_BY_THE_GUARD = ("stream", "stream_options", "logprobs", "top_logprobs", "n")
 
 

@@ -52,6 +52,7 @@ def _guardrail(**settings: Any) -> Any:
         ({"certificate": "missing.json"}, "missing.json"),
         ({"certificate": "api.json", "top_logprobs": 2}, "reads 5 alternatives"),
         ({"max_answer_tokens": 0}, "max_answer_tokens"),
+        ({"max_answer_bytes": 100}, "max_answer_bytes must be an integer >= 1024"),
     ],
 )
 def test_every_configuration_error_is_a_startup_error(
