@@ -131,6 +131,8 @@ class FittedState:
         "_b0",
         "_clamp",
         "_down",
+        "_held",
+        "_held_terms",
         "_lengths",
         "_limit",
         "_margins",
@@ -153,8 +155,13 @@ class FittedState:
         self.aggregates: tuple[Aggregate, ...] = tuple(aggs)
         """The nonzero terms' aggregates, in the statistic's feature order."""
         self._clamp = plan.ranges
+        # A statistic with clamps holds every term to its interval; one without sums the
+        # raw aggregates (its own loops: no comparisons against infinities per token).
+        self._held = bool(statistic.clamps)
         held = plan.clamps  # each term's (lo, hi): unbounded where the statistic has none
-        self._terms = [(c, aggs[j].update, bi, *held[j]) for j, c, bi in plan.summed]
+        terms = [(c, aggs[j].update, bi, *held[j]) for j, c, bi in plan.summed]
+        self._terms = [term[:3] for term in terms] if not self._held else []
+        self._held_terms = terms if self._held else []
         self._lengths = [(c, aggs[j].update, held[j]) for j, c in plan.lengths]
         self._scoped = [(c, aggs[j], bi, si, held[j]) for j, c, bi, si in plan.scoped]
         self._trackers = [scope_tracker(name) for name in plan.scopes]
@@ -180,11 +187,17 @@ class FittedState:
         ]
         self.t += 1
         s = self._b0
-        for c, update, i, lo, hi in self._terms:  # each aggregate held to its clamp
+        for c, update, i in self._terms:  # (a statistic without clamps)
+            s += c * update(xs[i])
+        for c, update, i, lo, hi in self._held_terms:  # each aggregate held to its clamp
             v = update(xs[i])
             s += c * (lo if v < lo else (hi if v > hi else v))
-        for c, update_length, clamp in self._lengths:
-            s += c * _held(update_length(0.0), clamp)
+        if self._held:
+            for c, update_length, clamp in self._lengths:
+                s += c * _held(update_length(0.0), clamp)
+        else:
+            for c, update_length, _ in self._lengths:
+                s += c * update_length(0.0)
         if self._trackers:
             inside = [tracker.update(text) for tracker in self._trackers]
             for c, agg, i, si, clamp in self._scoped:
@@ -230,6 +243,10 @@ class FittedState:
     def _bound(self, terms: _Ends) -> float:
         m, s = self._remaining(), self.score
         if m == 0.0:
+            return s
+        if not self._held:
+            for c, end, agg, _, _ in terms:
+                s += c * (end(m) - agg.value)
             return s
         for c, end, agg, lo, hi in terms:  # a clamp is monotone: the ends map to its ends
             e, v = end(m), agg.value
