@@ -61,6 +61,17 @@ how much of a blocked answer the monitor read before it stopped it (the share of
 tokens, mean and median over the test answers not shown in the splits that calibrated:
 what a passthrough user sees of it), beside the least any margins could (:func:`read_floor`).
 
+*Margins from the target's traffic* (``liftguard calibrate --certificate ... --margins-from
+TRAFFIC``, the remedy the guide gives for answers unlike the fitting ones): the target's
+answers are split in halves by a permutation seeded :data:`TRAFFIC_SEED`; on each half,
+the default certificate as fitted, beside the same certificate with its early-block
+margins set from every answer of the *other* half, labels unread
+(:func:`guardrail.fitting.block_margins` with ``answers="all"`` at
+:data:`TRAFFIC_QUANTILE`, ``--margins-from``'s default, to the positions those answers
+reach): the traffic a deployment has seen before it calibrates. Both are calibrated and
+tested on that half as above (50 splits of it); the table gives the coverage and the
+share of a blocked answer read, per half.
+
 The criterion (issue 50's "done when"), per fitted row: its AUROC at least the best single
 score's minus 0.01, and its coverage at each target risk at least the best single
 score's (the single score that covers the most there) minus 1 point; and a blocked answer
@@ -73,14 +84,16 @@ import lzma
 import math
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from guardrail import Certificate
 from guardrail.evaluate import MethodScores, auroc, evaluate_methods, fitted_method
-from guardrail.fitting import Feature, FitOptions, fit_certificate
+from guardrail.fitting import Feature, FitOptions, block_margins, fit_certificate
 from guardrail.traces import BASELINES, Trace, baseline_score, parse_trace_lines, read_traces
 from studies.tables import page_main
 
@@ -130,6 +143,12 @@ feature growing with the answer's length, the default's mapped one for one: each
 mean (``entropy.sum`` is dropped beside the ``entropy.mean`` already there; each scope's
 ``logprob.sum`` is that scope's mean, for both scopes whatever the source), the count
 below log 0.9 the share below it, the length dropped; the minima and maxima kept."""
+TRAFFIC = "margins from the other half's answers"
+TRAFFIC_QUANTILE = 0.95
+"""``liftguard calibrate --margins-from``'s default quantile (``TRAFFIC_EARLY_BLOCK``: a
+test keeps the two equal)."""
+TRAFFIC_SEED = 1
+"""The permutation that splits a target in the halves of the traffic-margin rows."""
 FLAT_TAIL = "certificate (flat-tail margins)"
 MARGIN_VARIANTS: dict[str, Literal["flat", "sqrt"]] = {FLAT_TAIL: "flat"}
 """Fitted rows of the default features that differ from ``certificate`` in their
@@ -227,12 +246,14 @@ def measure(
 ) -> dict[str, Any]:  # fmt: skip
     ok = np.array([bool(t.correct) for t in target])
     fitted: list[MethodScores] = []
+    default: Certificate | None = None
     for label, change in VARIANTS.items():
         progress(f"{name}: fit {label}")
         if "features" in change:
             change = {**change, "features": tuple(Feature.parse(f) for f in change["features"])}
         opts = FitOptions(fit_fraction=1.0, max_tokens=MAX_TOKENS, **change)
         cert, _ = fit_certificate(source, opts)
+        default = cert if label == CERTIFICATE else default
         fitted.append(fitted_method(target, cert, label, max_tokens=MAX_TOKENS))
     for label, tail in MARGIN_VARIANTS.items():
         progress(f"{name}: fit {label}")
@@ -273,14 +294,52 @@ def measure(
         cov_ok = all(entry["coverage"][r] >= methods[best_cov[r]]["coverage"][r] - COVERAGE_SLACK
                      for r in cov)  # fmt: skip
         entry["meets"] = {"auroc": bool(auc_ok), "coverage": bool(cov_ok)}
+    assert default is not None
+    progress(f"{name}: margins from traffic")
+    traffic = traffic_margins(default, target, risks)
     return {
-        "kind": kind, "name": name, "target_task": task,
+        "kind": kind, "name": name, "target_task": task, "traffic": traffic,
         "n_source": len(source), "n_target": len(target), "target_correct": float(ok.mean()),
         "source_tokens_median": float(np.median([t.n_tokens for t in source])),
         "target_tokens_median": float(np.median([t.n_tokens for t in target])),
         "risks": [f"{r:g}" for r in risks],
         "best_auroc": best, "best_coverage": best_cov, "methods": methods,
     }  # fmt: skip
+
+
+def traffic_margins(
+    cert: Certificate, target: list[Trace], risks: Sequence[float]
+) -> dict[str, Any]:
+    """Per half of ``target``: the certificate as fitted, and with its early-block margins
+    set from every answer of the other half (labels unread), each calibrated and tested
+    on that half (module docstring)."""
+    halves = random_halves(len(target), TRAFFIC_SEED)
+    stat, skeleton = cert.statistic, cert.replay_skeleton()
+    assert stat is not None, "a fitted certificate"
+    out: dict[str, Any] = {}
+    for half, (tested, seen) in zip("AB", (halves, halves[::-1]), strict=True):
+        answers = [target[i] for i in tested]
+        seen_answers = [target[i] for i in seen]
+        margins = block_margins(stat, seen_answers, TRAFFIC_QUANTILE, skeleton=skeleton,
+                                max_tokens=MAX_TOKENS, answers="all")  # fmt: skip
+        other = replace(cert, statistic=replace(stat, block_margins=margins))
+        methods = [fitted_method(answers, cert, CERTIFICATE, max_tokens=MAX_TOKENS),
+                   fitted_method(answers, other, TRAFFIC, max_tokens=MAX_TOKENS)]  # fmt: skip
+        ok = np.array([bool(t.correct) for t in answers])
+        cov = {f"{r:g}": evaluate_methods(methods, ok, risk=r, delta=DELTA, splits=SPLITS,
+                                          seed=SPLIT_SEED) for r in risks}  # fmt: skip
+        out[half] = {
+            "n": len(answers), "positions": len(margins),
+            "methods": {m.name: {
+                "coverage": {r: c[m.name]["coverage_mean"] for r, c in cov.items()},
+                "refused": {r: c[m.name]["refused"] for r, c in cov.items()},
+                "blocked_read": {r: _share(c[m.name]["blocked_read_mean"])
+                                 for r, c in cov.items()},
+                "blocked_read_median": {r: _share(c[m.name]["blocked_read_median"])
+                                        for r, c in cov.items()},
+            } for m in methods},
+        }  # fmt: skip
+    return out
 
 
 def read_floor(method: MethodScores, coverage: float) -> float | None:
@@ -323,7 +382,8 @@ def run() -> dict[str, Any]:
         "baselines": list(BASELINES), "splits": SPLITS, "split_seed": SPLIT_SEED,
         "delta": DELTA, "bootstrap": BOOTSTRAP, "max_tokens": MAX_TOKENS,
         "auroc_slack": AUROC_SLACK, "coverage_slack": COVERAGE_SLACK,
-        "blocked_read_limit": BLOCKED_READ_LIMIT, "shifts": rows,
+        "blocked_read_limit": BLOCKED_READ_LIMIT, "traffic_quantile": TRAFFIC_QUANTILE,
+        "traffic_seed": TRAFFIC_SEED, "shifts": rows,
     }  # fmt: skip
 
 
@@ -384,6 +444,7 @@ def render(saved: dict[str, Any]) -> str:
             lines.append(f"| {s['name']} | {r} | {cells} | `{b}` "
                          f"| {_pct(be['coverage'][r])} ({be['refused'][r]}) |")  # fmt: skip
     lines += _blocked_lines(saved, rows)
+    lines += _traffic_lines(saved)
     lines += [
         "",
         "AUROC on the target of every score (95% bootstrap interval):",
@@ -432,6 +493,41 @@ def _blocked_lines(saved: dict[str, Any], variants: list[str]) -> list[str]:
                              + ("-" if floor is None else f"{100 * floor:.0f}%"))  # fmt: skip
             lines.append(f"| {s['name']} | {r} | {s['target_tokens_median']:g} "
                          f"| {' | '.join(cells)} |")  # fmt: skip
+    return lines
+
+
+def _traffic_lines(saved: dict[str, Any]) -> list[str]:
+    """Coverage and read share with the margins set from the target's traffic."""
+    if not all("traffic" in s for s in saved["shifts"]):
+        return []
+    limit = saved["blocked_read_limit"]
+    lines = [
+        "",
+        "Margins from the target's traffic (`liftguard calibrate --certificate ... "
+        f"--margins-from`, quantile {saved['traffic_quantile']:g}): the target's answers in "
+        f"halves (a permutation seeded {saved['traffic_seed']}); on each, the certificate as "
+        "fitted on the source beside the same certificate with its early-block margins set "
+        "from every answer of the other half, labels unread; each calibrated and tested on "
+        f"that half ({saved['splits']} splits of it). Coverage (refused splits), then the "
+        "share of a blocked answer read, as above:",
+        "",
+        "| fitted on -> tested on | risk | half (answers) | certificate: shown | read "
+        "| at most 50% | margins from the other half: shown | read | at most 50% |",
+        "|---|---:|---|---:|---:|---|---:|---:|---|",
+    ]  # fmt: skip
+    for s in saved["shifts"]:
+        for r in s["risks"]:
+            for half, h in s["traffic"].items():
+                cells = []
+                for v in (CERTIFICATE, TRAFFIC):
+                    e = h["methods"][v]
+                    mean, median = e["blocked_read"][r], e["blocked_read_median"][r]
+                    calibrated = saved["splits"] - e["refused"][r]
+                    cells.append(f"{_pct(e['coverage'][r])} ({e['refused'][r]}) | "
+                                 f"{_read(mean, median, calibrated)} | "
+                                 + ("-" if mean is None else _yes(mean <= limit)))  # fmt: skip
+                lines.append(f"| {s['name']} | {r} | {half} ({h['n']}) | "
+                             + " | ".join(cells) + " |")  # fmt: skip
     return lines
 
 

@@ -106,3 +106,22 @@ def test_the_floor_reads_each_blocked_answer_to_its_first_score_below_tau() -> N
         assert study.read_floor(method, 1 / 3) == pytest.approx(want)
         assert study.read_floor(method, 0.0) is None  # nothing shown: no tau to read at
     assert study.read_floor(MethodScores("nll", decision, decision), 1 / 3) is None
+
+
+def test_the_traffic_rows_set_margins_as_calibrate_does() -> None:
+    """The traffic-margin rows use ``calibrate --margins-from``'s default quantile, and each
+    shift's two halves cover its target once, every method with every risk."""
+    from adapters.cli._fit_args import TRAFFIC_EARLY_BLOCK
+
+    assert study.TRAFFIC_QUANTILE == TRAFFIC_EARLY_BLOCK
+    saved = _saved()
+    assert saved["traffic_quantile"] == study.TRAFFIC_QUANTILE
+    for s in saved["shifts"]:
+        halves = s["traffic"]
+        assert set(halves) == {"A", "B"}
+        assert sum(h["n"] for h in halves.values()) == s["n_target"]
+        for h in halves.values():
+            assert set(h["methods"]) == {study.CERTIFICATE, study.TRAFFIC}
+            assert h["positions"] >= 1
+            for m in h["methods"].values():
+                assert set(m["coverage"]) == set(s["risks"])
