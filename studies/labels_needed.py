@@ -55,7 +55,7 @@ import numpy as np
 import numpy.typing as npt
 
 from guardrail import GuardrailError, InsufficientDataError
-from guardrail.evaluate import ltt_threshold
+from guardrail.evaluate import in_sample_ceiling, ltt_threshold
 from guardrail.traces import BASELINES, baseline_score
 from studies.tables import binomial_count, page_main
 
@@ -83,19 +83,6 @@ DELTA, DRAWS, SEED = 0.05, 100, 1
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
-
-
-def ceiling(scores: FloatArray, errors: FloatArray, risk: float) -> float:
-    """The largest top share of ``scores`` (whole groups of ties, as a threshold shows
-    them) whose mean of ``errors`` (0/1 labels or error probabilities) is at most
-    ``risk``; 0 when none is."""
-    order = np.argsort(-scores, kind="stable")
-    ss = scores[order]
-    ends = np.r_[ss[1:] != ss[:-1], True]
-    m = np.flatnonzero(ends) + 1
-    rate = np.cumsum(errors[order])[ends] / m
-    good = np.flatnonzero(rate <= risk)
-    return float(m[good[-1]] / scores.size) if good.size else 0.0
 
 
 def error_model(scores: FloatArray, ok: BoolArray) -> FloatArray:
@@ -131,7 +118,7 @@ class Population:
         self.risk_at = np.cumsum(self.p_err) / np.arange(1, scores.size + 1)
 
     def ceiling(self, risk: float) -> float:
-        return ceiling(self.scores, self.p_err, risk)
+        return in_sample_ceiling(self.scores, self.p_err, risk)
 
     def at(self, tau: float) -> tuple[float, float]:
         """``(coverage, risk)`` of showing the answers scored at least ``tau``."""
@@ -216,7 +203,7 @@ def favoured(scores: dict[str, FloatArray], ok: BoolArray, risks: Iterable[float
     """The score whose in-sample ceilings, summed over ``risks``, are the largest."""
     err = (~ok).astype(np.float64)
     risks = list(risks)
-    return max(scores, key=lambda k: sum(ceiling(scores[k], err, r) for r in risks))
+    return max(scores, key=lambda k: sum(in_sample_ceiling(scores[k], err, r) for r in risks))
 
 
 def datasets(triviaqa_dir: Path) -> dict[str, Path]:
@@ -253,7 +240,7 @@ def run(triviaqa_dir: Path) -> dict[str, Any]:
     dropped: list[dict[str, Any]] = []
     quiet = not sys.stderr.isatty()
     for name, score, s, ok, p_err, risk in tqdm(cells, unit="cell", disable=quiet):
-        top = ceiling(s, (~ok).astype(np.float64), risk)
+        top = in_sample_ceiling(s, (~ok).astype(np.float64), risk)
         model_top = Population(s, p_err).ceiling(risk)
         cell = {"data": name, "score": score, "risk": risk, "ceiling": top}
         if top == 0.0 or model_top == 0.0:

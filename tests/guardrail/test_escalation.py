@@ -92,6 +92,10 @@ def test_the_ceiling_takes_ties_whole() -> None:
     assert in_sample_ceiling([2.0, 2.0, 1.0], [0, 1, 0], risk=0.3) == 0.0
     assert in_sample_ceiling([2.0, 2.0, 1.0], [0, 1, 0], risk=0.4) == 1.0
     assert in_sample_ceiling([3.0, 2.0, 1.0], [0, 1, 0], risk=0.3) == pytest.approx(1 / 3)
+    # errors may be probabilities of error (a model's, as the labels-needed study uses)
+    assert in_sample_ceiling([2.0, 1.0, 1.0], [0.0, 0.0, 1.0], 0.2) == pytest.approx(1 / 3)
+    assert in_sample_ceiling([2.0, 1.0], [0.1, 0.5], 0.3) == 1.0
+    assert in_sample_ceiling([2.0, 1.0, 0.0], np.ones(3), 0.5) == 0.0
 
 
 def test_the_band_runs_from_hindsight_to_the_certified_threshold() -> None:

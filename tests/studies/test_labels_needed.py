@@ -79,14 +79,6 @@ def test_the_curve_is_seeded() -> None:
     assert first == study.curve(scores, p_err, 0.3, sizes=(100, 300), draws=10)
 
 
-def test_the_ceiling_shows_whole_groups_of_ties() -> None:
-    scores = np.array([2.0, 1.0, 1.0])
-    errors = np.array([0.0, 0.0, 1.0])
-    assert study.ceiling(scores, errors, 0.2) == 1 / 3  # the tie at 1.0 is shown together
-    assert study.ceiling(scores, errors, 0.4) == 1.0
-    assert study.ceiling(scores, np.ones(3), 0.5) == 0.0
-
-
 def test_the_smallest_size_reaching_a_share() -> None:
     sizes = (100, 300, 1000)
     assert study.smallest(sizes, [0.1, 0.6, 0.9], 0.5) == 300
