@@ -152,8 +152,8 @@ class Escalation:
         """
         s = np.asarray(scores, dtype=np.float64)
         wrong = ~np.asarray(correct, dtype=bool)
-        top = float(s.max()) if s.size else 0.0
-        shown = round(in_sample_ceiling(s, wrong, risk) * s.size)
+        shown = round(in_sample_ceiling(s, wrong, risk) * s.size)  # (refuses no scores)
+        top = float(s.max())
         low = float(np.sort(s)[::-1][shown - 1]) if shown else top
         try:
             high = float(ltt_threshold(s, wrong, risk, delta).tau)
