@@ -332,8 +332,10 @@ class FleetRiskWatch(RiskWatch):
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.drain(), self.timeout_s)
             found = await self._call("label", self.store.find(answer_id))
-        if _coming(found) and (found != "unknown" or answer_id in self._serving):
-            raise in_flight(answer_id)  # marked in flight, or still being served here
+        if _coming(found) and (
+            found != "unknown" or answer_id in self._serving or answer_id in self._unsent
+        ):  # marked in flight, still being served here, or its record still queued here
+            raise in_flight(answer_id)
         if found == "unknown":
             raise FeedbackRefused(
                 404,

@@ -192,7 +192,8 @@ async def test_a_hung_redis_costs_a_label_its_timeout_and_never_blocks_an_answer
 async def test_a_label_right_after_its_answer_waits_for_the_answer_to_reach_redis(
     valkey: ValkeyProcess, namespace: str
 ) -> None:
-    a, b = replica(valkey.url, namespace), replica(valkey.url, namespace)
+    # a generous wait: the record's write must land within it on a busy machine too
+    a, b = replica(valkey.url, namespace, timeout_s=30.0), replica(valkey.url, namespace)
     try:
         a.take("*", finished("soon"))  # its record is still queued: no drain here
         assert not a._idle.is_set()
