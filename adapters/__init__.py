@@ -16,6 +16,8 @@ liftguard in an environment without it.
 OpenAI (Chat Completions; also vLLM, llama.cpp, Ollama), ``pip install "liftguard[openai]"``:
 
 - :func:`guarded_chat_completion`: request + guard in one async generator.
+- :func:`escalated_chat_completion`: a calibrated escalation (one guarded pass, K samples
+  only where its score is undecided), its decision and cost as an :class:`EscalatedAnswer`.
 - :func:`guard_chat_stream` / :func:`guard_chat_stream_sync`: guard a stream you created
   (``top_logprobs=`` declares what it asked for; else its first token is checked).
 - :func:`chat_chunk_parts`, :func:`events_from_responses_event`: parse a chunk (its token
@@ -82,6 +84,7 @@ from ._labels._judge import Judge, JudgeFailure
 from ._labels._sandbox import SandboxLimits, run_sandboxed
 from ._local._prompt_free import PromptFreeSkeleton
 from ._providers._anthropic import anthropic_scorer_prompt, guard_anthropic_stream, guarded_message
+from ._providers._escalate import EscalatedAnswer, escalated_chat_completion
 from ._providers._openai import guard_chat_stream, guard_chat_stream_sync, guarded_chat_completion
 from ._providers._scorer import LocalTextScorer
 
@@ -93,6 +96,7 @@ if _typing.TYPE_CHECKING:
 __all__ = [
     "Abstention",
     "CheckSkipped",
+    "EscalatedAnswer",
     "Judge",
     "JudgeFailure",
     "LiftGuardCallbackHandler",
@@ -104,6 +108,7 @@ __all__ = [
     "chat_chunk_parts",
     "check_code",
     "check_number",
+    "escalated_chat_completion",
     "events_from_responses_event",
     "extract_python_code",
     "final_number",

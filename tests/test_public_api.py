@@ -62,7 +62,7 @@ BUDGET = {
     "guardrail.topk": 7,
     "guardrail.traces": 12,
     "guardrail.vsd": 5,
-    "adapters": 24,
+    "adapters": 26,
     "adapters.cli": 1,
     "adapters.litellm": 3,
     "adapters.local": 8,
@@ -75,7 +75,7 @@ they hold (what the README, the docs, the examples, the studies and the benchmar
 the rest stays in the private module where it lives. A new public name is a decision: its
 module's budget goes up here in the same change, within :data:`TOTAL`."""
 
-TOTAL = 152
+TOTAL = 154
 """The most public names in all (httpx exports 70)."""
 
 
@@ -163,6 +163,7 @@ def test_adapter_public_names_are_pinned() -> None:
     assert adapters.__all__ == [
         "Abstention",
         "CheckSkipped",
+        "EscalatedAnswer",
         "Judge",
         "JudgeFailure",
         "LiftGuardCallbackHandler",
@@ -174,6 +175,7 @@ def test_adapter_public_names_are_pinned() -> None:
         "chat_chunk_parts",
         "check_code",
         "check_number",
+        "escalated_chat_completion",
         "events_from_responses_event",
         "extract_python_code",
         "final_number",

@@ -293,8 +293,8 @@ def _with_context(certificate: Certificate, kwargs: dict[str, Any]) -> dict[str,
     extra = kwargs.get("extra_body")
     keys = set(extra) if isinstance(extra, Mapping) else set()
     out, mismatches = apply_context(certificate, kwargs, allowed=SDK_OPTIONS)
-    for m in mismatches:
-        warn_mismatch(m.setting, m.requested, m.calibrated, stacklevel=4)
+    for m in mismatches:  # (the caller of guarded_chat_completion, or of a front end on it)
+        warn_mismatch(m.setting, m.requested, m.calibrated, stacklevel=5)
     return pack_extra_body(out, keys | {k for k in REPEAT_PENALTY_NAMES if k in out})
 
 
@@ -341,16 +341,9 @@ async def guarded_chat_completion(
     errors propagate unchanged. Otherwise as :func:`guard_chat_stream`.
     """
     openai = _import_openai()
-    rule = monitor if monitor is not None else certificate
-    if rule is None:
-        raise ConfigError("pass certificate=... (or a monitor=...)")
-    kwargs = _create_kwargs(create_kwargs, rule.reads.alternatives)
-    applied = certificate if apply_certificate_context else None
-    limit = request_limit(kwargs) if applied is None else filled_limit(applied, kwargs)
-    supplies = _request_supplies(kwargs["top_logprobs"])
-    monitor = monitor_for(monitor, certificate, supplies, max_tokens=limit)
-    if applied is not None:
-        kwargs = _with_context(applied, kwargs)
+    kwargs, monitor, limit = prepared_request(
+        certificate, monitor, create_kwargs, apply_certificate_context=apply_certificate_context
+    )
     step = StreamStep(
         monitor, mode, on_block, _chunk_parser(monitor), max_token_chars=max_token_chars,
         max_tokens=limit,
@@ -365,6 +358,29 @@ async def guarded_chat_completion(
     async with contextlib.aclosing(aguard(stream, step)) as texts:
         async for text in texts:
             yield text
+
+
+def prepared_request(
+    certificate: Certificate | None,
+    monitor: Monitor | None,
+    create_kwargs: dict[str, Any],
+    *,
+    apply_certificate_context: bool = True,
+) -> tuple[dict[str, Any], Monitor, int | None]:
+    """The request :func:`guarded_chat_completion` sends (checked; the certificate's context
+    applied unless ``apply_certificate_context=False``, each change warned about), the
+    monitor of its answer and the answer's token limit (``None``: not known)."""
+    rule = monitor if monitor is not None else certificate
+    if rule is None:
+        raise ConfigError("pass certificate=... (or a monitor=...)")
+    kwargs = _create_kwargs(create_kwargs, rule.reads.alternatives)
+    applied = certificate if apply_certificate_context else None
+    limit = request_limit(kwargs) if applied is None else filled_limit(applied, kwargs)
+    supplies = _request_supplies(kwargs["top_logprobs"])
+    monitor = monitor_for(monitor, certificate, supplies, max_tokens=limit)
+    if applied is not None:
+        kwargs = _with_context(applied, kwargs)
+    return kwargs, monitor, limit
 
 
 _EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")

@@ -94,8 +94,9 @@ async def test_a_request_with_a_larger_limit_gets_a_monitor_with_that_limit(
 ) -> None:
     server.replies.put(_answer())
     shown: list[str] = []
-    with pytest.warns(ContextMismatchWarning, match="max_tokens=10"):
+    with pytest.warns(ContextMismatchWarning, match="max_tokens=10") as warned:
         await _completion(server, shown, max_tokens=10)
+    assert [w.filename for w in warned] == [__file__]  # the caller's line
     assert server.last().body["max_tokens"] == 10
     assert "".join(shown) == "".join(WORDS)
 

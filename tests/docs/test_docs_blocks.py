@@ -64,6 +64,9 @@ RUN: dict[tuple[str, str], str] = {
     ("docs/fleet.md", "liftguard clear-alarm --upstream http://llm:8000/v1 --certificate "
      '"s3://certs#chat@production" \\'):
         "tests/fleet/test_fleet_clear.py::test_an_operator_clears_a_latched_alarm_fleet_wide",
+    ("docs/guarding-code-and-reasoning.md",
+     "from adapters import escalated_chat_completion, final_number"):
+        "tests/adapters/test_escalate.py::test_the_guarding_page_example",
     ("docs/guarding-code-and-reasoning.md", "$ liftguard fit --traces "
      "benchmarks/traces/mbpp_qwen25coder.jsonl.xz \\"):
         "tests/docs/test_docs_guarding.py::test_the_clone_fit_command",
