@@ -27,6 +27,10 @@ Shifts (source -> target):
   MBPP, TriviaQA -> GSM8K): a certificate fitted where labels are cheap, run where
   answers are long. Those traces are not in the repository; the study needs them
   (``--docs-only`` does not).
+- *prompt style*: the same model asked, for the first MBPP tasks, for documented code
+  (type hints, a docstring, a comment on each step) instead of the bare code block
+  (``benchmarks/traces/mbpp_qwen25coder_documented/``, about ten times as long); fit on
+  the plain answers to the other MBPP tasks, test on the documented ones.
 
 A second fitted row, ``certificate (unclamped features)``, is the default fit with
 ``FitOptions(clamp_features=False)``: its answer-level features are not held to the
@@ -107,11 +111,15 @@ TRACES = {
 }
 SHORT = ROOT.parent / "shared" / "data" / "traces" / "triviaqa_qwen25coder.jsonl"
 """The same model's answers to TriviaQA questions: the short-answer source."""
+STYLED = ROOT / "benchmarks" / "traces" / "mbpp_qwen25coder_documented"
+"""The same model's answers to the first MBPP tasks, asked for documented code: the
+prompt-style target."""
 MAX_TOKENS = 512
 """The token limit both sets of answers were generated with."""
 SEED, SPLIT_SEED, SPLITS, DELTA, BOOTSTRAP = 0, 7, 50, 0.05, 1000
-RISKS = {"MBPP": (0.3,), "GSM8K": (0.2, 0.3)}
-"""The target risks per target task."""
+RISKS = {"MBPP": (0.3,), "GSM8K": (0.2, 0.3), "MBPP, documented": (0.3, 0.4)}
+"""The target risks per target task (the documented code's also 0.4: with half of its 160
+answers to calibrate on, every score refuses 0.3)."""
 AUROC_SLACK, COVERAGE_SLACK = 0.01, 0.01
 BLOCKED_READ_LIMIT = 0.5
 """The criterion on early blocks: a blocked answer read for at most this share of its
@@ -186,10 +194,14 @@ def length_halves(lengths: Sequence[int], seed: int = SEED) -> tuple[IntArray, I
 
 
 def shifts(
-    data: dict[str, list[Trace]], short_answers: list[Trace] | None = None
+    data: dict[str, list[Trace]],
+    short_answers: list[Trace] | None = None,
+    styled: list[Trace] | None = None,
 ) -> list[tuple[str, str, str, list[Trace], list[Trace]]]:
     """``(kind, name, target task, source, target)`` for every shift; with the
-    ``short_answers`` (TriviaQA's), the shifts from them to each task too."""
+    ``short_answers`` (TriviaQA's), the shifts from them to each task too; with the
+    ``styled`` answers (MBPP tasks asked for documented code), the shift to them from the
+    MBPP answers of the other tasks."""
     out = []
     for task, traces in data.items():
         a, b = random_halves(len(traces))
@@ -206,6 +218,11 @@ def shifts(
     for task, traces in data.items() if short_answers is not None else ():
         out.append(("short answers to long", f"TriviaQA -> {task}", task, short_answers,
                     traces))  # fmt: skip
+    if styled is not None:
+        asked = {t.id for t in styled}
+        others = [t for t in data["MBPP"] if t.id not in asked]
+        out.append(("prompt style", "MBPP, other tasks -> MBPP, documented code",
+                    "MBPP, documented", others, styled))  # fmt: skip
     return out
 
 
@@ -370,7 +387,7 @@ def run() -> dict[str, Any]:
         raise SystemExit(f"the short-answer shifts need the shared TriviaQA traces ({SHORT}); "
                          "--docs-only rewrites the page from the saved run")  # fmt: skip
     data = {task: read(path) for task, path in TRACES.items()}
-    todo = shifts(data, read_traces(SHORT))
+    todo = shifts(data, read_traces(SHORT), read(STYLED) if STYLED.exists() else None)
     rows = []
     with tqdm(total=len(todo), unit="shift", disable=quiet) as bar:
         for kind, name, task, source, target in todo:

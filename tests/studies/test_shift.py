@@ -30,8 +30,14 @@ def test_the_page_is_the_saved_run() -> None:
     assert saved["blocked_read_limit"] == study.BLOCKED_READ_LIMIT
     assert saved["baselines"] == list(BASELINES)
     kinds = {s["kind"] for s in saved["shifts"]}
-    assert kinds == {"in-domain", "answer length", "task family", "short answers to long"}
-    assert len(saved["shifts"]) == 10
+    assert kinds == {
+        "in-domain",
+        "answer length",
+        "task family",
+        "short answers to long",
+        "prompt style",
+    }
+    assert len(saved["shifts"]) == 11
     for s in saved["shifts"]:
         assert s["risks"] == [f"{r:g}" for r in study.RISKS[s["target_task"]]]
         assert set(s["methods"]) == set(study.VARIANTS) | set(study.MARGIN_VARIANTS) | set(
@@ -125,3 +131,19 @@ def test_the_traffic_rows_set_margins_as_calibrate_does() -> None:
             assert h["positions"] >= 1
             for m in h["methods"].values():
                 assert set(m["coverage"]) == set(s["risks"])
+
+
+def test_the_prompt_style_shift_fits_on_the_other_tasks_only() -> None:
+    """The documented answers are tested against a certificate fitted on the plain answers
+    to the MBPP tasks they do not answer: no task is on both sides, and every plain answer
+    to another task is in the source."""
+    plain, styled = study.read(study.TRACES["MBPP"]), study.read(study.STYLED)
+    assert styled and all(t.dataset == "mbpp" and t.correct is not None for t in styled)
+    data = {"MBPP": plain, "GSM8K": plain[:10]}
+    (entry,) = [s for s in study.shifts(data, None, styled) if s[0] == "prompt style"]
+    _, _, task, source, target = entry
+    assert task == "MBPP, documented" and target == styled
+    asked = {t.id for t in styled}
+    assert not asked & {t.id for t in source}
+    assert len(source) == len(plain) - len(asked & {t.id for t in plain})
+    assert [s for s in study.shifts(data, None, None) if s[0] == "prompt style"] == []
