@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 import math
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from functools import cache
 from typing import Any
@@ -24,7 +24,7 @@ import openai
 import pytest
 from fitted_certs import certificate as fitted_certificate
 from markdown_blocks import block
-from sse_server import Reply, SSEServer, chat_chunk, clean_answer, running_server, token_entry
+from sse_server import Reply, SSEServer, chat_chunk, clean_answer, token_entry
 
 from adapters import EscalatedAnswer, escalated_chat_completion, final_number
 from guardrail import (
@@ -113,19 +113,6 @@ def agreeing(n: int) -> Callable[[int], Reply]:
 
 def sample_records(server: SSEServer) -> list[dict[str, Any]]:
     return [r.body for r in server.records if not r.body.get("stream")]
-
-
-@pytest.fixture
-def server() -> Iterator[SSEServer]:
-    with running_server() as srv:
-        yield srv
-
-
-@pytest.fixture
-async def client(server: SSEServer) -> AsyncIterator[openai.AsyncOpenAI]:
-    c = openai.AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
-    yield c
-    await c.close()
 
 
 async def escalate(

@@ -18,12 +18,12 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
 import pytest
-from sse_server import Reply, SSEServer, running_server
+from sse_server import Reply, SSEServer
 from sse_server import chat_chunk as _chunk
 from sse_server import token_entry as _tok
 
@@ -47,19 +47,6 @@ WORDS = ["The", " capital", " of", " France", " is", " Paris", ".", " It", " lie
 
 
 # --- the scripted SSE server -------------------------------------------------------------------
-
-
-@pytest.fixture
-def server() -> Iterator[SSEServer]:
-    with running_server() as srv:
-        yield srv
-
-
-@pytest.fixture
-async def client(server: SSEServer) -> AsyncIterator[openai.AsyncOpenAI]:
-    c = openai.AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
-    yield c
-    await c.close()
 
 
 # --- wire data -------------------------------------------------------------------------------
