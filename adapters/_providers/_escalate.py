@@ -154,10 +154,11 @@ async def escalated_chat_completion(
         return EscalatedAnswer(text if shown else None, shown, cause, score, None, tokens, 0)
     requests = [_sample_request(sent, sample_temperature, seed) for seed in range(samples)]
     drawn = await asyncio.gather(*(_sample(client, r, openai.APIError) for r in requests))
-    used = sum(d[1] for d in drawn if d is not None)
-    if any(d is None for d in drawn):
+    got = [d for d in drawn if d is not None]
+    used = sum(n for _, n in got)
+    if len(got) < len(drawn):
         return EscalatedAnswer(None, False, "sample_failed", score, None, tokens, used)
-    finals = [None if d is None or d[0] is None else final_answer(d[0]) for d in drawn]
+    finals = [None if sample is None else final_answer(sample) for sample, _ in got]
     consistency = Escalation.agreement(final_answer(text), finals)
     shown = escalation.shows(score, consistency)
     return EscalatedAnswer(text if shown else None, shown, "agreed" if shown else "disagreed",
