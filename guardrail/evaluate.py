@@ -1,6 +1,7 @@
 """Testing thresholds and comparing rules on recorded answers: the Learn-then-Test
 threshold (:func:`ltt_threshold`), conformal selection (:func:`conformal_select`), the
-escalation to samples (:class:`Escalation`, :func:`in_sample_ceiling`), AUROC,
+escalation to samples (:class:`Escalation`, :func:`in_sample_ceiling`), AUROC, whether a
+fitted statistic ranks labelled answers as well as the single scores (:func:`ranking_check`),
 and the repeated-split evaluation behind ``liftguard eval`` (:func:`evaluate_methods` over
 the rules :func:`lift_method` and :func:`fitted_method` build, each a
 :class:`MethodScores` of :func:`critical_thresholds`).
@@ -23,11 +24,13 @@ from ._evaluate import (
 from ._policy import (
     critical_thresholds,
 )
+from ._ranking_check import RankingCheck, ranking_check
 
 __all__ = [
     "ConformalSelection",
     "Escalation",
     "MethodScores",
+    "RankingCheck",
     "auroc",
     "conformal_select",
     "critical_thresholds",
@@ -36,4 +39,5 @@ __all__ = [
     "in_sample_ceiling",
     "lift_method",
     "ltt_threshold",
+    "ranking_check",
 ]

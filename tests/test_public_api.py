@@ -55,7 +55,7 @@ def test_all_imports_are_exported(name: str) -> None:
 
 BUDGET = {
     "guardrail": 29,
-    "guardrail.evaluate": 11,
+    "guardrail.evaluate": 13,
     "guardrail.fitting": 23,
     "guardrail.paper": 1,
     "guardrail.stats": 3,
@@ -75,7 +75,7 @@ they hold (what the README, the docs, the examples, the studies and the benchmar
 the rest stays in the private module where it lives. A new public name is a decision: its
 module's budget goes up here in the same change, within :data:`TOTAL`."""
 
-TOTAL = 154
+TOTAL = 156
 """The most public names in all (httpx exports 70)."""
 
 
@@ -297,6 +297,7 @@ def test_public_submodules_are_pinned() -> None:
         "ConformalSelection",
         "Escalation",
         "MethodScores",
+        "RankingCheck",
         "auroc",
         "conformal_select",
         "critical_thresholds",
@@ -305,6 +306,7 @@ def test_public_submodules_are_pinned() -> None:
         "in_sample_ceiling",
         "lift_method",
         "ltt_threshold",
+        "ranking_check",
     ]
     assert guardrail.fitting.__all__ == [
         "Candidate",

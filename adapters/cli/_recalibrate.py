@@ -75,7 +75,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     from guardrail import Certificate, InsufficientDataError
     from guardrail._fit._extrapolation import farthest_feature
     from guardrail._fit._replay import calibrate_fitted
-    from guardrail.evaluate import auroc
+    from guardrail.evaluate import auroc, ranking_check
 
     from ._margins import margins_blocked, margins_line, replays
 
@@ -116,6 +116,11 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         stat, traffic = _traffic_margins(args, cert, skeleton, traces, identity)
         cert = replace(cert, statistic=stat)
     plain, paths = replays(stat, traces, skeleton, cert.context.max_tokens)
+    final = np.array([p.final for p in paths])  # eval's AUROC: the final score, not crit
+    correct = np.array([bool(t.correct) for t in traces])
+    ranking = ranking_check(final, traces, seed=args.seed)
+    if ranking is not None and ranking.weaker:
+        print(f"liftguard calibrate: warning: {ranking.warning()}", file=sys.stderr)
     try:
         cal, _crit = calibrate_fitted(
             stat,
@@ -131,7 +136,6 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         )
     except InsufficientDataError as exc:
         raise CommandError(f"calibration on {len(traces)} traces refused: {exc}") from exc
-    correct = np.array([bool(t.correct) for t in traces])
     cost = margins_blocked(stat, plain, correct, cert.policy, cal.tau)
     split = {
         "method": "the statistic was fitted on other answers (provenance.fit); all of "
@@ -141,7 +145,6 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         "fitted_on_digest": cert.provenance.get("traces_digest"),
         "n_calibration": len(traces),
     }
-    final = np.array([p.final for p in paths])  # eval's AUROC: the final score, not crit
     extra = {"split": split, "calibration_auroc": auroc(final, correct), "margins_blocked": cost}
     cal = replace(cal, extra=extra)
     provenance = {
@@ -171,6 +174,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         "extrapolation": None if far is None else {"feature": far.feature,
                                                    "median_z": far.median_z, "far": far.far,
                                                    "clamped": far.clamped},
+        "ranking": None if ranking is None else ranking.to_dict(),
     }  # fmt: skip
     if getattr(args, "json", False):
         print(json.dumps(summary, indent=2, sort_keys=True))
@@ -180,6 +184,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         f"fixed, fitted on {cert.provenance.get('traces', '?')})\n"
         f"  calibration      {len(traces)} traces: target risk {args.risk:g}, delta "
         f"{args.delta:g}, AUROC {summary['calibration_auroc']:.3f}\n"
+        f"{_ranking_line(ranking)}"
         f"  tau              {cal.tau:.4f} log-odds\n"
         f"  coverage (cal)   {cal.coverage:.1%}   empirical risk {cal.empirical_risk:.3f}   "
         f"Clopper-Pearson upper {cal.risk_upper:.3f}\n"
@@ -189,6 +194,11 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         f"wrote the certificate {args.out}"
     )
     return 0
+
+
+def _ranking_line(ranking: Any) -> str:
+    """The statistic's ranking beside the best single score's, where there is one."""
+    return "" if ranking is None else f"  ranking          {ranking.line()}\n"
 
 
 def _read_for(

@@ -355,3 +355,47 @@ def test_calibrating_on_answers_far_longer_than_the_fitting_ones_warns(
     assert main([*calibrate, "--traces", str(tmp_path / "short.jsonl"), "--json",
                  "--out", str(short)]) == 0  # fmt: skip
     assert json.loads(capsys.readouterr().out)["extrapolation"]["clamped"] is False
+
+
+def test_calibrate_says_when_a_single_score_ranks_these_answers_better(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The statistic's AUROC on the calibration labels beside the best single score's; a
+    warning (and what to do) where the single score ranks better. Fitted on 60 of the
+    committed MBPP answers, calibrated on the next 60, then the same certificate with its
+    weights turned round (a statistic that ranks the answers backwards)."""
+    from guardrail.evaluate import ranking_check
+    from guardrail.fitting import replay_fitted
+
+    committed = ROOT / "benchmarks" / "traces" / "mbpp_qwen25coder.jsonl.xz"
+    with lzma.open(committed, "rt", encoding="utf-8") as f:
+        lines = [next(f) for _ in range(120)]
+    fit_on, other = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    fit_on.write_text("".join(lines[:60]), encoding="utf-8")
+    other.write_text("".join(lines[60:]), encoding="utf-8")
+    cert = tmp_path / "fitted.json"
+    fit = ["fit", "--traces", str(fit_on), "--group", "api", "--fit-fraction", "1",
+           "--early-block", "None", "--risk", "0.9", "--delta", "0.3"]  # fmt: skip
+    assert main([*fit, "--out", str(cert)]) == 0
+    capsys.readouterr()
+    fitted = Certificate.load(cert)
+    assert fitted.statistic is not None
+    backwards = replace(fitted.statistic, weights=tuple(-w for w in fitted.statistic.weights))
+    turned = tmp_path / "backwards.json"
+    replace(fitted, statistic=backwards).save(turned)
+    traces = read_traces(str(other))
+    calibrate = ["calibrate", "--traces", str(other), "--risk", "0.9", "--delta", "0.3",
+                 "--out", str(tmp_path / "c.json")]  # fmt: skip
+    for path, stat in ((cert, fitted.statistic), (turned, backwards)):
+        final = [replay_fitted(stat, t, max_tokens=fitted.context.max_tokens).final
+                 for t in traces]  # fmt: skip
+        expected = ranking_check(final, traces)
+        assert expected is not None
+        assert main([*calibrate, "--certificate", str(path), "--json"]) == 0
+        got = capsys.readouterr()
+        assert json.loads(got.out)["ranking"] == json.loads(json.dumps(expected.to_dict()))
+        assert ("ranks these answers worse than a single score" in got.err) is expected.weaker
+        assert main([*calibrate, "--certificate", str(path)]) == 0
+        assert f"  ranking          {expected.line()}\n" in capsys.readouterr().out
+    assert expected.weaker and expected.statistic_auroc < 0.5  # the backwards one
+    assert f"calibrate --score {expected.best_single}" in expected.warning()
