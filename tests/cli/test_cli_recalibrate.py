@@ -26,6 +26,17 @@ NQ = str(FIXTURES / "traces_gemma3_nq_sample.jsonl")
 TQ = str(FIXTURES / "traces_gemma3_sample.jsonl")
 
 
+def _mbpp_halves(tmp_path: Path) -> tuple[Path, Path]:
+    """The first 60 of the committed MBPP answers to fit on and the next 60, as files."""
+    committed = ROOT / "benchmarks" / "traces" / "mbpp_qwen25coder.jsonl.xz"
+    with lzma.open(committed, "rt", encoding="utf-8") as f:
+        lines = [next(f) for _ in range(120)]
+    fit_on, other = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    fit_on.write_text("".join(lines[:60]), encoding="utf-8")
+    other.write_text("".join(lines[60:]), encoding="utf-8")
+    return fit_on, other
+
+
 @pytest.fixture
 def fitted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     out = tmp_path / "fitted.json"
@@ -288,14 +299,7 @@ def test_calibrate_and_eval_report_one_auroc_for_one_statistic_on_one_file(
     which early verdicts also move: on these long answers the two rank differently), so
     they print the same AUROC. Fitted on 60 of the committed MBPP answers, calibrated and
     evaluated on the next 60."""
-    import lzma
-
-    committed = Path(__file__).parents[2] / "benchmarks/traces/mbpp_qwen25coder.jsonl.xz"
-    with lzma.open(committed, "rt", encoding="utf-8") as f:
-        lines = [next(f) for _ in range(120)]
-    fit_on, other = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    fit_on.write_text("".join(lines[:60]), encoding="utf-8")
-    other.write_text("".join(lines[60:]), encoding="utf-8")
+    fit_on, other = _mbpp_halves(tmp_path)
     cert = tmp_path / "fitted.json"
     args = ["--risk", "0.9", "--delta", "0.3"]
     fit = ["fit", "--traces", str(fit_on), "--group", "api", "--fit-fraction", "1"]
@@ -367,12 +371,7 @@ def test_calibrate_says_when_a_single_score_ranks_these_answers_better(
     from guardrail.evaluate import ranking_check
     from guardrail.fitting import replay_fitted
 
-    committed = ROOT / "benchmarks" / "traces" / "mbpp_qwen25coder.jsonl.xz"
-    with lzma.open(committed, "rt", encoding="utf-8") as f:
-        lines = [next(f) for _ in range(120)]
-    fit_on, other = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    fit_on.write_text("".join(lines[:60]), encoding="utf-8")
-    other.write_text("".join(lines[60:]), encoding="utf-8")
+    fit_on, other = _mbpp_halves(tmp_path)
     cert = tmp_path / "fitted.json"
     fit = ["fit", "--traces", str(fit_on), "--group", "api", "--fit-fraction", "1",
            "--early-block", "None", "--risk", "0.9", "--delta", "0.3"]  # fmt: skip
