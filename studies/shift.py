@@ -27,6 +27,10 @@ Shifts (source -> target):
   MBPP, TriviaQA -> GSM8K): a certificate fitted where labels are cheap, run where
   answers are long. Those traces are not in the repository; the study needs them
   (``--docs-only`` does not).
+- *task source*: fit on all the MBPP answers, test on the same model's answers to
+  HumanEval's 164 tasks (``benchmarks/traces/humaneval_qwen25coder/``, made from
+  ``python -m studies.humaneval_tasks``' rows): code tasks written by other people, a
+  signature and docstring to complete, answers a few times as long.
 - *prompt style*: the same model asked, for the first MBPP tasks, for documented code
   (type hints, a docstring, a comment on each step) instead of the bare code block
   (``benchmarks/traces/mbpp_qwen25coder_documented/``, about ten times as long); fit on
@@ -76,6 +80,14 @@ reach): the traffic a deployment has seen before it calibrates. Both are calibra
 tested on that half as above (50 splits of it); the table gives the coverage and the
 share of a blocked answer read, per half.
 
+*The ranking warning* (``liftguard calibrate --certificate`` warns when a single score ranks
+the calibration answers better than the certificate's statistic by over 0.01:
+:func:`guardrail.evaluate.ranking_check`): over :data:`SPLITS` random halves of the target
+(seeded :data:`WARNING_SEED`), whether the check on one half (what a user calibrating on
+it would read) warns, and on the other half the certificate's AUROC minus that of the
+single score the check named, warned or not: a warning is right where that difference
+is below 0 (:func:`warnings_on_halves`).
+
 The criterion (issue 50's "done when"), per fitted row: its AUROC at least the best single
 score's minus 0.01, and its coverage at each target risk at least the best single
 score's (the single score that covers the most there) minus 1 point; and a blocked answer
@@ -96,7 +108,7 @@ import numpy as np
 import numpy.typing as npt
 
 from guardrail import Certificate
-from guardrail.evaluate import MethodScores, auroc, evaluate_methods, fitted_method
+from guardrail.evaluate import MethodScores, auroc, evaluate_methods, fitted_method, ranking_check
 from guardrail.fitting import Feature, FitOptions, block_margins, fit_certificate
 from guardrail.traces import BASELINES, Trace, baseline_score, parse_trace_lines, read_traces
 from studies.tables import page_main
@@ -114,12 +126,19 @@ SHORT = ROOT.parent / "shared" / "data" / "traces" / "triviaqa_qwen25coder.jsonl
 STYLED = ROOT / "benchmarks" / "traces" / "mbpp_qwen25coder_documented"
 """The same model's answers to the first MBPP tasks, asked for documented code: the
 prompt-style target."""
+OTHER_CODE = ROOT / "benchmarks" / "traces" / "humaneval_qwen25coder"
+"""The same model's answers to HumanEval's tasks: the task-source target."""
 MAX_TOKENS = 512
 """The token limit both sets of answers were generated with."""
 SEED, SPLIT_SEED, SPLITS, DELTA, BOOTSTRAP = 0, 7, 50, 0.05, 1000
-RISKS = {"MBPP": (0.3,), "GSM8K": (0.2, 0.3), "MBPP, documented": (0.3, 0.4)}
-"""The target risks per target task (the documented code's also 0.4: with half of its 160
-answers to calibrate on, every score refuses 0.3)."""
+RISKS = {
+    "MBPP": (0.3,),
+    "GSM8K": (0.2, 0.3),
+    "MBPP, documented": (0.3, 0.4),
+    "HumanEval": (0.3, 0.4),
+}
+"""The target risks per target task (the documented code's and HumanEval's also 0.4: with
+half of their 160-odd answers to calibrate on, 0.3 leaves little room)."""
 AUROC_SLACK, COVERAGE_SLACK = 0.01, 0.01
 BLOCKED_READ_LIMIT = 0.5
 """The criterion on early blocks: a blocked answer read for at most this share of its
@@ -155,6 +174,8 @@ TRAFFIC = "margins from the other half's answers"
 TRAFFIC_QUANTILE = 0.95
 """``liftguard calibrate --margins-from``'s default quantile (``TRAFFIC_EARLY_BLOCK``: a
 test keeps the two equal)."""
+WARNING_SEED = 2
+"""The permutations of the target that the ranking-warning rows split it by."""
 TRAFFIC_SEED = 1
 """The permutation that splits a target in the halves of the traffic-margin rows."""
 FLAT_TAIL = "certificate (flat-tail margins)"
@@ -197,11 +218,13 @@ def shifts(
     data: dict[str, list[Trace]],
     short_answers: list[Trace] | None = None,
     styled: list[Trace] | None = None,
+    other_code: list[Trace] | None = None,
 ) -> list[tuple[str, str, str, list[Trace], list[Trace]]]:
     """``(kind, name, target task, source, target)`` for every shift; with the
     ``short_answers`` (TriviaQA's), the shifts from them to each task too; with the
     ``styled`` answers (MBPP tasks asked for documented code), the shift to them from the
-    MBPP answers of the other tasks."""
+    MBPP answers of the other tasks; with ``other_code`` (HumanEval's), the shift to it
+    from all the MBPP answers."""
     out = []
     for task, traces in data.items():
         a, b = random_halves(len(traces))
@@ -215,14 +238,17 @@ def shifts(
     (t1, x1), (t2, x2) = data.items()
     out.append(("task family", f"{t1} -> {t2}", t2, x1, x2))
     out.append(("task family", f"{t2} -> {t1}", t1, x2, x1))
-    for task, traces in data.items() if short_answers is not None else ():
-        out.append(("short answers to long", f"TriviaQA -> {task}", task, short_answers,
-                    traces))  # fmt: skip
+    for task, traces in data.items():
+        if short_answers is not None:
+            out.append(("short answers to long", f"TriviaQA -> {task}", task, short_answers,
+                        traces))  # fmt: skip
     if styled is not None:
         asked = {t.id for t in styled}
         others = [t for t in data["MBPP"] if t.id not in asked]
         out.append(("prompt style", "MBPP, other tasks -> MBPP, documented code",
                     "MBPP, documented", others, styled))  # fmt: skip
+    if other_code is not None:
+        out.append(("task source", "MBPP -> HumanEval", "HumanEval", data["MBPP"], other_code))
     return out
 
 
@@ -312,10 +338,13 @@ def measure(
                      for r in cov)  # fmt: skip
         entry["meets"] = {"auroc": bool(auc_ok), "coverage": bool(cov_ok)}
     assert default is not None
+    progress(f"{name}: ranking warning")
+    warning = warnings_on_halves(fitted[0].final, target)
     progress(f"{name}: margins from traffic")
     traffic = traffic_margins(default, target, risks)
     return {
         "kind": kind, "name": name, "target_task": task, "traffic": traffic,
+        "warning": warning,
         "n_source": len(source), "n_target": len(target), "target_correct": float(ok.mean()),
         "source_tokens_median": float(np.median([t.n_tokens for t in source])),
         "target_tokens_median": float(np.median([t.n_tokens for t in target])),
@@ -359,6 +388,34 @@ def traffic_margins(
     return out
 
 
+def warnings_on_halves(final: npt.NDArray[np.float64], target: list[Trace]) -> dict[str, Any]:
+    """Would ``calibrate --certificate`` on half of ``target`` warn that a single score ranks
+    better, and would that score rank the other half better? Over :data:`SPLITS`
+    permutations seeded :data:`WARNING_SEED` (the first half calibrates): how many warned,
+    and the certificate's AUROC (``final``, aligned with ``target``) minus the named
+    score's on the other half, per split, warned and not."""
+    ok = np.array([bool(t.correct) for t in target])
+    singles = {m.name: m.final for m in single_scores(target)}
+    rng = np.random.default_rng(WARNING_SEED)
+    warned: list[float] = []
+    quiet: list[float] = []
+    for _ in range(SPLITS):
+        perm = rng.permutation(ok.size)
+        cal, test = perm[: ok.size // 2], perm[ok.size // 2 :]
+        check = ranking_check(final[cal], [target[i] for i in cal], replicates=20)
+        if check is None:  # one class on the calibration half
+            continue
+        named = singles[check.best_single]
+        gap = auroc(final[test], ok[test]) - auroc(named[test], ok[test])
+        (warned if check.weaker else quiet).append(gap)
+    return {
+        "splits": SPLITS, "warned": len(warned), "quiet": len(quiet),
+        "right": sum(g < 0 for g in warned),
+        "gap_warned": float(np.mean(warned)) if warned else None,
+        "gap_quiet": float(np.mean(quiet)) if quiet else None,
+    }  # fmt: skip
+
+
 def read_floor(method: MethodScores, coverage: float) -> float | None:
     """The least mean share of a blocked answer any early-block margins (>= 0) could read,
     at the tau showing ``coverage`` of the target: a block needs the score below tau, so an
@@ -387,7 +444,8 @@ def run() -> dict[str, Any]:
         raise SystemExit(f"the short-answer shifts need the shared TriviaQA traces ({SHORT}); "
                          "--docs-only rewrites the page from the saved run")  # fmt: skip
     data = {task: read(path) for task, path in TRACES.items()}
-    todo = shifts(data, read_traces(SHORT), read(STYLED) if STYLED.exists() else None)
+    todo = shifts(data, read_traces(SHORT), read(STYLED) if STYLED.exists() else None,
+                  read(OTHER_CODE) if OTHER_CODE.exists() else None)  # fmt: skip
     rows = []
     with tqdm(total=len(todo), unit="shift", disable=quiet) as bar:
         for kind, name, task, source, target in todo:
@@ -400,7 +458,7 @@ def run() -> dict[str, Any]:
         "delta": DELTA, "bootstrap": BOOTSTRAP, "max_tokens": MAX_TOKENS,
         "auroc_slack": AUROC_SLACK, "coverage_slack": COVERAGE_SLACK,
         "blocked_read_limit": BLOCKED_READ_LIMIT, "traffic_quantile": TRAFFIC_QUANTILE,
-        "traffic_seed": TRAFFIC_SEED, "shifts": rows,
+        "traffic_seed": TRAFFIC_SEED, "warning_seed": WARNING_SEED, "shifts": rows,
     }  # fmt: skip
 
 
@@ -462,6 +520,7 @@ def render(saved: dict[str, Any]) -> str:
                          f"| {_pct(be['coverage'][r])} ({be['refused'][r]}) |")  # fmt: skip
     lines += _blocked_lines(saved, rows)
     lines += _traffic_lines(saved)
+    lines += _warning_lines(saved)
     lines += [
         "",
         "AUROC on the target of every score (95% bootstrap interval):",
@@ -545,6 +604,36 @@ def _traffic_lines(saved: dict[str, Any]) -> list[str]:
                                  + ("-" if mean is None else _yes(mean <= limit)))  # fmt: skip
                 lines.append(f"| {s['name']} | {r} | {half} ({h['n']}) | "
                              + " | ".join(cells) + " |")  # fmt: skip
+    return lines
+
+
+def _warning_lines(saved: dict[str, Any]) -> list[str]:
+    """How often ``calibrate --certificate`` on half the target warns, and whether rightly."""
+    if not all("warning" in s for s in saved["shifts"]):
+        return []
+    lines = [
+        "",
+        "The ranking warning (`liftguard calibrate --certificate` warns when a single score "
+        "ranks the calibration answers better than the certificate's statistic by over 0.01): "
+        f"over {saved['splits']} random halves of the target (a permutation seeded "
+        f"{saved['warning_seed']}), how often the check on one half warns, and on the other "
+        "half the certificate's AUROC minus that of the single score the check named, mean "
+        "over the splits that warned and over those that did not; a warning is right where "
+        "that difference is below 0:",
+        "",
+        "| fitted on -> tested on | warned | right | AUROC difference where warned "
+        "| where not warned |",
+        "|---|---:|---:|---:|---:|",
+    ]  # fmt: skip
+    for s in saved["shifts"]:
+        w = s["warning"]
+
+        def gap(x: float | None) -> str:
+            return "-" if x is None else f"{x:+.3f}"
+
+        lines.append(f"| {s['name']} | {w['warned']} of {w['warned'] + w['quiet']} "
+                     f"| {w['right']} of {w['warned']} | {gap(w['gap_warned'])} "
+                     f"| {gap(w['gap_quiet'])} |")  # fmt: skip
     return lines
 
 

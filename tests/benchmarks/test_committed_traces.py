@@ -29,6 +29,7 @@ def _lines(*paths: Path) -> list[dict[str, Any]]:
 MBPP = _lines(TRACES / "mbpp_qwen25coder.jsonl.xz")
 PARTS = sorted((TRACES / "gsm8k_qwen25coder").glob("part-*.jsonl.xz"))
 GSM8K = _lines(*PARTS)
+HUMANEVAL = _lines(*sorted((TRACES / "humaneval_qwen25coder").glob("part-*.jsonl.xz")))
 
 
 def _tasks(name: str) -> dict[str, dict[str, Any]]:
@@ -38,7 +39,9 @@ def _tasks(name: str) -> dict[str, dict[str, Any]]:
     return {row["id"]: row for row in map(json.loads, path.read_text("utf-8").splitlines())}
 
 
-@pytest.mark.parametrize(("rows", "rule"), [(MBPP, "check:code"), (GSM8K, "check:number")])
+@pytest.mark.parametrize(
+    ("rows", "rule"), [(MBPP, "check:code"), (GSM8K, "check:number"), (HUMANEVAL, "check:code")]
+)
 def test_every_line_is_a_whole_trace_with_the_tasks_fields(
     rows: list[dict[str, Any]], rule: str
 ) -> None:
@@ -69,3 +72,19 @@ def test_a_sample_of_mbpp_labels_is_what_running_the_tests_gives() -> None:
     assert [row["id"] for row in MBPP] == list(tasks)  # all 500, in the file's order
     for row in MBPP[::50]:
         assert check_code(row["answer"], tasks[row["id"]]) is row["correct"], row["id"]
+
+
+def test_the_humaneval_traces_answer_every_task_in_order_labelled_by_its_check() -> None:
+    """All 164 tasks, in parts of 50; the labels of the tasks in the committed HumanEval
+    sample are what HumanEval's own check gives the answer, converted as the traces README
+    says (``studies/humaneval_tasks.py``)."""
+    from studies.humaneval_tasks import convert, read_humaneval
+
+    assert [row["id"] for row in HUMANEVAL] == [f"humaneval-{i}" for i in range(164)]
+    assert all(row["dataset"] == "humaneval" for row in HUMANEVAL)
+    by_id = {row["id"]: row for row in HUMANEVAL}
+    sample = ROOT / "tests" / "fixtures" / "humaneval_sample.jsonl"
+    for task in map(convert, read_humaneval(sample)):
+        row = by_id[task["id"]]
+        assert row["references"] == task["test_list"]
+        assert check_code(row["answer"], task) is row["correct"], row["id"]

@@ -36,8 +36,9 @@ def test_the_page_is_the_saved_run() -> None:
         "task family",
         "short answers to long",
         "prompt style",
+        "task source",
     }
-    assert len(saved["shifts"]) == 11
+    assert len(saved["shifts"]) == 12
     for s in saved["shifts"]:
         assert s["risks"] == [f"{r:g}" for r in study.RISKS[s["target_task"]]]
         assert set(s["methods"]) == set(study.VARIANTS) | set(study.MARGIN_VARIANTS) | set(
@@ -147,3 +148,37 @@ def test_the_prompt_style_shift_fits_on_the_other_tasks_only() -> None:
     assert not asked & {t.id for t in source}
     assert len(source) == len(plain) - len(asked & {t.id for t in plain})
     assert [s for s in study.shifts(data, None, None) if s[0] == "prompt style"] == []
+
+
+def test_the_task_source_shift_fits_on_every_mbpp_answer() -> None:
+    """HumanEval's answers are tested against the certificate fitted on all 500 MBPP
+    answers; they are code, labelled by running HumanEval's own tests."""
+    other = study.read(study.OTHER_CODE)
+    assert len(other) == 164 and all(t.dataset == "humaneval" for t in other)
+    assert all(t.correct is not None for t in other)
+    assert all(t.references[-1].splitlines()[-1].startswith("check(") for t in other)
+    plain = study.read(study.TRACES["MBPP"])
+    data = {"MBPP": plain, "GSM8K": plain[:10]}
+    (entry,) = [s for s in study.shifts(data, None, None, other) if s[0] == "task source"]
+    assert entry[1:3] == ("MBPP -> HumanEval", "HumanEval")
+    assert entry[3] is plain and entry[4] is other
+    assert [s for s in study.shifts(data) if s[0] == "task source"] == []
+
+
+def test_the_ranking_warning_rows_count_the_halves_that_warned() -> None:
+    saved, written = _saved(), study.PAGE.read_text(encoding="utf-8")
+    assert saved["warning_seed"] == study.WARNING_SEED
+    for s in saved["shifts"]:
+        w = s["warning"]
+        assert w["splits"] == saved["splits"] >= w["warned"] + w["quiet"]
+        assert 0 <= w["right"] <= w["warned"]
+        assert (w["gap_warned"] is None) == (w["warned"] == 0)
+        assert f"| {s['name']} | {w['warned']} of {w['warned'] + w['quiet']} |" in written
+
+
+def test_a_statistic_that_ranks_backwards_is_warned_of_and_rightly() -> None:
+    traces = study.read(study.TRACES["MBPP"])[:120]
+    nll = np.array([t.logprobs.sum() for t in traces])
+    backwards = study.warnings_on_halves(-nll, traces)
+    assert backwards["warned"] == backwards["right"] == study.SPLITS
+    assert backwards["gap_warned"] < -0.2 and backwards["gap_quiet"] is None
