@@ -53,7 +53,7 @@ class RankingCheck:
         A point difference would not do: the best of ten single scores, chosen on a few
         hundred answers, beats a fixed statistic by chance; ``python -m studies.shift``
         counts how often each rule warns on half of a shifted target, and how often the
-        named score then ranks the other half better."""
+        named score ranks the whole target better."""
         return self.difference[1] < 0.0
 
     def line(self) -> str:

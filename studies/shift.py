@@ -34,7 +34,10 @@ Shifts (source -> target):
 - *prompt style*: the same model asked, for the first MBPP tasks, for documented code
   (type hints, a docstring, a comment on each step) instead of the bare code block
   (``benchmarks/traces/mbpp_qwen25coder_documented/``, about ten times as long); fit on
-  the plain answers to the other MBPP tasks, test on the documented ones.
+  the plain answers to the other MBPP tasks, test on the documented ones. Likewise, where
+  its traces are there, GSM8K's first questions asked to be brief
+  (``benchmarks/traces/gsm8k_qwen25coder_concise/``), fitted on the step-by-step answers
+  to the other questions (:data:`STYLES`).
 
 A second fitted row, ``certificate (unclamped features)``, is the default fit with
 ``FitOptions(clamp_features=False)``: its answer-level features are not held to the
@@ -81,12 +84,17 @@ tested on that half as above (50 splits of it); the table gives the coverage and
 share of a blocked answer read, per half.
 
 *The ranking warning* (``liftguard calibrate --certificate`` warns when a single score ranks
-the calibration answers better than the certificate's statistic by over 0.01:
-:func:`guardrail.evaluate.ranking_check`): over :data:`SPLITS` random halves of the target
-(seeded :data:`WARNING_SEED`), whether the check on one half (what a user calibrating on
-it would read) warns, and on the other half the certificate's AUROC minus that of the
-single score the check named, warned or not: a warning is right where that difference
-is below 0 (:func:`warnings_on_halves`).
+the calibration answers better than the certificate's statistic beyond what resampling
+explains: :func:`guardrail.evaluate.ranking_check`): over :data:`SPLITS` random halves of
+the target (seeded :data:`WARNING_SEED`), whether the check on one half (what a user
+calibrating on it would read) warns, and the certificate's AUROC minus that of the single
+score the check named on all the target's answers, warned or not: a warning is right where
+that difference is below 0 (:func:`warnings_on_halves`). All the answers, the checked half
+included, give the best estimate of the difference on answers like these; the other half
+alone would count against the warning, since two halves of one set are complements (a
+half where the certificate looks worse leaves one where it looks better). Beside it, the
+same for the point rule it replaced (warn when the best single score's AUROC is above the
+statistic's by over 0.01).
 
 The criterion (issue 50's "done when"), per fitted row: its AUROC at least the best single
 score's minus 0.01, and its coverage at each target risk at least the best single
@@ -123,9 +131,15 @@ TRACES = {
 }
 SHORT = ROOT.parent / "shared" / "data" / "traces" / "triviaqa_qwen25coder.jsonl"
 """The same model's answers to TriviaQA questions: the short-answer source."""
-STYLED = ROOT / "benchmarks" / "traces" / "mbpp_qwen25coder_documented"
-"""The same model's answers to the first MBPP tasks, asked for documented code: the
-prompt-style target."""
+STYLES = {
+    "MBPP": ("other tasks", "documented code", "MBPP, documented",
+             ROOT / "benchmarks" / "traces" / "mbpp_qwen25coder_documented"),
+    "GSM8K": ("other questions", "concise", "GSM8K, concise",
+              ROOT / "benchmarks" / "traces" / "gsm8k_qwen25coder_concise"),
+}  # fmt: skip
+"""The prompt-style targets per task: ``(the source's other items, the style, the target
+task, the folder)``: the same model's answers to the first MBPP tasks asked for documented
+code, and to the first GSM8K questions asked to be brief."""
 OTHER_CODE = ROOT / "benchmarks" / "traces" / "humaneval_qwen25coder"
 """The same model's answers to HumanEval's tasks: the task-source target."""
 MAX_TOKENS = 512
@@ -136,9 +150,11 @@ RISKS = {
     "GSM8K": (0.2, 0.3),
     "MBPP, documented": (0.3, 0.4),
     "HumanEval": (0.3, 0.4),
+    "GSM8K, concise": (0.5, 0.6),
 }
 """The target risks per target task (the documented code's and HumanEval's also 0.4: with
-half of their 160-odd answers to calibrate on, 0.3 leaves little room)."""
+half of their 160-odd answers to calibrate on, 0.3 leaves little room; the concise GSM8K
+answers are wrong on four in five, so 0.5 and 0.6)."""
 AUROC_SLACK, COVERAGE_SLACK = 0.01, 0.01
 BLOCKED_READ_LIMIT = 0.5
 """The criterion on early blocks: a blocked answer read for at most this share of its
@@ -176,6 +192,8 @@ TRAFFIC_QUANTILE = 0.95
 test keeps the two equal)."""
 WARNING_SEED = 2
 """The permutations of the target that the ranking-warning rows split it by."""
+WARNING_REPLICATES = 200
+"""The bootstrap resamples of each half's ranking check (``calibrate`` draws 1,000)."""
 TRAFFIC_SEED = 1
 """The permutation that splits a target in the halves of the traffic-margin rows."""
 FLAT_TAIL = "certificate (flat-tail margins)"
@@ -217,14 +235,14 @@ def length_halves(lengths: Sequence[int], seed: int = SEED) -> tuple[IntArray, I
 def shifts(
     data: dict[str, list[Trace]],
     short_answers: list[Trace] | None = None,
-    styled: list[Trace] | None = None,
+    styled: dict[str, list[Trace]] | None = None,
     other_code: list[Trace] | None = None,
 ) -> list[tuple[str, str, str, list[Trace], list[Trace]]]:
     """``(kind, name, target task, source, target)`` for every shift; with the
     ``short_answers`` (TriviaQA's), the shifts from them to each task too; with the
-    ``styled`` answers (MBPP tasks asked for documented code), the shift to them from the
-    MBPP answers of the other tasks; with ``other_code`` (HumanEval's), the shift to it
-    from all the MBPP answers."""
+    ``styled`` answers per task (:data:`STYLES`), the shift to them from that task's answers
+    to the other items; with ``other_code`` (HumanEval's), the shift to it from all the
+    MBPP answers."""
     out = []
     for task, traces in data.items():
         a, b = random_halves(len(traces))
@@ -242,11 +260,12 @@ def shifts(
         if short_answers is not None:
             out.append(("short answers to long", f"TriviaQA -> {task}", task, short_answers,
                         traces))  # fmt: skip
-    if styled is not None:
-        asked = {t.id for t in styled}
-        others = [t for t in data["MBPP"] if t.id not in asked]
-        out.append(("prompt style", "MBPP, other tasks -> MBPP, documented code",
-                    "MBPP, documented", others, styled))  # fmt: skip
+    for task, answers in (styled or {}).items():
+        items, style, target_task, _ = STYLES[task]
+        asked = {t.id for t in answers}
+        others = [t for t in data[task] if t.id not in asked]
+        out.append(("prompt style", f"{task}, {items} -> {task}, {style}", target_task,
+                    others, answers))  # fmt: skip
     if other_code is not None:
         out.append(("task source", "MBPP -> HumanEval", "HumanEval", data["MBPP"], other_code))
     return out
@@ -390,30 +409,33 @@ def traffic_margins(
 
 def warnings_on_halves(final: npt.NDArray[np.float64], target: list[Trace]) -> dict[str, Any]:
     """Would ``calibrate --certificate`` on half of ``target`` warn that a single score ranks
-    better, and would that score rank the other half better? Over :data:`SPLITS`
-    permutations seeded :data:`WARNING_SEED` (the first half calibrates): how many warned,
+    better, and does that score rank the whole target better? Over :data:`SPLITS`
+    permutations seeded :data:`WARNING_SEED` (the first half is checked): how many warned,
     and the certificate's AUROC (``final``, aligned with ``target``) minus the named
-    score's on the other half, per split, warned and not."""
+    score's on all of ``target``, per split, warned and not."""
     ok = np.array([bool(t.correct) for t in target])
     singles = {m.name: m.final for m in single_scores(target)}
     rng = np.random.default_rng(WARNING_SEED)
-    warned: list[float] = []
-    quiet: list[float] = []
+    gaps: dict[str, tuple[list[float], list[float]]] = {"interval": ([], []), "point": ([], [])}
     for _ in range(SPLITS):
         perm = rng.permutation(ok.size)
-        cal, test = perm[: ok.size // 2], perm[ok.size // 2 :]
-        check = ranking_check(final[cal], [target[i] for i in cal], replicates=20)
-        if check is None:  # one class on the calibration half
+        cal = perm[: ok.size // 2]
+        check = ranking_check(final[cal], [target[i] for i in cal],
+                              replicates=WARNING_REPLICATES)  # fmt: skip
+        if check is None:  # one class on the checked half
             continue
-        named = singles[check.best_single]
-        gap = auroc(final[test], ok[test]) - auroc(named[test], ok[test])
-        (warned if check.weaker else quiet).append(gap)
-    return {
-        "splits": SPLITS, "warned": len(warned), "quiet": len(quiet),
-        "right": sum(g < 0 for g in warned),
-        "gap_warned": float(np.mean(warned)) if warned else None,
-        "gap_quiet": float(np.mean(quiet)) if quiet else None,
-    }  # fmt: skip
+        gap = auroc(final, ok) - auroc(singles[check.best_single], ok)
+        point = check.statistic_auroc < check.single_auroc - AUROC_SLACK
+        for rule, warns in (("interval", check.weaker), ("point", point)):
+            gaps[rule][0 if warns else 1].append(gap)
+    out: dict[str, Any] = {"splits": SPLITS}
+    for rule, (warned, quiet) in gaps.items():
+        out[rule] = {
+            "warned": len(warned), "quiet": len(quiet), "right": sum(g < 0 for g in warned),
+            "gap_warned": float(np.mean(warned)) if warned else None,
+            "gap_quiet": float(np.mean(quiet)) if quiet else None,
+        }  # fmt: skip
+    return out
 
 
 def read_floor(method: MethodScores, coverage: float) -> float | None:
@@ -444,7 +466,8 @@ def run() -> dict[str, Any]:
         raise SystemExit(f"the short-answer shifts need the shared TriviaQA traces ({SHORT}); "
                          "--docs-only rewrites the page from the saved run")  # fmt: skip
     data = {task: read(path) for task, path in TRACES.items()}
-    todo = shifts(data, read_traces(SHORT), read(STYLED) if STYLED.exists() else None,
+    styled = {task: read(style[3]) for task, style in STYLES.items() if style[3].exists()}
+    todo = shifts(data, read_traces(SHORT), styled,
                   read(OTHER_CODE) if OTHER_CODE.exists() else None)  # fmt: skip
     rows = []
     with tqdm(total=len(todo), unit="shift", disable=quiet) as bar:
@@ -614,26 +637,29 @@ def _warning_lines(saved: dict[str, Any]) -> list[str]:
     lines = [
         "",
         "The ranking warning (`liftguard calibrate --certificate` warns when a single score "
-        "ranks the calibration answers better than the certificate's statistic by over 0.01): "
-        f"over {saved['splits']} random halves of the target (a permutation seeded "
-        f"{saved['warning_seed']}), how often the check on one half warns, and on the other "
-        "half the certificate's AUROC minus that of the single score the check named, mean "
-        "over the splits that warned and over those that did not; a warning is right where "
-        "that difference is below 0:",
+        "ranks the calibration answers better than the certificate's statistic: the whole "
+        "95% bootstrap interval of the difference below 0, the best single score chosen anew "
+        "in each resample), beside the point rule (the best single score's AUROC above the "
+        f"statistic's by over 0.01): over {saved['splits']} random halves of the target (a "
+        f"permutation seeded {saved['warning_seed']}), how often the check on one half warns, "
+        "and the certificate's AUROC minus that of the single score the check named, on all "
+        "the target's answers, mean over the halves that warned and over those that did not; "
+        "a warning is right where that difference is below 0:",
         "",
         "| fitted on -> tested on | warned | right | AUROC difference where warned "
-        "| where not warned |",
-        "|---|---:|---:|---:|---:|",
+        "| where not | point rule: warned | right | difference where warned |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]  # fmt: skip
+
+    def gap(x: float | None) -> str:
+        return "-" if x is None else f"{x:+.3f}"
+
     for s in saved["shifts"]:
-        w = s["warning"]
-
-        def gap(x: float | None) -> str:
-            return "-" if x is None else f"{x:+.3f}"
-
+        w, p = s["warning"]["interval"], s["warning"]["point"]
         lines.append(f"| {s['name']} | {w['warned']} of {w['warned'] + w['quiet']} "
                      f"| {w['right']} of {w['warned']} | {gap(w['gap_warned'])} "
-                     f"| {gap(w['gap_quiet'])} |")  # fmt: skip
+                     f"| {gap(w['gap_quiet'])} | {p['warned']} | {p['right']} "
+                     f"| {gap(p['gap_warned'])} |")  # fmt: skip
     return lines
 
 

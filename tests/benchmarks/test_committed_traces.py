@@ -29,6 +29,7 @@ def _lines(*paths: Path) -> list[dict[str, Any]]:
 MBPP = _lines(TRACES / "mbpp_qwen25coder.jsonl.xz")
 PARTS = sorted((TRACES / "gsm8k_qwen25coder").glob("part-*.jsonl.xz"))
 GSM8K = _lines(*PARTS)
+CONCISE = _lines(*sorted((TRACES / "gsm8k_qwen25coder_concise").glob("part-*.jsonl.xz")))
 HUMANEVAL = _lines(*sorted((TRACES / "humaneval_qwen25coder").glob("part-*.jsonl.xz")))
 
 
@@ -40,8 +41,10 @@ def _tasks(name: str) -> dict[str, dict[str, Any]]:
 
 
 @pytest.mark.parametrize(
-    ("rows", "rule"), [(MBPP, "check:code"), (GSM8K, "check:number"), (HUMANEVAL, "check:code")]
-)
+    ("rows", "rule"),
+    [(MBPP, "check:code"), (GSM8K, "check:number"), (HUMANEVAL, "check:code"),
+     (CONCISE, "check:number")],
+)  # fmt: skip
 def test_every_line_is_a_whole_trace_with_the_tasks_fields(
     rows: list[dict[str, Any]], rule: str
 ) -> None:
@@ -63,7 +66,8 @@ def test_the_gsm8k_parts_hold_100_questions_each_in_order() -> None:
 
 def test_every_gsm8k_label_is_its_final_number_check() -> None:
     tasks = _tasks("gsm8k_first600.jsonl")
-    for row in GSM8K:
+    assert [row["id"] for row in CONCISE] == [f"gsm8k-{i}" for i in range(160)]
+    for row in [*GSM8K, *CONCISE]:
         assert check_number(row["answer"], tasks[row["id"]]) is row["correct"], row["id"]
 
 

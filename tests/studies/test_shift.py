@@ -38,7 +38,7 @@ def test_the_page_is_the_saved_run() -> None:
         "prompt style",
         "task source",
     }
-    assert len(saved["shifts"]) == 12
+    assert len(saved["shifts"]) == 13
     for s in saved["shifts"]:
         assert s["risks"] == [f"{r:g}" for r in study.RISKS[s["target_task"]]]
         assert set(s["methods"]) == set(study.VARIANTS) | set(study.MARGIN_VARIANTS) | set(
@@ -134,19 +134,21 @@ def test_the_traffic_rows_set_margins_as_calibrate_does() -> None:
                 assert set(m["coverage"]) == set(s["risks"])
 
 
-def test_the_prompt_style_shift_fits_on_the_other_tasks_only() -> None:
-    """The documented answers are tested against a certificate fitted on the plain answers
-    to the MBPP tasks they do not answer: no task is on both sides, and every plain answer
-    to another task is in the source."""
-    plain, styled = study.read(study.TRACES["MBPP"]), study.read(study.STYLED)
-    assert styled and all(t.dataset == "mbpp" and t.correct is not None for t in styled)
-    data = {"MBPP": plain, "GSM8K": plain[:10]}
-    (entry,) = [s for s in study.shifts(data, None, styled) if s[0] == "prompt style"]
-    _, _, task, source, target = entry
-    assert task == "MBPP, documented" and target == styled
-    asked = {t.id for t in styled}
-    assert not asked & {t.id for t in source}
-    assert len(source) == len(plain) - len(asked & {t.id for t in plain})
+def test_the_prompt_style_shifts_fit_on_the_other_items_only() -> None:
+    """The documented code and the concise GSM8K answers are each tested against a
+    certificate fitted on the usual answers to the items they do not answer: no item is
+    on both sides, and every usual answer to another item is in the source."""
+    data = {task: study.read(path) for task, path in study.TRACES.items()}
+    styled = {task: study.read(style[3]) for task, style in study.STYLES.items()}
+    entries = [s for s in study.shifts(data, None, styled) if s[0] == "prompt style"]
+    assert [e[2] for e in entries] == ["MBPP, documented", "GSM8K, concise"]
+    for (task, answers), (_, _, _, source, target) in zip(styled.items(), entries, strict=True):
+        dataset = task.lower()
+        assert answers and all(t.dataset == dataset and t.correct is not None for t in answers)
+        assert target == answers
+        asked = {t.id for t in answers}
+        assert not asked & {t.id for t in source}
+        assert len(source) == len(data[task]) - len(asked & {t.id for t in data[task]})
     assert [s for s in study.shifts(data, None, None) if s[0] == "prompt style"] == []
 
 
@@ -169,10 +171,13 @@ def test_the_ranking_warning_rows_count_the_halves_that_warned() -> None:
     saved, written = _saved(), study.PAGE.read_text(encoding="utf-8")
     assert saved["warning_seed"] == study.WARNING_SEED
     for s in saved["shifts"]:
-        w = s["warning"]
-        assert w["splits"] == saved["splits"] >= w["warned"] + w["quiet"]
-        assert 0 <= w["right"] <= w["warned"]
-        assert (w["gap_warned"] is None) == (w["warned"] == 0)
+        assert s["warning"]["splits"] == saved["splits"]
+        for rule in ("interval", "point"):
+            w = s["warning"][rule]
+            assert saved["splits"] >= w["warned"] + w["quiet"]
+            assert 0 <= w["right"] <= w["warned"]
+            assert (w["gap_warned"] is None) == (w["warned"] == 0)
+        w = s["warning"]["interval"]
         assert f"| {s['name']} | {w['warned']} of {w['warned'] + w['quiet']} |" in written
 
 
@@ -180,5 +185,7 @@ def test_a_statistic_that_ranks_backwards_is_warned_of_and_rightly() -> None:
     traces = study.read(study.TRACES["MBPP"])[:120]
     nll = np.array([t.logprobs.sum() for t in traces])
     backwards = study.warnings_on_halves(-nll, traces)
-    assert backwards["warned"] == backwards["right"] == study.SPLITS
-    assert backwards["gap_warned"] < -0.2 and backwards["gap_quiet"] is None
+    for rule in ("interval", "point"):
+        w = backwards[rule]
+        assert w["warned"] == w["right"] == study.SPLITS
+        assert w["gap_warned"] < -0.2 and w["gap_quiet"] is None
