@@ -37,7 +37,16 @@ class RankingCheck:
     answers carry what they need for) with the highest AUROC on these same answers,
     ``difference`` the paired percentile bootstrap 95% interval of the statistic's AUROC
     minus that score's (the score chosen anew in each resample, so the interval carries
-    the choice), ``answers`` how many answers were ranked."""
+    the choice), ``answers`` how many answers were ranked.
+
+    Examples
+    --------
+        >>> check = RankingCheck(0.66, "mean_logprob", 0.74, (-0.19, -0.02), 164)
+        >>> check.weaker  # the whole interval lies below 0
+        True
+        >>> RankingCheck(0.72, "nll", 0.73, (-0.06, 0.03), 250).weaker
+        False
+    """
 
     statistic_auroc: float
     best_single: str
