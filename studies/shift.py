@@ -110,7 +110,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -131,15 +131,26 @@ TRACES = {
 }
 SHORT = ROOT.parent / "shared" / "data" / "traces" / "triviaqa_qwen25coder.jsonl"
 """The same model's answers to TriviaQA questions: the short-answer source."""
+
+
+class Style(NamedTuple):
+    """A prompt-style target: what the source's answers to the other items are called, the
+    style, the target task's name (a key of :data:`RISKS`) and the traces' folder."""
+
+    items: str
+    style: str
+    target_task: str
+    folder: Path
+
+
 STYLES = {
-    "MBPP": ("other tasks", "documented code", "MBPP, documented",
-             ROOT / "benchmarks" / "traces" / "mbpp_qwen25coder_documented"),
-    "GSM8K": ("other questions", "concise", "GSM8K, concise",
-              ROOT / "benchmarks" / "traces" / "gsm8k_qwen25coder_concise"),
+    "MBPP": Style("other tasks", "documented code", "MBPP, documented",
+                  ROOT / "benchmarks" / "traces" / "mbpp_qwen25coder_documented"),
+    "GSM8K": Style("other questions", "concise", "GSM8K, concise",
+                   ROOT / "benchmarks" / "traces" / "gsm8k_qwen25coder_concise"),
 }  # fmt: skip
-"""The prompt-style targets per task: ``(the source's other items, the style, the target
-task, the folder)``: the same model's answers to the first MBPP tasks asked for documented
-code, and to the first GSM8K questions asked to be brief."""
+"""The prompt-style targets per task: the same model's answers to the first MBPP tasks asked
+for documented code, and to the first GSM8K questions asked to be brief."""
 OTHER_CODE = ROOT / "benchmarks" / "traces" / "humaneval_qwen25coder"
 """The same model's answers to HumanEval's tasks: the task-source target."""
 MAX_TOKENS = 512
@@ -256,16 +267,16 @@ def shifts(
     (t1, x1), (t2, x2) = data.items()
     out.append(("task family", f"{t1} -> {t2}", t2, x1, x2))
     out.append(("task family", f"{t2} -> {t1}", t1, x2, x1))
-    for task, traces in data.items():
-        if short_answers is not None:
+    if short_answers is not None:
+        for task, traces in data.items():
             out.append(("short answers to long", f"TriviaQA -> {task}", task, short_answers,
                         traces))  # fmt: skip
     for task, answers in (styled or {}).items():
-        items, style, target_task, _ = STYLES[task]
+        style = STYLES[task]
         asked = {t.id for t in answers}
         others = [t for t in data[task] if t.id not in asked]
-        out.append(("prompt style", f"{task}, {items} -> {task}, {style}", target_task,
-                    others, answers))  # fmt: skip
+        out.append(("prompt style", f"{task}, {style.items} -> {task}, {style.style}",
+                    style.target_task, others, answers))  # fmt: skip
     if other_code is not None:
         out.append(("task source", "MBPP -> HumanEval", "HumanEval", data["MBPP"], other_code))
     return out
@@ -414,7 +425,8 @@ def warnings_on_halves(final: npt.NDArray[np.float64], target: list[Trace]) -> d
     and the certificate's AUROC (``final``, aligned with ``target``) minus the named
     score's on all of ``target``, per split, warned and not."""
     ok = np.array([bool(t.correct) for t in target])
-    singles = {m.name: m.final for m in single_scores(target)}
+    own = auroc(final, ok)
+    whole = {m.name: auroc(m.final, ok) for m in single_scores(target)}
     rng = np.random.default_rng(WARNING_SEED)
     gaps: dict[str, tuple[list[float], list[float]]] = {"interval": ([], []), "point": ([], [])}
     for _ in range(SPLITS):
@@ -424,7 +436,7 @@ def warnings_on_halves(final: npt.NDArray[np.float64], target: list[Trace]) -> d
                               replicates=WARNING_REPLICATES)  # fmt: skip
         if check is None:  # one class on the checked half
             continue
-        gap = auroc(final, ok) - auroc(singles[check.best_single], ok)
+        gap = own - whole[check.best_single]
         point = check.statistic_auroc < check.single_auroc - AUROC_SLACK
         for rule, warns in (("interval", check.weaker), ("point", point)):
             gaps[rule][0 if warns else 1].append(gap)
@@ -466,7 +478,7 @@ def run() -> dict[str, Any]:
         raise SystemExit(f"the short-answer shifts need the shared TriviaQA traces ({SHORT}); "
                          "--docs-only rewrites the page from the saved run")  # fmt: skip
     data = {task: read(path) for task, path in TRACES.items()}
-    styled = {task: read(style[3]) for task, style in STYLES.items() if style[3].exists()}
+    styled = {task: read(s.folder) for task, s in STYLES.items() if s.folder.exists()}
     todo = shifts(data, read_traces(SHORT), styled,
                   read(OTHER_CODE) if OTHER_CODE.exists() else None)  # fmt: skip
     rows = []

@@ -139,7 +139,7 @@ def test_the_prompt_style_shifts_fit_on_the_other_items_only() -> None:
     certificate fitted on the usual answers to the items they do not answer: no item is
     on both sides, and every usual answer to another item is in the source."""
     data = {task: study.read(path) for task, path in study.TRACES.items()}
-    styled = {task: study.read(style[3]) for task, style in study.STYLES.items()}
+    styled = {task: study.read(style.folder) for task, style in study.STYLES.items()}
     entries = [s for s in study.shifts(data, None, styled) if s[0] == "prompt style"]
     assert [e[2] for e in entries] == ["MBPP, documented", "GSM8K, concise"]
     for (task, answers), (_, _, _, source, target) in zip(styled.items(), entries, strict=True):
