@@ -29,7 +29,7 @@ from scipy import stats
 from ._bounds import clopper_pearson_interval
 from ._calibration import Procedure, procedure_threshold
 from ._errors import ConfigError, InsufficientDataError
-from ._fit._replay import FittedPath, critical_score, replay_fitted, stop_at
+from ._fit._replay import FittedPath, critical_score, read_share, replay_fitted
 from ._policy import StreamPolicy, critical_thresholds, replay, running_statistic, shown_at
 from ._scores import BASELINES, baseline_score, trace_clipped_lifts
 from ._trace_format import Trace
@@ -176,14 +176,7 @@ def _tokens_read(method: MethodScores, idx: npt.NDArray[np.int64], tau: float) -
     ``idx``; NaN for an empty answer of a streaming method (it has no share)."""
     if method.paths is not None and method.policy is not None:
         pol, paths = method.policy, method.paths
-        return np.array(
-            [
-                stop_at(paths[i], pol, tau) / paths[i].scores.size
-                if paths[i].scores.size
-                else np.nan
-                for i in idx
-            ]
-        )
+        return np.array([read_share(paths[i], pol, tau) for i in idx])
     if method.lifts is None or method.policy is None:
         return np.ones(len(idx))
     shares = np.full(len(idx), np.nan)
@@ -214,7 +207,10 @@ def evaluate_methods(
     every method by the same ``procedure`` (:data:`guardrail._calibration.PROCEDURES`).
 
     Returns, per method: ``coverage_mean``, ``risk_mean`` (test selective risk,
-    averaged over the splits that show something; NaN if none does),
+    averaged over the splits that show something; NaN if none does), ``wrong_share_mean``
+    (the same averaged over every split, 0 where a split shows nothing or refuses: the
+    expected share of wrong answers among those shown that the in-expectation promise of
+    ``procedure="conformal"`` bounds),
     ``risk_violation_rate`` (share of splits whose test risk's 95%
     Clopper-Pearson lower bound exceeds ``risk``), ``auroc``
     (of the final sequence score on all answers), ``tokens_read_fraction``
@@ -256,6 +252,7 @@ def evaluate_methods(
         out[m.name] = {
             "coverage_mean": float(np.mean(cov)),
             "risk_mean": float(np.mean(shown_risks)) if shown_risks else float("nan"),
+            "wrong_share_mean": float(np.mean(rsk)),
             "risk_violation_rate": viol / splits,
             "auroc": auroc(m.final, ok),
             "tokens_read_fraction": float(np.mean(read)) if read else 1.0,

@@ -125,6 +125,7 @@ def _unavailable(reason: str, fields: tuple[str, ...], splits: int) -> dict[str,
     return {
         "coverage_mean": 0.0,
         "risk_mean": nan,
+        "wrong_share_mean": 0.0,
         "risk_violation_rate": 0.0,
         "auroc": nan,
         "tokens_read_fraction": nan,

@@ -27,14 +27,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ._common import CommandError
 from ._recorded import lacking_message, read_whole, supply_vocab_size
+
+if TYPE_CHECKING:
+    from guardrail import StreamPolicy
+    from guardrail.fitting import FittedPath
 
 __all__ = ["cmd_recalibrate"]
 
@@ -122,7 +128,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     if ranking is not None and ranking.weaker:
         print(f"liftguard calibrate: warning: {ranking.warning()}", file=sys.stderr)
     try:
-        cal, _crit = calibrate_fitted(
+        cal, crit = calibrate_fitted(
             stat,
             traces,
             policy=cert.policy,
@@ -137,6 +143,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     except InsufficientDataError as exc:
         raise CommandError(f"calibration on {len(traces)} traces refused: {exc}") from exc
     cost = margins_blocked(stat, plain, correct, cert.policy, cal.tau)
+    read = _blocked_read(paths, crit, cert.policy, cal.tau)
     split = {
         "method": "the statistic was fitted on other answers (provenance.fit); all of "
         "these calibrate tau",
@@ -171,6 +178,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         "calibration_auroc": cal.extra["calibration_auroc"],
         "margins_blocked": cost,
         "margins_from": traffic,
+        "blocked_read": read,
         "extrapolation": None if far is None else {"feature": far.feature,
                                                    "median_z": far.median_z, "far": far.far,
                                                    "clamped": far.clamped},
@@ -190,6 +198,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         f"Clopper-Pearson upper {cal.risk_upper:.3f}\n"
         f"{_traffic_line(traffic)}"
         f"{margins_line(cost)}"
+        f"{_blocked_read_line(read, args.margins_from is None)}"
         f"  guarantee        {cal.guarantee}\n"
         f"wrote the certificate {args.out}"
     )
@@ -301,3 +310,42 @@ def _traffic_line(record: dict[str, Any] | None) -> str:
         f"  margins          from {record['n_answers']} answers of {record['traces']} (labels "
         f"not read): the first {record['positions']} tokens, quantile {record['quantile']:g}\n"
     )
+
+
+BLOCKED_READ_HINT = 0.5
+"""Where a blocked calibration answer is read for more than this share of its tokens on
+average, the summary names ``--margins-from``."""
+
+
+def _blocked_read(
+    paths: Sequence[FittedPath], crit: npt.NDArray[np.float64], policy: StreamPolicy, tau: float
+) -> dict[str, float | int] | None:
+    """How much of a blocked calibration answer the monitor reads at ``tau`` before it stops
+    it (:func:`guardrail._fit._replay.read_share` of the answers not shown): the mean and
+    median share of its tokens, and how many were blocked; ``None`` where none was."""
+    from guardrail._fit._replay import read_share
+
+    shares = np.array([read_share(p, policy, tau) for p, c in zip(paths, crit, strict=True)
+                       if c < tau])  # fmt: skip
+    shares = shares[~np.isnan(shares)]
+    if not shares.size:
+        return None
+    return {"blocked": int(shares.size), "of": len(paths), "mean": float(shares.mean()),
+            "median": float(np.median(shares))}  # fmt: skip
+
+
+def _blocked_read_line(read: dict[str, float | int] | None, hint: bool) -> str:
+    """The summary's line on how soon a blocked answer is stopped (empty where none is);
+    ``hint``: name ``--margins-from`` where over :data:`BLOCKED_READ_HINT` is read."""
+    if read is None:
+        return ""
+    line = (
+        f"  blocked answers  read for {read['mean']:.0%} of their tokens before they are "
+        f"stopped (median {read['median']:.0%}; {read['blocked']} of {read['of']} blocked)\n"
+    )
+    if hint and read["mean"] > BLOCKED_READ_HINT:
+        line += (
+            "                   over half: margins set from a recording of this traffic may "
+            "stop them sooner (--margins-from TRAFFIC, unlabelled; some coverage for it)\n"
+        )
+    return line

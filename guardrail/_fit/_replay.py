@@ -55,6 +55,7 @@ __all__ = [
     "critical_score",
     "margin_cost",
     "margins_from_scores",
+    "read_share",
     "replay_fitted",
     "stop_at",
     "with_margins",
@@ -163,6 +164,14 @@ def stop_at(path: FittedPath, policy: StreamPolicy, tau: float) -> int:
             return start + first + 1
         return path.limit + 1  # blocked by the first token past the limit
     return start + int(np.argmax(hit)) + 1 if hit.any() else n
+
+
+def read_share(path: FittedPath, policy: StreamPolicy, tau: float) -> float:
+    """The share of the answer's tokens read before the verdict at ``tau`` (NaN for an
+    empty answer: it has none). Of an answer not shown (:func:`critical_score` below
+    ``tau``), what a passthrough user sees of it before it is stopped."""
+    n = path.scores.size
+    return stop_at(path, policy, tau) / n if n else math.nan
 
 
 def calibrate_fitted(

@@ -14,9 +14,10 @@ import pytest
 
 from adapters.cli import main
 from adapters.cli._fit_args import TRAFFIC_EARLY_BLOCK
+from adapters.cli._recalibrate import _blocked_read_line
 from guardrail import Certificate
 from guardrail._fit._replay import calibrate_fitted, margin_cost
-from guardrail.fitting import block_margins, replay_fitted
+from guardrail.fitting import block_margins, critical_score, replay_fitted, stop_at
 from guardrail.traces import read_traces
 from guardrail.traces._read import file_sha256
 
@@ -398,3 +399,38 @@ def test_calibrate_says_when_a_single_score_ranks_these_answers_better(
         assert f"  ranking          {expected.line()}\n" in capsys.readouterr().out
     assert expected.weaker and expected.statistic_auroc < 0.5  # the backwards one
     assert f"calibrate --score {expected.best_single}" in expected.warning()
+
+
+def test_the_summary_says_how_much_of_a_blocked_answer_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The share of a blocked calibration answer's tokens the monitor reads before it stops
+    it, as ``eval`` counts it (its critical score below tau; the tokens to its stop), and
+    the hint to set margins from traffic where that is over half."""
+    fit_on, other = _mbpp_halves(tmp_path)
+    cert, out = tmp_path / "fitted.json", tmp_path / "c.json"
+    fit = ["fit", "--traces", str(fit_on), "--group", "api", "--fit-fraction", "1"]
+    assert main([*fit, "--out", str(cert), "--risk", "0.9", "--delta", "0.3"]) == 0
+    capsys.readouterr()
+    args = ["calibrate", "--traces", str(other), "--certificate", str(cert), "--risk", "0.5",
+            "--delta", "0.3", "--out", str(out)]  # fmt: skip
+    assert main([*args, "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["blocked_read"]
+    after = Certificate.load(out)
+    assert after.statistic is not None and after.statistic.block_margins
+    paths = [replay_fitted(after.statistic, t, max_tokens=after.context.max_tokens)
+             for t in read_traces(str(other))]  # fmt: skip
+    shares = [stop_at(p, after.policy, after.tau) / p.scores.size for p in paths
+              if critical_score(p, after.policy) < after.tau]  # fmt: skip
+    assert 0 < got["blocked"] == len(shares) < got["of"] == 60
+    assert got["mean"] == pytest.approx(sum(shares) / len(shares)) and got["mean"] < 1.0
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    line = (f"blocked answers  read for {got['mean']:.0%} of their tokens before they are "
+            f"stopped (median {got['median']:.0%}; {got['blocked']} of 60 blocked)")  # fmt: skip
+    assert line in printed
+    late = {"blocked": 3, "of": 10, "mean": 0.7, "median": 0.8}
+    assert "--margins-from TRAFFIC" in _blocked_read_line(late, hint=True)
+    assert "--margins-from" not in _blocked_read_line(late, hint=False)  # already given
+    assert "--margins-from" not in _blocked_read_line({**late, "mean": 0.5}, hint=True)
+    assert _blocked_read_line(None, hint=True) == ""

@@ -8,7 +8,8 @@ import pytest
 from scipy import stats
 
 from adapters.cli import main
-from guardrail import ConfigError, StreamPolicy
+from guardrail import ConfigError, InsufficientDataError, StreamPolicy
+from guardrail._calibration import procedure_threshold
 from guardrail._evaluate import (
     MethodScores,
     auroc,
@@ -270,3 +271,31 @@ def test_every_method_is_calibrated_by_the_procedure_asked_for() -> None:
                                     replicates=5, procedure="conformal")  # fmt: skip
     lo, hi = intervals["s"]["coverage_mean"]
     assert 0 < lo <= hi
+
+
+def test_the_wrong_share_counts_every_split_and_nothing_shown_as_none_wrong() -> None:
+    """``wrong_share_mean`` is the test selective risk averaged over every split, a split
+    that refuses or shows nothing counting 0 (what the in-expectation promise bounds);
+    ``risk_mean`` averages over the splits that show something only."""
+    rng = np.random.default_rng(4)
+    ok = rng.random(120) < 0.6
+    score = ok + rng.normal(scale=1.0, size=ok.size)
+    m = MethodScores("s", score, score)
+    got = evaluate_methods([m], ok, risk=0.3, delta=0.2, splits=40, seed=3,
+                           procedure="conformal")["s"]  # fmt: skip
+    perm_rng, shares = np.random.default_rng(3), []
+    for _ in range(40):
+        perm = perm_rng.permutation(ok.size)
+        cal, test = perm[:60], perm[60:]
+        try:
+            tau = procedure_threshold(score[cal], ~ok[cal], 0.3, 0.2, "conformal")[0]
+        except InsufficientDataError:  # refused: nothing shown
+            shares.append(0.0)
+            continue
+        shown = score[test] >= tau
+        shares.append(float((shown & ~ok[test]).sum() / shown.sum()) if shown.any() else 0.0)
+    assert got["wrong_share_mean"] == pytest.approx(np.mean(shares))
+    assert 0 < got["wrong_share_mean"] <= got["risk_mean"]  # some splits show nothing wrong
+    never = evaluate_methods([m], ok, risk=0.001, delta=0.01, splits=5, seed=3)["s"]
+    assert never["refused"] == 5 and never["wrong_share_mean"] == 0.0
+    assert np.isnan(never["risk_mean"])
