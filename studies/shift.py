@@ -72,6 +72,17 @@ how much of a blocked answer the monitor read before it stopped it (the share of
 tokens, mean and median over the test answers not shown in the splits that calibrated:
 what a passthrough user sees of it), beside the least any margins could (:func:`read_floor`).
 
+*In expectation*: the same splits with tau from the conformal threshold
+(``procedure="conformal"``, the promise on the expected share of wrong answers among
+those shown) for the fitted rows and every single score: the mean share shown and the
+share of wrong among shown averaged over every split (``wrong_share_mean``), the
+quantity that promise bounds.
+
+*A user's pick* (the peer a certificate has to beat: what a user would deploy by hand
+instead): the single score with the best AUROC on the source answers
+(:func:`source_pick`), and per split the one with the best AUROC on the calibration half,
+calibrated there by the same fixed sequence (:func:`calibration_pick`).
+
 *Margins from the target's traffic* (``liftguard calibrate --certificate ... --margins-from
 TRAFFIC``, the remedy the guide gives for answers unlike the fitting ones): the target's
 answers are split in halves by a permutation seeded :data:`TRAFFIC_SEED`; on each half,
@@ -115,8 +126,15 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from guardrail import Certificate
-from guardrail.evaluate import MethodScores, auroc, evaluate_methods, fitted_method, ranking_check
+from guardrail import Certificate, InsufficientDataError
+from guardrail.evaluate import (
+    MethodScores,
+    auroc,
+    evaluate_methods,
+    fitted_method,
+    ltt_threshold,
+    ranking_check,
+)
 from guardrail.fitting import Feature, FitOptions, block_margins, fit_certificate
 from guardrail.traces import BASELINES, Trace, baseline_score, parse_trace_lines, read_traces
 from studies.tables import page_main
@@ -291,6 +309,59 @@ def single_scores(traces: Sequence[Trace]) -> list[MethodScores]:
     return out
 
 
+def source_pick(source: Sequence[Trace]) -> str:
+    """The single score a user without the target's labels would deploy: the best by AUROC
+    on the fitting answers (the ones the certificate was fitted on)."""
+    ok = np.array([bool(t.correct) for t in source])
+    return max(BASELINES, key=lambda m: _ranked(auroc([baseline_score(t, m) for t in source], ok)))
+
+
+def _ranked(auc: float) -> float:
+    return -1.0 if math.isnan(auc) else auc  # one class: ranks last
+
+
+def calibration_pick(
+    singles: Sequence[MethodScores], fitted: Sequence[MethodScores], ok: BoolArray,
+    risks: Sequence[float],
+) -> dict[str, Any]:  # fmt: skip
+    """The single score a user thresholding by hand would deploy with the labels the
+    certificate calibrates on: per split (the :data:`SPLITS` halves seeded
+    :data:`SPLIT_SEED` that :func:`guardrail.evaluate.evaluate_methods` draws), the single
+    score with the best AUROC on the calibration half, its tau by the same fixed sequence on
+    that half, its share of the test half shown (a refusal 0%). Also the AUROC on the test
+    half of that pick and of each ``fitted`` row, mean over the splits. Picking and calibrating
+    on the same labels carries no guarantee: it is the peer, not a method."""
+    rng = np.random.default_rng(SPLIT_SEED)
+    perms = [rng.permutation(ok.size) for _ in range(SPLITS)]
+    n_cal = round(ok.size * 0.5)
+    picked: dict[str, int] = {}
+    auc_pick: list[float] = []
+    auc_fitted: dict[str, list[float]] = {m.name: [] for m in fitted}
+    cover: dict[str, list[float]] = {f"{r:g}": [] for r in risks}
+    refused = dict.fromkeys(cover, 0)
+    for perm in perms:
+        cal, test = perm[:n_cal], perm[n_cal:]
+        best = max(singles, key=lambda m: _ranked(auroc(m.final[cal], ok[cal])))
+        picked[best.name] = picked.get(best.name, 0) + 1
+        auc_pick.append(auroc(best.final[test], ok[test]))
+        for m in fitted:
+            auc_fitted[m.name].append(auroc(m.final[test], ok[test]))
+        for r, key in zip(risks, cover, strict=True):
+            try:
+                tau = ltt_threshold(best.decision[cal], ~ok[cal], r, DELTA).tau
+            except InsufficientDataError:
+                refused[key] += 1
+                cover[key].append(0.0)
+                continue
+            cover[key].append(float(np.mean(best.decision[test] >= tau)))
+    return {
+        "picked": dict(sorted(picked.items(), key=lambda kv: -kv[1])),
+        "auroc": float(np.nanmean(auc_pick)),
+        "fitted_auroc": {name: float(np.nanmean(a)) for name, a in auc_fitted.items()},
+        "coverage": {r: float(np.mean(c)) for r, c in cover.items()}, "refused": refused,
+    }  # fmt: skip
+
+
 def bootstrap_auroc(
     finals: dict[str, npt.NDArray[np.float64]], ok: BoolArray, reference: str, other: str
 ) -> tuple[dict[str, list[float]], list[float]]:
@@ -339,6 +410,11 @@ def measure(
     cov = {f"{r:g}": evaluate_methods([*fitted, *singles], ok, risk=r, delta=DELTA,
                                       splits=SPLITS, seed=SPLIT_SEED)
            for r in risks}  # fmt: skip
+    progress(f"{name}: coverage in expectation")
+    variants = fitted[: len(VARIANTS)]
+    expect = {f"{r:g}": evaluate_methods([*variants, *singles], ok, risk=r, delta=DELTA,
+                                         splits=SPLITS, seed=SPLIT_SEED, procedure="conformal")
+              for r in risks}  # fmt: skip
     aurocs = {m.name: auroc(m.final, ok) for m in [*fitted, *singles]}
     best = max(BASELINES, key=lambda s: aurocs[s])
     progress(f"{name}: bootstrap")
@@ -352,6 +428,12 @@ def measure(
             "blocked_read": {r: _share(cov[r][m.name]["blocked_read_mean"]) for r in cov},
             "blocked_read_median": {r: _share(cov[r][m.name]["blocked_read_median"]) for r in cov},
         }
+    for m in [*variants, *singles]:
+        methods[m.name]["expectation"] = {
+            "coverage": {r: e[m.name]["coverage_mean"] for r, e in expect.items()},
+            "wrong_among_shown": {r: e[m.name]["wrong_share_mean"] for r, e in expect.items()},
+            "refused": {r: e[m.name]["refused"] for r, e in expect.items()},
+        }  # fmt: skip
     for m in fitted:
         cover = methods[m.name]["coverage"]
         methods[m.name]["blocked_read_floor"] = {r: read_floor(m, cover[r]) for r in cov}
@@ -367,6 +449,23 @@ def measure(
         cov_ok = all(entry["coverage"][r] >= methods[best_cov[r]]["coverage"][r] - COVERAGE_SLACK
                      for r in cov)  # fmt: skip
         entry["meets"] = {"auroc": bool(auc_ok), "coverage": bool(cov_ok)}
+    best_expect = {r: max(BASELINES, key=lambda s: methods[s]["expectation"]["coverage"][r])
+                   for r in expect}  # fmt: skip
+    for label in VARIANTS:
+        mine = methods[label]["expectation"]["coverage"]
+        methods[label]["meets_expectation"] = all(
+            mine[r] >= methods[best_expect[r]]["expectation"]["coverage"][r] - COVERAGE_SLACK
+            for r in expect
+        )
+    progress(f"{name}: a user's pick")
+    by_source = source_pick(source)
+    by_hand = calibration_pick(singles, fitted[: len(VARIANTS)], ok, risks)
+    for label in VARIANTS:
+        entry = methods[label]
+        auc_ok = by_hand["fitted_auroc"][label] >= by_hand["auroc"] - AUROC_SLACK
+        cov_ok = all(entry["coverage"][r] >= by_hand["coverage"][r] - COVERAGE_SLACK
+                     for r in cov)  # fmt: skip
+        entry["meets_pick"] = {"auroc": bool(auc_ok), "coverage": bool(cov_ok)}
     assert default is not None
     progress(f"{name}: ranking warning")
     warning = warnings_on_halves(fitted[0].final, target)
@@ -380,6 +479,7 @@ def measure(
         "target_tokens_median": float(np.median([t.n_tokens for t in target])),
         "risks": [f"{r:g}" for r in risks],
         "best_auroc": best, "best_coverage": best_cov, "methods": methods,
+        "source_pick": by_source, "calibration_pick": by_hand, "best_expectation": best_expect,
     }  # fmt: skip
 
 
@@ -553,6 +653,8 @@ def render(saved: dict[str, Any]) -> str:
             be = s["methods"][b]
             lines.append(f"| {s['name']} | {r} | {cells} | `{b}` "
                          f"| {_pct(be['coverage'][r])} ({be['refused'][r]}) |")  # fmt: skip
+    lines += _expectation_lines(saved)
+    lines += _pick_lines(saved)
     lines += _blocked_lines(saved, rows)
     lines += _traffic_lines(saved)
     lines += _warning_lines(saved)
@@ -567,6 +669,93 @@ def render(saved: dict[str, Any]) -> str:
         cells = " | ".join(_auc(s["methods"][m]) for s in saved["shifts"])
         lines.append(f"| `{m}` | {cells} |" if m in saved["baselines"] else f"| {m} | {cells} |")
     return "\n".join(lines) + "\n"
+
+
+def _expectation_lines(saved: dict[str, Any]) -> list[str]:
+    """Coverage with tau from the conformal threshold (the promise in expectation)."""
+    if not all("best_expectation" in s for s in saved["shifts"]):
+        return []
+    variants = list(saved["variants"])
+    lines = [
+        "",
+        "The same splits with the promise in expectation (`--procedure conformal`: the "
+        "expected share of wrong answers among those shown at most the risk, over the "
+        "calibration draw and the answers, where the table above holds with probability "
+        f"{1 - saved['delta']:g} over the calibration draw): mean share of the test half "
+        "shown, and in brackets the share of wrong answers among those shown (mean over "
+        "every split, 0 where one shows nothing: the quantity the promise bounds, so near the "
+        "risk or below where the target's answers are exchangeable); "
+        "*meets*: the certificate's coverage at least the best single score's minus one "
+        "point at every risk.",
+        "",
+        "| fitted on -> tested on | risk | " + " | ".join(variants)
+        + " | best single score | its coverage | meets |",
+        "|---|---:|" + "---:|" * len(variants) + "---|---:|---|",
+    ]  # fmt: skip
+
+    def cell(e: dict[str, Any], r: str) -> str:
+        return f"{_pct(e['coverage'][r])} ({100 * e['wrong_among_shown'][r]:.0f}%)"
+
+    for s in saved["shifts"]:
+        for r in s["risks"]:
+            cells = " | ".join(cell(s["methods"][v]["expectation"], r) for v in variants)
+            b = s["best_expectation"][r]
+            meets = _yes(s["methods"][CERTIFICATE]["meets_expectation"])
+            lines.append(f"| {s['name']} | {r} | {cells} | `{b}` "
+                         f"| {cell(s['methods'][b]['expectation'], r)} | {meets} |")  # fmt: skip
+    return lines
+
+
+def _pick_lines(saved: dict[str, Any]) -> list[str]:
+    """The certificate against the single score a user would pick by hand: by the fitting
+    answers' labels, or per split by the calibration half's (:func:`calibration_pick`)."""
+    if not all("calibration_pick" in s for s in saved["shifts"]):
+        return []
+    variants = list(saved["variants"])
+    lines = [
+        "",
+        "Against the single score a user would pick by hand instead, without the target's "
+        "labels beyond those calibration has: *fitting answers' pick*, the best single score "
+        "by AUROC on the answers the certificate was fitted on (its AUROC on the target); "
+        "*calibration half's pick*, per split the best single score by AUROC on the "
+        "calibration half, calibrated on that half by the same fixed sequence (picking and "
+        "calibrating on the same labels carries no guarantee: the peer, not a method) and "
+        "tested on the other: the score it picked most often (of the splits), its AUROC and "
+        "the certificate's on the test halves (mean over the splits), and the coverage of "
+        "each at each risk (refused splits in brackets). *Meets*: the certificate's test-half "
+        "AUROC at least the pick's minus 0.01, and its coverage at each risk at least the "
+        "pick's minus one point.",
+        "",
+        "| fitted on -> tested on | fitting answers' pick | its AUROC | certificate's AUROC "
+        "| calibration half's pick | its AUROC (test halves) | certificate's (test halves) "
+        "| risk: certificate shows / the pick shows | meets AUROC | meets coverage |",
+        "|---|---|---:|---:|---|---:|---:|---|---|---|",
+    ]  # fmt: skip
+    met = dict.fromkeys(variants, 0)
+    for s in saved["shifts"]:
+        pick, cert = s["calibration_pick"], s["methods"][CERTIFICATE]
+        top, times = next(iter(pick["picked"].items()))
+        cover = "; ".join(
+            f"{r}: {_pct(cert['coverage'][r])} ({cert['refused'][r]}) / "
+            f"{_pct(pick['coverage'][r])} ({pick['refused'][r]})"
+            for r in s["risks"]
+        )
+        src = s["source_pick"]
+        lines.append(
+            f"| {s['name']} | `{src}` | {s['methods'][src]['auroc']:.3f} | {cert['auroc']:.3f} "
+            f"| `{top}` ({times} of {saved['splits']}) | {pick['auroc']:.3f} "
+            f"| {pick['fitted_auroc'][CERTIFICATE]:.3f} | {cover} "
+            f"| {_yes(cert['meets_pick']['auroc'])} | {_yes(cert['meets_pick']['coverage'])} |"
+        )
+        for v in variants:
+            met[v] += all(s["methods"][v]["meets_pick"].values())
+    n = len(saved["shifts"])
+    lines += ["", "Rows meeting both against the calibration half's pick, and against the "
+              "best single score chosen with the target's labels (the first table): "
+              + "; ".join(f"{v} {met[v]} and "
+                          f"{sum(all(s['methods'][v]['meets'].values()) for s in saved['shifts'])}"
+                          f" of {n}" for v in variants) + "."]  # fmt: skip
+    return lines
 
 
 def _read(mean: float | None, median: float | None, calibrated: int) -> str:

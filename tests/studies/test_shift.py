@@ -11,7 +11,7 @@ import pytest
 from bench_scripts import assert_page_current
 
 from guardrail import StreamPolicy
-from guardrail.evaluate import MethodScores
+from guardrail.evaluate import MethodScores, evaluate_methods
 from guardrail.fitting import FittedPath
 from guardrail.traces import BASELINES
 from studies import shift as study
@@ -189,3 +189,53 @@ def test_a_statistic_that_ranks_backwards_is_warned_of_and_rightly() -> None:
         w = backwards[rule]
         assert w["warned"] == w["right"] == study.SPLITS
         assert w["gap_warned"] < -0.2 and w["gap_quiet"] is None
+
+
+def test_the_calibration_pick_calibrates_as_evaluate_does() -> None:
+    traces = study.read(study.TRACES["GSM8K"])[:160]
+    ok = np.array([bool(t.correct) for t in traces])
+    (nll,) = [m for m in study.single_scores(traces) if m.name == "nll"]
+    alone = study.calibration_pick([nll], [nll], ok, (0.3, 0.4))
+    assert alone["picked"] == {"nll": study.SPLITS}
+    assert alone["auroc"] == alone["fitted_auroc"]["nll"]
+    same = evaluate_methods([nll], ok, risk=0.3, delta=study.DELTA, splits=study.SPLITS,
+                            seed=study.SPLIT_SEED)["nll"]  # fmt: skip
+    assert alone["coverage"]["0.3"] == pytest.approx(same["coverage_mean"])
+    assert alone["refused"]["0.3"] == same["refused"]
+    assert alone["coverage"]["0.4"] > alone["coverage"]["0.3"]
+    every = study.calibration_pick(study.single_scores(traces), [nll], ok, (0.3,))
+    assert sum(every["picked"].values()) == study.SPLITS and len(every["picked"]) > 1
+
+
+def test_the_pick_rows_are_the_saved_run() -> None:
+    saved, written = _saved(), study.PAGE.read_text(encoding="utf-8")
+    for s in saved["shifts"]:
+        pick = s["calibration_pick"]
+        assert s["source_pick"] in BASELINES and set(pick["picked"]) <= set(BASELINES)
+        assert sum(pick["picked"].values()) == saved["splits"]
+        assert set(pick["coverage"]) == set(s["risks"]) == set(pick["refused"])
+        for v in study.VARIANTS:
+            entry = s["methods"][v]
+            auc_ok = pick["fitted_auroc"][v] >= pick["auroc"] - study.AUROC_SLACK
+            cov_ok = all(entry["coverage"][r] >= pick["coverage"][r] - study.COVERAGE_SLACK
+                         for r in s["risks"])  # fmt: skip
+            assert entry["meets_pick"] == {"auroc": auc_ok, "coverage": cov_ok}
+        assert f"| {s['name']} | `{s['source_pick']}` |" in written
+
+
+def test_the_expectation_rows_are_the_saved_run() -> None:
+    saved, written = _saved(), study.PAGE.read_text(encoding="utf-8")
+    for s in saved["shifts"]:
+        best = s["best_expectation"]
+        for r in s["risks"]:
+            shown = {b: s["methods"][b]["expectation"]["coverage"][r] for b in BASELINES}
+            assert shown[best[r]] == max(shown.values())
+        for v in study.VARIANTS:
+            e = s["methods"][v]["expectation"]
+            assert all(0.0 <= e["wrong_among_shown"][r] <= 1.0 for r in s["risks"])
+            top = {r: s["methods"][best[r]]["expectation"]["coverage"][r] for r in s["risks"]}
+            meets = all(e["coverage"][r] >= top[r] - study.COVERAGE_SLACK for r in s["risks"])
+            assert s["methods"][v]["meets_expectation"] == meets
+        cert = s["methods"][study.CERTIFICATE]["expectation"]
+        r = s["risks"][0]
+        assert f"| {s['name']} | {r} | {100 * cert['coverage'][r]:.1f}% (" in written
