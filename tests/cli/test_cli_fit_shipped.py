@@ -93,8 +93,7 @@ def test_the_code_certificate_is_remade_by_its_study_s_commands(
     monkeypatch.chdir(ROOT)
     fit = ["fit", "--traces", str(paths["fit"]), "--fit-fraction", "1", "--context",
            str(DATA / "qwen_code_context.json"), "--skeleton-spec", str(spec),
-           "--early-block-share", "none", "--early-block-tail", "flat", "--scopes", "none",
-           "--feature-clamps", "none", "--out", str(fitted)]  # fmt: skip
+           "--out", str(fitted)]  # fmt: skip
     calibrate = ["calibrate", "--certificate", str(fitted), "--traces", str(paths["calibrate"]),
                  "--risk", "0.3", "--delta", "0.05", "--out", str(calibrated)]  # fmt: skip
     assert main(fit) == 0 and main(calibrate) == 0

@@ -56,6 +56,10 @@ def test_the_page_and_the_demo_tasks_are_the_scripts() -> None:
     assert sum(r["certified"] and r["correct"] for r in picked) == 3
     assert sum(not r["certified"] and not r["correct"] for r in picked) == 3
     assert sum(not r["certified"] and r["correct"] for r in picked) == 1
+    # the same certificate on HumanEval's answers: every task, none of them MBPP's
+    other = saved["humaneval"]
+    assert len(other) == 164 and all(r["id"].startswith("humaneval-") for r in other)
+    assert all(0 < r["read"] <= r["tokens"] for r in other if not r["certified"])
 
 
 @pytest.mark.skipif(not MBPP.exists(), reason="needs the shared MBPP tasks")

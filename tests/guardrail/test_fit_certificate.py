@@ -158,8 +158,7 @@ def test_the_shipped_code_certificate_statistic_is_refitted_byte_for_byte() -> N
     start = prompt.index("<|im_start|>user\n") + len("<|im_start|>user\n")
     prefix = prompt[:start] + prompt[prompt.index("<|im_end|>", start) :]
     spec = SkeletonSpec("prompt_free", {"model": "qwen", "prefix": prefix})  # + the vocabulary
-    options = FitOptions(fit_fraction=1.0, early_block_share=None, early_block_tail="flat",
-                         scopes=(), clamp_features=False)  # fmt: skip
+    options = FitOptions(fit_fraction=1.0)  # every default
     cert, report = fit_certificate(traces, options, context=_context("qwen_code_context.json"),
                                    skeleton_spec=spec,
                                    source="mbpp_qwen25coder_fit.jsonl")  # fmt: skip
