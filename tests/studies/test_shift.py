@@ -203,6 +203,11 @@ def test_the_calibration_pick_calibrates_as_evaluate_does() -> None:
     assert alone["coverage"]["0.3"] == pytest.approx(same["coverage_mean"])
     assert alone["refused"]["0.3"] == same["refused"]
     assert alone["coverage"]["0.4"] > alone["coverage"]["0.3"]
+    expect = evaluate_methods([nll], ok, risk=0.3, delta=study.DELTA, splits=study.SPLITS,
+                              seed=study.SPLIT_SEED, procedure="conformal")["nll"]  # fmt: skip
+    assert alone["expectation"]["coverage"]["0.3"] == pytest.approx(expect["coverage_mean"])
+    assert alone["expectation"]["refused"]["0.3"] == expect["refused"]
+    assert alone["expectation"]["coverage"]["0.3"] > alone["coverage"]["0.3"]
     every = study.calibration_pick(study.single_scores(traces), [nll], ok, (0.3,))
     assert sum(every["picked"].values()) == study.SPLITS and len(every["picked"]) > 1
 
@@ -236,6 +241,9 @@ def test_the_expectation_rows_are_the_saved_run() -> None:
             top = {r: s["methods"][best[r]]["expectation"]["coverage"][r] for r in s["risks"]}
             meets = all(e["coverage"][r] >= top[r] - study.COVERAGE_SLACK for r in s["risks"])
             assert s["methods"][v]["meets_expectation"] == meets
+            pick = s["calibration_pick"]["expectation"]["coverage"]
+            meets = all(e["coverage"][r] >= pick[r] - study.COVERAGE_SLACK for r in s["risks"])
+            assert s["methods"][v]["meets_pick_expectation"] == meets
         cert = s["methods"][study.CERTIFICATE]["expectation"]
         r = s["risks"][0]
         assert f"| {s['name']} | {r} | {100 * cert['coverage'][r]:.1f}% (" in written
