@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from studies.tables import DOCS, RESULTS, ROOT, header, regenerate, run_liftguard
+from studies.tables import DOCS, RESULTS, ROOT, header, plain_traces, regenerate, run_liftguard
 
 COMMAND = "python -m studies.qwen_code_certificate"
 TRACES = ROOT / "benchmarks" / "traces" / "mbpp_qwen25coder.jsonl.xz"
@@ -116,11 +116,7 @@ def run(_traces_dir: str) -> dict[str, Any]:
                 cert["provenance"][key] = value.replace(f"{tmp}/", "").replace(f"{ROOT}/", "")
         CERTIFICATE.write_text(json.dumps(cert, indent=2) + "\n", "utf-8")
         held = _replay(CERTIFICATE, paths["held"])
-        other = Path(tmp) / "humaneval_qwen25coder.jsonl"
-        parts_of = sorted(OTHER_CODE.glob("*.jsonl.xz"))
-        other.write_text("".join(lzma.decompress(p.read_bytes()).decode("utf-8")
-                                 for p in parts_of), "utf-8")  # fmt: skip
-        humaneval = _replay(CERTIFICATE, other)
+        humaneval = _replay(CERTIFICATE, plain_traces(OTHER_CODE, Path(tmp)))
     ids = _demo_ids(held)
     rows = {r["id"]: r for r in map(json.loads, MBPP.read_text("utf-8").splitlines())}
     TASKS.write_text("".join(json.dumps({k: rows[i][k] for k in TASK_FIELDS}) + "\n"
