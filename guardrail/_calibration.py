@@ -301,6 +301,30 @@ def needed_text(
     )
 
 
+def expectation_coverage(scores: npt.ArrayLike, errors: npt.ArrayLike, risk: float) -> float | None:
+    """The share of these calibration answers the promise in expectation would show at
+    ``risk``: the conformal threshold (``procedure="conformal"``, the calibration scores as
+    the reference) applied to the same scores; ``None`` where it shows none. What a
+    high-probability calibration reports beside its own coverage, so that a user whose
+    labels buy little under that promise sees what the other one would show."""
+    s = np.asarray(scores, dtype=np.float64)
+    tau = conformal_threshold(s, errors, risk)
+    return float(np.mean(s >= tau)) if np.isfinite(tau) else None
+
+
+def expectation_text(scores: FloatArray, errors: npt.NDArray[np.bool_], risk: float) -> str:
+    """What a high-probability refusal adds about the other promise (empty where that one
+    shows nothing too): :func:`expectation_coverage`."""
+    share = expectation_coverage(scores, errors, risk)
+    if share is None:
+        return ""
+    return (
+        f" In expectation instead (procedure='conformal': at most {risk:g} wrong among the "
+        f"shown on average over calibration draws, not with probability 1 - delta for this "
+        f"draw), these labels would show {share:.1%} of the calibration answers."
+    )
+
+
 def _simultaneous_threshold(
     cand: FloatArray,
     n_ans: npt.NDArray[np.int64],
@@ -441,7 +465,9 @@ def calibrate(
             )
         except InsufficientDataError as exc:
             raise InsufficientDataError(
-                f"{exc}{needed_text(s, errors, risk, delta)}", needed=exc.needed
+                f"{exc}{needed_text(s, errors, risk, delta)}"
+                + (expectation_text(s, errors, risk) if procedure != "conformal" else ""),
+                needed=exc.needed,
             ) from None
         answered = s >= tau
         info.update(fields)

@@ -21,6 +21,7 @@ import numpy.typing as npt
 from ._common import (
     CommandError,
     oracle_coverage,
+    other_promise_line,
     resolve_clip,
     split_indices,
     stream_policy,
@@ -108,8 +109,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     result = type(result).from_dict(
         {**result.to_dict(), "extra": {**result.extra, "test": test_report}}
     )
+    other = _other_promise(args, run)
     if not args.json:
-        _print_summary(args, score_name, result, test_report)
+        _print_summary(args, score_name, result, test_report, other)
     wrote = ""
     if args.out and args.score == "lift":
         from ._certify import build_certificate
@@ -123,7 +125,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         Path(args.out).write_text(result.to_json() + "\n", encoding="utf-8")
         wrote = f"wrote the calibration record {args.out} (a baseline is not a certificate)"
     if args.json:
-        record = {"score_name": score_name, "out": args.out, **result.to_dict()}
+        record = {"score_name": score_name, "out": args.out, **result.to_dict(),
+                  "in_expectation_coverage": other}  # fmt: skip
         print(json.dumps(record, indent=2, sort_keys=True))
     elif wrote:
         print(wrote)
@@ -151,6 +154,7 @@ class _Run:
         self.lifts: list[npt.NDArray[np.float64]] | None = None
         self.scores: npt.NDArray[np.float64] | None = None
         self.policy: Any = None
+        self.cal: tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]] | None = None
 
     def split(self, seed: int) -> tuple[Any, dict[str, Any]]:
         from guardrail import StreamPolicy, calibrate, calibrate_policy
@@ -205,9 +209,10 @@ class _Run:
                 seed=seed,
                 procedure=args.procedure,
             )
+        assert scores is not None
+        self.cal = scores[cal], ~correct[cal]  # the last split's scores and errors
         report: dict[str, Any] = {}
         if test.size:
-            assert scores is not None
             if self.lifts is not None:  # the deployed policy, as calibration replayed it
                 shown = shown_at(policy, [self.lifts[i] for i in test], [result.tau])[:, 0]
             else:
@@ -292,8 +297,23 @@ SUMMARY_DOCS = "docs/fitting.md#reading-the-calibrate-summary"
 """Where every term of the summary is explained (the docs' own test checks each one)."""
 
 
+def _other_promise(args: argparse.Namespace, run: _Run) -> float | None:
+    """What the promise in expectation would show of the calibration answers, beside a
+    high-probability calibration (``None`` for ``--procedure conformal``, the paper's
+    method, or where it shows nothing)."""
+    from guardrail._calibration import expectation_coverage
+
+    if args.method != "ltt" or args.procedure == "conformal" or run.cal is None:
+        return None
+    return expectation_coverage(*run.cal, args.risk)
+
+
 def _print_summary(
-    args: argparse.Namespace, score_name: str, result: Any, test: dict[str, Any]
+    args: argparse.Namespace,
+    score_name: str,
+    result: Any,
+    test: dict[str, Any],
+    other: float | None = None,
 ) -> None:
     lines = [
         f"liftguard calibrate: {args.traces}",
@@ -309,6 +329,8 @@ def _print_summary(
         f"  coverage (cal)   {result.coverage:.1%}   empirical risk {result.empirical_risk:.3f}"
         f"   Clopper-Pearson upper {result.risk_upper:.3f}",
     ]
+    if other is not None:
+        lines.append(other_promise_line(other))
     if result.v is not None:
         mc = result.model_check or {}
         lines.append(

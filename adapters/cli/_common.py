@@ -25,6 +25,7 @@ __all__ = [
     "no_traces",
     "non_negative",
     "oracle_coverage",
+    "other_promise_line",
     "output_file",
     "positive",
     "probability",
@@ -203,6 +204,16 @@ def oracle_coverage(
         return 0.0, float("inf")
     j = int(good[-1])
     return float(n[j] / s.size), float(ss[last][j])
+
+
+def other_promise_line(share: float) -> str:
+    """The summary line beside a high-probability calibration: what the promise in
+    expectation (``--procedure conformal``) would show of the same calibration answers
+    (:func:`guardrail._calibration.expectation_coverage`)."""
+    return (
+        f"  in expectation   {share:.1%} shown with --procedure conformal (the cheaper "
+        "promise: the target on average over calibrations, not with probability 1 - delta)"
+    )
 
 
 def split_indices(

@@ -17,7 +17,7 @@ import math
 import sys
 from typing import Any
 
-from ._common import CommandError
+from ._common import CommandError, other_promise_line
 from ._margins import early_line, margins_line
 from ._progress import Progress
 from ._recorded import lacking_message, read_whole, supply_vocab_size
@@ -216,13 +216,17 @@ def _print(args: argparse.Namespace, cert: Any, report: Any) -> None:
         "max_tokens": report.max_tokens,
         "selection": report.selection,
         "early_block": report.early_block,
+        "in_expectation_coverage": report.in_expectation_coverage,
     }
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
         return
+    other = report.in_expectation_coverage
+    other_line = "" if other is None else other_promise_line(other) + "\n"
     measured = (
         f"  coverage (cal)   {cal.coverage:.1%}   empirical risk {cal.empirical_risk:.3f}   "
         f"Clopper-Pearson upper {cal.risk_upper:.3f}\n"
+        f"{other_line}"
         f"  tokens read      {report.tokens_read_fraction:.0%} before the verdict (mean, "
         f"calibration answers; token limit {report.max_tokens})\n"
         f"{margins_line(report.margins_blocked)}"

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from ._common import CommandError
+from ._common import CommandError, other_promise_line
 from ._recorded import lacking_message, read_whole, supply_vocab_size
 
 if TYPE_CHECKING:
@@ -79,6 +79,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     """Calibrate ``args.certificate``'s tau on ``args.traces``; write ``args.out``."""
     from adapters._tracefiles._digest import same_traces
     from guardrail import Certificate, InsufficientDataError
+    from guardrail._calibration import expectation_coverage
     from guardrail._fit._extrapolation import farthest_feature
     from guardrail._fit._replay import calibrate_fitted
     from guardrail.evaluate import auroc, ranking_check
@@ -143,6 +144,8 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     except InsufficientDataError as exc:
         raise CommandError(f"calibration on {len(traces)} traces refused: {exc}") from exc
     cost = margins_blocked(stat, plain, correct, cert.policy, cal.tau)
+    other = None if args.procedure == "conformal" else expectation_coverage(crit, ~correct,
+                                                                             args.risk)  # fmt: skip
     read = _blocked_read(paths, crit, cert.policy, cal.tau)
     split = {
         "method": "the statistic was fitted on other answers (provenance.fit); all of "
@@ -179,6 +182,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         "margins_blocked": cost,
         "margins_from": traffic,
         "blocked_read": read,
+        "in_expectation_coverage": other,
         "extrapolation": None if far is None else {"feature": far.feature,
                                                    "median_z": far.median_z, "far": far.far,
                                                    "clamped": far.clamped},
@@ -187,6 +191,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     if getattr(args, "json", False):
         print(json.dumps(summary, indent=2, sort_keys=True))
         return 0
+    other_line = "" if other is None else other_promise_line(other) + "\n"
     print(
         f"liftguard calibrate: {args.traces}  certificate {args.certificate} (statistic held "
         f"fixed, fitted on {cert.provenance.get('traces', '?')})\n"
@@ -196,6 +201,7 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         f"  tau              {cal.tau:.4f} log-odds\n"
         f"  coverage (cal)   {cal.coverage:.1%}   empirical risk {cal.empirical_risk:.3f}   "
         f"Clopper-Pearson upper {cal.risk_upper:.3f}\n"
+        f"{other_line}"
         f"{_traffic_line(traffic)}"
         f"{margins_line(cost)}"
         f"{_blocked_read_line(read, args.margins_from is None)}"

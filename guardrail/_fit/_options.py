@@ -168,6 +168,11 @@ class FitReport:
     """Each candidate's cross-validated measurements (``select="coverage"``)."""
     early_block: dict[str, Any] | None = None
     """The early-block margins' quantile, widening and positions."""
+    in_expectation_coverage: float | None = None
+    """The share of the calibration answers the promise in expectation would show at the
+    same risk (:func:`guardrail._calibration.expectation_coverage`), beside a
+    high-probability calibration; ``None`` under ``procedure="conformal"``, without
+    calibration answers, or where it shows none."""
     notes: tuple[str, ...] = field(default=())
     """What the caller should know (the token limit or alternatives taken from the traces,
     a skeleton that will not match); also the certificate's ``provenance["note"]``."""

@@ -119,12 +119,16 @@ def fit_certificate(
     correct = np.array([bool(t.correct) for t in cal_tr])
     reads = [stop_at(p, policy, cal.tau) / t.n_tokens
              for p, t in zip(paths, cal_tr, strict=True) if t.n_tokens]  # fmt: skip
+    cal_auroc: float | None = None
+    other: float | None = None
     if cal_tr:
+        from .._calibration import expectation_coverage
         from .._evaluate import auroc
 
-        cal_auroc: float | None = auroc([critical_score(p, policy) for p in paths], correct)
-    else:
-        cal_auroc = None
+        crit = np.array([critical_score(p, policy) for p in paths])
+        cal_auroc = auroc(crit, correct)
+        if opts.procedure != "conformal":
+            other = expectation_coverage(crit, ~correct, opts.risk)
     cost = None if nothing else margins_blocked(stat, plain, correct, policy, cal.tau)
     extra: dict[str, Any] = {
         **cal.extra,  # the procedure's own record (its promise, its level), if any
@@ -158,6 +162,7 @@ def fit_certificate(
         margins_blocked=cost,
         certifies_nothing=nothing,
         refusal=failed,
+        in_expectation_coverage=other,
         selection=stat.info.get("selection"),
         early_block=stat.info.get("early_block"),
         notes=notes,

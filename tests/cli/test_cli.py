@@ -96,6 +96,26 @@ def test_calibrate_lift_policy_and_refusal(capsys: pytest.CaptureFixture[str]) -
     assert "calibration labels would pass" in err or "would not pass" in err
 
 
+def test_a_high_probability_calibration_shows_what_the_promise_in_expectation_would(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Beside a high-probability calibration, the summary gives the share of the same
+    calibration answers ``--procedure conformal`` shows (the other promise's own run
+    gives the figure compared); a conformal run does not repeat it about itself."""
+    mbpp = str(Path(__file__).parents[2] / "benchmarks" / "traces" / "mbpp_qwen25coder.jsonl.xz")
+    args = ["calibrate", "--traces", mbpp, "--score", "nll", "--risk", "0.4"]
+    assert main([*args, "--json"]) == 0
+    high = json.loads(capsys.readouterr().out)
+    assert main([*args, "--procedure", "conformal", "--json"]) == 0
+    cheap = json.loads(capsys.readouterr().out)
+    assert cheap["in_expectation_coverage"] is None
+    assert high["in_expectation_coverage"] == pytest.approx(cheap["coverage"])
+    assert cheap["coverage"] > high["coverage"] > 0
+    assert main(args) == 0
+    line = f"  in expectation   {cheap['coverage']:.1%} shown with --procedure conformal ("
+    assert line in capsys.readouterr().out
+
+
 @pytest.mark.skipif(not SHARED.is_dir(), reason="shared traces not available")
 def test_shipped_certificate_is_reproduced_by_its_documented_command(tmp_path: Path) -> None:
     """guardrail/data/README.md names the command that made the shipped certificate."""
@@ -195,6 +215,7 @@ def test_calibrate_json_is_the_record_it_writes(
     assert main([*args, "--out", str(out), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)  # stdout is one JSON object, nothing else
     assert printed.pop("out") == str(out) and printed.pop("score_name") == "min_logprob"
+    assert 0 < printed.pop("in_expectation_coverage") <= 1  # beside the record, not in it
     assert printed == json.loads(out.read_text())
     assert printed["extra"]["test"]["n"] == 10
     # the same calibration as the printed summary

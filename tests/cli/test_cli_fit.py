@@ -60,13 +60,24 @@ def test_fit_writes_a_certificate_with_a_disjoint_split(
     assert isinstance(mon.rule, FittedRule)
 
 
-def test_fit_calibrates_by_the_procedure_asked_for(tmp_path: Path) -> None:
+def test_fit_calibrates_by_the_procedure_asked_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "cert.json"
     args = ["fit", "--traces", GEMMA, "--out", str(out), "--risk", "0.95", "--delta", "0.2",
             "--max-tokens", "24"]  # fmt: skip
-    assert main([*args, "--procedure", "conformal"]) == 0
+    assert main([*args, "--procedure", "conformal", "--json"]) == 0
+    cheap = json.loads(capsys.readouterr().out)
     cal = Certificate.load(out).calibration
     assert cal is not None and cal.extra["promise"] == "in expectation"
+    assert cheap["in_expectation_coverage"] is None  # not said of itself
+    # the default promise reports what this one showed, on the same calibration answers
+    assert main([*args, "--json"]) == 0
+    high = json.loads(capsys.readouterr().out)
+    assert high["in_expectation_coverage"] == pytest.approx(cal.coverage) and cal.coverage > 0
+    assert main(args) == 0
+    line = f"  in expectation   {cal.coverage:.1%} shown with --procedure conformal ("
+    assert line in capsys.readouterr().out
     assert cal.extra["split"]["n_calibration"] == 20
     assert cal.guarantee.startswith("In expectation over the calibration draw")
     with pytest.raises(ConfigError, match="procedure must be one of"):

@@ -415,7 +415,8 @@ def test_the_summary_says_how_much_of_a_blocked_answer_is_read(
     args = ["calibrate", "--traces", str(other), "--certificate", str(cert), "--risk", "0.5",
             "--delta", "0.3", "--out", str(out)]  # fmt: skip
     assert main([*args, "--json"]) == 0
-    got = json.loads(capsys.readouterr().out)["blocked_read"]
+    got_all = json.loads(capsys.readouterr().out)
+    got = got_all["blocked_read"]
     after = Certificate.load(out)
     assert after.statistic is not None and after.statistic.block_margins
     paths = [replay_fitted(after.statistic, t, max_tokens=after.context.max_tokens)
@@ -429,6 +430,11 @@ def test_the_summary_says_how_much_of_a_blocked_answer_is_read(
     line = (f"blocked answers  read for {got['mean']:.0%} of their tokens before they are "
             f"stopped (median {got['median']:.0%}; {got['blocked']} of 60 blocked)")  # fmt: skip
     assert line in printed
+    assert main([*args, "--procedure", "conformal", "--json"]) == 0
+    cheap = json.loads(capsys.readouterr().out)  # the other promise's own calibration
+    assert cheap["in_expectation_coverage"] is None
+    assert got_all["in_expectation_coverage"] == pytest.approx(cheap["coverage"])
+    assert f"  in expectation   {cheap['coverage']:.1%} shown with --procedure conformal" in printed
     late = {"blocked": 3, "of": 10, "mean": 0.7, "median": 0.8}
     assert "--margins-from TRAFFIC" in _blocked_read_line(late, hint=True)
     assert "--margins-from" not in _blocked_read_line(late, hint=False)  # already given

@@ -132,3 +132,25 @@ def test_the_fitting_page_example() -> None:
     assert cal.coverage > hp.coverage
     shown = f"shows {cal.coverage:.0%} of the calibration answers"
     assert out.getvalue() == f"tau {cal.tau:.2f}, {shown}\n"
+
+
+def test_a_high_probability_refusal_says_what_the_promise_in_expectation_would_show() -> None:
+    """Where the labels buy nothing with probability 1 - delta, the refusal ends with the
+    share of the same calibration answers the conformal threshold shows; it says nothing
+    of it where that shows nothing too, or where the conformal procedure itself refused."""
+    rng = np.random.default_rng(3)
+    s, p_wrong = _model(rng, 60, slope=1.5, shift=1.0)
+    correct = rng.random(60) >= p_wrong
+    cheap = calibrate(s, correct, risk=0.3, delta=0.05, procedure="conformal")
+    with pytest.raises(InsufficientDataError) as refused:
+        calibrate(s, correct, risk=0.3, delta=0.05)
+    said = str(refused.value)
+    assert cheap.coverage > 0.2
+    assert said.endswith(f"these labels would show {cheap.coverage:.1%} of the calibration "
+                         "answers.")  # fmt: skip
+    assert "procedure='conformal'" in said and "on average over calibration draws" in said
+    hopeless = np.zeros(60, dtype=bool)  # every answer wrong: neither promise shows any
+    for procedure in ("fixed-sequence", "conformal"):
+        with pytest.raises(InsufficientDataError) as refused:
+            calibrate(s, hopeless, risk=0.3, delta=0.05, procedure=procedure)  # type: ignore[arg-type]
+        assert "In expectation instead" not in str(refused.value)
