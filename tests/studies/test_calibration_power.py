@@ -50,3 +50,47 @@ def test_the_best_single_test_is_within_delta_at_the_boundary_and_full_when_erro
     assert study.best_single_test(np.zeros(100), 13, 0.2) == 0.0
     curve = np.linspace(0.05, 0.4, 1000)  # more labels never lower the bound by much
     assert study.best_single_test(curve, 1000, 0.2) > study.best_single_test(curve, 300, 0.2)
+
+
+def test_the_certificate_scores_each_answer_with_a_fit_that_never_saw_it() -> None:
+    """``out_of_fold``: each fold's scores are the critical scores of the certificate
+    fitted on the other folds, replayed through its monitor, as a deployed certificate
+    scores new answers (40 committed MBPP answers, 2 folds)."""
+    import lzma
+
+    from guardrail.evaluate import fitted_method
+    from guardrail.fitting import FitOptions, fit_certificate
+    from guardrail.traces import parse_trace_lines
+
+    with lzma.open(study.TRACES["MBPP"], "rt", encoding="utf-8") as f:
+        traces = list(parse_trace_lines(next(f) for _ in range(40)))
+    got = study.out_of_fold(traces, folds=2, seed=3)
+    first, second = np.array_split(np.random.default_rng(3).permutation(40), 2)
+    options = FitOptions(fit_fraction=1.0, max_tokens=study.MAX_TOKENS)
+    cert, _ = fit_certificate([traces[i] for i in second], options)
+    alone = fitted_method([traces[i] for i in first], cert, max_tokens=study.MAX_TOKENS)
+    assert np.array_equal(got[first], alone.decision)
+    assert np.isfinite(got).all()
+
+
+def test_the_results_page_quotes_the_certificate_rows_of_the_saved_run() -> None:
+    """The prose under the table reads the default certificate's cells as saved."""
+    saved = json.loads(study.SAVED.read_text(encoding="utf-8"))
+    page = (study.ROOT / "docs" / "results" / "index.md").read_text(encoding="utf-8")
+    prose = " ".join(page.split("- The default certificate, with probability 0.95")[1]
+                     .split("\n- ")[0].split())  # fmt: skip
+
+    def row(data: str, risk: float, n: int) -> dict[str, object]:
+        return next(r for r in saved["rows"] if r["data"] == data and r["risk"] == risk
+                    and r["n"] == n and r["score"] == "certificate"
+                    and r["procedure"] == "fixed-sequence")  # fmt: skip
+
+    for data, risk in (("GSM8K", 0.3), ("GSM8K", 0.2), ("MBPP", 0.3)):
+        r = row(data, risk, 300)
+        cov, top = float(r["coverage"]), float(r["ceiling"])  # type: ignore[arg-type]
+        assert f"{cov:.1%}" in prose and f"{cov / top:.0%}" in prose, (data, risk)
+    for risk in (0.3, 0.2):
+        r = row("GSM8K (simulated)", risk, 1000)
+        share = float(r["coverage"]) / float(r["ceiling"])  # type: ignore[arg-type]
+        assert f"{share:.0%}" in prose
+    assert row("GSM8K", 0.3, 300)["refused"] == 0
