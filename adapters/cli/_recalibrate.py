@@ -144,8 +144,9 @@ def cmd_recalibrate(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     except InsufficientDataError as exc:
         raise CommandError(f"calibration on {len(traces)} traces refused: {exc}") from exc
     cost = margins_blocked(stat, plain, correct, cert.policy, cal.tau)
-    other = None if args.procedure == "conformal" else expectation_coverage(crit, ~correct,
-                                                                             args.risk)  # fmt: skip
+    other = None  # what the promise in expectation would show, beside this one
+    if args.procedure != "conformal":
+        other = expectation_coverage(crit, ~correct, args.risk)
     read = _blocked_read(paths, crit, cert.policy, cal.tau)
     split = {
         "method": "the statistic was fitted on other answers (provenance.fit); all of "
