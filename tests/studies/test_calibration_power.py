@@ -80,9 +80,9 @@ def test_the_results_page_quotes_the_certificate_rows_of_the_saved_run() -> None
     prose = " ".join(page.split("- The default certificate, with probability 0.95")[1]
                      .split("\n- ")[0].split())  # fmt: skip
 
-    def row(data: str, risk: float, n: int) -> dict[str, object]:
+    def row(data: str, risk: float, n: int, score: str = "certificate") -> dict[str, object]:
         return next(r for r in saved["rows"] if r["data"] == data and r["risk"] == risk
-                    and r["n"] == n and r["score"] == "certificate"
+                    and r["n"] == n and r["score"] == score
                     and r["procedure"] == "fixed-sequence")  # fmt: skip
 
     for data, risk in (("GSM8K", 0.3), ("GSM8K", 0.2), ("MBPP", 0.3)):
@@ -94,3 +94,5 @@ def test_the_results_page_quotes_the_certificate_rows_of_the_saved_run() -> None
         share = float(r["coverage"]) / float(r["ceiling"])  # type: ignore[arg-type]
         assert f"{share:.0%}" in prose
     assert row("GSM8K", 0.3, 300)["refused"] == 0
+    for data, risk in (("GSM8K", 0.3), ("GSM8K", 0.2), ("MBPP", 0.3)):  # nll beside it
+        assert f"{float(row(data, risk, 300, 'nll')['coverage']):.1%}" in prose  # type: ignore[arg-type]
